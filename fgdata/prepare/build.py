@@ -1,0 +1,158 @@
+"""The prepare engine: decode and transform inputs in a process pool, write one or more EDM zips in order.
+
+Inputs are addressed by position, so workers receive ranges instead of data and return PNG bytes in order
+(I-5, Z-8). A side log records, per input position, conversions and failures; with it a killed run resumes
+at the exact input after the last complete member and reports every input as written or failed.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fgdata.prepare.zipwriter import EdmZipWriter, dataset_json_bytes, member_name, provenance_path, validate_zip
+
+#: One input's outcome: a member per target (None when it failed) and a note (source mode or failure reason).
+Result = tuple[list[bytes] | None, str | None]
+Work = Callable[[tuple[int, int]], list[Result]]
+#: progress(phase, done, total) - rendered by the CLI, ignored by library callers that pass None.
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass
+class ZipTarget:
+    """One output zip and the label of every input (None: unlabelled)."""
+
+    dest: Path
+    labels: Sequence[int | None]
+    transform: str
+    stem: str = "img"
+    ext: str = "png"
+    extra: dict = field(default_factory=dict)
+
+
+def default_workers() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+def ordered_map(work: Work, ranges: Sequence[tuple[int, int]], workers: int,
+                initializer: Callable[..., None] | None = None, initargs: tuple = ()) -> Iterator[list[Result]]:
+    """Results of ``work`` per range, in order; a fork pool so large inputs reach workers without pickling."""
+    if workers <= 1 or len(ranges) <= 1:
+        if initializer:
+            initializer(*initargs)
+        yield from map(work, ranges)
+        return
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+    with ctx.Pool(workers, initializer=initializer, initargs=initargs) as pool:
+        yield from pool.imap(work, ranges, chunksize=1)
+
+
+def _read_log(path: Path) -> dict[int, dict]:
+    entries: dict[int, dict] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                item = json.loads(line)
+                entries[int(item["i"])] = item
+            except (ValueError, KeyError, TypeError):
+                break  # a torn last line
+    return entries
+
+
+def build_zips(targets: list[ZipTarget], n_inputs: int, work: Work, *, fingerprint: dict, workers: int,
+               describe: Callable[[int], str], block: int = 64, force: bool = False,
+               progress: ProgressFn | None = None, phase: str = "convert",
+               initializer: Callable[..., None] | None = None, initargs: tuple = ()) -> list[dict]:
+    """Write every target zip from inputs ``0..n_inputs-1``; ``work`` returns one member per target per input.
+
+    Complete outputs are kept unless ``force`` (validated, not merely present: L-3). Returns one summary per
+    target: path, images written, failures, converted inputs and whether it was skipped.
+    """
+    if not force and all(_is_complete(t, fingerprint) for t in targets):
+        return [{**_read_provenance(t.dest), "path": str(t.dest), "skipped": True} for t in targets]
+    writers = [EdmZipWriter(t.dest, {**fingerprint, "transform": t.transform, "dest": t.dest.name}, resume=not force)
+               for t in targets]
+    log_path = targets[0].dest.with_name(targets[0].dest.name + ".partial.log")
+    try:
+        stems = [(t.stem, t.ext) for t in targets]
+        log = _read_log(log_path) if all(w.count for w in writers) else {}
+        # Walk inputs to map each writer's member count back to an input position.
+        kept = min(w.keep_valid_prefix(lambda i, s=s: member_name(i, *s)) for w, s in zip(writers, stems))
+        written_inputs: list[int] = []
+        pos = 0
+        while len(written_inputs) < kept and pos < n_inputs:
+            if "failed" not in log.get(pos, {}):
+                written_inputs.append(pos)
+            pos += 1
+        kept = len(written_inputs)
+        for w, s in zip(writers, stems):
+            w.keep_valid_prefix(lambda i, s=s: member_name(i, *s), limit=kept)
+        start = pos
+        log = {i: e for i, e in log.items() if i < start}
+        with open(log_path, "w") as fh:
+            fh.writelines(json.dumps(e) + "\n" for e in log.values())
+        ranges = [(a, min(a + block, n_inputs)) for a in range(start, n_inputs, block)]
+        began, done = time.monotonic(), start
+        if progress:
+            progress(phase, done, n_inputs)
+        with open(log_path, "a") as logfh:
+            for (a, _b), results in zip(ranges, ordered_map(work, ranges, workers, initializer, initargs)):
+                for j, (members, note) in enumerate(results, start=a):
+                    if members is None or note is not None:
+                        entry = {"i": j, "input": describe(j), ("failed" if members is None else "mode"): note}
+                        log[j] = entry
+                        logfh.write(json.dumps(entry) + "\n")
+                        logfh.flush()
+                    if members is None:
+                        continue
+                    index = len(written_inputs)
+                    for w, (stem, ext), data in zip(writers, stems, members):
+                        w.add(member_name(index, stem, ext), data)
+                    written_inputs.append(j)
+                done += len(results)
+                if progress:
+                    progress(phase, done, n_inputs)
+        seconds = time.monotonic() - began
+        failures = [{"input": e["input"], "reason": e["failed"]} for e in log.values() if "failed" in e]
+        converted = [{"input": e["input"], "mode": e["mode"]} for e in log.values() if "mode" in e]
+        summaries = []
+        for t, w in zip(targets, writers):
+            labels = [[member_name(k, t.stem, t.ext), t.labels[j]] for k, j in enumerate(written_inputs)]
+            if any(label is None for _, label in labels):
+                labels = None
+            info = {**fingerprint, "transform": t.transform, **t.extra, "inputs": n_inputs,
+                    "written": len(written_inputs), "failed": len(failures), "failures": failures,
+                    "converted_modes": converted}
+            w.finish(dataset_json_bytes(labels), info)
+            summaries.append({**info, "path": str(t.dest), "skipped": False, "seconds": seconds})
+        if failures:
+            failures_path = targets[0].dest.with_name(targets[0].dest.name + ".failures.json")
+            failures_path.write_text(json.dumps(failures, indent=1) + "\n")
+        log_path.unlink(missing_ok=True)
+        return summaries
+    finally:
+        for w in writers:
+            w.close()
+
+
+def _is_complete(target: ZipTarget, fingerprint: dict) -> bool:
+    """A valid zip made from the same inputs and options; without provenance it must hold every input."""
+    info = _read_provenance(target.dest)
+    if info and any(info.get(k) != v for k, v in fingerprint.items()):
+        return False
+    count = int(info.get("written", len(target.labels)))
+    return validate_zip(target.dest, count, target.stem, target.ext) is None
+
+
+def _read_provenance(dest: Path) -> dict:
+    try:
+        return json.loads(provenance_path(dest).read_text())
+    except (OSError, ValueError):
+        return {}

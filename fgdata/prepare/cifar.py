@@ -1,0 +1,51 @@
+"""``prepare cifar10``: the EDM CIFAR-10 zip from the python tarball (C-1..C-5)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from fgdata.errors import FgdataError
+from fgdata.prepare.build import ProgressFn, ZipTarget, build_zips, default_workers
+from fgdata.prepare.paths import CIFAR10_ZIP, data_root_dir
+from fgdata.prepare.transforms import png_bytes
+from fgdata.sources.cifar import CIFAR10_MD5, CIFAR10_TARBALL, download_cifar10, file_md5, read_cifar10
+
+_ROWS: np.ndarray | None = None  # the decoded rows, inherited by forked workers
+
+
+def _init_rows(rows: np.ndarray) -> None:
+    global _ROWS
+    _ROWS = rows
+
+
+def _encode_rows(span: tuple[int, int]) -> list[tuple[list[bytes], None]]:
+    assert _ROWS is not None
+    return [([png_bytes(_ROWS[i])], None) for i in range(*span)]
+
+
+def prepare_cifar10(data_root: str | os.PathLike[str] | None = None, source: str | os.PathLike[str] | None = None,
+                    skip_md5: bool = False, workers: int | None = None, force: bool = False,
+                    max_images: int | None = None, progress: ProgressFn | None = None) -> list[dict]:
+    """Write ``cifar10/cifar10-32x32.zip`` under the data root; download the tarball there when no source is given."""
+    root = Path(data_root).expanduser().resolve() if data_root is not None else data_root_dir()
+    dest = root / CIFAR10_ZIP
+    if source is None:
+        local = dest.parent / CIFAR10_TARBALL
+        source = local if local.is_file() else download_cifar10(
+            dest.parent, progress=(lambda d, t: progress("download", d, t)) if progress else None)
+    md5 = file_md5(source)
+    if md5 != CIFAR10_MD5 and not skip_md5:
+        raise FgdataError(
+            f"{source}: MD5 {md5} does not match the official {CIFAR10_TARBALL} ({CIFAR10_MD5}); "
+            "pass --skip-md5 only for a CIFAR-format tarball you built yourself"
+        )
+    images, labels = read_cifar10(source, skip_md5=True)  # checked just above
+    n = len(images) if max_images is None else min(len(images), max_images)
+    fingerprint = {"dataset": "cifar10", "source": str(Path(source).resolve()), "source_md5": md5, "inputs": n}
+    target = ZipTarget(dest, labels[:n], transform="none (CIFAR rows as 32x32 RGB)")
+    return build_zips([target], n, _encode_rows, fingerprint=fingerprint, workers=workers or default_workers(),
+                      describe=lambda j: f"row {j}", block=500, force=force, progress=progress,
+                      initializer=_init_rows, initargs=(images[:n],))

@@ -1,0 +1,206 @@
+"""Deterministic, resumable writer for EDM dataset zips (Z-1..Z-4, Z-8, Z-9).
+
+Python's ``zipfile`` stamps wall-clock times and cannot append to a zip whose central directory was never
+written (a killed run), so this module writes the STORED format itself: local headers carry the sizes, which
+lets a rerun scan the partial file, keep every complete member and continue from there. The bytes depend only
+on the members, so reruns and resumed runs produce identical archives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from fgdata import __version__
+from fgdata.errors import FgdataError
+
+_LOCAL = struct.Struct("<IHHHHHIIIHH")
+_CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
+_EOCD = struct.Struct("<IHHHHIIH")
+_EOCD64 = struct.Struct("<IQHHIIQQQQ")
+_LOCATOR64 = struct.Struct("<IIQI")
+_DOS_DATE = (1 << 5) | 1  # 1980-01-01
+_DOS_TIME = 0  # 00:00:00
+_UNIX_MODE = (0o100644 << 16)  # regular file, rw-r--r--
+_MADE_BY_UNIX = 3 << 8
+_LIMIT32 = 0xFFFFFFFF
+
+
+def member_name(index: int, stem: str = "img", ext: str = "png") -> str:
+    """EDM member name for output index ``index`` (Z-2, S-4): ``00000/img00000000.png``."""
+    s = f"{index:08d}"
+    return f"{s[:5]}/{stem}{s}.{ext}"
+
+
+def dataset_json_bytes(labels: list[list] | None) -> bytes:
+    """``dataset.json`` exactly as ``json.dumps`` writes it with default settings (Z-4)."""
+    return json.dumps({"labels": labels}).encode("ascii")
+
+
+def provenance_path(dest: Path) -> Path:
+    """The sibling file for provenance (Z-9): never a member, never the zip's own name."""
+    return dest.with_name(dest.name + ".provenance.json")
+
+
+@dataclass(frozen=True)
+class _Entry:
+    name: bytes
+    crc: int
+    size: int
+    offset: int
+
+
+def _scan_local_entries(path: Path) -> list[_Entry]:
+    """Complete STORED members at the start of a partial zip; stops at the first torn or foreign record."""
+    entries: list[_Entry] = []
+    total = path.stat().st_size
+    with open(path, "rb") as fh:
+        offset = 0
+        while offset + _LOCAL.size <= total:
+            fh.seek(offset)
+            fields = _LOCAL.unpack(fh.read(_LOCAL.size))
+            sig, _ver, flags, method, _t, _d, crc, csize, usize, nlen, xlen = fields
+            if sig != 0x04034B50 or flags != 0 or method != 0 or csize != usize:
+                break
+            end = offset + _LOCAL.size + nlen + xlen + csize
+            if end > total:
+                break
+            entries.append(_Entry(fh.read(nlen), crc, csize, offset))
+            offset = end
+    return entries
+
+
+class EdmZipWriter:
+    """Append members in index order to ``<dest>.partial``; :meth:`finish` adds ``dataset.json`` and renames.
+
+    ``fingerprint`` describes the inputs and options. A partial file is resumed only when its recorded
+    fingerprint is identical, so a rerun with other options never mixes two datasets.
+    """
+
+    def __init__(self, dest: str | os.PathLike[str], fingerprint: dict, resume: bool = True):
+        self.dest = Path(dest)
+        self.partial = self.dest.with_name(self.dest.name + ".partial")
+        self.state = self.dest.with_name(self.dest.name + ".partial.json")
+        self.dest.parent.mkdir(parents=True, exist_ok=True)
+        state_text = json.dumps(fingerprint, sort_keys=True)
+        entries: list[_Entry] = []
+        if resume and self.partial.exists() and self.state.exists() and self.state.read_text() == state_text:
+            entries = _scan_local_entries(self.partial)
+        else:
+            self.partial.unlink(missing_ok=True)
+            self.state.write_text(state_text)
+        self._entries = entries
+        self._fh = open(self.partial, "r+b" if entries else "wb")
+        self._truncate_at(len(entries))
+
+    @property
+    def count(self) -> int:
+        """Members written so far (after a resume: the complete members found in the partial file)."""
+        return len(self._entries)
+
+    def names(self) -> list[str]:
+        return [e.name.decode("utf-8") for e in self._entries]
+
+    def keep_valid_prefix(self, expected: Callable[[int], str], limit: int | None = None) -> int:
+        """Drop resumed members from the first one whose name differs from ``expected(i)`` (or beyond ``limit``)."""
+        keep = 0
+        for i, entry in enumerate(self._entries):
+            if (limit is not None and i >= limit) or entry.name.decode("utf-8", "replace") != expected(i):
+                break
+            keep = i + 1
+        self._truncate_at(keep)
+        return keep
+
+    def _truncate_at(self, count: int) -> None:
+        del self._entries[count:]
+        end = 0
+        if self._entries:
+            last = self._entries[-1]
+            end = last.offset + _LOCAL.size + len(last.name) + last.size
+        self._fh.seek(end)
+        self._fh.truncate(end)
+
+    def add(self, name: str, data: bytes | memoryview) -> None:
+        """Append one STORED member with fixed timestamp and attributes."""
+        raw = name.encode("utf-8")
+        size = len(data)
+        if size >= _LIMIT32 or not raw.isascii():
+            raise FgdataError(f"{self.dest}: member {name!r} must have an ASCII name and be under 4 GiB")
+        offset = self._fh.tell()
+        crc = zlib.crc32(data)
+        self._fh.write(_LOCAL.pack(0x04034B50, 20, 0, 0, _DOS_TIME, _DOS_DATE, crc, size, size, len(raw), 0))
+        self._fh.write(raw)
+        self._fh.write(data)
+        self._entries.append(_Entry(raw, crc, size, offset))
+
+    def finish(self, dataset_json: bytes | None, provenance: dict | None = None) -> Path:
+        """Write ``dataset.json`` last (Z-3), the central directory (Zip64 when needed), then rename into place."""
+        if dataset_json is not None:
+            self.add("dataset.json", dataset_json)
+        cd_offset = self._fh.tell()
+        for e in self._entries:
+            extra = b""
+            offset32 = e.offset
+            version = 20
+            if e.offset >= _LIMIT32:
+                extra = struct.pack("<HHQ", 1, 8, e.offset)
+                offset32 = _LIMIT32
+                version = 45
+            self._fh.write(_CENTRAL.pack(0x02014B50, _MADE_BY_UNIX | version, version, 0, 0, _DOS_TIME, _DOS_DATE,
+                                         e.crc, e.size, e.size, len(e.name), len(extra), 0, 0, 0, _UNIX_MODE, offset32))
+            self._fh.write(e.name)
+            self._fh.write(extra)
+        cd_end = self._fh.tell()
+        count, cd_size = len(self._entries), cd_end - cd_offset
+        if count >= 0xFFFF or cd_offset >= _LIMIT32 or cd_size >= _LIMIT32:
+            self._fh.write(_EOCD64.pack(0x06064B50, 44, 45, 45, 0, 0, count, count, cd_size, cd_offset))
+            self._fh.write(_LOCATOR64.pack(0x07064B50, 0, cd_end, 1))
+        self._fh.write(_EOCD.pack(0x06054B50, 0, 0, min(count, 0xFFFF), min(count, 0xFFFF),
+                                  min(cd_size, _LIMIT32), min(cd_offset, _LIMIT32), 0))
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+        os.replace(self.partial, self.dest)
+        self.state.unlink(missing_ok=True)
+        if provenance is not None:
+            write_provenance(self.dest, provenance)
+        return self.dest
+
+    def close(self) -> None:
+        """Leave the partial file for a later resume (used on errors and interrupts)."""
+        if not self._fh.closed:
+            self._fh.flush()
+            self._fh.close()
+
+
+def write_provenance(dest: Path, info: dict) -> Path:
+    """Write the provenance sibling atomically (Z-9)."""
+    path = provenance_path(dest)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"tool": f"fgdata {__version__}", **info}, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def validate_zip(path: Path, count: int, stem: str = "img", ext: str = "png") -> str | None:
+    """Why an existing zip is not a complete ``count``-image dataset, or None if it is (L-3, D-28)."""
+    import zipfile
+
+    if not path.is_file():
+        return "missing"
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+            if len(names) != count + 1 or names[-1] != "dataset.json":
+                return f"has {len(names)} members, expected {count} images and dataset.json"
+            if count and (names[0] != member_name(0, stem, ext) or names[-2] != member_name(count - 1, stem, ext)):
+                return "member names differ from the expected ones"
+            json.loads(zf.read("dataset.json"))
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        return f"unreadable ({exc})"
+    return None
