@@ -1,0 +1,3 @@
+from fgdata.cli.main import run
+
+run()
