@@ -1,0 +1,326 @@
+"""The shard writer: deterministic, atomic, resumable WebDataset tar shards.
+
+Each shard is written under a temporary name; when it closes, its offset index
+(with the writer's resume record) is written, the shard is renamed into place
+(or uploaded, for s3://), and ``shard_count.json`` is rewritten. A rerun after a
+crash keeps the complete shards, drops the partial one and tells the caller
+(``resume_point``) which input to continue from, so it ends with the same bytes
+as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from fgdata import storage
+from fgdata.errors import ShardError
+from fgdata.shards.index import COUNT_FILE, index_path, parse_index, write_index, write_shard_counts
+from fgdata.shards.keys import validate_extension, validate_key
+from fgdata.shards.scan import BLOCK, SampleEntry, ShardScan
+
+RECORD = 20 * BLOCK  # tar's record size; archives are padded to it, as GNU tar and Python's tarfile do
+MTIME = 0
+
+
+@dataclass
+class Failure:
+    """One input that produced no sample, and why."""
+
+    input: int | None
+    name: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"input": self.input, "name": self.name, "reason": self.reason}
+
+
+@dataclass
+class ResumePoint:
+    """Where a resumed job continues: the first input not covered by a complete shard."""
+
+    next_input: int = 0
+    samples: int = 0
+    shards: int = 0
+    failures: list[Failure] = field(default_factory=list)
+
+
+@dataclass
+class WriteSummary:
+    shards: list[str]
+    samples: int
+    failures: list[Failure]
+    counts: dict[str, int]
+
+
+def _member_header(name: str, size: int) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = MTIME
+    info.mode = 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.type = tarfile.REGTYPE
+    return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+
+
+def _pattern_regex(pattern: str) -> re.Pattern[str]:
+    head, _, tail = pattern.partition("%")
+    m = re.match(r"0?(\d*)d", tail)
+    if not m:
+        raise ShardError(f"shard pattern {pattern!r} needs one %d field, e.g. %05d.tar")
+    rest = tail[m.end() :]
+    return re.compile(re.escape(head) + r"(\d+)" + re.escape(rest) + r"$")
+
+
+class ShardWriter:
+    """Write samples into numbered shards under ``maxcount`` / ``maxsize`` limits.
+
+    ``write(key, members)`` takes a whole sample (extension -> bytes), so its
+    members are always adjacent; members are written in sorted extension order
+    with fixed mtime, owner and mode, so the same samples give the same bytes.
+    """
+
+    def __init__(
+        self,
+        dest: str,
+        *,
+        pattern: str = "%05d.tar",
+        maxcount: int = 1000,
+        maxsize: int | None = None,
+        resume: bool = True,
+    ):
+        if maxcount < 1:
+            raise ShardError("maxcount must be at least 1")
+        if maxsize is not None and maxsize < BLOCK * 4:
+            raise ShardError("maxsize must be at least 2048 bytes")
+        self.dest = dest.rstrip("/") if storage.is_s3(dest) else dest
+        self.pattern = pattern
+        self._regex = _pattern_regex(pattern)
+        self.maxcount = maxcount
+        self.maxsize = maxsize
+        self.remote = storage.is_s3(dest)
+        self._stage = tempfile.mkdtemp(prefix="fgdata-stage-") if self.remote else dest
+        if not self.remote:
+            os.makedirs(dest, exist_ok=True)
+        self._keys: set[str] = set()
+        self._counts: dict[str, int] = {}
+        self._failures: list[Failure] = []
+        self._pending: list[Failure] = []
+        self._shard_no = 0
+        self._input_end = 0
+        self._file: BinaryIO | None = None
+        self._tmp: str | None = None
+        self._entries: list[SampleEntry] = []
+        self._bytes = 0
+        self._closed = False
+        self._clean_temporaries()
+        self.resume_point = self._load_resume() if resume else self._start_over()
+
+    # -- job state ---------------------------------------------------------
+
+    def _options(self) -> dict[str, Any]:
+        return {"pattern": self.pattern, "maxcount": self.maxcount, "maxsize": self.maxsize}
+
+    def _existing(self) -> dict[int, storage.FileInfo]:
+        if not self.remote and not os.path.isdir(self.dest):
+            return {}
+        found = {}
+        for info in storage.list_dir(self.dest):
+            m = self._regex.match(info.name)
+            if m:
+                found[int(m.group(1))] = info
+        return found
+
+    def _clean_temporaries(self) -> None:
+        if self.remote or not os.path.isdir(self.dest):
+            return
+        for name in os.listdir(self.dest):
+            if name.startswith(".") and ".tmp-" in name and self._regex.match(name[1:].split(".tmp-")[0]):
+                os.unlink(os.path.join(self.dest, name))
+
+    def _start_over(self) -> ResumePoint:
+        for info in self._existing().values():
+            storage.remove(info.path)
+            if storage.exists(index_path(info.path)):
+                storage.remove(index_path(info.path))
+        count_file = storage.join(self.dest, COUNT_FILE)
+        if storage.exists(count_file):
+            storage.remove(count_file)
+        return ResumePoint()
+
+    def _load_resume(self) -> ResumePoint:
+        existing = self._existing()
+        point = ResumePoint()
+        n = 0
+        while n in existing:
+            info = existing[n]
+            try:
+                scan, job = parse_index(info.path, storage.read_bytes(index_path(info.path)))
+            except Exception:  # noqa: BLE001 - no usable index: the shard is not known complete
+                break
+            if scan.size != info.size or job is None:
+                break
+            if job.get("options") != self._options():
+                raise ShardError(
+                    f"{self.dest}: existing shards were written with {job.get('options')}, not {self._options()}; "
+                    "rerun with the same options or without resume to start over"
+                )
+            self._counts[info.name] = len(scan.samples)
+            self._keys.update(s.key for s in scan.samples)
+            self._failures.extend(Failure(f["input"], f["name"], f["reason"]) for f in job.get("failures", []))
+            point.samples += len(scan.samples)
+            point.next_input = int(job.get("input_end", point.samples))
+            n += 1
+        point.shards = n
+        point.failures = list(self._failures)
+        self._shard_no = n
+        self._input_end = point.next_input
+        return point
+
+    # -- writing -----------------------------------------------------------
+
+    def _shard_name(self, n: int) -> str:
+        return self.pattern % n
+
+    def _open(self) -> None:
+        name = self._shard_name(self._shard_no)
+        self._tmp = os.path.join(self._stage, f".{name}.tmp-{os.getpid()}")
+        self._file = open(self._tmp, "wb")
+        self._entries = []
+        self._bytes = 0
+
+    def write(self, key: str, members: dict[str, bytes], input_pos: int | None = None) -> None:
+        """Append one sample; raise ShardError for a bad or duplicate key or extension."""
+        if self._closed:
+            raise ShardError("writer is closed")
+        validate_key(key)
+        if not members:
+            raise ShardError(f"sample {key!r} has no members")
+        exts: dict[str, bytes] = {}
+        for ext, data in members.items():
+            low = validate_extension(ext)
+            if low in exts:
+                raise ShardError(f"sample {key!r} has extension {low!r} twice")
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise ShardError(f"sample {key!r} member {low!r} must be bytes, not {type(data).__name__}")
+            exts[low] = bytes(data)
+        if key in self._keys:
+            raise ShardError(f"sample key {key!r} is not unique in {self.dest}")
+        headers = [(ext, _member_header(f"{key}.{ext}", len(exts[ext]))) for ext in sorted(exts)]
+        size = sum(len(h) + (len(exts[e]) + BLOCK - 1) // BLOCK * BLOCK for e, h in headers)
+        if self._file is not None and (
+            len(self._entries) >= self.maxcount
+            or (self.maxsize is not None and self._entries and self._bytes + size + 2 * BLOCK > self.maxsize)
+        ):
+            self._close_shard()
+        if self._file is None:
+            self._open()
+        assert self._file is not None
+        start = self._bytes
+        offsets: dict[str, tuple[int, int]] = {}
+        pos = start
+        for ext, header in headers:
+            data = exts[ext]
+            self._file.write(header)
+            pos += len(header)
+            offsets[ext] = (pos, len(data))
+            self._file.write(data)
+            pad = -len(data) % BLOCK
+            if pad:
+                self._file.write(b"\0" * pad)
+            pos += len(data) + pad
+        self._bytes = pos
+        self._entries.append(SampleEntry(key, start, pos, offsets))
+        self._keys.add(key)
+        self._input_end = max(self._input_end, (input_pos + 1) if input_pos is not None else self._input_end + 1)
+
+    def fail(self, input_pos: int | None, name: str, reason: str) -> None:
+        """Record an input that produced no sample (it goes to the failure report)."""
+        failure = Failure(input_pos, name, reason)
+        self._pending.append(failure)
+        if input_pos is not None:
+            self._input_end = max(self._input_end, input_pos + 1)
+
+    def _close_shard(self) -> None:
+        assert self._file is not None and self._tmp is not None
+        end = self._bytes + 2 * BLOCK
+        total = (end + RECORD - 1) // RECORD * RECORD
+        self._file.write(b"\0" * (total - self._bytes))
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        self._file = None
+        name = self._shard_name(self._shard_no)
+        final = storage.join(self.dest, name)
+        scan = ShardScan(shard=final, size=total, samples=self._entries)
+        job = {
+            "options": self._options(),
+            "input_end": self._input_end,
+            "failures": [f.to_json() for f in self._pending],
+        }
+        write_index(scan, final, job)
+        if self.remote:
+            storage.upload(self._tmp, final)
+            os.unlink(self._tmp)
+        else:
+            os.replace(self._tmp, final)
+        self._tmp = None
+        self._counts[name] = len(self._entries)
+        self._failures.extend(self._pending)
+        self._pending = []
+        write_shard_counts(storage.join(self.dest, COUNT_FILE), self._counts)
+        self._shard_no += 1
+        self._entries = []
+        self._bytes = 0
+
+    def close(self) -> WriteSummary:
+        """Close the last shard, drop stale shards past the end, and return what was written."""
+        if not self._closed:
+            if self._file is not None and self._entries:
+                self._close_shard()
+            elif self._file is not None:
+                self._file.close()
+                os.unlink(self._tmp)  # type: ignore[arg-type]
+            for n, info in self._existing().items():
+                if n >= self._shard_no:
+                    storage.remove(info.path)
+                    if storage.exists(index_path(info.path)):
+                        storage.remove(index_path(info.path))
+            write_shard_counts(storage.join(self.dest, COUNT_FILE), self._counts)
+            self._failures.extend(self._pending)
+            self._pending = []
+            self._closed = True
+            if self.remote:
+                shutil.rmtree(self._stage, ignore_errors=True)
+        names = [self._shard_name(n) for n in range(self._shard_no)]
+        return WriteSummary(
+            shards=[storage.join(self.dest, n) for n in names],
+            samples=sum(self._counts.values()),
+            failures=list(self._failures),
+            counts=dict(self._counts),
+        )
+
+    def abort(self) -> None:
+        """Stop without closing the open shard (its temporary file is removed)."""
+        if self._file is not None:
+            self._file.close()
+            os.unlink(self._tmp)  # type: ignore[arg-type]
+            self._file = None
+        self._closed = True
+        if self.remote:
+            shutil.rmtree(self._stage, ignore_errors=True)
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()

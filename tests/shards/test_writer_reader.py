@@ -1,0 +1,218 @@
+"""The shard engine: key rule, writer limits and determinism, reader, index, scanner, damage."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from fgdata.errors import DamagedShardError, ShardError
+from fgdata.shards import (
+    ShardFile,
+    ShardWriter,
+    count_shards,
+    discover_shards,
+    iter_samples,
+    load_index,
+    read_shard_counts,
+    scan_shard,
+    split_member_name,
+)
+
+
+def _samples(sample_images, n):
+    blobs = [p.read_bytes() for p in sample_images]
+    for i in range(n):
+        yield f"sample_{i:06d}", {"jpg": blobs[i % len(blobs)], "txt": f"caption {i}".encode(), "json": b'{"i": %d}' % i}
+
+
+def _write(dest, sample_images, n=23, **kw):
+    with ShardWriter(str(dest), **kw) as w:
+        for i, (key, members) in enumerate(_samples(sample_images, n)):
+            w.write(key, members, input_pos=i)
+    return w
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("sample_000001.txt_emb.pth", ("sample_000001", "txt_emb.pth")),
+        ("a/b.c/key.JPG", ("a/b.c/key", "jpg")),
+        ("noext", ("noext", "")),
+        ("dir/x.tar.gz", ("dir/x", "tar.gz")),
+    ],
+)
+def test_key_rule(name, expected):
+    assert split_member_name(name) == expected
+
+
+def test_maxcount_counts_index_and_reader(tmp_path, sample_images):
+    dest = tmp_path / "shards"
+    _write(dest, sample_images, n=23, maxcount=10)
+    shards = discover_shards(str(dest))
+    assert [os.path.basename(s) for s in shards] == ["00000.tar", "00001.tar", "00002.tar"]
+    assert read_shard_counts(str(dest / "shard_count.json")) == {"00000.tar": 10, "00001.tar": 10, "00002.tar": 3}
+    # Python's own tar reader agrees on member names and order.
+    with tarfile.open(shards[0]) as tf:
+        names = tf.getnames()
+        assert names[:3] == ["sample_000000.jpg", "sample_000000.json", "sample_000000.txt"]
+        assert all(m.mtime == 0 and m.uid == 0 and m.mode == 0o644 for m in tf.getmembers())
+    seq = [s for shard in shards for s in iter_samples(shard)]
+    assert [s.key for s in seq] == [f"sample_{i:06d}" for i in range(23)]
+    assert seq[5].members["txt"] == b"caption 5"
+    # Random access through the index returns the same bytes.
+    sf = ShardFile(shards[1])
+    assert len(sf) == 10
+    assert sf.sample(3).members == seq[13].members
+    assert sf.sample(3, exts={"txt"}).members == {"txt": b"caption 13"}
+    idx = load_index(shards[1], expected_size=os.path.getsize(shards[1]))
+    assert idx is not None and idx.samples == scan_shard(shards[1]).samples
+
+
+def test_maxsize_limits_shard_bytes(tmp_path, sample_images):
+    dest = tmp_path / "s"
+    limit = 1_200_000
+    _write(dest, sample_images, n=20, maxcount=1000, maxsize=limit)
+    counts = read_shard_counts(str(dest / "shard_count.json"))
+    assert len(counts) > 1 and sum(counts.values()) == 20
+    for shard in discover_shards(str(dest)):
+        scan = scan_shard(shard)
+        assert len(scan.samples) == 1 or scan.samples[-1].end + 1024 <= limit
+
+
+def test_rerun_is_byte_identical(tmp_path, sample_images):
+    _write(tmp_path / "a", sample_images, n=15, maxcount=4)
+    _write(tmp_path / "b", sample_images, n=15, maxcount=4, resume=False)
+    assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
+
+
+def test_webdataset_reads_our_shards(tmp_path, sample_images):
+    import webdataset as wds
+
+    _write(tmp_path / "s", sample_images, n=7, maxcount=5)
+    urls = [str(p) for p in sorted((tmp_path / "s").glob("*.tar"))]
+    got = list(wds.WebDataset(urls, shardshuffle=False))
+    assert [s["__key__"] for s in got] == [f"sample_{i:06d}" for i in range(7)]
+    assert got[2]["txt"] == b"caption 2"
+
+
+@pytest.mark.parametrize(
+    "key,members,message",
+    [
+        ("", {"jpg": b"x"}, "empty"),
+        ("a.b", {"jpg": b"x"}, "dot in its basename"),
+        ("../up", {"jpg": b"x"}, "'..'"),
+        ("/abs", {"jpg": b"x"}, "relative"),
+        ("ok", {}, "no members"),
+        ("ok", {"JPG": b"x", "jpg": b"y"}, "twice"),
+        ("ok", {"jpg": "text"}, "must be bytes"),
+    ],
+)
+def test_writer_rejects_bad_samples(tmp_path, key, members, message):
+    with ShardWriter(str(tmp_path / "s")) as w:
+        with pytest.raises(ShardError, match=message):
+            w.write(key, members)
+
+
+def test_writer_rejects_duplicate_key(tmp_path):
+    with ShardWriter(str(tmp_path / "s"), maxcount=1) as w:
+        w.write("k", {"txt": b"1"})
+        with pytest.raises(ShardError, match="not unique"):
+            w.write("k", {"txt": b"2"})
+
+
+def test_nothing_partial_under_final_name(tmp_path, sample_images):
+    dest = tmp_path / "s"
+    w = ShardWriter(str(dest), maxcount=5)
+    for i, (key, members) in enumerate(_samples(sample_images, 7)):
+        w.write(key, members, input_pos=i)
+    # One shard closed, the second open: only the complete one is visible under a .tar name.
+    assert sorted(p.name for p in dest.glob("*.tar")) == ["00000.tar"]
+    w.abort()
+    assert sorted(p.name for p in dest.iterdir() if not p.name.startswith(".")) == [
+        "00000.tar", "00000.tar.idx.json", "shard_count.json"]
+
+
+def test_resume_skips_complete_shards_and_failures_survive(tmp_path, sample_images):
+    dest = tmp_path / "s"
+    w = ShardWriter(str(dest), maxcount=4)
+    for i, (key, members) in enumerate(_samples(sample_images, 10)):
+        if i == 2:
+            w.fail(i, "input-2", "decode error")
+            continue
+        w.write(key, members, input_pos=i)
+    w.abort()  # crash: shard 0 (inputs 0-4) and shard 1 (5-8) are complete, input 9 was in flight
+    w2 = ShardWriter(str(dest), maxcount=4)
+    point = w2.resume_point
+    assert (point.shards, point.samples, point.next_input) == (2, 8, 9)
+    assert [f.name for f in point.failures] == ["input-2"]
+    with pytest.raises(ShardError, match="written with"):
+        ShardWriter(str(dest), maxcount=5)
+
+
+@pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_scanner_handles_long_names(tmp_path, fmt):
+    path = tmp_path / "long.tar"
+    key = "d" * 120 + "/" + "k" * 130
+    with tarfile.open(path, "w", format=fmt) as tf:
+        for ext, data in [("jpg", b"a" * 700), ("txt", b"hello")]:
+            info = tarfile.TarInfo(f"{key}.{ext}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    scan = scan_shard(str(path))
+    assert scan.damage is None and [s.key for s in scan.samples] == [key]
+    assert set(scan.samples[0].members) == {"jpg", "txt"}
+    assert ShardFile(str(path)).sample(0).members["txt"] == b"hello"
+
+
+def test_truncated_shard_reports_good_samples(tmp_path, sample_images):
+    _write(tmp_path / "s", sample_images, n=6, maxcount=10)
+    shard = tmp_path / "s" / "00000.tar"
+    entries = scan_shard(str(shard)).samples
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(shard.read_bytes()[: entries[3].start + 700])  # inside sample 3's first member
+    scan = scan_shard(str(cut))
+    assert len(scan.samples) == 3 and "truncated" in scan.damage
+    with pytest.raises(DamagedShardError) as info:
+        list(iter_samples(str(cut)))
+    assert info.value.good == 3
+
+
+def test_header_bit_flip_and_non_tar(tmp_path, sample_images):
+    _write(tmp_path / "s", sample_images, n=4, maxcount=10)
+    data = bytearray((tmp_path / "s" / "00000.tar").read_bytes())
+    entries = scan_shard(str(tmp_path / "s" / "00000.tar")).samples
+    data[entries[2].start + 10] ^= 0x20  # a bit in the name field of sample 2's first header
+    (tmp_path / "flip.tar").write_bytes(bytes(data))
+    scan = scan_shard(str(tmp_path / "flip.tar"))
+    assert len(scan.samples) == 2 and "checksum" in scan.damage
+    (tmp_path / "not.tar").write_bytes(b"this is not a tar file at all" * 40)
+    scan = scan_shard(str(tmp_path / "not.tar"))
+    assert scan.samples == [] and scan.damage
+
+
+def test_count_shards_local(tmp_path, sample_images):
+    _write(tmp_path / "s", sample_images, n=23, maxcount=10)
+    rows = count_shards(str(tmp_path / "s"), workers=2)
+    assert [(r.name, r.samples) for r in rows] == [("00000.tar", 10), ("00001.tar", 10), ("00002.tar", 3)]
+    assert all(r.damage is None for r in rows)
+    assert json.loads((tmp_path / "s" / "shard_count.json").read_text()) == {r.name: r.samples for r in rows}
+
+
+def test_discovery_sorts_by_integer_stem_and_falls_back(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    for name in ["10.tar", "9.tar", "00002.TAR", "notes.txt"]:
+        (d / name).write_bytes(b"")
+    assert [os.path.basename(p) for p in discover_shards(str(d))] == ["00002.TAR", "9.tar", "10.tar"]
+    (d / "x.tar").write_bytes(b"")
+    assert [os.path.basename(p) for p in discover_shards(str(d))] == ["00002.TAR", "10.tar", "9.tar", "x.tar"]
