@@ -1,0 +1,78 @@
+"""Class-conditional dataset zips in the EDM/EDM2 formats FastGen trains on (COMPAT.md §1).
+
+Public entry points: :func:`prepare_cifar10`, :func:`prepare_imagenet64`, :func:`prepare_imagenet256`, the
+:data:`DATASETS` table behind ``fgdata prepare --list``, and :func:`quickstart_demo`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fgdata.prepare.build import ProgressFn
+from fgdata.prepare.cifar import prepare_cifar10
+from fgdata.prepare.imagenet import prepare_imagenet64, prepare_imagenet256_rgb
+from fgdata.prepare.paths import DATASET_ZIPS, IMAGENET256_RGB_ZIP, IMAGENET256_SD_ZIP, data_root_dir
+
+#: What ``fgdata prepare --list`` shows: dataset name -> (outputs, what it needs).
+DATASETS: dict[str, tuple[tuple[str, ...], str]] = {
+    "cifar10": (DATASET_ZIPS["cifar10"], "the CIFAR-10 python tarball (downloaded, or --source PATH; ~170 MB)"),
+    "imagenet-64": (DATASET_ZIPS["imagenet-64"], "--imagenet-source: the unzipped Kaggle ImageNet (fgdata download imagenet)"),
+    "imagenet-256": (DATASET_ZIPS["imagenet-256"], "--imagenet-source, and the SD VAE (--vae; a GPU for the full set)"),
+}
+
+
+def prepare_imagenet256(imagenet_source: str | os.PathLike[str], data_root: str | os.PathLike[str] | None = None,
+                        vae: str = "stabilityai/sd-vae-ft-mse", device: str = "auto", batch_size: int = 32,
+                        dtype: str = "float32", max_images: int | None = None, workers: int | None = None,
+                        force: bool = False, strict: bool = False, progress: ProgressFn | None = None) -> list[dict]:
+    """The RGB zip (rank 0 only; other torchrun ranks wait for it), then the latent zip, encoded by every rank."""
+    from fgdata.prepare.latents import dist_env, encode_latent_zip, wait_for
+    from fgdata.prepare.zipwriter import provenance_path
+
+    root = Path(data_root).expanduser().resolve() if data_root is not None else data_root_dir()
+    rgb = root / IMAGENET256_RGB_ZIP
+    rank, _world = dist_env()
+    results: list[dict] = []
+    if rank == 0:
+        results += prepare_imagenet256_rgb(imagenet_source, root, max_images=max_images, workers=workers,
+                                           force=force, strict=strict, progress=progress)
+    else:
+        wait_for(lambda: provenance_path(rgb).exists() and not rgb.with_name(rgb.name + ".partial").exists(),
+                 f"rank 0 to finish {rgb}")
+    results.append(encode_latent_zip(rgb, root / IMAGENET256_SD_ZIP, vae=vae, device=device, batch_size=batch_size,
+                                     dtype=dtype, force=force, workers=workers, progress=progress))
+    return results
+
+
+def quickstart_demo(outdir: str | os.PathLike[str]) -> dict:
+    """Build a small labelled 64-px zip from ``examples/data`` and load one batch through ImageLoader.
+
+    The bundled photos go into two class folders (JPEGs vs PNGs), so the zip has real labels and a one-hot
+    condition; returns the zip path, its image count and the batch's shapes.
+    """
+    import shutil
+
+    from fgdata.loaders.image_loader import ImageLoader
+
+    out = Path(outdir)
+    examples = Path(__file__).resolve().parents[2] / "examples" / "data"
+    tree = out / "class-tree"
+    for path in sorted(examples.iterdir()):
+        if path.suffix.lower() in (".jpg", ".png"):
+            (tree / path.suffix.lower()[1:]).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, tree / path.suffix.lower()[1:] / path.name)
+    summaries = prepare_imagenet64(tree, out, workers=2)
+    zip_path = Path(summaries[1]["path"])
+    loader = ImageLoader(str(zip_path), None, batch_size=4, num_workers=0)
+    batch = next(iter(loader))
+    return {
+        "zips": [s["path"] for s in summaries],
+        "images": summaries[1]["written"],
+        "converted": summaries[1]["converted_modes"],
+        "batch": {key: list(value.shape) for key, value in batch.items()},
+    }
+
+
+__all__ = ["DATASETS", "prepare_cifar10", "prepare_imagenet64", "prepare_imagenet256", "quickstart_demo",
+           "IMAGENET256_RGB_ZIP", "IMAGENET256_SD_ZIP"]
