@@ -78,3 +78,96 @@ def folder_labels(root: Path, names: list[str]) -> dict[str, int]:
     if len(index) < 2:
         return {}
     return {name: index[top] for name, top in tops.items()}
+
+
+KAGGLE_COMPETITION = "imagenet-object-localization-challenge"
+_SECRET_VARS = ("KAGGLE_API_TOKEN", "KAGGLE_KEY")
+
+
+def kaggle_credentials() -> str:
+    """Name the credential the Kaggle CLI will use, or say exactly what is missing (never the value)."""
+    env = os.environ
+    if env.get("KAGGLE_API_TOKEN"):
+        return "KAGGLE_API_TOKEN"
+    if env.get("KAGGLE_USERNAME") and env.get("KAGGLE_KEY"):
+        return "KAGGLE_USERNAME/KAGGLE_KEY"
+    config = Path(env.get("KAGGLE_CONFIG_DIR") or Path.home() / ".kaggle")
+    for name in ("access_token", "kaggle.json"):
+        if (config / name).is_file():
+            return str(config / name)
+    half = ""
+    if env.get("KAGGLE_USERNAME") or env.get("KAGGLE_KEY"):
+        half = f" ({'KAGGLE_KEY' if env.get('KAGGLE_USERNAME') else 'KAGGLE_USERNAME'} is missing)"
+    raise FgdataError(
+        f"no Kaggle credentials: set KAGGLE_API_TOKEN, or KAGGLE_USERNAME and KAGGLE_KEY{half}, "
+        f"or put access_token or kaggle.json in {config}"
+    )
+
+
+def _kaggle_command() -> list[str]:
+    import importlib.util
+    import shutil
+    import sys
+
+    exe = Path(sys.executable).with_name("kaggle")
+    found = str(exe) if exe.is_file() else shutil.which("kaggle")
+    if not found:
+        raise FgdataError("the kaggle CLI is not installed: pip install 'fgdata[kaggle]'")
+    if exe.is_file() and importlib.util.find_spec("six") is None:
+        raise FgdataError("the kaggle package needs 'six', which it does not declare: pip install six")
+    return [found]
+
+
+def download_imagenet(dest: str | os.PathLike[str], progress=None) -> Path:
+    """Download the Kaggle ImageNet competition archive into ``dest`` and unzip it there; returns ``dest``.
+
+    The Kaggle CLI runs as a subprocess with an argument list; its output is relayed with any secret
+    environment value masked, and success is judged by its exit code (ENVIRONMENT.md §9).
+    """
+    import subprocess
+    import sys
+
+    source = kaggle_credentials()
+    dest = Path(dest).expanduser().resolve()
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [*_kaggle_command(), "competitions", "download", "-c", KAGGLE_COMPETITION, "-p", str(dest)]
+    secrets = [os.environ[v].encode() for v in _SECRET_VARS if os.environ.get(v)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    while chunk := proc.stdout.read1(4096):
+        for secret in secrets:
+            chunk = chunk.replace(secret, b"***")
+        sys.stderr.buffer.write(chunk)
+        sys.stderr.flush()
+    if proc.wait() != 0:
+        raise FgdataError(f"kaggle competitions download -c {KAGGLE_COMPETITION} failed with exit code "
+                          f"{proc.returncode} (credentials from {source}); see its output above")
+    archive = dest / f"{KAGGLE_COMPETITION}.zip"
+    if not archive.is_file():
+        raise FgdataError(f"{archive}: the Kaggle CLI finished but the archive is not there")
+    unzip(archive, dest, progress)
+    return dest
+
+
+def unzip(archive: Path, dest: Path, progress=None) -> None:
+    """Extract with byte progress; members already extracted at full size are kept, so a rerun resumes."""
+    import shutil
+    import zipfile
+
+    with zipfile.ZipFile(archive) as zf:
+        infos = [i for i in zf.infolist() if not i.is_dir()]
+        total, done = sum(i.file_size for i in infos), 0
+        for info in infos:
+            parts = PurePath(info.filename.replace("\\", "/")).parts
+            if info.filename.startswith("/") or ".." in parts or (parts and ":" in parts[0]):
+                raise FgdataError(f"{archive}: member {info.filename!r} would escape {dest}")
+            target = dest.joinpath(*parts)
+            if not (target.is_file() and target.stat().st_size == info.file_size):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                tmp = target.with_name(target.name + ".part")
+                with zf.open(info) as src, open(tmp, "wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 20)
+                os.replace(tmp, target)
+            done += info.file_size
+            if progress:
+                progress("unzip", done, total)

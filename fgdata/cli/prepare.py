@@ -1,0 +1,140 @@
+"""``fgdata download`` and ``fgdata prepare``: class-conditional dataset zips (COMPAT.md §1).
+
+Only typer, rich and the standard library load at import; the library modules load inside each command.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+import typer
+
+DOWNLOADS = ("cifar10", "imagenet")
+PREPARES = ("cifar10", "imagenet-64", "imagenet-256")
+
+
+@contextmanager
+def _progress() -> Iterator:
+    """A rich progress display with one bar per phase, showing items/s and ETA."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
+               TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]
+    with Progress(*columns, transient=False) as bar:
+        tasks: dict[str, int] = {}
+
+        def update(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total or None, rate="")
+            task = bar.tasks[tasks[phase]]
+            unit = "B" if phase in ("download", "unzip") else "img"
+            speed = task.speed
+            rate = ("" if not speed else f"{speed / 2**20:.1f} MiB/s" if unit == "B" else f"{speed:.0f} img/s")
+            bar.update(tasks[phase], completed=done, total=total or None, rate=rate)
+
+        yield update
+
+
+def _report(summaries: list[dict]) -> None:
+    from rich.console import Console
+
+    console = Console(stderr=False)
+    for s in summaries:
+        if s.get("skipped"):
+            console.print(f"[green]kept[/] {s['path']} (complete; --force rebuilds)")
+            continue
+        console.print(f"[green]wrote[/] {s['path']}: {s.get('written')} written, {s.get('failed', 0)} failed"
+                      f" of {s.get('inputs')} inputs")
+        converted = s.get("converted_modes") or []
+        if converted:
+            console.print(f"  {len(converted)} source(s) converted to RGB (I-6):")
+            for item in converted[:20]:
+                console.print(f"    {item['input']} ({item['mode']})")
+            if len(converted) > 20:
+                console.print(f"    ... {len(converted) - 20} more in {s['path']}.provenance.json")
+
+
+def download(
+    dataset: Optional[str] = typer.Argument(None, help="cifar10 or imagenet."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="cifar10: data root (default $DATA_ROOT_DIR)."),
+    dest: Optional[Path] = typer.Option(None, "--dest", help="imagenet: where to download and unzip."),
+) -> None:
+    """Download a source dataset: the CIFAR-10 tarball (MD5-checked, resumable) or ImageNet from Kaggle.
+
+    Example: fgdata download cifar10 --data-root /data ; fgdata download imagenet --dest /data/imagenet
+    """
+    if dataset not in DOWNLOADS:
+        raise typer.BadParameter(f"choose what to download: {', '.join(DOWNLOADS)}")
+    from fgdata.prepare.paths import data_root_dir
+
+    with _progress() as update:
+        if dataset == "cifar10":
+            from fgdata.sources.cifar import download_cifar10
+
+            root = data_root.expanduser().resolve() if data_root else data_root_dir()
+            path = download_cifar10(root / "cifar10", progress=lambda d, t: update("download", d, t))
+        else:
+            if dest is None:
+                raise typer.BadParameter("fgdata download imagenet needs --dest DIR")
+            from fgdata.sources.imagenet import download_imagenet
+
+            path = download_imagenet(dest, progress=update)
+    typer.echo(f"ready: {path}")
+
+
+def prepare(
+    dataset: Optional[str] = typer.Argument(None, help="cifar10, imagenet-64 or imagenet-256."),
+    list_: bool = typer.Option(False, "--list", help="Show the datasets, their outputs and what each needs."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Output root (default $DATA_ROOT_DIR)."),
+    source: Optional[Path] = typer.Option(None, "--source", help="cifar10: a local cifar-10-python.tar.gz."),
+    skip_md5: bool = typer.Option(False, "--skip-md5", help="cifar10: accept a CIFAR-format tarball that is not the official one."),
+    imagenet_source: Optional[Path] = typer.Option(None, "--imagenet-source", help="ImageNet: Kaggle root or the train folder."),
+    max_images: Optional[int] = typer.Option(None, "--max-images", min=1, help="Only the first N images."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Decode processes (default: all cores)."),
+    force: bool = typer.Option(False, "--force", help="Rebuild complete outputs."),
+    strict: bool = typer.Option(False, "--strict", help="ImageNet: fail on the first source that is not RGB or L."),
+    vae: str = typer.Option("stabilityai/sd-vae-ft-mse", "--vae", help="imagenet-256: VAE hub id or local directory."),
+    device: str = typer.Option("auto", "--device", help="imagenet-256: auto, cpu, cuda or cuda:N."),
+    batch_size: int = typer.Option(32, "--batch-size", min=1, help="imagenet-256: images per VAE call."),
+    dtype: str = typer.Option("float32", "--dtype", help="imagenet-256: float32 (reference numerics) or bfloat16."),
+) -> None:
+    """Build the class-conditional zips FastGen reads, under the data root with the exact names of COMPAT.md.
+
+    Example: fgdata prepare cifar10 --source ~/cifar-10-python.tar.gz ;
+    fgdata prepare imagenet-64 --imagenet-source /data/imagenet ;
+    torchrun --nproc-per-node 8 -m fgdata prepare imagenet-256 --imagenet-source /data/imagenet --device cuda
+    """
+    if list_:
+        from fgdata.prepare import DATASETS
+
+        for name, (outputs, needs) in DATASETS.items():
+            typer.echo(f"{name}: {', '.join(outputs)}\n    needs {needs}")
+        return
+    if dataset not in PREPARES:
+        raise typer.BadParameter(f"choose a dataset: {', '.join(PREPARES)} (fgdata prepare --list shows what each needs)")
+    if dataset != "cifar10" and imagenet_source is None:
+        raise typer.BadParameter(f"fgdata prepare {dataset} needs --imagenet-source DIR (fgdata download imagenet)")
+    if dtype not in ("float32", "bfloat16"):
+        raise typer.BadParameter("--dtype must be float32 or bfloat16")
+    import fgdata.prepare as lib
+
+    with _progress() as update:
+        if dataset == "cifar10":
+            summaries = lib.prepare_cifar10(data_root, source=source, skip_md5=skip_md5, workers=workers,
+                                            force=force, max_images=max_images, progress=update)
+        elif dataset == "imagenet-64":
+            summaries = lib.prepare_imagenet64(imagenet_source, data_root, max_images=max_images, workers=workers,
+                                               force=force, strict=strict, progress=update)
+        else:
+            summaries = lib.prepare_imagenet256(imagenet_source, data_root, vae=vae, device=device,
+                                                batch_size=batch_size, dtype=dtype, max_images=max_images,
+                                                workers=workers, force=force, strict=strict, progress=update)
+    _report(summaries)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("download")(download)
+    app.command("prepare")(prepare)
