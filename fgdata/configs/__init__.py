@@ -1,0 +1,47 @@
+"""Lazy loader configs: the FastGen presets, ``LazyCall`` and ``instantiate`` (A-1, A-2).
+
+Importing this package never imports torch, typer or rich; the loaders pull in
+torch only when a batch is first requested.
+"""
+
+from fgdata.configs.data import (
+    PRESETS,
+    CameraVideoLoaderConfig,
+    CIFAR10_Loader_Config,
+    ImageEditLoaderConfig,
+    ImageLatentLoaderConfig,
+    ImageLoaderConfig,
+    ImageNet64_EDMV2_Loader_Config,
+    ImageNet64_Loader_Config,
+    ImageNet256_Loader_Config,
+    PairLoaderConfig,
+    PathLoaderConfig,
+    PromptLoaderConfig,
+    VideoAudioLoaderConfig,
+    VideoLatentLoaderConfig,
+    VideoLoaderConfig,
+    legacy_keys,
+)
+from fgdata.configs.lazy import LazyCall, LazyConfig, instantiate
+
+__all__ = [
+    "PRESETS",
+    "CameraVideoLoaderConfig",
+    "CIFAR10_Loader_Config",
+    "ImageEditLoaderConfig",
+    "ImageLatentLoaderConfig",
+    "ImageLoaderConfig",
+    "ImageNet64_EDMV2_Loader_Config",
+    "ImageNet64_Loader_Config",
+    "ImageNet256_Loader_Config",
+    "LazyCall",
+    "LazyConfig",
+    "PairLoaderConfig",
+    "PathLoaderConfig",
+    "PromptLoaderConfig",
+    "VideoAudioLoaderConfig",
+    "VideoLatentLoaderConfig",
+    "VideoLoaderConfig",
+    "instantiate",
+    "legacy_keys",
+]

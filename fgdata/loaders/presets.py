@@ -1,0 +1,169 @@
+"""Constant strings for ``presets_map`` and raw-bytes predicates for ``presets_filter`` (A-10, A-11).
+
+Presets are resolved once, in the process that builds the loader, so a user who
+overrides an entry of :data:`PRESET_CONSTANTS` before constructing a loader sees
+the override in every worker, whatever the multiprocessing start method.
+
+Filters run on the raw member bytes **before** anything is decoded, so a dropped
+sample never costs a decode. A filter returns ``None`` to keep a sample or a short
+reason to drop it; the reason feeds the loader's per-reason drop counters.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Callable, Mapping
+
+from fgdata.errors import FgdataError
+
+#: Wan's English negative prompt, byte-exact (sha256 e488b060...2fac, pinned by a test).
+NEG_PROMPT_WAN = (
+    "Bright tones, overexposed, static, blurred details, subtitles, style, works, paintings, images, "
+    "static, overall gray, worst quality, low quality, JPEG compression residue, ugly, incomplete, "
+    "extra fingers, poorly drawn hands, poorly drawn faces, deformed, disfigured, misshapen limbs, "
+    "fused fingers, still picture, messy background, three legs, many people in the background, "
+    "walking backwards"
+)
+
+#: Cosmos's negative prompt, byte-exact (sha256 6d7ca930...239f, pinned by a test).
+NEG_PROMPT_COSMOS = (
+    "The video captures a series of frames showing ugly scenes, static with no motion, motion blur, "
+    "over-saturation, shaky footage, low resolution, grainy texture, pixelated images, poorly lit areas, "
+    "underexposed and overexposed scenes, poor color balance, washed out colors, choppy sequences, "
+    "jerky movements, low frame rate, artifacting, color banding, unnatural transitions, outdated "
+    "special effects, fake elements, unconvincing visuals, poorly edited content, jump cuts, visual "
+    "noise, and flickering. Overall, the video is of poor quality."
+)
+
+# The four texts below are fgdata-defined, NOT verified against the reference: the
+# reference publishes only their names (COMPAT.md §6). Override them by assigning to
+# PRESET_CONSTANTS[name] before constructing a loader.
+
+#: fgdata-defined, not verified against the reference.
+NEG_PROMPT_LINGBOT_WORLD = (
+    "static scene, frozen camera, jittery camera motion, inconsistent geometry, warped structures, "
+    "flickering textures, motion blur, low resolution, blurry details, overexposed, underexposed, "
+    "subtitles, watermark, text overlay, worst quality, low quality, compression artifacts, "
+    "deformed objects, duplicated objects, unnatural physics"
+)
+
+#: fgdata-defined, not verified against the reference.
+NEG_PROMPT_COSMOS3 = (
+    "The video is of poor quality: ugly and static scenes with no motion, motion blur, over-saturation, "
+    "shaky footage, low resolution, grainy or pixelated texture, poor lighting, poor color balance, "
+    "choppy or jerky movement, low frame rate, artifacts, color banding, unnatural transitions, "
+    "fake or unconvincing visuals, jump cuts, visual noise and flickering."
+)
+
+#: fgdata-defined, not verified against the reference.
+NEG_PROMPT_LTX2 = (
+    "worst quality, low quality, blurry, jittery, distorted, inconsistent motion, static frames, "
+    "flickering, compression artifacts, watermark, subtitles, text, deformed faces, deformed hands, "
+    "extra limbs, out of sync audio, muffled audio, distorted audio, background noise, silence"
+)
+
+#: fgdata-defined, not verified against the reference.
+NEG_PROMPT_LTX2_SHORT = "worst quality, blurry, jittery, distorted, watermark, out of sync audio"
+
+#: Name -> text for ``presets_map``. Entries marked fgdata-defined above may be overridden.
+PRESET_CONSTANTS: dict[str, str] = {
+    "empty_string": "",
+    "neg_prompt_wan": NEG_PROMPT_WAN,
+    "neg_prompt_cosmos": NEG_PROMPT_COSMOS,
+    "neg_prompt_lingbot_world": NEG_PROMPT_LINGBOT_WORLD,
+    "neg_prompt_cosmos3": NEG_PROMPT_COSMOS3,
+    "neg_prompt_ltx2": NEG_PROMPT_LTX2,
+    "neg_prompt_ltx2_short": NEG_PROMPT_LTX2_SHORT,
+}
+
+#: The presets whose texts fgdata wrote itself (documented as unverified).
+FGDATA_DEFINED_PRESETS = frozenset(
+    {"neg_prompt_lingbot_world", "neg_prompt_cosmos3", "neg_prompt_ltx2", "neg_prompt_ltx2_short"}
+)
+
+#: A filter sees the raw members of one sample (extension -> bytes).
+SampleFilter = Callable[[Mapping[str, bytes]], "str | None"]
+
+
+def _json_member(members: Mapping[str, bytes]) -> bytes | None:
+    """The sample's ``json`` member (plain or gzipped), raw; ``None`` if it has none."""
+    if "json" in members:
+        return members["json"]
+    if "json.gz" in members:
+        import gzip
+
+        return gzip.decompress(members["json.gz"])
+    return None
+
+
+def score_filter(threshold: float = 5.0, score_key: str = "score") -> SampleFilter:
+    """Drop a sample whose JSON ``score_key`` is below ``threshold``.
+
+    Samples without a ``json`` member or without the field are kept (A-11). Invalid
+    JSON or a non-numeric score drops the sample with a reason instead of ending the
+    iteration as the reference does (D-4).
+    """
+    threshold = float(threshold)
+
+    def check(members: Mapping[str, bytes]) -> str | None:
+        raw = _json_member(members)
+        if raw is None:
+            return None
+        try:
+            meta = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return "score: invalid JSON"
+        if not isinstance(meta, dict) or score_key not in meta:
+            return None
+        value = meta[score_key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            return f"score: non-numeric {score_key!r}"
+        return None if value >= threshold else "score: below threshold"
+
+    return check
+
+
+def empty_keys_filter(keys: list[str] | tuple[str, ...] = ()) -> SampleFilter:
+    """Drop a sample when one of ``keys`` (extensions) is present with zero length."""
+    wanted = tuple(k.lower() for k in keys)
+
+    def check(members: Mapping[str, bytes]) -> str | None:
+        for ext in wanted:
+            if ext in members and len(members[ext]) == 0:
+                return f"empty_keys: empty {ext!r}"
+        return None
+
+    return check
+
+
+#: Name -> factory taking the filter's keyword arguments (``presets_filter`` values).
+PRESET_FILTERS: dict[str, Callable[..., SampleFilter]] = {
+    "score": score_filter,
+    "empty_keys": empty_keys_filter,
+}
+
+
+def resolve_presets(presets_map: Mapping[str, str] | None) -> dict[str, str]:
+    """Output key -> constant text; an unknown preset name is a construction error."""
+    out: dict[str, str] = {}
+    for key, name in (presets_map or {}).items():
+        if name not in PRESET_CONSTANTS:
+            raise FgdataError(
+                f"presets_map[{key!r}]: unknown preset {name!r}; choose one of {sorted(PRESET_CONSTANTS)}"
+            )
+        out[key] = PRESET_CONSTANTS[name]
+    return out
+
+
+def build_filters(presets_filter: Mapping[str, Mapping | None] | None) -> list[tuple[str, SampleFilter]]:
+    """Instantiate ``{name: kwargs}``; unknown names and bad keywords fail at construction."""
+    filters: list[tuple[str, SampleFilter]] = []
+    for name, kwargs in (presets_filter or {}).items():
+        if name not in PRESET_FILTERS:
+            raise FgdataError(f"presets_filter: unknown filter {name!r}; choose one of {sorted(PRESET_FILTERS)}")
+        try:
+            filters.append((name, PRESET_FILTERS[name](**dict(kwargs or {}))))
+        except TypeError as exc:
+            raise FgdataError(f"presets_filter[{name!r}]: {exc}") from exc
+    return filters

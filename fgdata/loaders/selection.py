@@ -1,0 +1,274 @@
+"""From datatags to the selected shards, their counts and ignored samples (A-9, A-13..A-18, D-3, D-6, D-7, D-23, D-24, D-33).
+
+Everything here runs once, at loader construction, in the main process; the result
+is plain data that travels to the workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from fgdata import storage
+from fgdata.errors import FgdataError
+from fgdata.media.decode import decode_member
+from fgdata.shards import count_one, discover_shards, load_ignore_index, load_index, read_shard_counts, scan_shard
+
+log = logging.getLogger("fgdata.loaders")
+
+PLACEHOLDER_PREFIX = "/path/to/"
+
+
+class LoaderConfigError(FgdataError, ValueError):
+    """A loader keyword is invalid; raised at construction, the message names the keyword."""
+
+
+@dataclass(frozen=True)
+class ShardRef:
+    """One selected shard: where it is, its basename and the datatag it came from (identity is (tag, name), D-7)."""
+
+    path: str
+    name: str
+    tag: str
+
+
+def parse_datatags(datatags: Sequence[str] | str) -> list[str]:
+    """``WDS:<path>`` tags -> paths (A-13); the path is everything after the first colon."""
+    if isinstance(datatags, str):
+        datatags = [datatags]
+    if not datatags:
+        raise LoaderConfigError("datatags: at least one 'WDS:<directory or s3:// prefix>' tag is required")
+    kinds, paths = set(), []
+    for tag in datatags:
+        if not isinstance(tag, str) or ":" not in tag:
+            raise LoaderConfigError(f"datatags: {tag!r} has no type prefix; write 'WDS:{tag}'")
+        kind, _, path = tag.partition(":")
+        kinds.add(kind)
+        if kind != "WDS":
+            raise LoaderConfigError(f"datatags: {tag!r} is not a WDS tag (only 'WDS:' is supported)")
+        if path.startswith(PLACEHOLDER_PREFIX):
+            raise LoaderConfigError(
+                f"datatags: {tag!r} is the preset's placeholder; set cfg.datatags = ['WDS:<your shard directory>']"
+            )
+        if not storage.is_s3(path) and not os.path.isdir(path):
+            raise LoaderConfigError(f"datatags: {path} is not an existing directory")
+        paths.append(path)
+    if len(kinds) > 1:
+        raise LoaderConfigError(f"datatags: mixed tag types {sorted(kinds)}")
+    return paths
+
+
+def _sort_key(ref: ShardRef, numeric: bool) -> Any:
+    stem = ref.name.split(".", 1)[0]
+    return int(stem) if numeric else ref.name
+
+
+def select_shards(
+    tags: Sequence[str],
+    *,
+    shard_start: int = 0,
+    shard_end: int | None = None,
+    shards_per_worker: int | None = None,
+    workers_total: int = 1,
+) -> tuple[list[ShardRef], list[ShardRef]]:
+    """Merge the tags' shards, sort them (W-3), slice (D-6), then apply ``shards_per_worker`` (D-24).
+
+    Returns (selected, discovered). ``shard_start``/``shard_end`` are absolute,
+    inclusive indices into the sorted list, unlike the reference's relative end.
+    ``shards_per_worker = k`` keeps ``k * workers_total`` shards, truncating or
+    cycling the list, so k = 1 matches the reference's only behaviour.
+    """
+    found: list[ShardRef] = []
+    for tag in tags:
+        found.extend(ShardRef(p, storage.basename(p), tag) for p in discover_shards(tag))
+    if not found:
+        raise LoaderConfigError(f"datatags: no .tar shards under {', '.join(tags)}")
+    numeric = all(r.name.split(".", 1)[0].isdigit() for r in found)
+    if not numeric:
+        log.error("shard names are not all numeric; sorting them as strings (W-3)")
+    found.sort(key=lambda r: _sort_key(r, numeric))
+    end = len(found) - 1 if shard_end is None else shard_end
+    if not 0 <= shard_start <= end < len(found):
+        raise LoaderConfigError(
+            f"shard_start={shard_start}, shard_end={shard_end}: need 0 <= start <= end < {len(found)} "
+            "(absolute, inclusive indices into the sorted shard list)"
+        )
+    selected = found[shard_start : end + 1]
+    if shards_per_worker is not None:
+        if shards_per_worker < 1:
+            raise LoaderConfigError(f"shards_per_worker={shards_per_worker}: must be a positive integer")
+        want = shards_per_worker * workers_total
+        selected = [selected[i % len(selected)] for i in range(want)]
+    return selected, found
+
+
+class SideFileLookup:
+    """Resolve side-file keys (plain basenames or full paths/URLs) to selected shards (D-7).
+
+    A plain basename is accepted only when it names one shard; when two datatags
+    hold the same basename the key must be the full path or URL.
+    """
+
+    def __init__(self, discovered: Sequence[ShardRef]):
+        self._by_path = {r.path: r for r in discovered}
+        self._by_name: dict[str, list[ShardRef]] = {}
+        for r in discovered:
+            if r not in self._by_name.setdefault(r.name, []):
+                self._by_name[r.name].append(r)
+
+    def resolve(self, key: str, what: str) -> ShardRef | None:
+        if key in self._by_path:
+            return self._by_path[key]
+        refs = self._by_name.get(key)
+        if not refs:
+            return None
+        if len({r.path for r in refs}) > 1:
+            raise LoaderConfigError(
+                f"{what}: {key!r} matches shards in several datatags ({', '.join(sorted({r.tag for r in refs}))}); "
+                "use full shard paths or URLs as keys"
+            )
+        return refs[0]
+
+    def map(self, mapping: Mapping[str, Any], what: str) -> dict[str, Any]:
+        """Re-key ``mapping`` by shard path; unknown shard names are dropped with a warning (W-8)."""
+        out: dict[str, Any] = {}
+        unknown = []
+        for key, value in mapping.items():
+            ref = self.resolve(key, what)
+            if ref is None:
+                unknown.append(key)
+            else:
+                out[ref.path] = value
+        if unknown:
+            warnings.warn(f"{what}: {len(unknown)} shard name(s) not among the discovered shards, dropped: {sorted(unknown)[:5]}", stacklevel=3)
+        return out
+
+
+def _scan(ref: ShardRef, cache_path: str | None):
+    """Entries of a shard: its index, else a header scan (S3 shards are cached locally first)."""
+    scan = load_index(ref.path)
+    if scan is None:
+        scan = scan_shard(storage.fetch_to_cache(ref.path, cache_path) if storage.is_s3(ref.path) else ref.path)
+    return scan
+
+
+@dataclass
+class Dataset:
+    """The resolved dataset: selected shards, their counts and ignored samples."""
+
+    shards: list[ShardRef]
+    counts: list[int] | None
+    ignored_keys: list[frozenset[str]]
+    ignored_indices: list[tuple[int, ...]] = field(default_factory=list)
+
+
+def resolve_dataset(
+    tags: Sequence[str],
+    *,
+    need_counts: bool,
+    shard_start: int = 0,
+    shard_end: int | None = None,
+    shards_per_worker: int | None = None,
+    workers_total: int = 1,
+    shard_count_file: str | None = None,
+    ignore_index_paths: Sequence[str] | str | None = None,
+    cache_path: str | None = None,
+) -> Dataset:
+    """Select shards and, when ``need_counts`` (deterministic mode), count them and locate ignored samples.
+
+    Counts come from ``shard_count_file`` when it lists a shard; other shards are
+    counted from their offset index or a header scan (D-23), so the count file only
+    saves time (A-17). A count file must hold physical counts (W-7): ignored samples
+    are subtracted here, by locating their keys.
+    """
+    selected, discovered = select_shards(
+        tags, shard_start=shard_start, shard_end=shard_end, shards_per_worker=shards_per_worker, workers_total=workers_total
+    )
+    lookup = SideFileLookup(discovered)
+    ignore_raw = load_ignore_index(list(ignore_index_paths) if isinstance(ignore_index_paths, (list, tuple)) else ignore_index_paths)
+    ignored_by_path = lookup.map(ignore_raw, "ignore_index_paths")
+    ignored_keys = [frozenset(ignored_by_path.get(r.path, ())) for r in selected]
+    if not need_counts:
+        return Dataset(selected, None, ignored_keys)
+
+    given: dict[str, int] = {}
+    if shard_count_file is not None:
+        given = lookup.map(read_shard_counts(shard_count_file), "shard_count_file")
+    counts: dict[str, int] = {}
+    missing = [r for r in dict.fromkeys(selected) if r.path not in given]
+    if shard_count_file is not None and missing:
+        warnings.warn(f"shard_count_file {shard_count_file} lacks {len(missing)} selected shard(s); counting them", stacklevel=3)
+    for r in dict.fromkeys(selected):
+        if r.path in given:
+            counts[r.path] = given[r.path]
+        else:
+            c = count_one(r.path, use_index=True)
+            if c.damage:
+                warnings.warn(f"{r.path}: damaged ({c.damage}); using its {c.samples} readable samples", stacklevel=3)
+            counts[r.path] = c.samples
+
+    indices: dict[str, tuple[int, ...]] = {}
+    for r in dict.fromkeys(selected):
+        keys = ignored_by_path.get(r.path)
+        if not keys:
+            continue
+        entries = _scan(r, cache_path).samples[: counts[r.path]]
+        where = {e.key: i for i, e in enumerate(entries)}
+        absent = sorted(k for k in keys if k not in where)
+        if absent:
+            warnings.warn(f"ignore index: {len(absent)} key(s) not found in {r.path}: {absent[:5]}", stacklevel=3)
+        indices[r.path] = tuple(sorted(where[k] for k in keys if k in where))
+
+    shard_counts = [counts[r.path] for r in selected]
+    ignored_indices = [indices.get(r.path, ()) for r in selected]
+    kept = sum(c - len(i) for c, i in zip(shard_counts, ignored_indices))
+    if kept <= 0:
+        raise LoaderConfigError(f"datatags: the selected shards hold no samples after the ignore index ({', '.join(tags)})")
+    return Dataset(selected, shard_counts, ignored_keys, ignored_indices)
+
+
+def files_map_base(first_tag: str) -> str:
+    """Relative files_map paths resolve against the tag's parent, or the tag itself when it ends in '/' (A-9, D-33)."""
+    if first_tag.endswith("/"):
+        return first_tag.rstrip("/") if storage.is_s3(first_tag) else first_tag
+    try:
+        return storage.parent(first_tag)
+    except FgdataError as exc:
+        raise LoaderConfigError(f"files_map: relative paths cannot resolve above {first_tag} ({exc})") from exc
+
+
+def load_files_map(files_map: Mapping[str, Any] | None, first_tag: str) -> dict[str, np.ndarray]:
+    """Load every constant once (A-9). A missing file is an error naming the resolved path (D-3).
+
+    A value ``{"zeros": shape}`` is the explicit opt-in for a zero constant of that shape.
+    """
+    out: dict[str, np.ndarray] = {}
+    for key, spec in (files_map or {}).items():
+        if isinstance(spec, Mapping):
+            if set(spec) != {"zeros"}:
+                raise LoaderConfigError(f"files_map[{key!r}]: a mapping value must be {{'zeros': shape}}")
+            out[key] = np.zeros(tuple(int(d) for d in spec["zeros"]), dtype=np.float32)
+            continue
+        path = str(spec)
+        if path.startswith(PLACEHOLDER_PREFIX):
+            raise LoaderConfigError(f"files_map[{key!r}]: {path!r} is a placeholder; set it to your file")
+        if storage.is_s3(path) or os.path.isabs(path):
+            resolved, how = path, "as given"
+        else:
+            base = files_map_base(first_tag)
+            resolved, how = storage.join(base, path), f"relative to {base} (from datatag {first_tag})"
+        try:
+            data = storage.read_bytes(resolved)
+        except (FgdataError, OSError) as exc:
+            raise LoaderConfigError(f"files_map[{key!r}]: {resolved} ({how}) cannot be read: {exc}") from exc
+        ext = "npz" if resolved.endswith(".npz") else "npy"
+        try:
+            out[key] = decode_member(ext, data)
+        except FgdataError as exc:
+            raise LoaderConfigError(f"files_map[{key!r}]: {resolved} is not a plain numpy array ({exc})") from exc
+    return out
