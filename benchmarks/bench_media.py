@@ -1,0 +1,84 @@
+"""fgdata.media vs the reference pipelines, side by side in one run, one worker (one process).
+
+Images: load_image_for_training (DCT-scaled JPEG decode, crop-box resample) vs
+reference_image_transform (full Pillow decode + full BICUBIC resize + centre crop), samples/s.
+Video: decode_clip (keyframe seek + libswscale resize) vs reference_decode_clip (rgb24 at full
+size from the start + torch antialiased bicubic), 16 frames at 320x192, clips/s over the same
+random start times. Run: ``python benchmarks/bench_media.py [--seconds S]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from fgdata.media import (
+    decode_clip,
+    load_image_for_training,
+    probe_video,
+    reference_decode_clip,
+    reference_image_transform,
+)
+
+DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
+
+
+def rate(fn: Callable[[int], object], items: int, seconds: float) -> float:
+    """Calls per second of ``fn(i)`` cycling over ``items`` inputs for about ``seconds``."""
+    fn(0)  # warm-up: imports, codec init
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        fn(n % items)
+        n += 1
+    return n / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seconds", type=float, default=3.0, help="time per measurement")
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)  # one worker = one core for the torch resize too
+
+    rows = []
+    groups = {
+        "jpg": sorted(DATA.glob("*.jpg")),
+        "png": sorted(DATA.glob("*.png")),
+    }
+    for name, paths in groups.items():
+        blobs = [p.read_bytes() for p in paths]
+        for res in (256, 64):
+            fast = rate(lambda i: load_image_for_training(blobs[i], res), len(blobs), args.seconds)
+            ref = rate(lambda i: reference_image_transform(blobs[i], res), len(blobs), args.seconds)
+            rows.append((f"image {name} ({len(blobs)} files) @ {res}", "samples/s", fast, ref))
+
+    video = (DATA / "bigbuckbunny.mp4").read_bytes()
+    info = probe_video(video)
+    n, size = 16, (320, 192)
+    starts = np.random.default_rng(0).uniform(0, info.duration - (n + 1) / info.fps, 8).tolist()
+    fast = rate(
+        lambda i: decode_clip(video, sequence_length=n, img_size=size, start_time=starts[i]),
+        len(starts),
+        args.seconds * 2,
+    )
+    ref = rate(
+        lambda i: reference_decode_clip(video, sequence_length=n, img_size=size, start_time=starts[i]),
+        len(starts),
+        args.seconds * 2,
+    )
+    rows.append(("video bigbuckbunny 720p, 16 fr -> 320x192 (probe included)", "clips/s", fast, ref))
+
+    print(f"{'case':60s} {'unit':10s} {'fgdata':>8s} {'reference':>10s} {'ratio':>6s}")
+    for case, unit, f, r in rows:
+        print(f"{case:60s} {unit:10s} {f:8.1f} {r:10.1f} {f / r:6.2f}x")
+
+
+if __name__ == "__main__":
+    main()
