@@ -18,6 +18,7 @@ from fgdata import __version__
 COMMAND_MODULES = [
     "fgdata.cli.shards",
     "fgdata.cli.prepare",
+    "fgdata.cli.verify",
 ]
 
 app = typer.Typer(

@@ -1,0 +1,287 @@
+"""Verifying a dataset: every shard, the keys across shards, and the side files (W-7, W-8, W-9).
+
+The outputs close the quarantine loop (D-15, PEERS pain point 7): an ignore index of
+the bad samples and a shard-count file of the samples physically present and readable
+in each shard. Loaders subtract the first from the second (W-7), so every position of a
+verified dataset maps to a sample that decodes, and resume positions stay exact.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections import Counter
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from fgdata import storage
+from fgdata.errors import FgdataError, ShardError
+from fgdata.shards import COUNT_FILE, discover_shards, read_shard_counts, write_ignore_index, write_shard_counts
+from fgdata.shards.reader import ShardFile
+from fgdata.shards.scan import scan_shard
+from fgdata.verify.shard import Problem, ShardResult, check_shard, key_hash
+
+Progress = Callable[[ShardResult], None]
+
+
+@dataclass
+class VerifyReport:
+    """Per-shard results plus dataset-level findings (count file, keys across shards)."""
+
+    path: str
+    shards: list[ShardResult]
+    problems: list[Problem] = field(default_factory=list)
+    decode: bool = False
+    require: tuple[str, ...] = ()
+    count_file: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(s.ok for s in self.shards)
+
+    @property
+    def samples(self) -> int:
+        return sum(s.samples for s in self.shards)
+
+    @property
+    def readable(self) -> int:
+        return sum(s.readable or 0 for s in self.shards)
+
+    @property
+    def bad_samples(self) -> int:
+        return sum(len(s.bad_keys) for s in self.shards)
+
+    @property
+    def by_reason(self) -> Counter:
+        total: Counter = Counter(p.reason for p in self.problems)
+        for s in self.shards:
+            total.update(s.by_reason)
+        return total
+
+    def ignore_mapping(self) -> dict[str, list[str]]:
+        """Shard basename -> bad keys (W-8); every key listed is among the shard's readable samples."""
+        return {s.name: sorted(s.bad_keys) for s in self.shards if s.bad_keys}
+
+    def readable_counts(self) -> dict[str, int]:
+        """Shard basename -> samples physically present and readable (W-7); never minus ignored keys."""
+        unknown = [s.name for s in self.shards if s.readable is None]
+        if unknown:
+            raise FgdataError(
+                f"{self.path}: {len(unknown)} shard(s) could not be read to the end ({', '.join(unknown[:3])}"
+                f"{', ...' if len(unknown) > 3 else ''}); their counts are unknown, rerun verify"
+            )
+        return {s.name: int(s.readable or 0) for s in self.shards}
+
+    def to_json(self) -> dict:
+        return {
+            "path": self.path,
+            "ok": self.ok,
+            "decode": self.decode,
+            "require": list(self.require),
+            "count_file": self.count_file,
+            "shards": len(self.shards),
+            "samples": self.samples,
+            "readable": self.readable,
+            "bad_samples": self.bad_samples,
+            "by_reason": dict(sorted(self.by_reason.items())),
+            "problems": [p.to_json() for p in self.problems],
+            "ignore": self.ignore_mapping(),
+            "per_shard": [s.to_json() for s in self.shards],
+        }
+
+
+def _single_shard(path: str) -> bool:
+    return path.lower().endswith(".tar") and (storage.is_s3(path) or not os.path.isdir(path))
+
+
+def _select(path: str) -> tuple[str, list[str]]:
+    """(folder holding the side files, shards): a directory or prefix, or one ``.tar`` file or object."""
+    if _single_shard(path):
+        if not storage.exists(path):
+            raise ShardError(f"{path}: shard not found")
+        return storage.parent(path), [path]
+    return path, discover_shards(path)
+
+
+def _run_shards(shards: list[str], sizes: dict[str, int], *, decode: bool, require: tuple[str, ...], workers: int,
+                progress: Progress | None) -> list[ShardResult]:
+    """Check every shard, ``workers`` at a time; decoding runs in processes (CPU-bound, and a crash stays contained)."""
+
+    def done(result: ShardResult) -> ShardResult:
+        if progress is not None:
+            progress(result)
+        return result
+
+    def job(shard: str) -> Callable[[], ShardResult]:
+        return functools.partial(check_shard, shard, size=sizes.get(shard), decode=decode, require=require)
+
+    if workers <= 1 or len(shards) <= 1:
+        return [done(job(s)()) for s in shards]
+    if not decode:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(job(s)) for s in shards]
+            return [done(f.result()) for f in futures]
+    return _run_in_processes(shards, job, workers, done)
+
+
+def _spawn_pool(workers: int) -> Executor:
+    import multiprocessing
+
+    # spawn: a forked child of a threaded parent (rich's refresher, s5cmd readers) can deadlock.
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+def _run_in_processes(shards: list[str], job: Callable, workers: int, done: Callable) -> list[ShardResult]:
+    results: dict[str, ShardResult] = {}
+    crashed: list[str] = []
+    with _spawn_pool(min(workers, len(shards))) as pool:
+        futures = {s: pool.submit(job(s)) for s in shards}
+        for shard, future in futures.items():
+            try:
+                results[shard] = done(future.result())
+            except BrokenProcessPool:
+                crashed.append(shard)
+    # A decoder that kills its process (a native crash on crafted media) takes the pool down;
+    # retry those shards one per fresh process so only the guilty shard is reported.
+    for shard in crashed:
+        with _spawn_pool(1) as pool:
+            try:
+                results[shard] = done(pool.submit(job(shard)).result())
+            except BrokenProcessPool:
+                result = ShardResult(shard, storage.basename(shard), None, readable=None)
+                result.damage = "the decoder crashed its process on this shard"
+                result.problems.append(Problem("decoder-crashed", result.damage))
+                results[shard] = done(result)
+    return [results[s] for s in shards]
+
+
+def _cross_shard_duplicates(results: list[ShardResult]) -> None:
+    """W-2: keys are unique in a dataset. Later occurrences in other shards become bad samples."""
+    hashes = [r.key_hashes for r in results]
+    if not hashes:
+        return
+    owner = np.concatenate([np.full(len(h), i, dtype=np.int64) for i, h in enumerate(hashes)])
+    flat = np.concatenate(hashes)
+    if len(flat) < 2:
+        return
+    order = np.argsort(flat, kind="stable")
+    sorted_hashes = flat[order]
+    dup = np.flatnonzero(sorted_hashes[1:] == sorted_hashes[:-1])
+    if not len(dup):
+        return
+    suspects: dict[int, set[int]] = {}  # shard index -> duplicated hashes present in it
+    for i in dup:
+        for j in (i, i + 1):
+            suspects.setdefault(int(owner[order[j]]), set()).add(int(sorted_hashes[j]))
+    first_shard: dict[str, int] = {}
+    for si in sorted(suspects):
+        keys = _keys_of(results[si])
+        for key in dict.fromkeys(keys):
+            if key_hash(key) not in suspects[si]:
+                continue
+            if key in first_shard and first_shard[key] != si:
+                results[si].problems.append(
+                    Problem("duplicate-key", f"key also in {results[first_shard[key]].name}", key)
+                )
+            else:
+                first_shard.setdefault(key, si)
+
+
+def _keys_of(result: ShardResult) -> list[str]:
+    """The readable keys of a shard, again: only for shards that hold a duplicated key hash."""
+    if storage.is_s3(result.shard):
+        scan = scan_shard(result.shard)
+        return [s.key for s in scan.samples]
+    with ShardFile(result.shard) as f:
+        return [s.key for s in f.entries]
+
+
+def _check_counts(report: VerifyReport, root: str, count_file: str | None, names: dict[str, str]) -> None:
+    """W-7: the count file must list exactly the shards, each with its readable count."""
+    path = count_file or storage.join(root, COUNT_FILE)
+    if count_file is None and storage.basename(path) not in names:
+        return  # no count file beside the shards: nothing to disagree with
+    report.count_file = path
+    try:
+        counts = read_shard_counts(path)
+    except FgdataError as exc:
+        report.problems.append(Problem("counts-invalid", str(exc).splitlines()[0]))
+        return
+    for shard in report.shards:
+        if shard.name not in counts:
+            shard.problems.append(Problem("counts-missing", f"{storage.basename(path)} does not list this shard"))
+        elif shard.readable is not None and counts[shard.name] != shard.readable:
+            shard.problems.append(
+                Problem("counts-mismatch", f"{storage.basename(path)} says {counts[shard.name]}, {shard.readable} readable")
+            )
+    if not _single_shard(report.path):
+        extra = sorted(set(counts) - {s.name for s in report.shards})
+        if extra:
+            report.problems.append(Problem("counts-extra", f"{storage.basename(path)} lists unknown shards: {', '.join(extra[:5])}"))
+
+
+def verify_dataset(
+    path: str,
+    *,
+    decode: bool = False,
+    require: Sequence[str] = (),
+    workers: int = 4,
+    count_file: str | None = None,
+    progress: Progress | None = None,
+    on_start: Callable[[int], None] | None = None,
+) -> VerifyReport:
+    """Verify every shard under a directory or s3 prefix (or one shard); raise only if nothing can be listed.
+
+    ``on_start`` gets the number of shards once they are discovered; ``progress`` each finished shard.
+    """
+    require = tuple(dict.fromkeys(e.strip().lower().lstrip(".") for e in require if e.strip()))
+    root, shards = _select(path)
+    if not shards:
+        raise ShardError(f"{path}: no .tar shards found")
+    listing = storage.list_dir(root)
+    names = {i.name: i.path for i in listing}
+    sizes = {i.path: i.size for i in listing}
+    if on_start is not None:
+        on_start(len(shards))
+    results = _run_shards(shards, sizes, decode=decode, require=require, workers=workers, progress=progress)
+    _cross_shard_duplicates(results)
+    report = VerifyReport(path, results, decode=decode, require=require)
+    _check_counts(report, root, count_file, names)
+    return report
+
+
+def write_ignore(report: VerifyReport, path: str) -> dict[str, list[str]]:
+    """Write the ignore index (always, even when empty: ``{}`` is a valid, non-empty file)."""
+    mapping = report.ignore_mapping()
+    write_ignore_index(path, mapping)
+    return mapping
+
+
+def write_counts(report: VerifyReport, path: str | None = None) -> str:
+    """Write readable counts to ``path`` (default: the shard_count.json beside the shards)."""
+    counts = report.readable_counts()
+    if path is None:
+        root = _select(report.path)[0]
+        path = storage.join(root, COUNT_FILE)
+    if _single_shard(report.path) and storage.exists(path):
+        # One shard verified: update its entry, keep the others'.
+        try:
+            merged = read_shard_counts(path)
+        except FgdataError:
+            merged = {}
+        merged.update(counts)
+        counts = merged
+    write_shard_counts(path, counts)
+    return path
+
+
+def report_json(report: VerifyReport) -> str:
+    return json.dumps(report.to_json(), indent=1)
+
+
+__all__ = ["VerifyReport", "verify_dataset", "write_counts", "write_ignore", "report_json"]
