@@ -16,10 +16,12 @@ from typing import BinaryIO, Iterator
 from fgdata.shards.keys import split_member_name
 
 BLOCK = 512
+ZERO_BLOCK = bytes(BLOCK)
 _REGULAR = (b"0", b"\0", b"7")
+_TYPEFLAG = {bytes([c]): ("" if c == 0 else chr(c)) for c in range(256)}
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class MemberEntry:
     """One tar member: where its header starts, where its data starts, how long the data is."""
 
@@ -103,8 +105,8 @@ def _checksum_ok(header: bytes) -> bool:
         expected = _octal(stored)
     except TarDamage:
         return False
-    total = sum(header[:148]) + 8 * 32 + sum(header[156:])
-    return expected == total
+    # The checksum is computed with its own field read as eight spaces.
+    return expected == sum(header) - sum(stored) + 8 * 32
 
 
 def _cstr(raw: bytes) -> str:
@@ -141,15 +143,18 @@ class _Source:
         self.pos = 0
 
     def read_exact(self, n: int) -> bytes:
-        chunks = []
-        remaining = n
-        while remaining:
-            chunk = self.f.read(remaining)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        data = b"".join(chunks)
+        """Read n bytes, fewer only at the end of the data (streams may return short reads)."""
+        data = self.f.read(n) or b""
+        if len(data) < n and data:
+            chunks = [data]
+            remaining = n - len(data)
+            while remaining:
+                chunk = self.f.read(remaining)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                remaining -= len(chunk)
+            data = b"".join(chunks)
         self.pos += len(data)
         return data
 
@@ -190,17 +195,18 @@ def iter_members(
             return
         if len(header) < BLOCK:
             raise TarDamage(f"truncated tar header at byte {header_offset}")
-        if header == b"\0" * BLOCK:
+        if header == ZERO_BLOCK:
             return
         if not _checksum_ok(header):
             raise TarDamage(f"bad tar header checksum at byte {header_offset}")
         typeflag = header[156:157]
-        size = _octal(header[124:136])
+        try:
+            size = int(header[124:136].rstrip(b"\0 ") or b"0", 8)
+        except ValueError:
+            size = _octal(header[124:136])  # base-256 for members over 8 GiB, or damage
         name = _cstr(header[0:100])
-        if header[257:262] == b"ustar":
-            prefix = _cstr(header[345:500]) if header[257:263] == b"ustar\0" else ""
-            if prefix:
-                name = f"{prefix}/{name}"
+        if header[345] and header[257:263] == b"ustar\0":  # POSIX ustar: a path prefix may be present
+            name = f"{_cstr(header[345:500])}/{name}"
         if typeflag in (b"L", b"x", b"g"):
             payload = src.read_exact(_padded(size))
             if len(payload) < _padded(size):
@@ -220,10 +226,11 @@ def iter_members(
                 size = int(pax["size"])
             except ValueError as exc:
                 raise TarDamage(f"bad PAX size at byte {header_offset}") from exc
-        long_name = None
-        pax = {}
+        if long_name is not None or pax:
+            long_name = None
+            pax = {}
         data_offset = src.pos
-        entry = MemberEntry(name, header_offset, data_offset, size, typeflag.decode("latin-1").strip("\0"))
+        entry = MemberEntry(name, header_offset, data_offset, size, _TYPEFLAG[typeflag])
         is_data = typeflag in _REGULAR
         if with_data and is_data:
             data = src.read_exact(size)
@@ -298,7 +305,7 @@ def scan_shard(path: str) -> ShardScan:
             scan = scan_fileobj(path, stream, seekable=False, total=None)
         return scan
     try:
-        f = open(path, "rb", buffering=0)
+        f = open(path, "rb", buffering=4096)
     except OSError as exc:
         from fgdata.errors import StorageError
 

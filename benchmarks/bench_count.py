@@ -1,0 +1,100 @@
+"""count-shards against webdataset iteration and a bare header-only scan loop, side by side.
+
+Builds two local datasets (about 80 KB and about 1 MB per sample), warms the page
+cache, then times, best of N, in one process:
+  * fgdata: ``fgdata.shards.count_shards`` (header-only, what ``fgdata count-shards`` runs);
+  * webdataset: iterating ``wds.WebDataset(urls)`` and counting samples (the usual hand-written counter);
+  * bare scan: a minimal loop that reads each 512-byte header and seeks over the payload.
+Prints the ratios the issue targets: fgdata vs webdataset (>= 10x at 80 KB, >= 50x at 1 MB)
+and fgdata vs the bare loop (within 2x).
+
+    python benchmarks/bench_count.py [--repeat 3] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+import numpy as np
+
+
+def build(dest: str, n_shards: int, per_shard: int, sample_bytes: int) -> list[str]:
+    from fgdata.shards import ShardWriter
+
+    rng = np.random.default_rng(0)
+    payload = rng.integers(0, 256, sample_bytes, dtype=np.uint8).tobytes()
+    with ShardWriter(dest, maxcount=per_shard, resume=False) as w:
+        for i in range(n_shards * per_shard):
+            w.write(f"sample_{i:08d}", {"jpg": payload, "txt": b"a caption", "json": b'{"w": 256}'})
+    return sorted(os.path.join(dest, f) for f in os.listdir(dest) if f.endswith(".tar"))
+
+
+def count_fgdata(dest: str, workers: int) -> int:
+    from fgdata.shards import count_shards
+
+    return sum(r.samples for r in count_shards(dest, workers=workers))
+
+
+def count_webdataset(urls: list[str]) -> int:
+    import webdataset as wds
+
+    return sum(1 for _ in wds.WebDataset(urls, shardshuffle=False))
+
+
+def count_bare(urls: list[str]) -> int:
+    """The floor: one header read and one seek per member, keys compared as strings."""
+    total = 0
+    for url in urls:
+        with open(url, "rb", buffering=0) as f:
+            last = None
+            while True:
+                h = f.read(512)
+                if len(h) < 512 or h == b"\0" * 512:
+                    break
+                name = h[:100].split(b"\0", 1)[0]
+                size = int(h[124:136].split(b"\0", 1)[0].strip() or b"0", 8)
+                slash = name.rfind(b"/")
+                key = name[: name.find(b".", slash + 1)]
+                if key != last:
+                    total += 1
+                    last = key
+                f.seek((size + 511) // 512 * 512, os.SEEK_CUR)
+    return total
+
+
+def best(fn, repeat: int) -> tuple[float, int]:
+    times, result = [], 0
+    for _ in range(repeat):
+        t = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t)
+    return min(times), result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--workdir", default=None)
+    args = ap.parse_args()
+    import webdataset  # noqa: F401 - import cost (torch) kept out of the timings
+
+    work = args.workdir or tempfile.mkdtemp(prefix="fgdata-bench-count-")
+    cases = [("80 KB samples", 20, 200, 80_000), ("1 MB samples", 8, 60, 1_000_000)]
+    print(f"{'case':<16}{'samples':>9}{'fgdata s':>10}{'wds s':>9}{'bare s':>9}{'vs wds':>9}{'vs bare':>9}")
+    for name, n_shards, per, size in cases:
+        dest = os.path.join(work, name.split()[0])
+        urls = build(dest, n_shards, per, size)
+        for fn in (lambda: count_webdataset(urls), lambda: count_bare(urls)):
+            fn()  # warm the page cache
+        t_fg, n_fg = best(lambda: count_fgdata(dest, workers=1), args.repeat)
+        t_wds, n_wds = best(lambda: count_webdataset(urls), args.repeat)
+        t_bare, n_bare = best(lambda: count_bare(urls), args.repeat)
+        assert n_fg == n_wds == n_bare == n_shards * per, (n_fg, n_wds, n_bare)
+        print(f"{name:<16}{n_fg:>9}{t_fg:>10.4f}{t_wds:>9.3f}{t_bare:>9.4f}{t_wds / t_fg:>8.1f}x{t_fg / t_bare:>8.2f}x")
+
+
+if __name__ == "__main__":
+    main()
