@@ -95,11 +95,16 @@ class _BatchUnpickler(pickle.Unpickler):
         ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
         ("numpy", "ndarray"), ("numpy", "dtype"),
         ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+        ("_codecs", "encode"),  # how protocol-2 pickles written by Python 3 spell bytes
     }
 
     def find_class(self, module: str, name: str):
         if (module, name) not in self._ALLOWED:
             raise FgdataError(f"CIFAR batch refers to {module}.{name}, which a CIFAR batch never contains")
+        if module == "_codecs":
+            import codecs
+
+            return codecs.encode
         if name in ("ndarray", "dtype"):
             return getattr(np, name)
         return getattr(np._core.multiarray if hasattr(np, "_core") else np.core.multiarray, name)

@@ -1,0 +1,140 @@
+"""CIFAR-10: tarball reading, MD5 policy, safe unpickling, download with resume, and the zip against the reference."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import pickle
+import tarfile
+import threading
+import zipfile
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import edm_reference as ref
+from fgdata.errors import FgdataError
+from fgdata.prepare import prepare_cifar10
+from fgdata.sources.cifar import CIFAR10_TARBALL, download_cifar10, load_batch, read_cifar10
+
+
+def test_zip_matches_reference_member_by_member(cifar_tarball, tmp_path):
+    tarball, images, labels = cifar_tarball
+    [summary] = prepare_cifar10(tmp_path, source=tarball, skip_md5=True, workers=2)
+    out = tmp_path / "cifar10" / "cifar10-32x32.zip"
+    assert summary["written"] == 200 and summary["failed"] == 0
+    ref.convert_cifar(images, labels, str(tmp_path / "ref.zip"))
+    with zipfile.ZipFile(out) as ours, zipfile.ZipFile(tmp_path / "ref.zip") as theirs:
+        assert ours.namelist() == theirs.namelist()
+        assert ours.namelist()[-1] == "dataset.json" and ours.namelist()[0] == "00000/img00000000.png"
+        assert ours.read("dataset.json") == theirs.read("dataset.json")
+        assert ours.read("dataset.json").startswith(b'{"labels": [["00000/img00000000.png", 6], ')
+        for info in ours.infolist():
+            assert info.compress_type == zipfile.ZIP_STORED and info.date_time == (1980, 1, 1, 0, 0, 0)
+        for i, name in enumerate(ours.namelist()[:-1]):
+            png = Image.open(io.BytesIO(ours.read(name)))
+            assert png.mode == "RGB" and not png.info
+            np.testing.assert_array_equal(np.asarray(png), np.asarray(Image.open(io.BytesIO(theirs.read(name)))))
+            np.testing.assert_array_equal(np.asarray(png), images[i])
+    assert (tmp_path / "cifar10" / "cifar10-32x32.zip.provenance.json").is_file()
+
+
+def test_rerun_is_skipped_force_rebuilds_identically(cifar_tarball, tmp_path):
+    tarball = cifar_tarball[0]
+    prepare_cifar10(tmp_path, source=tarball, skip_md5=True, workers=1)
+    out = tmp_path / "cifar10" / "cifar10-32x32.zip"
+    first = out.read_bytes()
+    assert prepare_cifar10(tmp_path, source=tarball, skip_md5=True)[0]["skipped"] is True
+    prepare_cifar10(tmp_path, source=tarball, skip_md5=True, workers=2, force=True)
+    assert out.read_bytes() == first
+
+
+def test_interrupted_run_resumes_to_identical_bytes(cifar_tarball, tmp_path):
+    tarball = cifar_tarball[0]
+    prepare_cifar10(tmp_path / "a", source=tarball, skip_md5=True, workers=2)
+    full = (tmp_path / "a" / "cifar10" / "cifar10-32x32.zip").read_bytes()
+
+    def interrupt(phase, done, total):
+        if done:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        prepare_cifar10(tmp_path / "b", source=tarball, skip_md5=True, workers=2, progress=interrupt)
+    dest = tmp_path / "b" / "cifar10" / "cifar10-32x32.zip"
+    partial = dest.with_name(dest.name + ".partial")
+    assert not dest.exists() and partial.exists()
+    # Tear the file inside member 120, as a kill during a write would.
+    data = partial.read_bytes()
+    partial.write_bytes(data[: data.index(b"00000/img00000120.png") + 40])
+    [summary] = prepare_cifar10(tmp_path / "b", source=tarball, skip_md5=True, workers=2)
+    assert summary["written"] == 200 and dest.read_bytes() == full and not partial.exists()
+
+
+def test_md5_mismatch_is_refused_with_a_clear_message(cifar_tarball, tmp_path):
+    with pytest.raises(FgdataError, match="does not match the official cifar-10-python.tar.gz.*--skip-md5"):
+        prepare_cifar10(tmp_path, source=cifar_tarball[0])
+    assert not (tmp_path / "cifar10" / "cifar10-32x32.zip").exists()
+
+
+def test_restricted_unpickler_refuses_anything_but_arrays():
+    class Evil:
+        def __reduce__(self):
+            import os
+            return (os.getcwd, ())
+
+    with pytest.raises(FgdataError, match="posix.getcwd|os.getcwd"):
+        load_batch(pickle.dumps({"data": Evil(), "labels": []}, protocol=2), "evil")
+
+
+def test_missing_batch_is_reported(tmp_path):
+    path = tmp_path / "bad.tar.gz"
+    with tarfile.open(path, "w:gz"):
+        pass
+    with pytest.raises(FgdataError, match="missing member cifar-10-batches-py/data_batch_1"):
+        read_cifar10(path, skip_md5=True)
+
+
+class _RangeHandler(http.server.BaseHTTPRequestHandler):
+    payload = b""
+    cut = None  # serve only this many bytes to the first client, then hang up
+
+    def do_GET(self):  # noqa: N802 - http.server's naming
+        start = 0
+        if "Range" in self.headers:
+            start = int(self.headers["Range"].split("=")[1].split("-")[0])
+        body = self.payload[start:]
+        self.send_response(206 if start else 200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if type(self).cut is not None:
+            body, type(self).cut = body[: type(self).cut], None
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_download_resumes_a_partial_file_and_reuses_a_verified_one(cifar_tarball, tmp_path):
+    payload = cifar_tarball[0].read_bytes()
+    _RangeHandler.payload = payload
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RangeHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/{CIFAR10_TARBALL}"
+    md5 = hashlib.md5(payload).hexdigest()
+    try:
+        (tmp_path / (CIFAR10_TARBALL + ".part")).write_bytes(payload[:1000])
+        seen = []
+        path = download_cifar10(tmp_path, url=url, md5=md5, progress=lambda d, t: seen.append((d, t)))
+        assert path.read_bytes() == payload and seen[-1] == (len(payload), len(payload))
+        assert seen[0][0] > 1000  # continued after the partial bytes
+        server.shutdown()
+        assert download_cifar10(tmp_path, url=url, md5=md5) == path  # verified file reused, no server needed
+    finally:
+        server.server_close()
+
+
+def test_download_offline_fails_fast_with_one_line(tmp_path):
+    with pytest.raises(FgdataError, match="download failed.*--source"):
+        download_cifar10(tmp_path, url="http://127.0.0.1:9/cifar-10-python.tar.gz", timeout=5)

@@ -1,0 +1,142 @@
+"""ImageNet-64 (both flavours) and ImageNet-256: pixels against the reference algorithms, labels, order, reports."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import zipfile
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import edm_reference as ref
+from fgdata.errors import FgdataError
+from fgdata.prepare import prepare_imagenet64, prepare_imagenet256
+from fgdata.sources.imagenet import KAGGLE_TRAIN
+
+
+def _pixels(zf: zipfile.ZipFile, name: str) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(zf.read(name))))
+
+
+def _labels_json(train, files) -> bytes:
+    labels = ref.toplevel_labels(str(train), files)
+    return json.dumps({"labels": [[f"{i // 1000:05d}/img{i:08d}.png", labels[f]] for i, f in enumerate(files)]}).encode()
+
+
+def test_imagenet64_pixels_labels_and_report(imagenet_root, tmp_path):
+    summaries = prepare_imagenet64(imagenet_root, tmp_path, workers=2)
+    train = imagenet_root / KAGGLE_TRAIN
+    assert [s["written"] for s in summaries] == [10, 10]
+    converted = {c["input"].rsplit("/", 1)[1]: c["mode"] for c in summaries[0]["converted_modes"]}
+    assert converted == {"d.JPEG": "CMYK", "e.png": "P", "f.png": "RGBA", "g.png": "LA"}
+    edm_files = ref.edm_files(str(train))
+    with zipfile.ZipFile(tmp_path / "imagenet-64" / "imagenet-64x64.zip") as zf:
+        assert zf.read("dataset.json") == _labels_json(train, edm_files)
+        for i, f in enumerate(edm_files):
+            src = Image.open(f)
+            raw = ref.load_edm(f) if src.mode in ("RGB", "L") else np.asarray(src.convert("RGB"))
+            np.testing.assert_array_equal(_pixels(zf, f"00000/img{i:08d}.png"), ref.edm_crop(raw, 64), err_msg=f)
+    ref.convert_folder(str(train), str(tmp_path / "ref2.zip"), "edm2", 64)
+    with zipfile.ZipFile(tmp_path / "imagenet-64" / "imagenet-64x64-edmv2.zip") as zf, \
+            zipfile.ZipFile(tmp_path / "ref2.zip") as rz:
+        assert zf.namelist() == rz.namelist() and zf.read("dataset.json") == rz.read("dataset.json")
+        for name in zf.namelist()[:-1]:
+            np.testing.assert_array_equal(_pixels(zf, name), _pixels(rz, name), err_msg=name)
+    provenance = json.loads((tmp_path / "imagenet-64" / "imagenet-64x64.zip.provenance.json").read_text())
+    assert provenance["written"] == 10 and len(provenance["converted_modes"]) == 4
+
+
+def test_train_folder_and_max_images(imagenet_root, tmp_path):
+    train = imagenet_root / KAGGLE_TRAIN
+    [edm, _] = prepare_imagenet64(train, tmp_path, workers=1, max_images=4)
+    with zipfile.ZipFile(edm["path"]) as zf:
+        assert len(zf.namelist()) == 5
+        assert zf.read("dataset.json") == _labels_json(train, ref.edm_files(str(train))[:4])
+
+
+def test_component_order_differs_from_string_order(sample_images, tmp_path):
+    src = tmp_path / "src"
+    for folder, photo in (("a", sample_images[0]), ("a-b", sample_images[1])):
+        (src / folder).mkdir(parents=True)
+        Image.open(photo).convert("RGB").save(src / folder / "x.png")
+    edm, edm2 = prepare_imagenet64(src, tmp_path / "out", workers=1)
+    with zipfile.ZipFile(edm["path"]) as z1, zipfile.ZipFile(edm2["path"]) as z2:
+        first_edm, first_edm2 = ref.edm_files(str(src))[0], ref.edm2_files(str(src))[0]
+        assert first_edm.endswith("/a/x.png") and first_edm2.endswith("/a-b/x.png")
+        np.testing.assert_array_equal(_pixels(z1, "00000/img00000000.png"), ref.edm_crop(ref.load_edm(first_edm), 64))
+        np.testing.assert_array_equal(_pixels(z2, "00000/img00000000.png"), ref.adm_crop(ref.load_edm2(first_edm2), 64))
+
+
+def test_strict_refuses_non_rgb_and_damaged_inputs_are_counted(imagenet_root, tmp_path):
+    with pytest.raises(FgdataError, match="CMYK"):
+        prepare_imagenet64(imagenet_root, tmp_path / "strict", workers=1, strict=True)
+    tree = tmp_path / "tree"
+    shutil.copytree(imagenet_root / KAGGLE_TRAIN, tree)
+    (tree / "n01440764" / "broken.JPEG").write_bytes(b"\xff\xd8\xff not a jpeg")
+    edm, edm2 = prepare_imagenet64(tree, tmp_path / "out", workers=2)
+    assert edm["written"] + edm["failed"] == 11 and edm["failed"] == 1
+    failures = json.loads((tmp_path / "out" / "imagenet-64" / "imagenet-64x64.zip.failures.json").read_text())
+    assert failures[0]["input"].endswith("broken.JPEG")
+
+
+def test_imagenet256_rgb_and_latents(imagenet_root, tiny_vae_dir, tmp_path):
+    import torch
+    from diffusers import AutoencoderKL
+
+    rgb, sd = prepare_imagenet256(imagenet_root, tmp_path, vae=str(tiny_vae_dir), device="cpu", batch_size=4,
+                                  max_images=6, workers=2)
+    assert rgb["written"] == 6 and sd["written"] == 6
+    vae = AutoencoderKL.from_pretrained(tiny_vae_dir).eval()
+    files = ref.edm2_files(str(imagenet_root / KAGGLE_TRAIN))[:6]
+    with zipfile.ZipFile(rgb["path"]) as rz, zipfile.ZipFile(sd["path"]) as lz:
+        names = lz.namelist()
+        assert names == [f"00000/img-mean-std-{i:08d}.npy" for i in range(6)] + ["dataset.json"]
+        rgb_labels = json.loads(rz.read("dataset.json"))["labels"]
+        assert json.loads(lz.read("dataset.json"))["labels"] == [[n, lab] for n, (_, lab) in zip(names, rgb_labels)]
+        for i, f in enumerate(files):
+            pixels = _pixels(rz, f"00000/img{i:08d}.png")
+            np.testing.assert_array_equal(pixels, ref.adm_crop(ref.load_edm2(f), 256))
+            data = lz.read(names[i])
+            assert len(data) == 32896 and lz.getinfo(names[i]).compress_type == zipfile.ZIP_STORED
+            got = np.load(io.BytesIO(data), allow_pickle=False)
+            assert got.dtype == np.dtype("<f4") and got.shape == (8, 32, 32)
+            x = torch.from_numpy(pixels.copy()).permute(2, 0, 1)[None].float() / 127.5 - 1
+            with torch.no_grad():
+                dist = vae.encode(x).latent_dist
+            want = torch.cat([dist.mean, torch.exp(0.5 * torch.clamp(dist.logvar, -30, 20))], 1)[0].numpy()
+            # 1e-4 relative (S-3) for sources at least 256 px; sources upsampled from under 130 px are nearly
+            # flat, and this random 0.25 M-parameter VAE amplifies float32 reduction-order noise on them (2.4e-4).
+            tolerance = 1e-4 if min(Image.open(f).size) >= 256 else 5e-4
+            assert np.linalg.norm(got - want) <= tolerance * np.linalg.norm(want), f
+    provenance = json.loads((tmp_path / "imagenet-256" / "imagenet_256_sd.zip.provenance.json").read_text())
+    assert provenance["vae"] == str(tiny_vae_dir) and provenance["dtype"] == "float32"
+
+
+def test_two_ranks_merge_into_the_single_rank_zip(imagenet_root, tiny_vae_dir, tmp_path):
+    from fgdata.prepare.latents import encode_latent_zip
+
+    prepare_imagenet256(imagenet_root, tmp_path, vae=str(tiny_vae_dir), device="cpu", batch_size=3, max_images=5)
+    rgb, single = tmp_path / "imagenet-256" / "imagenet_256_rgb.zip", tmp_path / "imagenet-256" / "imagenet_256_sd.zip"
+    dest = tmp_path / "two" / "imagenet_256_sd.zip"
+    part = encode_latent_zip(rgb, dest, vae=str(tiny_vae_dir), device="cpu", batch_size=3, rank=1, world_size=2)
+    assert part["start"] == 2 and not dest.exists()
+    encode_latent_zip(rgb, dest, vae=str(tiny_vae_dir), device="cpu", batch_size=3, rank=0, world_size=2)
+    with zipfile.ZipFile(single) as a, zipfile.ZipFile(dest) as b:
+        assert a.namelist() == b.namelist() and a.read("dataset.json") == b.read("dataset.json")
+        for name in a.namelist()[:-1]:
+            x, y = (np.load(io.BytesIO(z.read(name))) for z in (a, b))
+            assert np.linalg.norm(x - y) <= 1e-4 * np.linalg.norm(x)
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["imagenet_256_sd.zip", "imagenet_256_sd.zip.provenance.json"]
+
+
+def test_offline_hub_id_fails_in_one_line(monkeypatch, tmp_path):
+    from fgdata.encode.vae import load_vae
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    with pytest.raises(FgdataError) as info:
+        load_vae("stabilityai/sd-vae-ft-mse")
+    assert "HF_HUB_OFFLINE" in str(info.value) and "--vae DIR" in str(info.value) and "\n" not in str(info.value)
