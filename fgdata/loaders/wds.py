@@ -437,25 +437,22 @@ class BaseWDSLoader:
         ignored = dict(zip((r.path for r in self.shards), self._dataset.ignored_keys))
         while True:
             ref = self.shards[int(rng.integers(len(self.shards)))]
-            got = False
-            for sample, src in self._drain(buffer, ref, ignored[ref.path], drop_log):
-                got = True
-                out = self._use(sample, src, SampleContext(rng), drop_log)
-                failures = 0 if out is not None else failures + 1
-                if failures > self.max_consecutive_errors:
-                    raise FgdataError(f"{failures} consecutive unusable samples (last from {src.path}); run `fgdata verify`")
-                if out is not None:
-                    pending.append(out)
-                    if len(pending) == self.batch_size:
-                        yield self._finish(pending, 0)
-                        pending = []
-            empty_draws = 0 if got else empty_draws + 1
+            read = 0
+            for raw in self._shard_samples(ref, ignored[ref.path], drop_log):
+                read += 1
+                for sample, src in buffer.push(raw, ref):
+                    out = self._use(sample, src, SampleContext(rng), drop_log)
+                    failures = 0 if out is not None else failures + 1
+                    if failures > self.max_consecutive_errors:
+                        raise FgdataError(f"{failures} consecutive unusable samples (last from {src.path}); run `fgdata verify`")
+                    if out is not None:
+                        pending.append(out)
+                        if len(pending) == self.batch_size:
+                            yield self._finish(pending, 0)
+                            pending = []
+            empty_draws = 0 if read else empty_draws + 1
             if empty_draws > 3 * len(self.shards) + 10:
                 raise FgdataError(f"no usable samples in {len(self.shards)} shard(s) under {', '.join(self.tags)}")
-
-    def _drain(self, buffer: _ShuffleBuffer, ref: ShardRef, ignored: frozenset[str], drop_log: _DropLog) -> Iterator[tuple[Sample, ShardRef]]:
-        for sample in self._shard_samples(ref, ignored, drop_log):
-            yield from buffer.push(sample, ref)
 
     def _validation_batches(self, worker: int, num_workers: int) -> Iterator[dict[str, Any]]:
         n = max(num_workers, 1)
