@@ -1,0 +1,271 @@
+"""Fault-injection helpers: small shards of every member type, crafted tars, seeded damage, SIGKILL trials.
+
+Everything is seeded: a failing trial names its seed and reproduces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+REPO = Path(__file__).resolve().parents[2]
+FGDATA = [sys.executable, "-m", "fgdata"]
+
+
+# -- payloads -----------------------------------------------------------------
+
+def png_bytes(i: int, size: int = 16) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (size, size), ((37 * i) % 256, (11 * i) % 256, 128)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def jpg_bytes(i: int, size: int = 16) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (size, size), ((37 * i) % 256, 64, (11 * i) % 256)).save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+def npy_bytes(i: int) -> bytes:
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, np.full((2, 3), i, dtype=np.float32))
+    return buf.getvalue()
+
+
+def pth_bytes(i: int) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(torch.full((2, 2), float(i)), buf)
+    return buf.getvalue()
+
+
+def sample_members(i: int, kinds: Sequence[str]) -> dict[str, bytes]:
+    make = {
+        "png": lambda: png_bytes(i),
+        "jpg": lambda: jpg_bytes(i),
+        "txt": lambda: f"caption {i}".encode(),
+        "json": lambda: json.dumps({"i": i, "score": i / 10}).encode(),
+        "npy": lambda: npy_bytes(i),
+        "latent.pth": lambda: pth_bytes(i),
+    }
+    return {k: make[k]() for k in kinds}
+
+
+def write_dataset(dest: Path, n: int = 12, maxcount: int = 4, kinds: Sequence[str] = ("png", "txt"),
+                  override: dict[int, dict[str, bytes | None]] | None = None) -> dict[str, int]:
+    """Write ``n`` samples ``sample_%06d`` with ShardWriter; ``override[i][ext]`` replaces (or with None drops) a member."""
+    from fgdata.shards import ShardWriter
+
+    w = ShardWriter(str(dest), maxcount=maxcount)
+    for i in range(n):
+        members = sample_members(i, kinds)
+        for ext, data in (override or {}).get(i, {}).items():
+            if data is None:
+                members.pop(ext, None)
+            else:
+                members[ext] = data
+        w.write(f"sample_{i:06d}", members, input_pos=i)
+    return w.close().counts
+
+
+def make_tar(path: Path, members: Sequence[tuple], fmt: int = tarfile.PAX_FORMAT) -> None:
+    """A tar from (name, bytes) pairs, or (name, type, linkname) for links, directories and devices."""
+    with tarfile.open(path, "w", format=fmt) as tar:
+        for m in members:
+            info = tarfile.TarInfo(m[0])
+            info.mtime = 0
+            if len(m) == 2:
+                info.size = len(m[1])
+                tar.addfile(info, io.BytesIO(m[1]))
+            else:
+                info.type, info.linkname = m[1], m[2]
+                tar.addfile(info)
+
+
+# -- damage -------------------------------------------------------------------
+
+@dataclass
+class Layout:
+    """Where a shard's headers and payloads lie (from its own intact bytes)."""
+
+    headers: list[tuple[int, int]]
+    payloads: list[tuple[int, int, str]]
+
+
+def layout(path: Path) -> Layout:
+    from fgdata.shards import iter_members
+
+    headers, payloads = [], []
+    with open(path, "rb") as f:
+        for entry, _ in iter_members(f, total=path.stat().st_size):
+            headers.append((entry.header_offset, entry.data_offset))
+            if entry.size:
+                payloads.append((entry.data_offset, entry.data_offset + entry.size, entry.name))
+    return Layout(headers, payloads)
+
+
+def truncate_at(path: Path, offset: int) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[:offset])
+
+
+def flip_bits(path: Path, offsets: Sequence[int], rng: random.Random) -> None:
+    data = bytearray(path.read_bytes())
+    for off in offsets:
+        data[off] ^= 1 << rng.randrange(8)
+    path.write_bytes(bytes(data))
+
+
+# -- processes ----------------------------------------------------------------
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m fgdata ARGS`` with captured text output and a bounded wait."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([*FGDATA, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def assert_clean_failure(proc: subprocess.CompletedProcess) -> None:
+    """Exit 1 with a one-line error or a report, never a Python traceback."""
+    assert proc.returncode == 1, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, proc.stderr[-3000:]
+
+
+def is_temporary(name: str) -> bool:
+    return name.startswith(".") or ".tmp" in name or name.endswith(".part")
+
+
+def tree(root: Path, skip: Callable[[str], bool] = lambda rel: False) -> dict[str, str]:
+    """relative path -> sha256 of every file below ``root``."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_file() and not skip(rel):
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+@dataclass
+class KillResult:
+    delay: float
+    killed: bool
+    returncode: int | None
+
+
+def run_and_kill(cmd: Sequence[str], *, watch: Path, delay: float, cwd: Path | None = None, env: dict | None = None,
+                 timeout: float = 120) -> KillResult:
+    """Start ``cmd`` in its own process group; ``delay`` s after ``watch`` first holds a file, SIGKILL the group.
+
+    Waiting for the first output file makes the kill land while the job writes, not while Python imports.
+    If the job finishes first, nothing is killed (the trial then checks a finished run).
+    """
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.Popen(list(cmd), cwd=cwd, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    deadline = time.monotonic() + timeout
+    try:
+        while proc.poll() is None and not _has_files(watch):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{cmd} wrote nothing in {timeout} s")
+            time.sleep(0.005)
+        end = time.monotonic() + delay
+        while proc.poll() is None and time.monotonic() < end:
+            time.sleep(0.002)
+        killed = proc.poll() is None
+        if killed:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:  # only on a timeout: never leave our own job behind
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+    return KillResult(delay, killed, proc.returncode)
+
+
+def _has_files(root: Path) -> bool:
+    return root.exists() and any(p.is_file() for p in root.rglob("*"))
+
+
+def timed_run(cmd: Sequence[str], *, watch: Path, cwd: Path | None = None, env: dict | None = None,
+              timeout: float = 300) -> tuple[subprocess.CompletedProcess, float]:
+    """Run to the end; return the result and the seconds from its first output file to its exit."""
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.Popen(list(cmd), cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = None
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        if first is None and _has_files(watch):
+            first = time.monotonic()
+        if time.monotonic() > deadline:
+            proc.kill()
+            break
+        time.sleep(0.005)
+    out, err = proc.communicate()
+    end = time.monotonic()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), end - (first or end)
+
+
+def check_final_names(root: Path, reference: dict[str, str], exact: Callable[[str], bool]) -> None:
+    """After a kill: every file under a final name is complete.
+
+    Files ``exact(rel)`` selects (shards, zips, indexes) must be byte-identical to the
+    uninterrupted run's; every other JSON must parse (a count file may list fewer shards).
+    """
+    for p in sorted(root.rglob("*")):
+        if not p.is_file() or is_temporary(p.name):
+            continue
+        rel = p.relative_to(root).as_posix()
+        if exact(rel):
+            assert rel in reference, f"{rel}: not produced by an uninterrupted run"
+            assert hashlib.sha256(p.read_bytes()).hexdigest() == reference[rel], f"{rel}: partial or different bytes under a final name"
+        elif p.suffix == ".json":
+            json.loads(p.read_bytes())
+
+
+def kill_trials(cmd: Sequence[str], *, out: Path, clean: Path, seed: int, trials: int, cwd: Path | None = None,
+                env: dict | None = None, exact: Callable[[str], bool] = lambda rel: rel.endswith((".tar", ".zip")),
+                skip: Callable[[str], bool] = lambda rel: False, reruns: int = 1) -> list[KillResult]:
+    """The generic SIGKILL check: run ``cmd`` (whose output goes to ``out``) uninterrupted into ``clean`` first,
+    then ``trials`` times: kill it at a seeded random moment, check final names, rerun, compare trees byte-for-byte.
+
+    ``cmd`` holds the placeholder ``{out}``, replaced by the output folder of each run.
+    """
+    def argv(dest: Path) -> list[str]:
+        return [a.replace("{out}", str(dest)) for a in cmd]
+
+    done, span = timed_run(argv(clean), watch=clean, cwd=cwd, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    reference = tree(clean, skip)
+    rng = random.Random(seed)
+    results = []
+    for t in range(trials):
+        dest = out / f"trial{t}"
+        result = run_and_kill(argv(dest), watch=dest, delay=rng.uniform(0, span), cwd=cwd, env=env)
+        results.append(result)
+        check_final_names(dest, reference, exact)
+        for _ in range(reruns):
+            again = subprocess.run(argv(dest), cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=300)
+            assert again.returncode == 0, f"trial {t} (seed {seed}, delay {result.delay:.3f}): {again.stderr[-3000:]}"
+        got = tree(dest, skip)
+        assert got == reference, f"trial {t} (seed {seed}, delay {result.delay:.3f}): output differs: " + str(
+            sorted(set(got.items()) ^ set(reference.items()))[:6])
+    return results
