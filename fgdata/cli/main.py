@@ -17,8 +17,10 @@ from fgdata import __version__
 # Each module defines ``register(app)`` and adds its commands to the app.
 COMMAND_MODULES = [
     "fgdata.cli.shards",
+    "fgdata.cli.quickstart",
     "fgdata.cli.prepare",
     "fgdata.cli.verify",
+    "fgdata.cli.shard",
 ]
 
 app = typer.Typer(
