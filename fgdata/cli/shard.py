@@ -1,0 +1,217 @@
+"""``fgdata shard images|videos|prompts`` and ``fgdata camera estimate``: media into WebDataset shards."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Optional
+
+import typer
+
+from fgdata.cli.render import console, err_console, human_bytes, print_json, progress
+
+shard_app = typer.Typer(
+    help="Turn folders or manifests of media into WebDataset shards (atomic, resumable, deterministic).",
+    no_args_is_help=True,
+)
+camera_app = typer.Typer(help="Camera tracks for camera-conditioned video shards.", no_args_is_help=True)
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_bytes(text: Optional[str]) -> Optional[int]:
+    """``"64MB"`` -> 64000000; ``None`` stays None."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise typer.BadParameter(f"{text!r} is not a size (e.g. 3GB, 512MB, 1000000)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+SRC = typer.Argument(..., help="A folder (recursive, local or s3://) or a manifest (.csv, .jsonl, .parquet).")
+DST = typer.Argument(..., help="Output folder or s3:// prefix for the shards.")
+PATH_COLUMN = typer.Option("path", "--path-column", help="Manifest column with the media path or s3:// URL.")
+CAPTION_COLUMN = typer.Option("caption", "--caption-column", help="Manifest column with the caption.")
+MAXCOUNT = typer.Option(1000, "--maxcount", min=1, help="Samples per shard at most.")
+MAXSIZE = typer.Option(None, "--maxsize", help="Bytes per shard at most (e.g. 1GB).")
+WORKERS = typer.Option(1, "--workers", "-w", min=1, help="Local worker processes (the output does not depend on it).")
+RESUME = typer.Option(True, "--resume/--no-resume", help="Keep complete shards from an earlier run of the same job.")
+SHUFFLE = typer.Option(None, "--shuffle-seed", help="Write the inputs in a seeded random order.")
+ENGINE = typer.Option("local", "--engine", help="local (process pool) or ray.")
+RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster address (default: start or join a local one).")
+UNIT_SIZE = typer.Option(None, "--unit-size", min=1, help="Ray: inputs per work unit (default: --maxcount).")
+JSON_OUT = typer.Option(False, "--json", help="Print the report as JSON.")
+PROGRESS = typer.Option(True, "--progress/--no-progress", help="Show a progress bar.")
+
+
+def _run(job, json_out: bool, show_progress: bool) -> None:  # noqa: ANN001 - a fgdata.engine.ShardJob
+    from fgdata.engine import run_shard_job
+
+    started = time.perf_counter()
+    state = {"done": 0, "bytes": 0, "task": None}
+    with progress("inputs", enabled=show_progress and not json_out) as bar:
+
+        def on_start(total: int) -> None:
+            state["task"] = bar.add_task(f"shard {job.options.kind}", total=total, rate="")
+
+        def tick(inputs: int, nbytes: int) -> None:
+            state["done"] += inputs
+            state["bytes"] += nbytes
+            dt = max(time.perf_counter() - started, 1e-9)
+            bar.update(state["task"], advance=inputs,
+                       rate=f"{state['done'] / dt:,.0f} samples/s  {state['bytes'] / dt / 1e6:,.1f} MB/s")
+
+        report = run_shard_job(job, progress=tick, on_start=on_start)
+    elapsed = time.perf_counter() - started
+    if json_out:
+        print_json({k: v for k, v in vars(report).items() if k != "failures"} | {"seconds": round(elapsed, 3)})
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{job.src} -> {job.dest}", show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("", justify="right")
+    table.add_row("inputs seen", f"{report.seen:,}")
+    table.add_row("written", f"{report.written:,}")
+    table.add_row("failed", f"{report.failed:,}")
+    for reason, n in report.failed_by_reason.items():
+        table.add_row(f"  {reason}", f"{n:,}")
+    if report.samples != report.written:
+        table.add_row("samples (clips)", f"{report.samples:,}")
+    table.add_row("shards", f"{len(report.shards):,}")
+    if report.resumed:
+        table.add_row("resumed after", f"{report.resumed:,} inputs")
+    table.add_row("read", f"{human_bytes(report.nbytes)} in {elapsed:.1f} s")
+    console.print(table)
+    if report.failed:
+        err_console.print(f"failures: {report.failures_path}")
+
+
+def _job(src, dst, options, path_column, caption_column, maxcount, maxsize, workers, resume, shuffle_seed,  # noqa: ANN001
+         engine, ray_address, unit_size):
+    from fgdata.engine import ShardJob
+    from fgdata.errors import FgdataError
+
+    if engine not in ("local", "ray"):
+        raise FgdataError(f"--engine must be 'local' or 'ray', not {engine!r}")
+    return ShardJob(src=src, dest=dst, options=options, path_column=path_column, caption_column=caption_column,
+                    maxcount=maxcount, maxsize=parse_bytes(maxsize), workers=workers, resume=resume,
+                    shuffle_seed=shuffle_seed, engine=engine, ray_address=ray_address, unit_size=unit_size)
+
+
+@shard_app.command("images")
+def images_cmd(
+    src: str = SRC,
+    dst: str = DST,
+    max_side: Optional[int] = typer.Option(None, "--max-side", min=2, help="Re-encode, shrinking the longer side to N px."),
+    image_format: Optional[str] = typer.Option(None, "--format", help="Re-encode as jpg, png or webp."),
+    quality: int = typer.Option(95, "--quality", min=1, max=100, help="JPEG/WebP quality when re-encoding."),
+    path_column: str = PATH_COLUMN,
+    caption_column: str = CAPTION_COLUMN,
+    maxcount: int = MAXCOUNT,
+    maxsize: Optional[str] = MAXSIZE,
+    workers: int = WORKERS,
+    resume: bool = RESUME,
+    shuffle_seed: Optional[int] = SHUFFLE,
+    engine: str = ENGINE,
+    ray_address: Optional[str] = RAY_ADDRESS,
+    unit_size: Optional[int] = UNIT_SIZE,
+    json_out: bool = JSON_OUT,
+    show_progress: bool = PROGRESS,
+) -> None:
+    """Shard images with captions (NAME.txt) and metadata (NAME.json); original bytes by default.
+
+    Example: fgdata shard images ./photos s3://bucket/photos-wds --maxcount 1000 --workers 8
+
+    Each sample holds the image, a json (metadata plus width, height, mode) and a txt caption.
+    Undecodable images go to DST/failures.json.
+    """
+    from fgdata.engine import ShardOptions
+
+    options = ShardOptions(kind="images", max_side=max_side, image_format=image_format, quality=quality)
+    _run(_job(src, dst, options, path_column, caption_column, maxcount, maxsize, workers, resume, shuffle_seed,
+              engine, ray_address, unit_size), json_out, show_progress)
+
+
+@shard_app.command("videos")
+def videos_cmd(
+    src: str = SRC,
+    dst: str = DST,
+    clip_seconds: Optional[float] = typer.Option(None, "--clip-seconds", help="Cut each video into clips of S seconds."),
+    exact: bool = typer.Option(False, "--exact", help="Exact clip bounds (re-encodes); default cuts at keyframes."),
+    fps: Optional[float] = typer.Option(None, "--fps", help="Re-encode at this frame rate."),
+    max_side: Optional[int] = typer.Option(None, "--max-side", min=2, help="Re-encode, shrinking the longer side to N px."),
+    path_column: str = PATH_COLUMN,
+    caption_column: str = CAPTION_COLUMN,
+    maxcount: int = MAXCOUNT,
+    maxsize: Optional[str] = MAXSIZE,
+    workers: int = WORKERS,
+    resume: bool = RESUME,
+    shuffle_seed: Optional[int] = SHUFFLE,
+    engine: str = ENGINE,
+    ray_address: Optional[str] = RAY_ADDRESS,
+    unit_size: Optional[int] = UNIT_SIZE,
+    json_out: bool = JSON_OUT,
+    show_progress: bool = PROGRESS,
+) -> None:
+    """Shard videos (audio kept) with probe metadata, captions and camera tracks.
+
+    Example: fgdata shard videos ./clips ./clips-wds --clip-seconds 5 --workers 4
+
+    The container bytes are kept unless --clip-seconds, --fps or --max-side is given. The json
+    member records duration, fps, frame_count, size, codec, keyframe_times and the audio track.
+    NAME.poses.npy [T,4,4] and NAME.intrinsics.npy [T,4] are checked against the frame count
+    and stored as poses.npy / intrinsics.npy (sliced and rescaled with each clip).
+    """
+    from fgdata.engine import ShardOptions
+
+    options = ShardOptions(kind="videos", clip_seconds=clip_seconds, exact_clips=exact, fps=fps, max_side=max_side)
+    _run(_job(src, dst, options, path_column, caption_column, maxcount, maxsize, workers, resume, shuffle_seed,
+              engine, ray_address, unit_size), json_out, show_progress)
+
+
+@shard_app.command("prompts")
+def prompts_cmd(
+    file: str = typer.Argument(..., help="A text file (one prompt per line) or a manifest (.csv, .jsonl, .parquet)."),
+    dst: str = DST,
+    caption_column: str = typer.Option("caption", "--caption-column", help="Manifest column with the prompt."),
+    maxcount: int = MAXCOUNT,
+    maxsize: Optional[str] = MAXSIZE,
+    resume: bool = RESUME,
+    shuffle_seed: Optional[int] = SHUFFLE,
+    json_out: bool = JSON_OUT,
+    show_progress: bool = PROGRESS,
+) -> None:
+    """Write prompts as txt-only shards, for prompt-only (data-free) training.
+
+    Example: fgdata shard prompts prompts.txt ./prompt-shards --maxcount 10000
+    """
+    from fgdata.engine import ShardOptions
+
+    _run(_job(file, dst, ShardOptions(kind="prompts"), "path", caption_column, maxcount, maxsize, 1, resume,
+              shuffle_seed, "local", None, None), json_out, show_progress)
+
+
+@camera_app.command("estimate")
+def estimate_cmd(
+    video: str = typer.Argument(..., help="The video to estimate camera poses for."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Folder for NAME.poses.npy and NAME.intrinsics.npy (default: beside the video)."),
+) -> None:
+    """Estimate per-frame camera poses and intrinsics with VIPE, as shard sidecars.
+
+    Example: fgdata camera estimate clips/walk.mp4
+
+    Writes walk.poses.npy [T,4,4] (camera-to-world, OpenCV) and walk.intrinsics.npy [T,4]
+    (fx, fy, cx, cy), checked against the video's frame count, so `fgdata shard videos` picks them up.
+    """
+    from fgdata.engine.camera import estimate_camera
+
+    poses, intrinsics = estimate_camera(video, output)
+    console.print(f"wrote {poses} and {intrinsics}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(shard_app, name="shard")
+    app.add_typer(camera_app, name="camera")

@@ -1,0 +1,101 @@
+"""Fixtures for the shard commands: folders of real media (and corrupt copies), a keyframed clip, one Ray instance."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture
+def image_folder(tmp_path: Path, sample_images: list[Path], sample_data: Path) -> Path:
+    """The bundled photos with their captions, one in a subfolder, one with a metadata sidecar."""
+    src = tmp_path / "photos"
+    (src / "sub").mkdir(parents=True)
+    for img in sample_images:
+        dest = src / "sub" if img.stem == "rocket" else src
+        shutil.copyfile(img, dest / img.name)
+        shutil.copyfile(sample_data / f"{img.stem}.txt", dest / f"{img.stem}.txt")
+    (src / "sub" / "rocket.json").write_text('{"score": 6.5, "tags": ["space"]}')
+    return src
+
+
+@pytest.fixture
+def corrupt_folder(image_folder: Path, sample_data: Path) -> Path:
+    """image_folder plus a truncated JPEG and a text file named .jpg."""
+    data = (sample_data / "hubble_deep_field.jpg").read_bytes()
+    (image_folder / "truncated.jpg").write_bytes(data[: len(data) // 2])
+    (image_folder / "notes.jpg").write_text("this is not an image\n")
+    return image_folder
+
+
+def make_clip(path: Path, seconds: int = 3, fps: int = 24, gop: int = 12, size: int = 64) -> Path:
+    """A small h264 + AAC stereo clip with a keyframe every ``gop`` frames (ENVIRONMENT §8)."""
+    import av
+
+    with av.open(str(path), "w") as c:
+        vs = c.add_stream("libx264", rate=fps, options={"preset": "ultrafast", "g": str(gop)})
+        vs.width = vs.height = size
+        vs.pix_fmt = "yuv420p"
+        aus = c.add_stream("aac", rate=48000, layout="stereo")
+        for i in range(seconds * fps):
+            frame = av.VideoFrame.from_ndarray(np.full((size, size, 3), (i * 7) % 255, np.uint8), format="rgb24")
+            frame.pts = i
+            c.mux(vs.encode(frame))
+        c.mux(vs.encode(None))
+        n = 48000 * seconds
+        tone = (0.3 * np.sin(2 * np.pi * 440 * np.arange(n) / 48000)).astype(np.float32)
+        stereo = np.stack([tone, tone])
+        for off in range(0, n, 1024):
+            af = av.AudioFrame.from_ndarray(np.ascontiguousarray(stereo[:, off : off + 1024]), format="fltp", layout="stereo")
+            af.sample_rate = 48000
+            af.pts = off
+            af.time_base = Fraction(1, 48000)
+            c.mux(aus.encode(af))
+        c.mux(aus.encode(None))
+    return path
+
+
+@pytest.fixture(scope="session")
+def keyframed_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_clip(tmp_path_factory.mktemp("clip") / "tone.mp4")
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One local Ray instance for the whole session (ENVIRONMENT §2)."""
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def _invoke(*args: str, expect: int = 0):
+    from typer.testing import CliRunner
+
+    from fgdata.cli.main import app
+
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == expect, (result.output, result.exception)
+    return result
+
+
+@pytest.fixture
+def cli():
+    """Run ``fgdata ARGS`` in-process and assert the exit code."""
+    return _invoke
+
+
+def _snapshot(dest: Path) -> dict[str, bytes]:
+    """Every shard and side file of a shard folder, by name (for byte-identical comparisons)."""
+    return {p.name: p.read_bytes() for p in sorted(dest.iterdir()) if p.is_file()}
+
+
+@pytest.fixture
+def snapshot():
+    return _snapshot

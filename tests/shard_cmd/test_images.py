@@ -1,0 +1,107 @@
+"""fgdata shard images: pass-through, re-encode, corrupt inputs, determinism, workers, shuffle."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fgdata.shards import discover_shards, iter_samples, read_shard_counts
+
+
+def _samples(dest: Path) -> list:
+    return [s for shard in discover_shards(str(dest)) for s in iter_samples(shard)]
+
+
+def test_pass_through_keeps_bytes_captions_and_metadata(cli, image_folder: Path, tmp_path: Path):
+    dest = tmp_path / "out"
+    cli("shard", "images", image_folder, dest, "--maxcount", "3", "--no-progress")
+    samples = _samples(dest)
+    files = sorted(p.relative_to(image_folder).as_posix() for p in image_folder.rglob("*") if p.suffix in (".jpg", ".png"))
+    assert [s.key for s in samples] == [f"sample_{i:06d}" for i in range(len(files))]
+    for sample, rel in zip(samples, files):
+        ext = "jpg" if rel.endswith(".jpg") else "png"
+        assert sample.members[ext] == (image_folder / rel).read_bytes()  # no re-encode
+        meta = json.loads(sample.members["json"])
+        assert meta["source"] == rel and {"width", "height", "mode"} <= meta.keys()
+        assert sample.members["txt"].decode() == (image_folder / rel).with_suffix(".txt").read_text().strip()
+    rocket = json.loads(samples[files.index("sub/rocket.jpg")].members["json"])
+    assert rocket["score"] == 6.5 and rocket["tags"] == ["space"] and rocket["width"] == 640
+    counts = read_shard_counts(str(dest / "shard_count.json"))
+    n = len(files)
+    assert counts == {f"{i:05d}.tar": min(3, n - 3 * i) for i in range((n + 2) // 3)}
+    report = json.loads((dest / "failures.json").read_text())
+    assert report["seen"] == report["written"] == n and report["failed"] == 0
+
+
+def test_corrupt_inputs_are_reported_and_counts_reconcile(cli, corrupt_folder: Path, tmp_path: Path):
+    dest = tmp_path / "out"
+    result = cli("shard", "images", corrupt_folder, dest, "--no-progress", "--json")
+    doc = json.loads(result.stdout)
+    n = len(list(corrupt_folder.rglob("*.jpg"))) + len(list(corrupt_folder.rglob("*.png")))
+    assert doc["seen"] == n and doc["written"] == n - 2 and doc["failed"] == 2
+    assert doc["seen"] == doc["written"] + doc["failed"]
+    assert doc["failed_by_reason"] == {"image-decode": 2}
+    report = json.loads((dest / "failures.json").read_text())
+    assert sorted(f["name"] for f in report["failures"]) == ["notes.jpg", "truncated.jpg"]
+    assert all(f["reason"].startswith("image-decode:") for f in report["failures"])
+    assert len(_samples(dest)) == n - 2
+
+
+def test_rerun_is_byte_identical_and_workers_do_not_change_output(cli, corrupt_folder, tmp_path, snapshot):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    cli("shard", "images", corrupt_folder, a, "--maxcount", "3", "--no-progress")
+    cli("shard", "images", corrupt_folder, b, "--maxcount", "3", "--no-progress", "--no-resume")
+    cli("shard", "images", corrupt_folder, c, "--maxcount", "3", "--no-progress", "--workers", "2")
+    assert snapshot(a) == snapshot(b) == snapshot(c)
+    before = snapshot(a)
+    cli("shard", "images", corrupt_folder, a, "--maxcount", "3", "--no-progress")  # resume: nothing left to do
+    assert snapshot(a) == before
+
+
+def test_reencode_max_side_and_format(cli, image_folder, tmp_path, snapshot):
+    from PIL import Image
+    import io
+
+    one, two = tmp_path / "w1", tmp_path / "w2"
+    cli("shard", "images", image_folder, one, "--max-side", "96", "--format", "webp", "--quality", "80", "--no-progress")
+    cli("shard", "images", image_folder, two, "--max-side", "96", "--format", "webp", "--quality", "80",
+        "--no-progress", "--workers", "2")
+    assert snapshot(one) == snapshot(two)
+    for sample in _samples(one):
+        assert set(sample.members) == {"webp", "json", "txt"}
+        im = Image.open(io.BytesIO(sample.members["webp"]))
+        meta = json.loads(sample.members["json"])
+        assert max(im.size) == 96 and (meta["width"], meta["height"]) == im.size
+
+
+def test_shuffle_seed_gives_a_seeded_order_with_stable_keys(cli, image_folder, tmp_path, snapshot):
+    plain, s1, s1b, s2 = (tmp_path / n for n in ("plain", "s1", "s1b", "s2"))
+    cli("shard", "images", image_folder, plain, "--no-progress")
+    cli("shard", "images", image_folder, s1, "--shuffle-seed", "1", "--no-progress")
+    cli("shard", "images", image_folder, s1b, "--shuffle-seed", "1", "--no-progress")
+    cli("shard", "images", image_folder, s2, "--shuffle-seed", "2", "--no-progress")
+    assert snapshot(s1) == snapshot(s1b)
+    keys = {name: [s.key for s in _samples(d)] for name, d in (("plain", plain), ("s1", s1), ("s2", s2))}
+    assert keys["s1"] != keys["plain"] and keys["s1"] != keys["s2"]
+    assert sorted(keys["s1"]) == keys["plain"]  # a key names its input, whatever the order
+    by_key = {s.key: s.members for s in _samples(plain)}
+    assert all(by_key[s.key] == s.members for s in _samples(s1))
+
+
+def test_resume_refuses_a_different_job(cli, image_folder, tmp_path):
+    dest = tmp_path / "out"
+    cli("shard", "images", image_folder, dest, "--no-progress")
+    result = cli("shard", "images", image_folder, dest, "--max-side", "64", "--no-progress", expect=1)
+    assert "--no-resume" in str(result.exception)
+    cli("shard", "images", image_folder, dest, "--max-side", "64", "--no-progress", "--no-resume")
+
+
+def test_missing_source_is_one_line_error(tmp_path):
+    import subprocess
+    import sys
+
+    exe = Path(sys.executable).with_name("fgdata")
+    proc = subprocess.run([str(exe), "shard", "images", str(tmp_path / "nope"), str(tmp_path / "out")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
