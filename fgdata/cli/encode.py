@@ -1,0 +1,257 @@
+"""``fgdata encode {latents,text,neg-prompt}`` and ``fgdata kd {pairs,paths}``: model-space data for training.
+
+Only typer, rich and the standard library load at import; torch, diffusers and transformers load inside the
+commands. Multi-GPU: launch under ``torchrun`` (each rank owns output shards ``i mod WORLD_SIZE``), or pass
+``--engine ray --workers N``.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional
+
+import typer
+
+encode_app = typer.Typer(help="Precompute latents and text embeddings into shards.", no_args_is_help=True)
+kd_app = typer.Typer(help="Knowledge-distillation shards from a diffusers teacher.", no_args_is_help=True)
+
+DEVICE = typer.Option("cpu", "--device", help="cpu, cuda (this rank's LOCAL_RANK GPU under torchrun) or auto.")
+DTYPE = typer.Option("float32", "--dtype", help="Compute dtype: float32, bfloat16 or float16.")
+AUTOCAST = typer.Option(False, "--autocast", help="Keep float32 weights and run under torch.autocast(--dtype).")
+SAVE_DTYPE = typer.Option("float32", "--save-dtype", help="dtype of the stored .pth tensors.")
+ENGINE = typer.Option("local", "--engine", help="local (one process, or torchrun ranks) or ray.")
+WORKERS = typer.Option(1, "--workers", help="With --engine ray: number of Ray workers (ranks).")
+OVERWRITE = typer.Option(False, "--overwrite", help="Redo shards finished by an earlier run (default: resume).")
+QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.")
+
+
+@contextmanager
+def _progress(label: str, total: int | None, enabled: bool) -> Iterator[Callable[[int], None]]:
+    """A rich bar with samples/s; under torchrun each rank draws its own, labelled with its rank."""
+    from fgdata.cli.render import progress
+    from fgdata.encode.jobs import dist_env
+
+    rank, world = dist_env()
+    if world > 1:
+        label = f"{label} [rank {rank}/{world}]"
+    bar = progress("samples", enabled=enabled)
+    with bar:
+        task = bar.add_task(label, total=total, rate="")
+        start = time.perf_counter()
+        done = [0]
+
+        def advance(n: int) -> None:
+            done[0] += n
+            dt = time.perf_counter() - start
+            bar.update(task, advance=n, rate=f"{done[0] / dt:.1f} samples/s" if dt > 0 else "")
+
+        yield advance
+
+
+def _total(src: str) -> int | None:
+    """Samples in the input shards, from their count file when there is one (cheap)."""
+    from fgdata import storage
+    from fgdata.shards import COUNT_FILE, read_shard_counts
+
+    try:
+        path = storage.join(src, COUNT_FILE)
+        return sum(read_shard_counts(path).values()) if storage.exists(path) else None
+    except Exception:  # noqa: BLE001 - only the bar's total
+        return None
+
+
+def _run(fn: Callable[..., Any], kwargs: dict[str, Any], *, engine: str, workers: int, device: str, label: str,
+         total: int | None, quiet: bool) -> None:
+    from rich.console import Console
+
+    from fgdata.errors import FgdataError
+
+    console = Console(stderr=True)
+    log = (lambda msg: None) if quiet else (lambda msg: console.print(msg, highlight=False))
+    if engine == "ray":
+        from fgdata.encode.jobs import run_ray
+
+        summary = run_ray(fn, kwargs, workers, 1.0 if device.startswith("cuda") else 0.0, log=log)
+    elif engine == "local":
+        with _progress(label, total, not quiet) as advance:
+            summary = fn(**kwargs, progress=advance, log=log)
+    else:
+        raise FgdataError(f"--engine {engine!r} is not one of local, ray")
+    out = Console()
+    if summary.finalized:
+        out.print(f"[green]wrote[/] {summary.dest}: {summary.written} written, {summary.failed} failed "
+                  f"({summary.shards_done} shards encoded, {summary.shards_skipped} resumed; "
+                  f"{summary.rate:.1f} samples/s)")
+        if summary.failed:
+            out.print(f"  failures: {summary.failures_path}")
+    else:
+        out.print(f"rank {summary.rank}: {summary.written} written, {summary.failed} failed "
+                  f"({summary.shards_done} shards, {summary.shards_skipped} resumed; {summary.rate:.1f} samples/s)")
+
+
+@encode_app.command("latents")
+def latents(
+    src: str = typer.Argument(..., help="Input shards (directory or s3:// prefix) with jpg/png/... or mp4 members."),
+    dst: str = typer.Argument(..., help="Output directory or s3:// prefix; shards keep their names and keys."),
+    vae: str = typer.Option(..., "--vae", help="diffusers VAE: hub id or directory saved by save_pretrained."),
+    vae_subfolder: Optional[str] = typer.Option(None, "--vae-subfolder", help="e.g. vae, for a pipeline repo."),
+    kind: str = typer.Option("image", "--kind", help="image (AutoencoderKL) or video (AutoencoderKLWan, ...)."),
+    size: str = typer.Option("256", "--size", help="N (shorter side, then centre crop) or WxH, e.g. 832x480."),
+    frames: Optional[int] = typer.Option(None, "--frames", help="Video: frames per clip (e.g. 81)."),
+    fps: Optional[float] = typer.Option(None, "--fps", help="Video: resample to this frame rate first."),
+    media_ext: Optional[str] = typer.Option(None, "--media-ext", help="Member to encode (default: first image/video)."),
+    keep_media: bool = typer.Option(False, "--keep-media", help="Also keep the encoded media member."),
+    posterior: str = typer.Option("mode", "--posterior", help="mode (mean, deterministic) or sample (seeded)."),
+    seed: int = typer.Option(0, "--seed", help="Global seed for --posterior sample."),
+    batch_size: int = typer.Option(16, "--batch-size"),
+    decode_workers: int = typer.Option(4, "--decode-workers", help="CPU threads decoding ahead of the model."),
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    use_autocast: bool = AUTOCAST,
+    save_dtype: str = SAVE_DTYPE,
+    engine: str = ENGINE,
+    workers: int = WORKERS,
+    overwrite: bool = OVERWRITE,
+    quiet: bool = QUIET,
+) -> None:
+    """Encode media into latent.pth (model space, scaling from the VAE config); txt and json are kept."""
+    from fgdata.encode.latents import encode_latents
+
+    kwargs = dict(src=src, dst=dst, vae=vae, vae_subfolder=vae_subfolder, kind=kind, size=size, frames=frames, fps=fps,
+                  media_ext=media_ext, keep_media=keep_media, posterior=posterior, seed=seed, batch_size=batch_size,
+                  workers=decode_workers, device=device, dtype=dtype, use_autocast=use_autocast, save_dtype=save_dtype,
+                  overwrite=overwrite)
+    _run(encode_latents, kwargs, engine=engine, workers=workers, device=device, label="latents", total=_total(src),
+         quiet=quiet)
+
+
+@encode_app.command("text")
+def text(
+    src: str = typer.Argument(..., help="Shards with txt prompts."),
+    dst: str = typer.Argument(..., help="Output shards (may equal --into to update them in place)."),
+    encoder: str = typer.Option(..., "--encoder", help="T5 / umT5 / CLIP text encoder: hub id or directory."),
+    into: Optional[str] = typer.Option(None, "--into", help="Merge into these shards (e.g. latents), matched by key."),
+    subfolder: Optional[str] = typer.Option(None, "--subfolder", help="Encoder subfolder, e.g. text_encoder."),
+    tokenizer_subfolder: Optional[str] = typer.Option(None, "--tokenizer-subfolder", help="e.g. tokenizer."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Tokens (default 512 T5/umT5, 77 CLIP)."),
+    padding: Optional[str] = typer.Option(None, "--padding", help="zero (T5 default) or keep (CLIP default)."),
+    hidden_layer: int = typer.Option(-1, "--hidden-layer", help="-1 last hidden state, -2 penultimate, ..."),
+    text_ext: str = typer.Option("txt", "--text-ext"),
+    batch_size: int = typer.Option(32, "--batch-size"),
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+    use_autocast: bool = AUTOCAST,
+    save_dtype: str = SAVE_DTYPE,
+    engine: str = ENGINE,
+    workers: int = WORKERS,
+    overwrite: bool = OVERWRITE,
+    quiet: bool = QUIET,
+) -> None:
+    """Add txt_emb.pth (the encoder's hidden states per prompt) to every sample, keeping the other members."""
+    from fgdata.encode.text import encode_text
+
+    kwargs = dict(src=src, dst=dst, encoder=encoder, into=into, subfolder=subfolder,
+                  tokenizer_subfolder=tokenizer_subfolder, max_length=max_length, padding=padding,
+                  hidden_layer=hidden_layer, text_ext=text_ext, batch_size=batch_size, device=device, dtype=dtype,
+                  use_autocast=use_autocast, save_dtype=save_dtype, overwrite=overwrite)
+    _run(encode_text, kwargs, engine=engine, workers=workers, device=device, label="text",
+         total=_total(into or src), quiet=quiet)
+
+
+@encode_app.command("neg-prompt")
+def neg_prompt(
+    encoder: str = typer.Option(..., "--encoder", help="The same text encoder as the shards' txt_emb."),
+    out: str = typer.Option(..., "--out", "-o", help="Output .npy (plain float32 array, for files_map)."),
+    preset: Optional[str] = typer.Option(None, "--preset", help="A presets_map name, e.g. neg_prompt_wan."),
+    text_: Optional[str] = typer.Option(None, "--text", help="A literal negative prompt."),
+    subfolder: Optional[str] = typer.Option(None, "--subfolder"),
+    tokenizer_subfolder: Optional[str] = typer.Option(None, "--tokenizer-subfolder"),
+    max_length: Optional[int] = typer.Option(None, "--max-length"),
+    padding: Optional[str] = typer.Option(None, "--padding"),
+    hidden_layer: int = typer.Option(-1, "--hidden-layer"),
+    device: str = DEVICE,
+    dtype: str = DTYPE,
+) -> None:
+    """Write one negative-prompt embedding, shaped like one txt_emb, as neg_prompt_emb.npy (no pickle)."""
+    from rich.console import Console
+
+    from fgdata.encode.text import encode_neg_prompt
+
+    record = encode_neg_prompt(out, encoder=encoder, preset=preset, text=text_, device=device, dtype=dtype,
+                               max_length=max_length, padding=padding, hidden_layer=hidden_layer, subfolder=subfolder,
+                               tokenizer_subfolder=tokenizer_subfolder)
+    Console().print(f"[green]wrote[/] {out}: {record['shape']} float32 ({record['source']}); record in {out}.json")
+
+
+def _kd(mode: str, prompts: str, dst: str, teacher: str, steps: int, guidance_scale: float,
+        negative_prompt: Optional[str], negative_preset: Optional[str], record_steps: Optional[str], path_steps: int,
+        seed: int, latent_shape: Optional[str], size: Optional[str], frames: Optional[int], max_length: Optional[int],
+        per_shard: int, batch_size: int, device: str, dtype: str, save_dtype: str, engine: str, workers: int,
+        overwrite: bool, quiet: bool) -> None:
+    import os
+
+    from fgdata.encode.kd import kd_run
+
+    kwargs = dict(mode=mode, prompts=prompts, dst=dst, teacher=teacher, steps=steps, guidance_scale=guidance_scale,
+                  negative_prompt=negative_prompt, negative_preset=negative_preset, record_steps=record_steps,
+                  path_steps=path_steps, seed=seed, latent_shape_spec=latent_shape, size=size, frames=frames,
+                  max_length=max_length, per_shard=per_shard, batch_size=batch_size, device=device, dtype=dtype,
+                  save_dtype=save_dtype, overwrite=overwrite)
+    total = _total(prompts) if os.path.isdir(prompts) or prompts.startswith("s3://") else None
+    _run(kd_run, kwargs, engine=engine, workers=workers, device=device, label=f"kd {mode}", total=total, quiet=quiet)
+
+
+_PROMPTS = typer.Option(..., "--prompts", help="Prompt shards (txt members; keys kept) or a text file, one per line.")
+_TEACHER = typer.Option(..., "--teacher", help="diffusers pipeline id or directory (unet|transformer, scheduler, "
+                                               "text_encoder, tokenizer, vae).")
+_STEPS = typer.Option(..., "--steps", help="Teacher sampling steps.")
+_GUIDANCE = typer.Option(1.0, "--guidance-scale", help="Classifier-free guidance; 1 disables it.")
+_NEG = typer.Option(None, "--negative-prompt", help="Unconditional text for CFG (default: empty string).")
+_NEG_PRESET = typer.Option(None, "--negative-preset", help="Or a presets_map name, e.g. neg_prompt_wan.")
+_SEED = typer.Option(0, "--seed", help="Global seed; each sample's seed derives from it and its key.")
+_SHAPE = typer.Option(None, "--latent-shape", help="C,H,W or C,T,H,W (else from --size and the VAE config).")
+_SIZE = typer.Option(None, "--size", help="Pixel size WxH (or N) to derive the latent shape.")
+_FRAMES = typer.Option(None, "--frames", help="Video teachers: pixel frames (latent T = (frames-1)/4+1).")
+_MAXLEN = typer.Option(None, "--max-length", help="Text tokens (default by encoder family).")
+_PER_SHARD = typer.Option(1000, "--per-shard", help="Prompt files: samples per output shard.")
+
+
+@kd_app.command("pairs")
+def pairs(
+    dst: str = typer.Argument(..., help="Output shards: noise.pth, latent.pth, txt_emb.pth, txt, json."),
+    prompts: str = _PROMPTS, teacher: str = _TEACHER, steps: int = _STEPS, guidance_scale: float = _GUIDANCE,
+    negative_prompt: Optional[str] = _NEG, negative_preset: Optional[str] = _NEG_PRESET, seed: int = _SEED,
+    latent_shape: Optional[str] = _SHAPE, size: Optional[str] = _SIZE, frames: Optional[int] = _FRAMES,
+    max_length: Optional[int] = _MAXLEN, per_shard: int = _PER_SHARD, batch_size: int = typer.Option(8, "--batch-size"),
+    device: str = DEVICE, dtype: str = DTYPE, save_dtype: str = SAVE_DTYPE, engine: str = ENGINE,
+    workers: int = WORKERS, overwrite: bool = OVERWRITE, quiet: bool = QUIET,
+) -> None:
+    """Single-step KD pairs: the teacher's x0 (latent.pth) from exactly the stored noise (noise.pth)."""
+    _kd("pairs", prompts, dst, teacher, steps, guidance_scale, negative_prompt, negative_preset, None, 1, seed,
+        latent_shape, size, frames, max_length, per_shard, batch_size, device, dtype, save_dtype, engine, workers,
+        overwrite, quiet)
+
+
+@kd_app.command("paths")
+def paths(
+    dst: str = typer.Argument(..., help="Output shards: path.pth [P,C,...], latent.pth, txt_emb.pth, txt, json."),
+    prompts: str = _PROMPTS, teacher: str = _TEACHER, steps: int = _STEPS, guidance_scale: float = _GUIDANCE,
+    negative_prompt: Optional[str] = _NEG, negative_preset: Optional[str] = _NEG_PRESET,
+    record_steps: Optional[str] = typer.Option(None, "--record-steps", help="Teacher step indices, e.g. 0,12,24,36."),
+    path_steps: int = typer.Option(4, "--path-steps", help="Without --record-steps: P evenly spaced states."),
+    seed: int = _SEED, latent_shape: Optional[str] = _SHAPE, size: Optional[str] = _SIZE,
+    frames: Optional[int] = _FRAMES, max_length: Optional[int] = _MAXLEN, per_shard: int = _PER_SHARD,
+    batch_size: int = typer.Option(8, "--batch-size"), device: str = DEVICE, dtype: str = DTYPE,
+    save_dtype: str = SAVE_DTYPE, engine: str = ENGINE, workers: int = WORKERS, overwrite: bool = OVERWRITE,
+    quiet: bool = QUIET,
+) -> None:
+    """Multi-step KD paths: the teacher's states by decreasing t (path[0] = start), clean end in latent.pth."""
+    _kd("paths", prompts, dst, teacher, steps, guidance_scale, negative_prompt, negative_preset, record_steps,
+        path_steps, seed, latent_shape, size, frames, max_length, per_shard, batch_size, device, dtype, save_dtype,
+        engine, workers, overwrite, quiet)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(encode_app, name="encode")
+    app.add_typer(kd_app, name="kd")

@@ -1,0 +1,80 @@
+"""Loading models by hub id or local directory, and running them fast: device, dtype, autocast.
+
+The image VAE loads through :func:`fgdata.encode.vae.load_vae`. Everything else (video VAEs, text encoders,
+KD denoisers and schedulers) loads through :func:`load_pretrained`, which gives the same one-line error as
+``load_vae`` when the hub cannot be reached (offline, no cached weights) instead of a stack of retries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from fgdata.encode.vae import DTYPES, hf_cache_dir, resolve_device
+from fgdata.errors import FgdataError
+
+__all__ = ["DTYPES", "autocast", "load_pretrained", "model_source", "resolve_device", "tensor_bytes", "torch_dtype"]
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    if name not in DTYPES:
+        raise FgdataError(f"dtype {name!r} is not one of {', '.join(DTYPES)}")
+    return getattr(torch, name)
+
+
+def model_source(id_or_dir: str) -> tuple[str, bool]:
+    """(what to pass to from_pretrained, whether it is a local directory)."""
+    local = Path(id_or_dir).expanduser()
+    return (str(local), True) if local.is_dir() else (id_or_dir, False)
+
+
+def load_pretrained(cls: Any, id_or_dir: str, what: str, flag: str, subfolder: str | None = None, **kwargs: Any) -> Any:
+    """``cls.from_pretrained`` with one-line errors naming the model and the ``flag`` that takes a directory."""
+    source, local = model_source(id_or_dir)
+    if local and subfolder and not (Path(source) / subfolder).is_dir():
+        raise FgdataError(f"{source}: has no {subfolder}/ folder (expected a diffusers pipeline directory)")
+    try:
+        if subfolder:
+            kwargs["subfolder"] = subfolder
+        return cls.from_pretrained(source, **kwargs)
+    except (OSError, ValueError, EnvironmentError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "low_cpu_mem_usage" in first:
+            raise FgdataError(f"{id_or_dir}: loading this {what} needs the accelerate package (pip install accelerate)") from None
+        if local:
+            raise FgdataError(f"{source}{'/' + subfolder if subfolder else ''}: cannot load the {what} ({first})") from None
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+        why = "HF_HUB_OFFLINE is set and no local weights are cached" if offline else f"cannot download it ({first})"
+        raise FgdataError(
+            f"{id_or_dir}: {why} (cache: {hf_cache_dir()}); pass {flag} DIR with a directory saved by save_pretrained"
+        ) from None
+
+
+@contextlib.contextmanager
+def autocast(device: str, dtype: str, enabled: bool) -> Iterator[None]:
+    """Inference mode, plus autocast to ``dtype`` when asked (weights then stay float32)."""
+    import torch
+
+    with torch.inference_mode():
+        if enabled and dtype != "float32":
+            with torch.autocast(device_type=device.split(":")[0], dtype=torch_dtype(dtype)):
+                yield
+        else:
+            yield
+
+
+def tensor_bytes(tensor: Any, dtype: str | None = None) -> bytes:
+    """``torch.save`` of a contiguous clone (a view would save its whole storage, COMPAT §3.2), optionally cast."""
+    import torch
+
+    t = tensor.detach()
+    if dtype is not None:
+        t = t.to(torch_dtype(dtype))
+    buf = io.BytesIO()
+    torch.save(t.clone().contiguous(), buf)
+    return buf.getvalue()
