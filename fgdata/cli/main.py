@@ -19,8 +19,8 @@ COMMAND_MODULES = [
     "fgdata.cli.shards",
     "fgdata.cli.quickstart",
     "fgdata.cli.prepare",
-    "fgdata.cli.encode",
     "fgdata.cli.verify",
+    "fgdata.cli.shard",
     "fgdata.cli.shard",
 ]
 
