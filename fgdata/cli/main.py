@@ -21,7 +21,6 @@ COMMAND_MODULES = [
     "fgdata.cli.prepare",
     "fgdata.cli.verify",
     "fgdata.cli.shard",
-    "fgdata.cli.shard",
 ]
 
 app = typer.Typer(
