@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "fgdata.cli.shards",
     "fgdata.cli.quickstart",
     "fgdata.cli.prepare",
+    "fgdata.cli.encode",
     "fgdata.cli.verify",
     "fgdata.cli.shard",
 ]
