@@ -227,6 +227,9 @@ def _scan(result: ShardResult, f: BinaryIO, seekable: bool, total: int | None, r
         reason = _damage_reason(result.damage, len(entries))
         cut = f"; sample {split_member_name(exc.member)[0]!r} is incomplete" if exc.member else ""
         result.problems.append(Problem(reason, f"{result.damage}{cut} ({len(entries)} readable samples before it)"))
+        if exc.member is None and entries:
+            # A damaged header hides which member it was: the open sample may have lost members after it.
+            result.problems.append(Problem(reason, "last sample before the damage may be incomplete", entries[-1].key))
         result.samples = len(entries) + (1 if exc.member else 0)
     else:
         result.samples = len(entries)

@@ -199,7 +199,7 @@ def test_cli_report_json_and_outputs(tmp_path):
     ok = run_cli("verify", str(ds), "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["ok"] is True
-    proc = run_cli("verify", str(ds), "--decode", "--require", "png,txt", "--json",
+    proc = run_cli("verify", str(ds), "-w", "1", "--decode", "--require", "png,txt", "--json",
                    "--write-ignore", str(tmp_path / "ign.json"), "--counts-output", str(tmp_path / "counts.json"))
     assert_clean_failure(proc)
     doc = json.loads(proc.stdout)
@@ -207,7 +207,7 @@ def test_cli_report_json_and_outputs(tmp_path):
     assert doc["written"] == {"ignore": str(tmp_path / "ign.json"), "counts": str(tmp_path / "counts.json")}
     assert load_ignore_index(str(tmp_path / "ign.json")) == {"00000.tar": {"sample_000002"}, "00001.tar": {"sample_000005"}}
     assert read_shard_counts(str(tmp_path / "counts.json")) == {"00000.tar": 4, "00001.tar": 4}
-    table = run_cli("verify", str(ds), "--decode", "--require", "png,txt")
+    table = run_cli("verify", str(ds), "-w", "1", "--decode", "--require", "png,txt")
     assert_clean_failure(table)
     assert "image-decode" in table.stdout and "sample_000002" in table.stdout and "missing .txt" in table.stdout
 
