@@ -1,0 +1,119 @@
+"""ImageLoader: batch contract, labels, xflip, max_size, the IL-7 order, exact resume, workers, folders, latents."""
+
+from __future__ import annotations
+
+import io
+import json
+import warnings
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from fgdata.loaders.image_loader import ImageLoader, PositionSampler
+from fgdata.prepare import prepare_cifar10
+
+
+@pytest.fixture(scope="module")
+def cifar_zip(cifar_tarball, tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    prepare_cifar10(root, source=cifar_tarball[0], skip_md5=True, workers=1)
+    return root / "cifar10" / "cifar10-32x32.zip"
+
+
+def _batches(loader, n):
+    it = iter(loader)
+    return [next(it) for _ in range(n)]
+
+
+def test_batch_contract_and_values(cifar_zip, cifar_tarball):
+    _, images, labels = cifar_tarball
+    batch = next(iter(ImageLoader(str(cifar_zip), None, batch_size=8, num_workers=0)))
+    assert set(batch) == {"real", "condition", "neg_condition", "idx"}
+    assert batch["real"].shape == (8, 3, 32, 32) and batch["real"].dtype == torch.float32
+    assert batch["condition"].shape == (8, 10) and batch["idx"].dtype == torch.int64
+    assert torch.count_nonzero(batch["neg_condition"]) == 0
+    for row, i in enumerate(batch["idx"].tolist()):
+        want = torch.from_numpy(images[i].transpose(2, 0, 1).copy()).float() / 127.5 - 1
+        torch.testing.assert_close(batch["real"][row], want, rtol=0, atol=0)
+        assert batch["condition"][row].argmax().item() == labels[i] and batch["condition"][row].sum() == 1
+
+
+def test_order_follows_il7_and_resume_is_exact(cifar_zip):
+    loader = ImageLoader(str(cifar_zip), None, batch_size=4, num_workers=0)
+    first = _batches(loader, 60)  # 240 samples: crosses the 200-sample epoch boundary
+    idx = torch.cat([b["idx"] for b in first]).tolist()
+    expected = []
+    for p in range(240):
+        e, i = divmod(p, 200)
+        order = np.arange(200)
+        np.random.RandomState(e).shuffle(order)
+        expected.append(int(order[i]))
+    assert idx == expected
+    resumed = next(iter(ImageLoader(str(cifar_zip), None, batch_size=4, num_workers=0, sampler_start_idx=8)))
+    assert resumed["idx"].tolist() == first[2]["idx"].tolist()
+    torch.testing.assert_close(resumed["real"], first[2]["real"])
+
+
+def test_ranks_stride_and_workers_do_not_change_order(cifar_zip):
+    ranks = [torch.cat([b["idx"] for b in _batches(ImageLoader(str(cifar_zip), None, batch_size=5, num_workers=0,
+                                                               rank=r, world_size=2), 3)]) for r in range(2)]
+    sampler = PositionSampler(200, shuffle=True)
+    stream = [x for x, _ in zip(iter(sampler), range(30))]
+    assert ranks[0].tolist() == stream[0::2] and ranks[1].tolist() == stream[1::2]
+    two = _batches(ImageLoader(str(cifar_zip), None, batch_size=5, num_workers=2, rank=1, world_size=2), 3)
+    assert torch.cat([b["idx"] for b in two]).tolist() == ranks[1].tolist()
+
+
+def test_xflip_max_size_and_unshuffled(cifar_zip):
+    loader = ImageLoader(str(cifar_zip), None, batch_size=4, num_workers=0, shuffle=False, xflip=True, max_size=50,
+                         random_seed=3)
+    assert len(loader.dataset) == 100
+    keep = np.arange(200)
+    np.random.RandomState(3).shuffle(keep)
+    keep = np.sort(keep[:50])
+    item, mirrored = loader.dataset[7], loader.dataset[57]
+    assert item["idx"] == 7 and mirrored["idx"] == 57
+    torch.testing.assert_close(mirrored["real"], item["real"].flip(-1))
+    raw = ImageLoader(str(cifar_zip), None, batch_size=1, num_workers=0).dataset[int(keep[7])]
+    torch.testing.assert_close(item["real"], raw["real"])
+    assert next(iter(loader))["idx"].tolist() == [0, 1, 2, 3]
+
+
+def test_folder_npy_latents_palette_and_no_labels(tmp_path, sample_images):
+    folder = tmp_path / "folder"
+    (folder / "a").mkdir(parents=True)
+    Image.open(sample_images[0]).convert("RGB").resize((16, 16)).convert("P").save(folder / "a" / "p.png")
+    Image.open(sample_images[1]).convert("RGB").resize((16, 16)).save(folder / "a" / "q.png")
+    with pytest.warns(UserWarning, match="palette"):
+        batch = next(iter(ImageLoader(str(folder), None, batch_size=2, num_workers=0, shuffle=False)))
+    assert batch["real"].shape == (2, 3, 16, 16) and batch["condition"].shape == (2, 0)
+    latents = tmp_path / "lat.zip"
+    arrays = [np.random.default_rng(i).standard_normal((8, 4, 4)).astype(np.float32) for i in range(3)]
+    with zipfile.ZipFile(latents, "w") as zf:
+        for i, a in enumerate(arrays):
+            buf = io.BytesIO()
+            np.save(buf, a)
+            zf.writestr(f"{i:05d}.npy", buf.getvalue())
+        zf.writestr("dataset.json", json.dumps({"labels": [[f"{i:05d}.npy", i] for i in range(3)]}))
+    batch = next(iter(ImageLoader(str(latents), None, batch_size=3, num_workers=0, shuffle=False)))
+    torch.testing.assert_close(batch["real"], torch.from_numpy(np.stack(arrays)))
+    assert batch["condition"].tolist() == np.eye(3).tolist()
+    unlabelled = next(iter(ImageLoader(str(latents), None, batch_size=3, num_workers=0, use_labels=False)))
+    assert unlabelled["condition"].shape == (3, 0)
+
+
+def test_cache_is_opt_in_and_warns_with_its_estimate(cifar_zip):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ImageLoader(str(cifar_zip), None, batch_size=2, num_workers=0)
+    with pytest.warns(UserWarning, match=r"cache=True keeps about 0\.00 GiB"):
+        loader = ImageLoader(str(cifar_zip), None, batch_size=2, num_workers=0, cache=True)
+    assert next(iter(loader))["real"].shape == (2, 3, 32, 32)
+
+
+def test_missing_path_raises_ioerror(tmp_path):
+    with pytest.raises(IOError):
+        ImageLoader(str(tmp_path / "none.zip"), None, batch_size=2)
