@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from fgdata import storage
 from fgdata.engine.local import ProgressFn, write_range
 from fgdata.engine.transform import ShardOptions
 from fgdata.errors import FgdataError, ShardError
-from fgdata.shards import Failure, ShardWriter
+from fgdata.shards import COUNT_FILE, INDEX_SUFFIX, Failure, ShardWriter
 from fgdata.sources.folder import WorkItem
 
 JOB_FILE = "shard_job.json"
@@ -107,6 +108,19 @@ def job_record(job: ShardJob, items: list[WorkItem]) -> dict:
     }
 
 
+def _clean_side_temporaries(dest: str) -> None:
+    """Drop temporaries of side files left by a killed run (``.shard_count.json.tmp-…``, ``.00001.tar.idx.json.tmp-…``).
+
+    ShardWriter cleans its own shard temporaries but not those of the count file and indexes.
+    """
+    if storage.is_s3(dest) or not os.path.isdir(dest):
+        return
+    for name in os.listdir(dest):
+        base = name[1:].split(".tmp-", 1)[0] if name.startswith(".") and ".tmp-" in name else None
+        if base in (COUNT_FILE, JOB_FILE, FAILURES_FILE) or (base and base.endswith(INDEX_SUFFIX)):
+            os.unlink(os.path.join(dest, name))
+
+
 def _check_record(job: ShardJob, record: dict) -> None:
     path = storage.join(job.dest, JOB_FILE)
     if job.resume and storage.exists(path):
@@ -173,6 +187,7 @@ def run_shard_job(
         raise FgdataError("--workers must be at least 1")
     items = load_items(job)
     order = input_order(len(items), job.shuffle_seed)
+    _clean_side_temporaries(job.dest)
     _check_record(job, job_record(job, items))
     if on_start:
         on_start(len(items))
