@@ -36,6 +36,8 @@ def prepare_cifar10(data_root: str | os.PathLike[str] | None = None, source: str
         local = dest.parent / CIFAR10_TARBALL
         source = local if local.is_file() else download_cifar10(
             dest.parent, progress=(lambda d, t: progress("download", d, t)) if progress else None)
+    if not Path(source).is_file():
+        raise FgdataError(f"{source}: no such file (expected {CIFAR10_TARBALL})")
     md5 = file_md5(source)
     if md5 != CIFAR10_MD5 and not skip_md5:
         raise FgdataError(
