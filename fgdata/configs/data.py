@@ -34,6 +34,16 @@ from fgdata.prepare.paths import (
 )
 
 _RAW = {"real_raw": "jpg", "condition_raw": "txt"}
+# What the three raw-video presets share (81 frames at 832x480, two workers, trainer-filled resume).
+_VIDEO = dict(
+    sequence_length=81,
+    img_size=(832, 480),
+    video_keys=("real_raw",),
+    decoder_type="segment",
+    target_fps=None,
+    num_workers=2,
+    sampler_start_idx=None,
+)
 _LATENT = {"real": "latent.pth", "condition": "txt_emb.pth"}
 # The relative neg-embedding path resolves against the datatag's parent.
 _NEG_EMB = {"neg_condition": "neg_prompt_emb.npy"}
@@ -70,13 +80,7 @@ VideoLoaderConfig: LazyConfig = LazyCall(VideoWDSLoader)(
     batch_size=2,
     key_map={"real_raw": "mp4", "condition_raw": "txt"},
     presets_map={"neg_condition_raw": "neg_prompt_wan"},
-    sequence_length=81,
-    img_size=(832, 480),
-    video_keys=("real_raw",),
-    decoder_type="segment",
-    target_fps=None,
-    num_workers=2,
-    sampler_start_idx=None,
+    **_VIDEO,
 )
 
 VideoAudioLoaderConfig: LazyConfig = LazyCall(AudioVideoWDSLoader)(
@@ -84,14 +88,8 @@ VideoAudioLoaderConfig: LazyConfig = LazyCall(AudioVideoWDSLoader)(
     batch_size=1,
     key_map={"real_raw": "mp4", "condition_raw": "txt"},
     presets_map={"neg_condition_raw": "neg_prompt_ltx2"},
-    sequence_length=81,
-    img_size=(832, 480),
-    video_keys=("real_raw",),
-    decoder_type="segment",
-    target_fps=None,
     target_sample_rate=None,
-    num_workers=2,
-    sampler_start_idx=None,
+    **_VIDEO,
 )
 
 #: Output names ``camera_poses`` / ``camera_intrinsics`` are fgdata-defined [INF].
@@ -105,13 +103,7 @@ CameraVideoLoaderConfig: LazyConfig = LazyCall(CameraVideoWDSLoader)(
         "camera_intrinsics": "intrinsics.npy",
     },
     presets_map={"neg_condition_raw": "neg_prompt_lingbot_world"},
-    sequence_length=81,
-    img_size=(832, 480),
-    video_keys=("real_raw",),
-    decoder_type="segment",
-    target_fps=None,
-    num_workers=2,
-    sampler_start_idx=None,
+    **_VIDEO,
 )
 
 ImageLatentLoaderConfig: LazyConfig = LazyCall(WDSLoader)(

@@ -93,8 +93,7 @@ class _DropLog:
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
 
-    def record(self, reason: str, where: str) -> None:
-        kind = reason.split(":", 1)[0]
+    def record(self, kind: str, reason: str, where: str) -> None:
         self.counts[kind] += 1
         n = self.counts[kind]
         if n <= 5 or n % 1000 == 0:
@@ -359,10 +358,13 @@ class BaseWDSLoader:
         batch["__drops__"] = drops
         return batch
 
-    def _fail(self, where: str, reason: str, drop_log: _DropLog) -> None:
+    def _fail(self, where: str, exc: BaseException, drop_log: _DropLog) -> None:
+        """Raise under ``strict``; otherwise count the drop by kind and log it (rate-limited)."""
+        reason = str(exc) or type(exc).__name__
         if self.strict:
-            raise FgdataError(f"{where}: {reason} (strict=True)")
-        drop_log.record(reason, where)
+            raise FgdataError(f"{where}: {reason} (strict=True)") from exc
+        kind = reason.split(":", 1)[0] if isinstance(exc, SampleDropped) else type(exc).__name__
+        drop_log.record(kind, reason, where)
 
     def _deterministic_batches(self, start: int, worker: int, num_workers: int) -> Iterator[dict[str, Any]]:
         assert self._plan is not None
@@ -406,7 +408,7 @@ class BaseWDSLoader:
                 ctx = SampleContext(np.random.default_rng(entropy), position)
                 return self._build(sample, ref.path, ctx), attempt
             except (SampleDropped, FgdataError, OSError, ValueError, EOFError, RuntimeError) as exc:
-                self._fail(where, str(exc) or type(exc).__name__, drop_log)
+                self._fail(where, exc, drop_log)
         raise FgdataError(
             f"{self.max_consecutive_errors + 1} consecutive unusable samples from position {position}; "
             "run `fgdata verify` and pass its ignore index"
@@ -416,7 +418,7 @@ class BaseWDSLoader:
         try:
             return self._build(sample, ref.path, ctx)
         except (SampleDropped, FgdataError, OSError, ValueError, EOFError, RuntimeError) as exc:
-            self._fail(f"{ref.path} key {sample.key!r}", str(exc) or type(exc).__name__, drop_log)
+            self._fail(f"{ref.path} key {sample.key!r}", exc, drop_log)
             return None
 
     def _shard_samples(self, ref: ShardRef, ignored: frozenset[str], drop_log: _DropLog) -> Iterator[Sample]:
@@ -426,7 +428,7 @@ class BaseWDSLoader:
                 if sample.key not in ignored:
                     yield sample
         except DamagedShardError as exc:
-            self._fail(ref.path, f"damaged shard: {exc.reason}", drop_log)
+            self._fail(ref.path, SampleDropped(f"damaged shard: {exc.reason}"), drop_log)
 
     def _training_batches(self, epoch: int, worker: int, num_workers: int) -> Iterator[dict[str, Any]]:
         rng = np.random.default_rng([self.seed, self.rank, worker, epoch])
@@ -684,11 +686,21 @@ class AudioVideoWDSLoader(VideoWDSLoader):
         return value
 
     def _finish(self, samples: list[dict[str, Any]], drops: int, positions: list[int] | None = None) -> dict[str, Any]:
+        """Collate; audio that cannot stack (mixed presence or lengths) stays a per-sample list, with a warning."""
+        loose: dict[str, list] = {}
         for key in self.video_keys:
-            kinds = {("audio" in s[key]) if isinstance(s.get(key), dict) else None for s in samples}
-            if len(kinds) > 1:
-                self._warn_once(f"mixed:{key}", f"a batch of {key!r} mixes clips with and without audio; 'audio' is then a list")
-        return super()._finish(samples, drops, positions)
+            values = [s.get(key) for s in samples]
+            shapes = {None if not isinstance(v, dict) or "audio" not in v else tuple(v["audio"].shape) for v in values}
+            if len(shapes) > 1:
+                self._warn_once(f"mixed:{key}", f"a batch of {key!r} mixes audio rates or presence ({shapes}); 'audio' is a list")
+                loose[key] = [v.pop("audio", None) if isinstance(v, dict) else None for v in values]
+        batch = super()._finish(samples, drops, positions)
+        if loose:
+            import torch
+
+            for key, audio in loose.items():
+                batch[key]["audio"] = [None if a is None else torch.as_tensor(a) for a in audio]
+        return batch
 
 
 class CameraVideoWDSLoader(VideoWDSLoader):

@@ -120,6 +120,10 @@ def test_audio_video_modality_dict(video_shards):
     assert with_audio["audio"].shape == (1, 2, round(12 * 16000 / 24)) and with_audio["audio"].dtype == torch.float32
     assert float(with_audio["audio"].abs().max()) > 0.05
     assert set(batches[3]["real_raw"]) == {"video"}  # clip 3 has no audio stream: audio omitted
+    mixed = list(AudioVideoWDSLoader(["WDS:" + video_shards], batch_size=2, num_workers=0, deterministic=True,
+                                     sequence_length=12, img_size=(32, 32), train=False))[1]["real_raw"]
+    assert mixed["video"].shape == (2, 3, 12, 32, 32)
+    assert mixed["audio"][0].shape[0] == 2 and mixed["audio"][1] is None  # cannot stack: a list, with a warning
 
 
 def test_camera_loader_slices_and_rescales(video_shards):

@@ -1,0 +1,324 @@
+"""fgdata's WDS loaders vs a reference pipeline written to the reference's behaviour, on the same shards, in one run.
+
+Reference pipelines (what FastGen's loaders do per sample):
+* images: webdataset tar iteration + full Pillow decode + full BICUBIC resize + centre crop;
+* video: webdataset + PyAV rgb24 decode of every frame from the start at full size + torch
+  antialiased bicubic resize;
+* latents: webdataset with its default decoders (``torch.load`` of each ``.pth``).
+
+Figures, one process each (per-worker throughput), best of ``--repeats`` passes over warm
+page cache:
+1. ImageWDSLoader samples/s vs reference (target >= 2x);
+2. VideoWDSLoader clips/s vs reference (target >= 3x);
+3. WDSLoader on latent shards MB/s vs reference (target >= 1.5x);
+4. bytes read per epoch in deterministic mode with 2 workers / dataset bytes (target <= 1.05;
+   the reference reads every byte once per worker, D-10);
+5. time to first batch when resuming at positions deep inside a 1,000-sample shard / at 0
+   (target <= 2x).
+
+Run: ``python benchmarks/bench_loaders.py [--repeats 3] [--out benchmarks/results_loaders.md]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from fractions import Fraction
+import io
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "examples" / "data"
+sys.path.insert(0, str(REPO))
+
+from fgdata.loaders import ImageWDSLoader, VideoWDSLoader, WDSLoader  # noqa: E402
+from fgdata.media import probe_video, reference_decode_clip, reference_image_transform  # noqa: E402
+from fgdata.shards import ShardWriter  # noqa: E402
+
+warnings.filterwarnings("ignore", message="deterministic mode")
+IMAGE_RES = (256, 128, 64)
+VIDEO_FRAMES, VIDEO_SIZE = 16, (416, 240)
+
+
+def _jpeg(im, quality=90) -> bytes:
+    b = io.BytesIO()
+    im.save(b, "JPEG", quality=quality)
+    return b.getvalue()
+
+
+def build_images(dest: str, n: int) -> None:
+    """``n`` JPEGs of 500 px to 1000 px (the bundled photos, resized and mirrored for variety)."""
+    from PIL import Image
+
+    srcs = [Image.open(p).convert("RGB") for p in sorted(DATA.iterdir()) if p.suffix in (".jpg", ".png")]
+    with ShardWriter(dest, maxcount=100) as w:
+        for i in range(n):
+            im = srcs[i % len(srcs)]
+            side = 500 + (i * 37) % 501
+            im = im.resize((side, int(side * im.height / im.width)), Image.BICUBIC)
+            if i // len(srcs) % 2:
+                im = im.transpose(Image.FLIP_LEFT_RIGHT)
+            w.write(f"sample_{i:06d}", {"jpg": _jpeg(im), "txt": f"caption {i}".encode()})
+
+
+def build_videos(dest: str, n: int) -> None:
+    """Big Buck Bunny (720p) re-encoded with a 1 s GOP, as prepared training clips usually are.
+
+    The bundled file has a single keyframe, which would hide what seeking saves.
+    """
+    import av
+
+    frames = []
+    with av.open(str(DATA / "bigbuckbunny.mp4")) as c:
+        for f in c.decode(video=0):
+            frames.append(f.reformat(format="yuv420p"))
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        vs = out.add_stream("libx264", rate=25, options={"preset": "veryfast", "g": "25"})
+        vs.width, vs.height, vs.pix_fmt = frames[0].width, frames[0].height, "yuv420p"
+        for i, f in enumerate(frames):
+            f.pts, f.time_base = i, Fraction(1, 25)
+            for p in vs.encode(f):
+                out.mux(p)
+        for p in vs.encode():
+            out.mux(p)
+    clip = buf.getvalue()
+    with ShardWriter(dest, maxcount=8) as w:
+        for i in range(n):
+            w.write(f"clip_{i:06d}", {"mp4": clip, "txt": f"clip {i}".encode()})
+
+
+def build_latents(dest: str, n: int, per_shard: int = 16) -> None:
+    """Wan-like latent shards: latent [16,21,30,52] float32 + txt_emb [512,4096] bf16 (about 6 MB/sample)."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    with ShardWriter(dest, maxcount=per_shard) as w:
+        for i in range(n):
+            members = {}
+            for ext, t in (("latent.pth", torch.randn((16, 21, 30, 52), generator=g)),
+                           ("txt_emb.pth", torch.randn((512, 4096), generator=g).bfloat16())):
+                b = io.BytesIO()
+                torch.save(t, b)
+                members[ext] = b.getvalue()
+            w.write(f"sample_{i:06d}", members)
+
+
+def build_resume(dest: str) -> None:
+    """2 shards x 1,000 small image samples, for time-to-first-batch at any position."""
+    from PIL import Image
+
+    im = Image.open(DATA / "rocket.jpg").convert("RGB").resize((128, 96))
+    data = _jpeg(im)
+    with ShardWriter(dest, maxcount=1000) as w:
+        for i in range(2000):
+            w.write(f"sample_{i:06d}", {"jpg": data, "txt": f"caption {i}".encode()})
+
+
+def shard_list(d: str) -> list[str]:
+    return sorted(str(p) for p in Path(d).glob("*.tar"))
+
+
+def best_rate(fn: Callable[[], int], repeats: int) -> float:
+    """Items per second of the fastest of ``repeats`` runs of ``fn`` (which returns the item count)."""
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        n = fn()
+        rates.append(n / (time.perf_counter() - t0))
+    return max(rates)
+
+
+def batched(items: Iterable, size: int) -> Iterable[list]:
+    batch = []
+    for x in items:
+        batch.append(x)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def ref_wds(shards: list[str], decode: bool = False):
+    import webdataset as wds
+
+    ds = wds.WebDataset(shards, shardshuffle=False, empty_check=False)
+    return ds.decode() if decode else ds
+
+
+def bench_images(d: str, res: int, repeats: int, batch: int = 16) -> tuple[float, float]:
+    import torch
+
+    def reference() -> int:
+        n = 0
+        for samples in batched(ref_wds(shard_list(d)), batch):
+            torch.stack([torch.from_numpy(reference_image_transform(s["jpg"], res)) for s in samples])
+            n += len(samples)
+        return n
+
+    def fgdata() -> int:
+        loader = ImageWDSLoader(["WDS:" + d], batch_size=batch, input_res=res, num_workers=0, train=False,
+                                partial=True, key_map={"real_raw": "jpg", "condition_raw": "txt"})
+        return sum(len(b["fname"]) for b in loader)
+
+    return best_rate(fgdata, repeats), best_rate(reference, repeats)
+
+
+def bench_videos(d: str, repeats: int) -> tuple[float, float]:
+    import torch
+
+    def starts():
+        """The same uniform segment starts for both pipelines (A-26), seeded."""
+        rng = np.random.default_rng(0)
+        return rng
+
+    def reference() -> int:
+        rng, n = starts(), 0
+        for s in ref_wds(shard_list(d)):
+            info = probe_video(s["mp4"])
+            span = info.duration - (VIDEO_FRAMES + 1) / info.fps
+            t0 = float(rng.uniform(0, span)) if span > 0 else 0.0
+            torch.from_numpy(reference_decode_clip(s["mp4"], sequence_length=VIDEO_FRAMES, img_size=VIDEO_SIZE, start_time=t0))
+            n += 1
+        return n
+
+    def fgdata() -> int:
+        loader = VideoWDSLoader(["WDS:" + d], batch_size=1, sequence_length=VIDEO_FRAMES, img_size=VIDEO_SIZE,
+                                num_workers=0, train=False, seed=0)
+        return sum(len(b["fname"]) for b in loader)
+
+    return best_rate(fgdata, repeats), best_rate(reference, repeats)
+
+
+def bench_latents(d: str, repeats: int, batch: int = 4) -> tuple[float, float, float]:
+    import torch
+
+    from fgdata.loaders.collate import collate_samples
+
+    mb = sum(os.path.getsize(p) for p in shard_list(d)) / 1e6
+    n_samples = sum(1 for _ in ref_wds(shard_list(d)))
+
+    def reference() -> int:
+        for samples in batched(ref_wds(shard_list(d), decode=True), batch):
+            collate_samples([{"real": s["latent.pth"], "condition": s["txt_emb.pth"]} for s in samples])
+        return n_samples
+
+    def fgdata() -> int:
+        loader = WDSLoader(["WDS:" + d], batch_size=batch, num_workers=0, train=False, partial=True)
+        for b in loader:
+            assert isinstance(b["real"], torch.Tensor)
+        return n_samples
+
+    f, r = best_rate(fgdata, repeats), best_rate(reference, repeats)
+    per = mb / n_samples
+    return f * per, r * per, mb
+
+
+def _rchar() -> int:
+    with open("/proc/self/io") as f:
+        return int(next(line for line in f if line.startswith("rchar")).split()[1])
+
+
+def bench_bytes(d: str, workers: int = 2) -> tuple[float, float]:
+    """rchar of both workers' share of one epoch (run in this process, one after the other) / dataset bytes."""
+    total = sum(os.path.getsize(p) for p in shard_list(d))
+    loader = WDSLoader(["WDS:" + d], batch_size=4, deterministic=True, num_workers=workers,
+                       key_map={"real": "latent.pth", "condition": "txt_emb.pth"})
+    per_epoch = len(loader)
+    batches_per_worker = -(-per_epoch // (4 * workers))
+    before = _rchar()
+    for w in range(workers):
+        it = loader.worker_batches(0, 0, w, workers)
+        for _ in range(batches_per_worker):
+            next(it)
+        it.close()
+    fg = (_rchar() - before) / total
+    before = _rchar()
+    for _ in range(workers):  # the reference: every worker reads every shard and keeps its share
+        for _s in ref_wds(shard_list(d)):
+            pass
+    return fg, (_rchar() - before) / total
+
+
+def bench_ttfb(d: str, positions: list[int], repeats: int) -> dict[int, tuple[float, float]]:
+    """Median time from construction to the first batch, fgdata vs a webdataset skip to the same position."""
+    out = {}
+    for pos in positions:
+        fg, ref = [], []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            loader = ImageWDSLoader(["WDS:" + d], batch_size=8, input_res=64, deterministic=True, num_workers=0,
+                                    sampler_start_idx=pos, shard_count_file=d + "/shard_count.json",
+                                    key_map={"real_raw": "jpg", "condition_raw": "txt"})
+            next(iter(loader))
+            fg.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            it = iter(ref_wds(shard_list(d)))
+            for _ in range(pos):
+                next(it)
+            [reference_image_transform(next(it)["jpg"], 64) for _ in range(8)]
+            ref.append(time.perf_counter() - t0)
+        out[pos] = (statistics.median(fg), statistics.median(ref))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--images", type=int, default=240)
+    ap.add_argument("--videos", type=int, default=8)
+    ap.add_argument("--latents", type=int, default=48)
+    ap.add_argument("--out", default=None, help="write the markdown table here")
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)  # one worker = one core
+    rows: list[tuple[str, str, str, str, str]] = []
+    with tempfile.TemporaryDirectory(prefix="fgdata-bench-") as tmp:
+        t = Path(tmp)
+        print("building shards ...", flush=True)
+        build_images(str(t / "img"), args.images)
+        build_videos(str(t / "vid"), args.videos)
+        build_latents(str(t / "lat"), args.latents)
+        build_resume(str(t / "res"))
+
+        for res in IMAGE_RES:
+            f, r = bench_images(str(t / "img"), res, args.repeats)
+            rows.append((f"ImageWDSLoader, {args.images} JPEGs 500-1000 px -> {res}², samples/s", f"{f:.1f}", f"{r:.1f}", f"{f / r:.2f}x", ">= 2x"))
+            print(rows[-1], flush=True)
+        f, r = bench_videos(str(t / "vid"), args.repeats)
+        rows.append((f"VideoWDSLoader, 1280x720 h264 (1 s GOP) -> {VIDEO_FRAMES}x{VIDEO_SIZE[1]}x{VIDEO_SIZE[0]}, clips/s", f"{f:.2f}", f"{r:.2f}", f"{f / r:.2f}x", ">= 3x"))
+        print(rows[-1], flush=True)
+        f, r, mb = bench_latents(str(t / "lat"), args.repeats)
+        rows.append((f"WDSLoader, latent .pth shards ({mb:.0f} MB), MB/s", f"{f:.0f}", f"{r:.0f}", f"{f / r:.2f}x", ">= 1.5x"))
+        print(rows[-1], flush=True)
+        fg, ref = bench_bytes(str(t / "lat"))
+        rows.append(("Deterministic, 2 workers: bytes read per epoch / dataset bytes", f"{fg:.3f}", f"{ref:.3f}", f"{ref / fg:.2f}x less", "<= 1.05"))
+        print(rows[-1], flush=True)
+        ttfb = bench_ttfb(str(t / "res"), [0, 500, 999, 1500], args.repeats)
+        base = ttfb[0][0]
+        for pos, (fg_t, ref_t) in ttfb.items():
+            rows.append((f"Time to first batch resuming at {pos} (2 x 1,000-sample shards), s; ratio to position 0",
+                         f"{fg_t:.3f} ({fg_t / base:.2f}x)", f"{ref_t:.3f} ({ref_t / ttfb[0][1]:.2f}x)", f"{ref_t / fg_t:.2f}x", "<= 2x of position 0"))
+            print(rows[-1], flush=True)
+
+    table = ["| measurement | fgdata | reference | fgdata vs reference | target |", "|---|---|---|---|---|"]
+    table += [f"| {' | '.join(r)} |" for r in rows]
+    text = "\n".join(table)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
