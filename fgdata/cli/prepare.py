@@ -101,7 +101,7 @@ def prepare(
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="imagenet-256: images per VAE call."),
     dtype: str = typer.Option("float32", "--dtype", help="imagenet-256: float32 (reference numerics) or bfloat16."),
 ) -> None:
-    """Build the class-conditional zips FastGen reads, under the data root with the exact names of COMPAT.md.
+    """Build the class-conditional dataset zips that FastGen-style training reads, under the data root, with the exact file names it expects.
 
     Example: fgdata prepare cifar10 --source ~/cifar-10-python.tar.gz ;
     fgdata prepare imagenet-64 --imagenet-source /data/imagenet ;
