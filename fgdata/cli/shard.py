@@ -125,8 +125,7 @@ def images_cmd(
 
     Example: fgdata shard images ./photos s3://bucket/photos-wds --maxcount 1000 --workers 8
 
-    Each sample holds the image, a json (metadata plus width, height, mode) and a txt caption.
-    Undecodable images go to DST/failures.json.
+    Each sample holds the image, a json (metadata plus width, height, mode) and a txt caption. Undecodable images go to DST/failures.json.
     """
     from fgdata.engine import ShardOptions
 
@@ -160,10 +159,9 @@ def videos_cmd(
 
     Example: fgdata shard videos ./clips ./clips-wds --clip-seconds 5 --workers 4
 
-    The container bytes are kept unless --clip-seconds, --fps or --max-side is given. The json
-    member records duration, fps, frame_count, size, codec, keyframe_times and the audio track.
-    NAME.poses.npy [T,4,4] and NAME.intrinsics.npy [T,4] are checked against the frame count
-    and stored as poses.npy / intrinsics.npy (sliced and rescaled with each clip).
+    The container bytes are kept unless --clip-seconds, --fps or --max-side is given. The json member records duration, fps, frame_count, size, codec, keyframe_times and the audio track.
+
+    NAME.poses.npy [T,4,4] and NAME.intrinsics.npy [T,4] are checked against the frame count and stored as poses.npy / intrinsics.npy (sliced and rescaled with each clip).
     """
     from fgdata.engine import ShardOptions
 
@@ -203,8 +201,7 @@ def estimate_cmd(
 
     Example: fgdata camera estimate clips/walk.mp4
 
-    Writes walk.poses.npy [T,4,4] (camera-to-world, OpenCV) and walk.intrinsics.npy [T,4]
-    (fx, fy, cx, cy), checked against the video's frame count, so `fgdata shard videos` picks them up.
+    Writes walk.poses.npy [T,4,4] (camera-to-world, OpenCV) and walk.intrinsics.npy [T,4] (fx, fy, cx, cy), checked against the video's frame count, so `fgdata shard videos` picks them up.
     """
     from fgdata.engine.camera import estimate_camera
 
