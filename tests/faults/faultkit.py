@@ -231,9 +231,9 @@ def check_final_names(root: Path, reference: dict[str, str], exact: Callable[[st
     uninterrupted run's; every other JSON must parse (a count file may list fewer shards).
     """
     for p in sorted(root.rglob("*")):
-        if not p.is_file() or is_temporary(p.name):
-            continue
         rel = p.relative_to(root).as_posix()
+        if not p.is_file() or any(is_temporary(part) for part in rel.split("/")):
+            continue  # temporary names and hidden work folders are a job's private state
         if exact(rel):
             assert rel in reference, f"{rel}: not produced by an uninterrupted run"
             assert hashlib.sha256(p.read_bytes()).hexdigest() == reference[rel], f"{rel}: partial or different bytes under a final name"
