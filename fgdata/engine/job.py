@@ -25,7 +25,7 @@ from fgdata import storage
 from fgdata.engine.local import ProgressFn, write_range
 from fgdata.engine.transform import ShardOptions
 from fgdata.errors import FgdataError, ShardError
-from fgdata.shards import COUNT_FILE, INDEX_SUFFIX, Failure, ShardWriter
+from fgdata.shards import Failure, ShardWriter
 from fgdata.sources.folder import WorkItem
 
 JOB_FILE = "shard_job.json"
@@ -109,15 +109,15 @@ def job_record(job: ShardJob, items: list[WorkItem]) -> dict:
 
 
 def _clean_side_temporaries(dest: str) -> None:
-    """Drop temporaries of side files left by a killed run (``.shard_count.json.tmp-…``, ``.00001.tar.idx.json.tmp-…``).
+    """Drop temporaries of the job's own side files left by a killed run (``.failures.json.tmp-…``).
 
-    ShardWriter cleans its own shard temporaries but not those of the count file and indexes.
+    ShardWriter cleans those of shards, indexes and the count file.
     """
     if storage.is_s3(dest) or not os.path.isdir(dest):
         return
     for name in os.listdir(dest):
         base = name[1:].split(".tmp-", 1)[0] if name.startswith(".") and ".tmp-" in name else None
-        if base in (COUNT_FILE, JOB_FILE, FAILURES_FILE) or (base and base.endswith(INDEX_SUFFIX)):
+        if base in (JOB_FILE, FAILURES_FILE):
             os.unlink(os.path.join(dest, name))
 
 

@@ -15,12 +15,13 @@ import re
 import shutil
 import tarfile
 import tempfile
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from fgdata import storage
 from fgdata.errors import ShardError
-from fgdata.shards.index import COUNT_FILE, index_path, parse_index, write_index, write_shard_counts
+from fgdata.shards.index import COUNT_FILE, INDEX_SUFFIX, index_path, parse_index, write_index, write_shard_counts
 from fgdata.shards.keys import validate_extension, validate_key
 from fgdata.shards.scan import BLOCK, SampleEntry, ShardScan
 
@@ -58,7 +59,32 @@ class WriteSummary:
     counts: dict[str, int]
 
 
+_USTAR_LIMIT = 0o77777777777  # the largest size an 11-digit octal field holds
+
+
 def _member_header(name: str, size: int) -> bytes:
+    """The tar header of one member, identical to ``TarInfo.tobuf(PAX_FORMAT)`` for our fixed fields.
+
+    Short ASCII names (the common case) are packed directly, several times faster than
+    building a TarInfo; anything else (long or non-ASCII names, huge members) goes through
+    tarfile, which adds the PAX records.
+    """
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) < 100 and raw.isascii() and size <= _USTAR_LIMIT:
+        header = bytearray(BLOCK)
+        header[0 : len(raw)] = raw
+        header[100:108] = b"0000644\0"
+        header[108:116] = b"0000000\0"
+        header[116:124] = b"0000000\0"
+        header[124:136] = b"%011o\0" % size
+        header[136:148] = b"%011o\0" % MTIME
+        header[148:156] = b"        "
+        header[156] = ord("0")
+        header[257:265] = b"ustar\x0000"
+        # The byte sum, from Adler-32's low half (1 + sum mod 65521): exact here, since a
+        # header with a sub-100-byte ASCII name sums to far less than 65521.
+        header[148:155] = b"%06o\0" % ((zlib.adler32(header) & 0xFFFF) - 1)
+        return bytes(header)
     info = tarfile.TarInfo(name)
     info.size = size
     info.mtime = MTIME
@@ -141,7 +167,11 @@ class ShardWriter:
         if self.remote or not os.path.isdir(self.dest):
             return
         for name in os.listdir(self.dest):
-            if name.startswith(".") and ".tmp-" in name and self._regex.match(name[1:].split(".tmp-")[0]):
+            if not (name.startswith(".") and ".tmp-" in name):
+                continue
+            target = name[1:].split(".tmp-")[0]
+            shard = target[: -len(INDEX_SUFFIX)] if target.endswith(INDEX_SUFFIX) else target
+            if target == COUNT_FILE or self._regex.match(shard):
                 os.unlink(os.path.join(self.dest, name))
 
     def _start_over(self) -> ResumePoint:
@@ -252,9 +282,7 @@ class ShardWriter:
         end = self._bytes + 2 * BLOCK
         total = (end + RECORD - 1) // RECORD * RECORD
         self._file.write(b"\0" * (total - self._bytes))
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
+        self._file.close()  # no fsync: the rename is atomic against a crashed process, which is what resume relies on
         self._file = None
         name = self._shard_name(self._shard_no)
         final = storage.join(self.dest, name)

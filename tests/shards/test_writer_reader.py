@@ -216,3 +216,25 @@ def test_discovery_sorts_by_integer_stem_and_falls_back(tmp_path):
     assert [os.path.basename(p) for p in discover_shards(str(d))] == ["00002.TAR", "9.tar", "10.tar"]
     (d / "x.tar").write_bytes(b"")
     assert [os.path.basename(p) for p in discover_shards(str(d))] == ["00002.TAR", "10.tar", "9.tar", "x.tar"]
+
+
+@pytest.mark.parametrize(
+    "name,size",
+    [("sample_000000.jpg", 0), ("a/b/c.txt", 511), ("x" * 99, 10**10), ("x" * 100, 5), ("é/k.txt", 3), ("k.jpg", 2**40)],
+)
+def test_packed_headers_equal_tarfile(name, size):
+    from fgdata.shards.writer import _member_header
+
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode, info.uid, info.gid, info.uname, info.gname = size, 0, 0o644, 0, 0, "", ""
+    assert _member_header(name, size) == info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+
+
+def test_stale_side_file_temporaries_are_cleaned(tmp_path):
+    dest = tmp_path / "s"
+    dest.mkdir()
+    for junk in [".shard_count.json.tmp-1-ab", ".00000.tar.idx.json.tmp-2-cd", ".00001.tar.tmp-3"]:
+        (dest / junk).write_bytes(b"partial")
+    (dest / ".unrelated.tmp-4").write_bytes(b"keep")
+    ShardWriter(str(dest)).close()
+    assert sorted(p.name for p in dest.iterdir()) == [".unrelated.tmp-4", "shard_count.json"]
