@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -179,8 +180,9 @@ def _write_task(dest: str, command: str, task: Task, results: Iterable[Result], 
     try:
         for r in results:
             if r.members is None:
-                writer.fail(r.pos, r.key, r.reason)
-                failures.append({"input": f"{task.source or task.name}#{r.key}", "reason": r.reason})
+                reason = re.sub(r" at 0x[0-9a-fA-F]+", "", r.reason)  # object addresses would break byte-identity
+                writer.fail(r.pos, r.key, reason)
+                failures.append({"input": f"{task.source or task.name}#{r.key}", "reason": reason})
             else:
                 writer.write(r.key, r.members, input_pos=r.pos)
     except BaseException:

@@ -1,0 +1,321 @@
+"""encode latents / text / neg-prompt and kd pairs / paths, end to end with tiny from_pretrained models.
+
+The outputs are read back through the loader presets (COMPAT §4.3) exactly as a trainer would."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fgdata.shards import iter_samples, read_shard_counts
+
+from .conftest import PROMPTS, write_shards
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load(data: bytes):
+    return torch.load(io.BytesIO(data), weights_only=True)
+
+
+def samples(dest: Path) -> dict[str, dict[str, bytes]]:
+    from fgdata.shards import discover_shards
+
+    return {s.key: s.members for shard in discover_shards(str(dest)) for s in iter_samples(shard)}
+
+
+def first_batch(cfg, dest: Path, **fields):
+    from fgdata.configs import instantiate
+
+    cfg = cfg.copy()
+    cfg.datatags = ["WDS:" + str(dest)]
+    cfg.batch_size = 2
+    cfg.num_workers = 0
+    cfg.deterministic = True
+    cfg.train = False
+    for k, v in fields.items():
+        setattr(cfg, k, v)
+    return next(iter(instantiate(cfg)))
+
+
+def cli_process(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """The console entry in a fresh process (one-line errors, exit codes); costs the imports, so used sparingly."""
+    return subprocess.run([sys.executable, "-m", "fgdata.cli.main", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+class Ran:
+    def __init__(self, result):
+        self.returncode, self.stdout, self.exception = result.exit_code, result.stdout, result.exception
+        self.stderr = repr(result.exception)
+
+
+def cli(*args: str) -> Ran:
+    """The Typer app in this process (models and imports stay warm)."""
+    from typer.testing import CliRunner
+
+    from fgdata.cli.main import app
+
+    return Ran(CliRunner().invoke(app, list(args), catch_exceptions=True))
+
+
+@pytest.fixture(scope="module")
+def image_latents(tmp_path_factory, models, image_shards) -> Path:
+    """Latents + text embeddings merged in place + neg_prompt_emb.npy beside the shards, all through the CLI."""
+    dst = tmp_path_factory.mktemp("lat") / "shards"
+    r = cli("encode", "latents", str(image_shards), str(dst), "--vae", str(models["vae"]), "--size", "64",
+            "--batch-size", "4", "-q")
+    assert r.returncode == 0, r.stderr
+    assert "6 written, 1 failed" in r.stdout
+    r = cli("encode", "text", str(image_shards), str(dst), "--into", str(dst), "--encoder", str(models["t5"]),
+            "--max-length", "24", "-q")
+    assert r.returncode == 0, r.stderr
+    r = cli("encode", "neg-prompt", "--preset", "neg_prompt_wan", "--encoder", str(models["t5"]), "--max-length", "24",
+            "-o", str(dst.parent / "neg_prompt_emb.npy"))
+    assert r.returncode == 0, r.stderr
+    return dst
+
+
+def test_image_latents_members_provenance_and_loader(image_latents, image_shards, models):
+    got = samples(image_latents)
+    assert sorted(got) == [f"sample_{i:06d}" for i in range(6)]  # the broken image is a reported failure
+    first = got["sample_000000"]
+    assert sorted(first) == ["json", "latent.pth", "txt", "txt_emb.pth"]  # media dropped, txt/json kept
+    assert load(first["latent.pth"]).shape == (4, 8, 8) and load(first["latent.pth"]).dtype == torch.float32
+    meta = json.loads(first["json"])
+    assert meta["score"] == 0 and meta["latent"]["flip"] is False and meta["txt_emb"]["padding"] == "zero"
+
+    # Model space: the stored latent is the VAE's posterior mean times the SD scaling factor.
+    from diffusers import AutoencoderKL
+
+    from fgdata.media.image import load_image_for_training
+
+    src = next(iter_samples(str(image_shards / "00000.tar")))
+    ext = next(e for e in src.members if e in ("png", "jpg"))
+    x = torch.from_numpy(load_image_for_training(src.members[ext], 64, fast=False))[None]
+    with torch.inference_mode():
+        mean = AutoencoderKL.from_pretrained(str(models["vae"])).encode(x).latent_dist.mean[0]
+    torch.testing.assert_close(load(first["latent.pth"]), mean * 0.18215, rtol=1e-4, atol=1e-5)
+
+    prov = json.loads((image_latents / "provenance.json").read_text())["jobs"]
+    assert prov["latents"]["latent_space"] == {"normalization": "global", "formula": "(z - shift_factor) * scaling_factor",
+                                               "scaling_factor": 0.18215, "shift_factor": 0.0}
+    assert prov["latents"]["samples"] == 6 and prov["latents"]["failed"] == 1
+    assert prov["text"]["shape"] == [24, 32] and "zero" in prov["text"]["padding_semantics"]
+    failures = json.loads((image_latents / "failures-latents.json").read_text())
+    assert [f["input"].rsplit("#", 1)[1] for f in failures] == ["sample_000006"]
+    assert read_shard_counts(str(image_latents / "shard_count.json")) == {"00000.tar": 3, "00001.tar": 3}
+
+    neg = np.load(image_latents.parent / "neg_prompt_emb.npy", allow_pickle=False)
+    assert neg.shape == (24, 32) and neg.dtype == np.float32
+
+    from fgdata.configs import ImageLatentLoaderConfig
+
+    batch = first_batch(ImageLatentLoaderConfig, image_latents)  # relative files_map: the datatag's parent (A-9)
+    assert batch["real"].shape == (2, 4, 8, 8) and batch["real"].dtype == torch.float32
+    assert batch["condition"].shape == (2, 24, 32)
+    assert batch["neg_condition"].shape == (2, 24, 32)
+    assert batch["fname"] == ["sample_000000", "sample_000001"]
+
+
+def test_text_padding_semantics(tmp_path, models, image_shards):
+    from fgdata.encode.text import encode_text, load_text_encoder
+
+    t5 = load_text_encoder(str(models["t5"]), max_length=24)
+    emb = t5.encode(["ab", ""])
+    # ByT5: "ab" is 2 byte tokens + EOS; everything after the prompt's 3 tokens is exactly zero.
+    assert emb[0, :3].abs().sum() > 0 and emb[0, 3:].abs().sum() == 0
+    assert emb[1, :1].abs().sum() > 0 and emb[1, 1:].abs().sum() == 0
+
+    encode_text(str(image_shards), str(tmp_path / "clip"), encoder=str(models["clip"]), batch_size=3)
+    got = samples(tmp_path / "clip")
+    assert sorted(got["sample_000000"]) == ["json", "png", "txt", "txt_emb.pth"] or "jpg" in got["sample_000000"]
+    emb = load(got["sample_000001"]["txt_emb.pth"])
+    assert emb.shape == (77, 32) and emb[-1].abs().sum() > 0  # CLIP keeps its padding positions
+    prov = json.loads((tmp_path / "clip" / "provenance.json").read_text())["jobs"]["text"]
+    assert prov["padding"] == "keep" and prov["text_encoder_class"] == "CLIPTextModel"
+
+
+def test_video_latents_per_channel_space(tmp_path, models, video_shards):
+    from fgdata.configs import VideoLatentLoaderConfig
+    from fgdata.encode.latents import encode_latents
+    from fgdata.encode.text import encode_neg_prompt, encode_text
+
+    dst = tmp_path / "vid"
+    s = encode_latents(str(video_shards), str(dst), vae=str(models["wan_vae"]), kind="video", size="32x24", frames=9,
+                       batch_size=2, save_dtype="bfloat16")
+    assert (s.written, s.failed) == (2, 0)
+    encode_text(str(dst), str(dst), encoder=str(models["t5"]), max_length=16)
+    encode_neg_prompt(str(tmp_path / "neg_prompt_emb.npy"), encoder=str(models["t5"]), text="blurry", max_length=16)
+    got = samples(dst)["vid_000"]
+    lat = load(got["latent.pth"])
+    assert lat.shape == (4, 3, 3, 4) and lat.dtype == torch.bfloat16  # 9 frames -> 3, 24x32 -> 3x4
+    meta = json.loads(got["json"])["latent"]
+    assert meta["cropping_params"]["crop_w"] == 32 and meta["space"].startswith("(z - latents_mean)")
+    space = json.loads((dst / "provenance.json").read_text())["jobs"]["latents"]["latent_space"]
+    assert space["latents_std"] == [2.0, 1.5, 1.0, 0.5] and space["normalization"] == "per-channel"
+    batch = first_batch(VideoLatentLoaderConfig, dst)
+    assert batch["real"].shape == (2, 4, 3, 3, 4) and batch["condition"].shape == (2, 16, 32)
+    assert batch["neg_condition"].shape == (2, 16, 32)
+
+
+@pytest.fixture(scope="module")
+def prompt_shards(tmp_path_factory) -> Path:
+    items = [(f"p_{i:03d}", {"txt": PROMPTS[i].encode(), "json": b'{"src": 1}'}) for i in range(5)]
+    return write_shards(tmp_path_factory.mktemp("prompts") / "shards", items, per_shard=2)
+
+
+KD_ARGS = ["--latent-shape", "4,8,8", "--steps", "6", "--guidance-scale", "2.0", "--max-length", "16", "-q"]
+
+
+def test_kd_pairs_and_paths_load_and_regenerate(tmp_path, models, prompt_shards):
+    from fgdata.configs import PairLoaderConfig, PathLoaderConfig, PromptLoaderConfig
+    from fgdata.encode.kd import kd_run
+
+    teacher = str(models["teacher_unet"])
+    r = cli("kd", "pairs", str(tmp_path / "pairs"), "--prompts", str(prompt_shards), "--teacher", teacher,
+            "--batch-size", "3", *KD_ARGS)
+    assert r.returncode == 0, r.stderr
+    r = cli("kd", "paths", str(tmp_path / "paths"), "--prompts", str(prompt_shards), "--teacher", teacher,
+            "--record-steps", "0,2,3,5", *KD_ARGS)
+    assert r.returncode == 0, r.stderr
+    pairs, paths = samples(tmp_path / "pairs"), samples(tmp_path / "paths")
+    assert sorted(pairs) == sorted(paths) == [f"p_{i:03d}" for i in range(5)]
+    p0, q0 = pairs["p_000"], paths["p_000"]
+    assert sorted(p0) == ["json", "latent.pth", "noise.pth", "txt", "txt_emb.pth"]
+    assert sorted(q0) == ["json", "latent.pth", "path.pth", "txt", "txt_emb.pth"]
+    path = load(q0["path.pth"])
+    assert path.shape == (4, 4, 8, 8)
+    torch.testing.assert_close(path[0], load(p0["noise.pth"]))  # path[0] is the starting noise (DDIM sigma 1)
+    torch.testing.assert_close(load(q0["latent.pth"]), load(p0["latent.pth"]), rtol=1e-4, atol=1e-4)
+    meta = json.loads(q0["json"])
+    assert meta["src"] == 1 and meta["path_timesteps"] == sorted(meta["path_timesteps"], reverse=True)
+    assert len(meta["path_timesteps"]) == 4 and meta["kd"]["guidance_scale"] == 2.0
+    prov = json.loads((tmp_path / "paths" / "provenance.json").read_text())["jobs"]["kd-paths"]
+    assert prov["scheduler_class"] == "DDIMScheduler" and prov["record_steps"] == [0, 2, 3, 5]
+
+    # Any subset regenerates: one prompt alone, another batch size, same noise and x0.
+    write_shards(tmp_path / "one", [("p_003", {"txt": PROMPTS[3].encode()})], per_shard=1)
+    kd_run("pairs", str(tmp_path / "one"), str(tmp_path / "one_out"), teacher=teacher, steps=6, guidance_scale=2.0,
+           latent_shape_spec="4,8,8", max_length=16, batch_size=1)
+    again = samples(tmp_path / "one_out")["p_003"]
+    assert again["noise.pth"] == pairs["p_003"]["noise.pth"]
+    torch.testing.assert_close(load(again["latent.pth"]), load(pairs["p_003"]["latent.pth"]), rtol=1e-4, atol=1e-4)
+
+    batch = first_batch(PairLoaderConfig, tmp_path / "pairs")
+    assert {"real", "noise", "condition", "fname", "shard"} <= set(batch) and "neg_condition" not in batch
+    assert batch["real"].shape == batch["noise"].shape == (2, 4, 8, 8) and batch["condition"].shape == (2, 16, 32)
+    batch = first_batch(PathLoaderConfig, tmp_path / "paths")
+    assert batch["path"].shape == (2, 4, 4, 8, 8) and "neg_condition" not in batch
+    batch = first_batch(PromptLoaderConfig, tmp_path / "paths")
+    assert batch["condition_raw"] == [PROMPTS[0], PROMPTS[1]]
+
+
+def test_kd_prompt_file_and_shape_from_size(tmp_path, models):
+    from fgdata.encode.kd import kd_run
+
+    (tmp_path / "p.txt").write_text("a cat\n\na dog\na bird\n")
+    s = kd_run("paths", str(tmp_path / "p.txt"), str(tmp_path / "out"), teacher=str(models["teacher_unet"]), steps=4,
+               size="64", path_steps=2, per_shard=2, max_length=16)
+    assert (s.written, s.failed) == (3, 0)
+    assert read_shard_counts(str(tmp_path / "out" / "shard_count.json")) == {"00000.tar": 2, "00001.tar": 1}
+    got = samples(tmp_path / "out")
+    assert load(got["sample_000002"]["path.pth"]).shape == (2, 4, 8, 8)  # 64 px / 8 (4-block VAE)
+    assert got["sample_000001"]["txt"] == b"a dog"
+
+
+def test_torchrun_two_ranks_match_one_process(tmp_path, models, image_shards):
+    args = ["encode", "latents", str(image_shards), None, "--vae", str(models["vae"]), "--size", "32",
+            "--batch-size", "2", "-q"]
+    one = cli(*[a or str(tmp_path / "one") for a in args])
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                          "--master_port", "0", "-m", "fgdata.cli.main",
+                          *[a or str(tmp_path / "two") for a in args]],
+                         capture_output=True, text=True, cwd=REPO, timeout=240,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    assert two.returncode == 0, two.stderr
+    a, b = samples(tmp_path / "one"), samples(tmp_path / "two")
+    assert sorted(a) == sorted(b) and len(a) == 6
+    for key in a:
+        torch.testing.assert_close(load(a[key]["latent.pth"]), load(b[key]["latent.pth"]), rtol=1e-4, atol=1e-5)
+    for name in ("shard_count.json", "failures-latents.json"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+    # Each rank encoded only its own shards (i mod 2), and both reported.
+    markers = sorted(p.name for p in (tmp_path / "two" / ".fgdata" / "latents").glob("0*.json"))
+    assert markers == ["00000.tar.json", "00001.tar.json", "00002.tar.json"]
+
+
+def test_killed_job_resumes_to_identical_output(tmp_path, models):
+    from fgdata.encode.kd import kd_run
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("\n".join(f"prompt number {i}" for i in range(8)) + "\n")
+    opts = dict(teacher=str(models["teacher_unet"]), steps=6, guidance_scale=2.0, latent_shape_spec="4,8,8",
+                max_length=16, per_shard=2, batch_size=1)
+    kd_run("pairs", str(prompts), str(tmp_path / "ref"), **opts)
+
+    out = tmp_path / "out"
+    markers = out / ".fgdata" / "kd-pairs"
+    proc = subprocess.Popen([sys.executable, "-m", "fgdata.cli.main", "kd", "pairs", str(out), "--prompts", str(prompts),
+                             "--teacher", opts["teacher"], "--per-shard", "2", "--batch-size", "1", *KD_ARGS],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    deadline = time.monotonic() + 200
+    while proc.poll() is None and time.monotonic() < deadline and not list(markers.glob("*.tar.json")):
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    done_before = len(list(markers.glob("*.tar.json")))
+    summary = kd_run("pairs", str(prompts), str(out), **opts)
+    assert summary.shards_skipped == done_before >= 1
+    assert summary.shards_done == 4 - done_before
+    assert not [p for p in out.iterdir() if ".tmp-" in p.name]
+    ref_s, out_s = samples(tmp_path / "ref"), samples(out)
+    assert sorted(ref_s) == sorted(out_s) and len(out_s) == 8
+    for key in ref_s:
+        assert ref_s[key]["noise.pth"] == out_s[key]["noise.pth"]
+    assert (tmp_path / "ref" / "shard_count.json").read_bytes() == (out / "shard_count.json").read_bytes()
+
+
+def test_rerun_with_other_options_is_refused(tmp_path, models, prompt_shards):
+    from fgdata.encode.kd import kd_run
+    from fgdata.errors import FgdataError
+
+    common = dict(teacher=str(models["teacher_unet"]), latent_shape_spec="4,8,8", max_length=16)
+    kd_run("pairs", str(prompt_shards), str(tmp_path / "o"), steps=2, **common)
+    before = (tmp_path / "o" / "00000.tar").read_bytes()
+    kd_run("pairs", str(prompt_shards), str(tmp_path / "o"), steps=2, **common)  # same options: all resumed
+    assert (tmp_path / "o" / "00000.tar").read_bytes() == before
+    with pytest.raises(FgdataError, match="other options"):
+        kd_run("pairs", str(prompt_shards), str(tmp_path / "o"), steps=3, **common)
+
+
+def test_offline_hub_id_is_one_line(tmp_path, prompt_shards):
+    r = cli_process("encode", "text", str(prompt_shards), str(tmp_path / "o"), "--encoder", "google/umt5-xxl", "-q",
+                    timeout=120)
+    assert r.returncode == 1
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert lines[-1].startswith("error: google/umt5-xxl: HF_HUB_OFFLINE is set") and "--encoder DIR" in lines[-1]
+    assert "Traceback" not in r.stderr
+    r = cli("encode", "latents", str(prompt_shards), str(tmp_path / "o"), "--vae", "stabilityai/sd-vae-ft-mse", "-q")
+    assert r.returncode == 1 and "HF_HUB_OFFLINE is set" in str(r.exception)
+
+
+def test_neg_prompt_refuses_bad_input(tmp_path, models):
+    from fgdata.errors import FgdataError
+
+    r = cli("encode", "neg-prompt", "--preset", "nope", "--encoder", str(models["t5"]), "-o", str(tmp_path / "n.npy"))
+    assert isinstance(r.exception, FgdataError) and "neg_prompt_wan" in str(r.exception)
+    r = cli("encode", "neg-prompt", "--encoder", str(models["t5"]), "-o", str(tmp_path / "n.npy"))
+    assert isinstance(r.exception, FgdataError) and "exactly one of --preset" in str(r.exception)
+    assert not (tmp_path / "n.npy").exists()
