@@ -22,6 +22,7 @@ from fgdata.configs.data import (
     VideoLoaderConfig,
     legacy_keys,
 )
+from fgdata.configs.alias import install_fastgen_alias
 from fgdata.configs.lazy import LazyCall, LazyConfig, instantiate
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "VideoAudioLoaderConfig",
     "VideoLatentLoaderConfig",
     "VideoLoaderConfig",
+    "install_fastgen_alias",
     "instantiate",
     "legacy_keys",
 ]

@@ -29,6 +29,8 @@ replacement's random choices (e.g. a video segment start) are seeded from
 from __future__ import annotations
 
 import gzip
+import hashlib
+import json
 import logging
 import os
 import sys
@@ -40,11 +42,10 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from fgdata import storage
-from fgdata.errors import FgdataError
+from fgdata.errors import DamagedShardError, FgdataError, ShardError
 from fgdata.loaders.collate import collate_samples
 from fgdata.loaders.plan import EpochStream, SamplePlan, Split
 from fgdata.loaders.presets import build_filters, resolve_presets
-from fgdata.media.decode import IMAGE_EXTS, decode_member
 from fgdata.loaders.selection import (
     LoaderConfigError,
     ShardRef,
@@ -52,7 +53,8 @@ from fgdata.loaders.selection import (
     parse_datatags,
     resolve_dataset,
 )
-from fgdata.errors import DamagedShardError
+from fgdata.media.decode import decode_member, member_kind
+from fgdata.media.errors import MediaError
 from fgdata.shards import Sample, ShardFile, iter_samples
 
 log = logging.getLogger("fgdata.loaders")
@@ -66,10 +68,10 @@ class SampleDropped(Exception):
     """A sample cannot be used; the message is the drop reason."""
 
 
-def _last_ext(ext: str) -> str:
-    """``src.jpg`` -> ``jpg``; ``txt.gz`` -> ``txt``."""
-    parts = [p for p in ext.split(".") if p != "gz"]
-    return parts[-1] if parts else ext
+# What makes a sample unusable (bad data), as opposed to unreachable storage (StorageError,
+# OSError), which propagates: replacing samples because a network call failed would make the
+# deterministic stream depend on the weather.
+DROPPABLE = (SampleDropped, MediaError, ShardError, ValueError, EOFError, RuntimeError)
 
 
 def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -287,9 +289,6 @@ class BaseWDSLoader:
     # -- identity and state -------------------------------------------------
 
     def _stream_hash(self) -> str:
-        import hashlib
-        import json
-
         payload = json.dumps(
             {"shards": [r.path for r in self.shards], "ignored": [sorted(k) for k in self._dataset.ignored_keys], "seed": self.seed}
         )
@@ -407,7 +406,7 @@ class BaseWDSLoader:
                 entropy = [self.seed, position] + ([attempt] if attempt else [])
                 ctx = SampleContext(np.random.default_rng(entropy), position)
                 return self._build(sample, ref.path, ctx), attempt
-            except (SampleDropped, FgdataError, OSError, ValueError, EOFError, RuntimeError) as exc:
+            except DROPPABLE as exc:
                 self._fail(where, exc, drop_log)
         raise FgdataError(
             f"{self.max_consecutive_errors + 1} consecutive unusable samples from position {position}; "
@@ -417,7 +416,7 @@ class BaseWDSLoader:
     def _use(self, sample: Sample, ref: ShardRef, ctx: SampleContext, drop_log: _DropLog) -> dict[str, Any] | None:
         try:
             return self._build(sample, ref.path, ctx)
-        except (SampleDropped, FgdataError, OSError, ValueError, EOFError, RuntimeError) as exc:
+        except DROPPABLE as exc:
             self._fail(f"{ref.path} key {sample.key!r}", exc, drop_log)
             return None
 
@@ -594,7 +593,7 @@ class ImageWDSLoader(WDSLoader):
     def _decode(self, resolved: dict[str, tuple[str, bytes]], ctx: SampleContext) -> dict[str, Any]:
         from fgdata.media.image import load_image_for_training
 
-        images = {k: v for k, v in resolved.items() if _last_ext(v[0]) in IMAGE_EXTS}
+        images = {k: v for k, v in resolved.items() if member_kind(v[0], self.txt_extensions) == "image"}
         out = super()._decode({k: v for k, v in resolved.items() if k not in images}, ctx)
         for key, (ext, data) in images.items():
             out[key] = load_image_for_training(_raw_media(ext, data), self.input_res, self.norm_mean, self.norm_std, fast=self.fast_jpeg)

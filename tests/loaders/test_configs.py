@@ -151,3 +151,23 @@ def test_class_conditional_presets(name, tmp_path, monkeypatch):
     batch = next(iter(instantiate(local)))
     assert batch["real"].shape == (8, 3, 8, 8) and batch["condition"].shape == (8, 10)
     assert batch["real"].dtype == torch.float32 and not batch["neg_condition"].any()
+
+
+def test_fastgen_alias_is_opt_in(grid):
+    code = (
+        "import sys\n"
+        "try:\n    import fastgen\nexcept ImportError:\n    pass\nelse:\n    sys.exit(3)\n"
+        "from fgdata.configs import install_fastgen_alias\n"
+        "install_fastgen_alias()\n"
+        "from fastgen.configs.data import ImageLatentLoaderConfig\n"
+        "from fastgen.configs.instantiate import LazyCall, instantiate\n"
+        "from fastgen.utils.instantiate import instantiate as i2\n"
+        "from fastgen.datasets.wds_dataloaders import WDSLoader\n"
+        "from fastgen.datasets.class_cond_dataloader import ImageLoader\n"
+        f"cfg = ImageLatentLoaderConfig.copy(); cfg.datatags = ['WDS:{grid}']; cfg.files_map = None\n"
+        "cfg.key_map = {'condition': 'txt'}; cfg.num_workers = 0\n"
+        "print(type(instantiate(cfg)).__name__, i2 is instantiate, ImageLoader.__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["WDSLoader", "True", "ImageLoader"]
