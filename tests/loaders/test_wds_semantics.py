@@ -311,3 +311,19 @@ def test_num_workers_defaults(grid):
 
     assert WDSLoader(["WDS:" + grid], batch_size=2, deterministic=True).num_workers == 1
     assert WDSLoader(["WDS:" + grid], batch_size=2, world_size=1, rank=0).num_workers == min(os.cpu_count(), 8)
+
+
+def test_txt_extensions_decide_what_is_text(tmp_path, caplog):
+    from fgdata.shards import ShardWriter
+
+    d = str(tmp_path / "s")
+    with ShardWriter(d) as w:
+        w.write("k0", {"caption": b"  a cat \n", "txt": b" hi "})
+    as_bytes = WDSLoader(["WDS:" + d], batch_size=1, key_map={"c": "caption", "t": "txt"}, deterministic=True, num_workers=0)
+    with caplog.at_level(logging.WARNING, logger="fgdata.loaders"):
+        batch = next(iter(as_bytes))
+    assert batch["c"] == [b"  a cat \n"] and batch["t"] == ["hi"]
+    assert "raw bytes" in caplog.text
+    as_text = WDSLoader(["WDS:" + d], batch_size=1, key_map={"c": "caption"}, txt_extensions=("txt", "caption"),
+                        deterministic=True, num_workers=0)
+    assert next(iter(as_text))["c"] == ["a cat"]
