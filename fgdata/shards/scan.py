@@ -9,7 +9,6 @@ with the samples that were complete before it.
 
 from __future__ import annotations
 
-import mmap
 import os
 import zlib
 from dataclasses import dataclass, field
@@ -32,11 +31,7 @@ class MemberEntry:
     data_offset: int
     size: int
     typeflag: str
-
-    @property
-    def end(self) -> int:
-        """Offset just past the member's padded data."""
-        return self.data_offset + _padded(self.size)
+    end: int  # offset just past the member's padded data
 
     @property
     def is_file(self) -> bool:
@@ -186,17 +181,31 @@ class _Source:
         return True
 
 
-class _MappedSource:
-    """Reads from a memory map: a header is a slice and a skip is arithmetic, no system calls."""
+class _PreadSource:
+    """Positioned reads of a regular file with a small read-ahead window.
 
-    def __init__(self, buf: "mmap.mmap | bytes"):
-        self.buf = buf
-        self.total = len(buf)
+    One ``pread`` fetches a header together with the small members behind it (captions,
+    json), and skipping a payload is arithmetic: no seek calls, no page mapping.
+    """
+
+    WINDOW = 8192
+
+    def __init__(self, fd: int, total: int):
+        self.fd = fd
+        self.total = total
         self.pos = 0
+        self.buf = b""
+        self.buf_start = 0
 
     def read_exact(self, n: int) -> bytes:
-        data = self.buf[self.pos : self.pos + n]
-        self.pos += len(data)
+        pos = self.pos
+        off = pos - self.buf_start
+        if off < 0 or off + n > len(self.buf):
+            self.buf = os.pread(self.fd, max(n, self.WINDOW), pos)
+            self.buf_start = pos
+            off = 0
+        data = self.buf[off : off + n]
+        self.pos = pos + len(data)
         return data
 
     def skip(self, n: int) -> bool:
@@ -213,24 +222,24 @@ def iter_members(
     """Yield (member, data-or-None) for every member; raise TarDamage on corruption.
 
     With ``with_data`` the payload of regular files is read and returned; otherwise
-    it is skipped: seeked over in a seekable file, sliced over in a memory-mapped one.
+    it is skipped: stepped over in a regular file (positioned reads), read and dropped
+    in a stream. This loop is the cost of ``count-shards``, so it
+    keeps per-member work to one header parse.
     """
-    src: _Source | _MappedSource
-    if seekable and total and hasattr(fileobj, "fileno"):
-        try:
-            src = _MappedSource(mmap.mmap(fileobj.fileno(), 0, access=mmap.ACCESS_READ))
-        except (OSError, ValueError):  # not a regular file: fall back to reads and seeks
-            src = _Source(fileobj, seekable, total)
+    src: _Source | _PreadSource
+    if seekable and total is not None and hasattr(fileobj, "fileno"):
+        src = _PreadSource(fileobj.fileno(), total)
     else:
         src = _Source(fileobj, seekable, total)
+    read, skip = src.read_exact, src.skip
     long_name: str | None = None
     pax: dict[str, str] = {}
     while True:
         header_offset = src.pos
-        header = src.read_exact(BLOCK)
-        if not header:
-            return
+        header = read(BLOCK)
         if len(header) < BLOCK:
+            if not header:
+                return
             raise TarDamage(f"truncated tar header at byte {header_offset}")
         if header == ZERO_BLOCK:
             return
@@ -241,41 +250,43 @@ def iter_members(
             size = int(header[124:136].rstrip(b"\0 ") or b"0", 8)
         except ValueError:
             size = _octal(header[124:136])  # base-256 for members over 8 GiB, or damage
-        name = _cstr(header[0:100])
+        padded = (size + BLOCK - 1) & -BLOCK
+        if typeflag in (b"L", b"x", b"g"):
+            payload = read(padded)
+            if len(payload) < padded:
+                raise TarDamage(f"truncated extended header at byte {header_offset}")
+            if typeflag == b"L":
+                long_name = payload[:size].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            elif typeflag == b"x":
+                pax = _pax_records(payload[:size])
+            continue
+        name = header[:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
         if header[345] and header[257:263] == b"ustar\0":  # POSIX ustar: a path prefix may be present
             name = f"{_cstr(header[345:500])}/{name}"
-        if typeflag in (b"L", b"x", b"g"):
-            payload = src.read_exact(_padded(size))
-            if len(payload) < _padded(size):
-                raise TarDamage(f"truncated extended header at byte {header_offset}")
-            payload = payload[:size]
-            if typeflag == b"L":
-                long_name = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            elif typeflag == b"x":
-                pax = _pax_records(payload)
-            continue
-        if long_name is not None:
-            name = long_name
-        if "path" in pax:
-            name = pax["path"]
-        if "size" in pax:
-            try:
-                size = int(pax["size"])
-            except ValueError as exc:
-                raise TarDamage(f"bad PAX size at byte {header_offset}") from exc
         if long_name is not None or pax:
+            if long_name is not None:
+                name = long_name
+            if "path" in pax:
+                name = pax["path"]
+            if "size" in pax:
+                try:
+                    size = int(pax["size"])
+                except ValueError as exc:
+                    raise TarDamage(f"bad PAX size at byte {header_offset}") from exc
+                padded = (size + BLOCK - 1) & -BLOCK
             long_name = None
             pax = {}
         data_offset = src.pos
-        entry = MemberEntry(name, header_offset, data_offset, size, _TYPEFLAG[typeflag])
-        is_data = typeflag in _REGULAR
-        if with_data and is_data:
-            data = src.read_exact(size)
-            if len(data) < size or not src.skip(_padded(size) - size):
+        entry = MemberEntry(name, header_offset, data_offset, size, _TYPEFLAG[typeflag], data_offset + padded)
+        if typeflag not in _REGULAR:
+            yield entry, None
+        elif with_data:
+            data = read(size)
+            if len(data) < size or not skip(padded - size):
                 raise TarDamage(f"truncated member {name!r} at byte {data_offset}", member=name)
             yield entry, data
         else:
-            if is_data and not src.skip(_padded(size)):
+            if not skip(padded):
                 raise TarDamage(f"truncated member {name!r} at byte {data_offset}", member=name)
             yield entry, None
 
