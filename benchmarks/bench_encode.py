@@ -14,7 +14,6 @@ encoder (batch 1 vs batched). Random weights: throughput does not depend on them
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import shutil
 import sys

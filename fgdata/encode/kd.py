@@ -20,14 +20,13 @@ Per sample (COMPAT §3.2):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from fgdata import storage
 from fgdata.encode.jobs import JobSummary, Result, Task, batches, merged_json, run_job, sample_seed, shard_tasks, task_samples
-from fgdata.encode.models import load_pretrained, model_source, resolve_device, tensor_bytes, torch_dtype
+from fgdata.encode.models import load_pretrained, resolve_device, tensor_bytes, torch_dtype
 from fgdata.encode.text import TextEncoder, load_text_encoder
 from fgdata.errors import FgdataError
 

@@ -14,7 +14,6 @@ The stored tensor is the last hidden state (``--hidden-layer -1``), or another h
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,8 +66,6 @@ class TextEncoder:
 
     def encode(self, prompts: list[str]) -> Any:
         """float32 ``[B, max_length, D]`` on the CPU."""
-        import torch
-
         tok = self.tokenizer(
             list(prompts),
             padding="max_length",

@@ -319,3 +319,16 @@ def test_neg_prompt_refuses_bad_input(tmp_path, models):
     r = cli("encode", "neg-prompt", "--encoder", str(models["t5"]), "-o", str(tmp_path / "n.npy"))
     assert isinstance(r.exception, FgdataError) and "exactly one of --preset" in str(r.exception)
     assert not (tmp_path / "n.npy").exists()
+
+
+def test_ray_engine_matches_local(tmp_path, models, image_shards):
+    pytest.importorskip("ray")
+    from fgdata.encode.latents import encode_latents
+
+    r = cli("encode", "latents", str(image_shards), str(tmp_path / "ray"), "--vae", str(models["vae"]), "--size", "32",
+            "--engine", "ray", "--workers", "2")
+    assert r.returncode == 0, r.stderr
+    encode_latents(str(image_shards), str(tmp_path / "local"), vae=str(models["vae"]), size=32)
+    a, b = samples(tmp_path / "local"), samples(tmp_path / "ray")
+    assert sorted(a) == sorted(b) and len(a) == 6
+    assert (tmp_path / "local" / "shard_count.json").read_bytes() == (tmp_path / "ray" / "shard_count.json").read_bytes()
