@@ -421,13 +421,19 @@ class BaseWDSLoader:
             return None
 
     def _shard_samples(self, ref: ShardRef, ignored: frozenset[str], drop_log: _DropLog) -> Iterator[Sample]:
-        """One shard, in tar order, without ignored samples; damage ends the shard with a warning."""
+        """One shard, in tar order, without ignored samples.
+
+        Damage, or a stream that dies (an S3 endpoint gone mid-read), ends the shard with a
+        warning; ``strict`` raises instead (through ``_fail``).
+        """
         try:
             for sample in iter_samples(ref.path):
                 if sample.key not in ignored:
                     yield sample
         except DamagedShardError as exc:
             self._fail(ref.path, SampleDropped(f"damaged shard: {exc.reason}"), drop_log)
+        except FgdataError as exc:  # StorageError: the shard could not be (fully) read
+            self._fail(ref.path, SampleDropped(f"unreadable shard: {str(exc).splitlines()[0]}"), drop_log)
 
     def _training_batches(self, epoch: int, worker: int, num_workers: int) -> Iterator[dict[str, Any]]:
         rng = np.random.default_rng([self.seed, self.rank, worker, epoch])

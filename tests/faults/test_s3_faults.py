@@ -121,8 +121,6 @@ def test_count_inspect_and_iteration_report_it(dying_s3):
 LOADER_KW = dict(batch_size=1, key_map={"image": "png", "caption": "txt"}, num_workers=0, train=False)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG fgdata/loaders/wds.py _shard_samples: a StorageError raised when the "
-                   "s5cmd stream dies escapes the non-strict loader (only DamagedShardError is caught)")
 def test_non_strict_loader_skips_a_shard_whose_stream_dies(dying_s3, caplog):
     from fgdata.loaders import WDSLoader
 
