@@ -20,7 +20,8 @@ from typing import Any
 
 from fgdata.encode.jobs import (Result, Task, batches, merged_json, prefetch_map, run_job, sample_seed, shard_tasks,
                                 task_samples, JobSummary)
-from fgdata.encode.models import autocast, load_pretrained, resolve_device, tensor_bytes, torch_dtype
+from fgdata.encode.models import autocast, resolve_device, tensor_bytes, torch_dtype
+from fgdata.encode.vae import load_vae
 from fgdata.errors import FgdataError
 
 KINDS = ("image", "video")
@@ -59,20 +60,6 @@ def to_model_space(z: Any, space: dict[str, Any]) -> Any:
         std = torch.tensor(space["latents_std"], dtype=z.dtype, device=z.device).view(shape)
         return (z - mean) / std * space["scaling_factor"]
     return (z - space["shift_factor"]) * space["scaling_factor"]
-
-
-def load_any_vae(id_or_dir: str, kind: str, device: str, dtype: str, subfolder: str | None = None) -> Any:
-    """Image VAEs through :func:`fgdata.encode.vae.load_vae`; video VAEs (and subfolders) through diffusers'
-    AutoModel, which picks the class (AutoencoderKLWan, AutoencoderKLCogVideoX, ...) from the config."""
-    if kind == "image" and not subfolder:
-        from fgdata.encode.vae import load_vae
-
-        return load_vae(id_or_dir, device=device, dtype=dtype)
-    import diffusers
-
-    cls = diffusers.AutoModel if kind == "video" else diffusers.AutoencoderKL
-    vae = load_pretrained(cls, id_or_dir, "VAE", "--vae", subfolder, torch_dtype=torch_dtype(dtype))
-    return vae.eval().requires_grad_(False).to(resolve_device(device))
 
 
 def parse_size(text: str | int | tuple[int, int]) -> int | tuple[int, int]:
@@ -119,7 +106,7 @@ class LatentEncoder:
         self.dtype, self.use_autocast = dtype, use_autocast
         self.posterior, self.seed, self.save_dtype = posterior, seed, save_dtype
         self.vae_id = vae_id
-        self.vae = load_any_vae(vae_id, kind, self.device, "float32" if use_autocast else dtype, vae_subfolder)
+        self.vae = load_vae(vae_id, self.device, "float32" if use_autocast else dtype, kind=kind, subfolder=vae_subfolder)
         if channels_last is None:
             channels_last = self.device.startswith("cuda") and kind == "image"
         self.channels_last = channels_last

@@ -1,8 +1,8 @@
 """Loading models by hub id or local directory, and running them fast: device, dtype, autocast.
 
-The image VAE loads through :func:`fgdata.encode.vae.load_vae`. Everything else (video VAEs, text encoders,
-KD denoisers and schedulers) loads through :func:`load_pretrained`, which gives the same one-line error as
-``load_vae`` when the hub cannot be reached (offline, no cached weights) instead of a stack of retries.
+Every model (VAEs, text encoders, KD denoisers and schedulers) loads through :func:`load_pretrained`,
+which gives one line naming the model and the flag that takes a directory when the hub cannot be
+reached (offline, no cached weights) instead of a stack of retries.
 """
 
 from __future__ import annotations
@@ -13,10 +13,32 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from fgdata.encode.vae import DTYPES, hf_cache_dir, resolve_device
 from fgdata.errors import FgdataError
 
-__all__ = ["DTYPES", "autocast", "load_pretrained", "model_source", "resolve_device", "tensor_bytes", "torch_dtype"]
+__all__ = ["DTYPES", "autocast", "hf_cache_dir", "load_pretrained", "model_source", "resolve_device", "tensor_bytes",
+           "torch_dtype"]
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def hf_cache_dir() -> str:
+    """The Hugging Face cache in use (HF_HOME is respected by huggingface_hub); logged in provenance (D-29)."""
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
+
+
+def resolve_device(device: str = "cpu") -> str:
+    """``auto`` picks CUDA when present; ``cuda`` under torchrun means this process's LOCAL_RANK device."""
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise FgdataError(f"device {device} requested but CUDA is not available; use --device cpu")
+    return device
 
 
 def torch_dtype(name: str) -> Any:

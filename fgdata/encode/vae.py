@@ -8,65 +8,28 @@ hub retries.
 from __future__ import annotations
 
 import io
-import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fgdata.errors import FgdataError
+from fgdata.encode.models import hf_cache_dir, load_pretrained, resolve_device, torch_dtype
 
 DEFAULT_VAE = "stabilityai/sd-vae-ft-mse"
-DTYPES = ("float32", "bfloat16", "float16")
 
 
-def hf_cache_dir() -> str:
-    """The Hugging Face cache in use (HF_HOME is respected by huggingface_hub); logged in provenance (D-29)."""
-    from huggingface_hub import constants
+def load_vae(
+    id_or_dir: str = DEFAULT_VAE, device: str = "cpu", dtype: str = "float32", kind: str = "image", subfolder: str | None = None
+) -> Any:
+    """A VAE in eval mode without gradients, on ``device`` in ``dtype``.
 
-    return str(constants.HF_HUB_CACHE)
+    Image VAEs load as AutoencoderKL; video VAEs through diffusers' AutoModel, which picks the class
+    (AutoencoderKLWan, AutoencoderKLCogVideoX, ...) from the config.
+    """
+    import diffusers
 
-
-def _torch_dtype(dtype: str) -> Any:
-    import torch
-
-    if dtype not in DTYPES:
-        raise FgdataError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    return getattr(torch, dtype)
-
-
-def resolve_device(device: str = "cpu") -> str:
-    """``auto`` picks CUDA when present; ``cuda`` under torchrun means this process's LOCAL_RANK device."""
-    import torch
-
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise FgdataError(f"device {device} requested but CUDA is not available; use --device cpu")
-    return device
-
-
-def load_vae(id_or_dir: str = DEFAULT_VAE, device: str = "cpu", dtype: str = "float32") -> Any:
-    """An AutoencoderKL in eval mode without gradients, on ``device`` in ``dtype``."""
-    from diffusers import AutoencoderKL
-
-    torch_dtype = _torch_dtype(dtype)
-    device = resolve_device(device)
-    local = Path(id_or_dir).expanduser()
-    source = str(local) if local.is_dir() else id_or_dir
-    try:
-        vae = AutoencoderKL.from_pretrained(source, torch_dtype=torch_dtype)
-    except (OSError, ValueError, EnvironmentError) as exc:
-        if local.is_dir():
-            raise FgdataError(f"{local}: not a diffusers AutoencoderKL directory ({str(exc).splitlines()[0]})") from None
-        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-        why = "HF_HUB_OFFLINE is set and no local weights are cached" if offline else "cannot download it"
-        raise FgdataError(
-            f"{id_or_dir}: {why} (cache: {hf_cache_dir()}); pass --vae DIR with a directory saved by save_pretrained"
-        ) from None
-    return vae.eval().requires_grad_(False).to(device)
+    cls = diffusers.AutoModel if kind == "video" else diffusers.AutoencoderKL
+    vae = load_pretrained(cls, id_or_dir, "VAE", "--vae", subfolder, torch_dtype=torch_dtype(dtype))
+    return vae.eval().requires_grad_(False).to(resolve_device(device))
 
 
 def vae_info(vae: Any, id_or_dir: str) -> dict:

@@ -21,7 +21,7 @@ from PIL import Image
 from fgdata.errors import FgdataError
 from fgdata.prepare.build import ProgressFn, default_workers
 from fgdata.prepare.zipwriter import (EdmZipWriter, dataset_json_bytes, member_name, provenance_path,
-                                      validate_zip, write_provenance)
+                                      validate_zip)
 
 LATENT_STEM, LATENT_EXT = "img-mean-std-", "npy"
 
