@@ -12,7 +12,7 @@ from pathlib import Path
 from fgdata.prepare.build import ProgressFn
 from fgdata.prepare.cifar import prepare_cifar10
 from fgdata.prepare.imagenet import prepare_imagenet64, prepare_imagenet256_rgb
-from fgdata.prepare.paths import DATASET_ZIPS, IMAGENET256_RGB_ZIP, IMAGENET256_SD_ZIP, data_root_dir
+from fgdata.prepare.paths import DATASET_ZIPS, IMAGENET256_RGB_ZIP, IMAGENET256_SD_ZIP, resolve_data_root
 
 #: What ``fgdata prepare --list`` shows: dataset name -> (outputs, what it needs).
 DATASETS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -30,7 +30,7 @@ def prepare_imagenet256(imagenet_source: str | os.PathLike[str], data_root: str 
     from fgdata.prepare.latents import dist_env, encode_latent_zip, wait_for
     from fgdata.prepare.zipwriter import provenance_path
 
-    root = Path(data_root).expanduser().resolve() if data_root is not None else data_root_dir()
+    root = resolve_data_root(data_root)
     rgb = root / IMAGENET256_RGB_ZIP
     rank, _world = dist_env()
     results: list[dict] = []

@@ -9,7 +9,7 @@ import numpy as np
 
 from fgdata.errors import FgdataError
 from fgdata.prepare.build import ProgressFn, ZipTarget, build_zips, default_workers
-from fgdata.prepare.paths import CIFAR10_ZIP, data_root_dir
+from fgdata.prepare.paths import CIFAR10_ZIP, resolve_data_root
 from fgdata.prepare.transforms import png_bytes
 from fgdata.sources.cifar import CIFAR10_MD5, CIFAR10_TARBALL, download_cifar10, file_md5, read_cifar10
 
@@ -30,7 +30,7 @@ def prepare_cifar10(data_root: str | os.PathLike[str] | None = None, source: str
                     skip_md5: bool = False, workers: int | None = None, force: bool = False,
                     max_images: int | None = None, progress: ProgressFn | None = None) -> list[dict]:
     """Write ``cifar10/cifar10-32x32.zip`` under the data root; download the tarball there when no source is given."""
-    root = Path(data_root).expanduser().resolve() if data_root is not None else data_root_dir()
+    root = resolve_data_root(data_root)
     dest = root / CIFAR10_ZIP
     if source is None:
         local = dest.parent / CIFAR10_TARBALL

@@ -12,7 +12,7 @@ from pathlib import Path
 from PIL import Image
 
 from fgdata.prepare.build import ProgressFn, ZipTarget, build_zips, default_workers
-from fgdata.prepare.paths import IMAGENET64_EDMV2_ZIP, IMAGENET64_ZIP, IMAGENET256_RGB_ZIP, data_root_dir
+from fgdata.prepare.paths import IMAGENET64_EDMV2_ZIP, IMAGENET64_ZIP, IMAGENET256_RGB_ZIP, resolve_data_root
 from fgdata.prepare.transforms import CROPS, open_rgb, png_bytes
 from fgdata.sources.imagenet import edm2_order, edm_order, folder_labels, list_images, resolve_train_dir
 
@@ -49,14 +49,19 @@ def _run(targets: list[ZipTarget], root: Path, names: list[str], kinds: list[tup
                       initializer=_init, initargs=(paths, kinds, strict))
 
 
+def _labelled_images(imagenet_source: str | os.PathLike[str]) -> tuple[Path, list[str], dict[str, int]]:
+    """The train folder, its images (relative names) and their folder-derived class labels."""
+    root = resolve_train_dir(imagenet_source)
+    names = list_images(root)
+    return root, names, folder_labels(root, names)
+
+
 def prepare_imagenet64(imagenet_source: str | os.PathLike[str], data_root: str | os.PathLike[str] | None = None,
                        max_images: int | None = None, workers: int | None = None, force: bool = False,
                        strict: bool = False, progress: ProgressFn | None = None) -> list[dict]:
     """Write ``imagenet-64x64.zip`` (EDM crop, I-3) and ``imagenet-64x64-edmv2.zip`` (ADM crop, I-8)."""
-    root = resolve_train_dir(imagenet_source)
-    out = Path(data_root).expanduser().resolve() if data_root is not None else data_root_dir()
-    names = list_images(root)
-    labels = folder_labels(root, names)
+    out = resolve_data_root(data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
+    root, names, labels = _labelled_images(imagenet_source)
     edm_names, edm2_names = edm_order(names)[:max_images], edm2_order(names)[:max_images]
     workers = workers or default_workers()
     edm = ZipTarget(out / IMAGENET64_ZIP, [labels.get(n) for n in edm_names], "edm center-crop 64 LANCZOS")
@@ -72,10 +77,8 @@ def prepare_imagenet256_rgb(imagenet_source: str | os.PathLike[str], data_root: 
                             max_images: int | None = None, workers: int | None = None, force: bool = False,
                             strict: bool = False, progress: ProgressFn | None = None) -> list[dict]:
     """Write ``imagenet_256_rgb.zip``: the EDM2 flavour at 256 px (S-1), kept for FID statistics."""
-    root = resolve_train_dir(imagenet_source)
-    out = Path(data_root).expanduser().resolve() if data_root is not None else data_root_dir()
-    names = list_images(root)
-    labels = folder_labels(root, names)
+    out = resolve_data_root(data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
+    root, names, labels = _labelled_images(imagenet_source)
     ordered = edm2_order(names)[:max_images]
     target = ZipTarget(out / IMAGENET256_RGB_ZIP, [labels.get(n) for n in ordered], "adm center-crop 256")
     return _run([target], root, ordered, [("adm", 256)], "imagenet-256", workers or default_workers(), force,

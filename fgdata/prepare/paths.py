@@ -38,6 +38,11 @@ def data_root_dir() -> Path:
     return output_root_dir() / "DATA"
 
 
+def resolve_data_root(root: str | os.PathLike[str] | None = None) -> Path:
+    """``root`` made absolute, or the data root when None: where a prepare call writes its zips."""
+    return Path(root).expanduser().resolve() if root is not None else data_root_dir()
+
+
 def s3_data_root_dir() -> str:
     """``$S3_DATA_ROOT_DIR`` (default ``s3://data``); a separate variable so a local data root never leaks into S3 paths (D-14)."""
     value = os.environ.get("S3_DATA_ROOT_DIR") or "s3://data"
@@ -50,5 +55,5 @@ def dataset_zip_paths(dataset: str, root: str | os.PathLike[str] | None = None) 
     """Absolute paths of the zips a dataset name produces, under ``root`` or the data root."""
     if dataset not in DATASET_ZIPS:
         raise FgdataError(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASET_ZIPS)}")
-    base = Path(root).expanduser().resolve() if root is not None else data_root_dir()
+    base = resolve_data_root(root)
     return [base / rel for rel in DATASET_ZIPS[dataset]]
