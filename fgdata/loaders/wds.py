@@ -28,7 +28,6 @@ replacement's random choices (e.g. a video segment start) are seeded from
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import logging
@@ -53,8 +52,8 @@ from fgdata.loaders.selection import (
     parse_datatags,
     resolve_dataset,
 )
-from fgdata.media.decode import decode_member, member_kind
-from fgdata.media.errors import MediaError
+from fgdata.media.decode import decode_member, member_kind, unwrap_gz
+from fgdata.media.errors import MediaError, MemberDecodeError
 from fgdata.shards import Sample, ShardFile, iter_samples
 
 log = logging.getLogger("fgdata.loaders")
@@ -568,9 +567,9 @@ class WDSLoader(BaseWDSLoader):
 def _raw_media(ext: str, data: bytes) -> bytes:
     """Media payload bytes, un-gzipped when stored as ``<ext>.gz`` (W-6)."""
     try:
-        return gzip.decompress(data) if ext.endswith(".gz") else data
-    except (OSError, EOFError) as exc:
-        raise SampleDropped(f"bad gzip data in {ext!r}: {exc}") from exc
+        return unwrap_gz(ext, data)[1]
+    except MemberDecodeError as exc:
+        raise SampleDropped(f"bad gzip data in {ext!r}: {exc.__cause__}") from exc.__cause__
 
 
 class ImageWDSLoader(WDSLoader):

@@ -25,6 +25,7 @@ __all__ = [
     "decode_member",
     "describe_member",
     "member_kind",
+    "unwrap_gz",
 ]
 
 IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "bmp", "tif", "tiff", "webp", "gif"})
@@ -36,8 +37,8 @@ INT_EXTS = frozenset({"cls", "cls2", "index"})
 _VIDEO_FRAMES_CHECKED = 3
 
 
-def _unwrap(ext: str, data: bytes) -> tuple[str, bytes]:
-    """Lower-case the extension and un-gzip a ``.gz`` member first (W-6)."""
+def unwrap_gz(ext: str, data: bytes) -> tuple[str, bytes]:
+    """Lower-case the extension and un-gzip a ``.gz`` member first (W-6); bad gzip data raises MemberDecodeError."""
     ext = ext.lower()
     if ext.endswith(".gz") or ext == "gz":
         try:
@@ -99,7 +100,7 @@ def decode_member(ext: str, data: bytes, *, txt_extensions: Sequence[str] = ("tx
     npy -> array, npz -> dict of arrays, pth -> tensors, cls -> int, video/other -> raw bytes
     (videos are decoded by :func:`fgdata.media.video.decode_clip`, which needs the sampling
     parameters). Raises MemberDecodeError / ImageDecodeError (both FgdataError)."""
-    ext, data = _unwrap(ext, data)
+    ext, data = unwrap_gz(ext, data)
     kind = member_kind(ext, txt_extensions)
     if kind == "image":
         from fgdata.media.image import open_image
@@ -148,7 +149,7 @@ def _tensor_summary(x: Any) -> Any:
 def describe_member(ext: str, data: bytes) -> dict:
     """A decoded one-screen summary for ``fgdata inspect``; failures become ``{'error': reason}``."""
     try:
-        ext, data = _unwrap(ext, data)
+        ext, data = unwrap_gz(ext, data)
         kind = member_kind(ext)
         if kind == "image":
             from fgdata.media.image import describe_image
@@ -212,7 +213,7 @@ def check_member(ext: str, data: bytes) -> str | None:
     """Full decode for ``fgdata verify --decode``: None when fine, else a short reason category
     ('gzip', 'image-decode', 'video-decode', 'video-truncated', 'utf8', 'json', 'npy', 'npz', 'pth', 'int')."""
     try:
-        ext, data = _unwrap(ext, data)
+        ext, data = unwrap_gz(ext, data)
     except MemberDecodeError:
         return "gzip"
     kind = member_kind(ext)
