@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import os
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,6 +36,59 @@ def sample_images() -> list[Path]:
 @pytest.fixture(scope="session")
 def sample_video() -> Path:
     return SAMPLE_VIDEO
+
+
+def encode_test_clip(
+    *,
+    frames: int = 48,
+    fps: int = 24,
+    size: tuple[int, int] = (64, 48),
+    audio_channels: int | None = None,
+    rotation: int | None = None,
+) -> bytes:
+    """A tiny h264 mp4 (g=12): frame i is grey level 4*i with its left quarter white (shows flips and
+    rotations); with ``audio_channels`` (1 or 2) also a 440 Hz AAC tone."""
+    import av
+
+    w, h = size
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        vs = out.add_stream("libx264", rate=fps, options={"preset": "ultrafast", "g": "12"})
+        vs.width, vs.height, vs.pix_fmt = w, h, "yuv420p"
+        if rotation is not None:
+            vs.set_display_rotation(rotation)
+        aus = None
+        if audio_channels:
+            aus = out.add_stream("aac", rate=48000)
+            aus.layout = "mono" if audio_channels == 1 else "stereo"
+        for i in range(frames):
+            img = np.full((h, w, 3), (4 * i) % 256, np.uint8)
+            img[:, : w // 4] = 255
+            f = av.VideoFrame.from_ndarray(img, format="rgb24")
+            f.pts = i
+            for p in vs.encode(f):
+                out.mux(p)
+        for p in vs.encode():
+            out.mux(p)
+        if aus is not None:
+            n = int(48000 * frames / fps)
+            wave = np.tile((0.5 * np.sin(2 * np.pi * 440 * np.arange(n) / 48000)).astype(np.float32), (audio_channels, 1))
+            for s in range(0, n, 1024):
+                af = av.AudioFrame.from_ndarray(np.ascontiguousarray(wave[:, s : s + 1024]), format="fltp",
+                                                layout=aus.layout.name)
+                af.sample_rate, af.pts = 48000, s
+                for p in aus.encode(af):
+                    out.mux(p)
+            for p in aus.encode():
+                out.mux(p)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="session")
+def clip_encoder():
+    """:func:`encode_test_clip` for the conftests below this one (they cannot import it: every folder's
+    conftest module is named ``conftest``)."""
+    return encode_test_clip
 
 
 @pytest.fixture(scope="session")

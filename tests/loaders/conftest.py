@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -65,41 +66,6 @@ def grid(tmp_path_factory) -> str:
     return write_grid(str(tmp_path_factory.mktemp("grid") / "shards"))
 
 
-def encode_clip(
-    frames: int = 36, fps: int = 24, size: tuple[int, int] = (80, 48), audio: bool = True
-) -> bytes:
-    """A tiny h264 (+ stereo AAC) mp4; frame i has grey level 6*i so frames are identifiable."""
-    import av
-
-    w, h = size
-    buf = io.BytesIO()
-    with av.open(buf, "w", format="mp4") as out:
-        vs = out.add_stream("libx264", rate=fps, options={"preset": "ultrafast", "g": "12"})
-        vs.width, vs.height, vs.pix_fmt = w, h, "yuv420p"
-        aus = out.add_stream("aac", rate=48000) if audio else None
-        if aus is not None:
-            aus.layout = "stereo"
-        for i in range(frames):
-            img = np.full((h, w, 3), (6 * i) % 256, np.uint8)
-            f = av.VideoFrame.from_ndarray(img, format="rgb24")
-            f.pts = i
-            for p in vs.encode(f):
-                out.mux(p)
-        for p in vs.encode():
-            out.mux(p)
-        if aus is not None:
-            n = int(48000 * frames / fps)
-            wave = np.tile((0.3 * np.sin(2 * np.pi * 440 * np.arange(n) / 48000)).astype(np.float32), (2, 1))
-            for s in range(0, n, 1024):
-                af = av.AudioFrame.from_ndarray(np.ascontiguousarray(wave[:, s : s + 1024]), format="fltp", layout="stereo")
-                af.sample_rate, af.pts = 48000, s
-                for p in aus.encode(af):
-                    out.mux(p)
-            for p in aus.encode():
-                out.mux(p)
-    return buf.getvalue()
-
-
 def camera_track(frames: int, w: int, h: int) -> tuple[np.ndarray, np.ndarray]:
     """Poses moving along x (translation = frame index) and constant intrinsics."""
     poses = np.tile(np.eye(4, dtype=np.float32), (frames, 1, 1))
@@ -134,8 +100,9 @@ def image_shards(tmp_path_factory, sample_images) -> str:
     return write_images(str(tmp_path_factory.mktemp("img") / "shards"), sample_images)
 
 
-def write_videos(dest: str) -> str:
-    """Four clips (one silent) with captions and camera tracks, 2 per shard."""
+def write_videos(dest: str, encode_clip: Callable[..., bytes]) -> str:
+    """Four clips (one silent) with captions and camera tracks, 2 per shard; ``encode_clip`` is the
+    ``clip_encoder`` fixture."""
     with ShardWriter(dest, maxcount=2) as w:
         for n in range(4):
             frames, size = 36 + 6 * n, (80, 48) if n % 2 == 0 else (64, 64)
@@ -143,7 +110,7 @@ def write_videos(dest: str) -> str:
             w.write(
                 f"clip_{n:06d}",
                 {
-                    "mp4": encode_clip(frames=frames, size=size, audio=n != 3),
+                    "mp4": encode_clip(frames=frames, size=size, audio_channels=None if n == 3 else 2),
                     "txt": f"clip {n}".encode(),
                     "poses.npy": npy_bytes(poses),
                     "intrinsics.npy": npy_bytes(intr),
@@ -153,8 +120,8 @@ def write_videos(dest: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def video_shards(tmp_path_factory) -> str:
-    return write_videos(str(tmp_path_factory.mktemp("vid") / "shards"))
+def video_shards(tmp_path_factory, clip_encoder) -> str:
+    return write_videos(str(tmp_path_factory.mktemp("vid") / "shards"), clip_encoder)
 
 
 LATENT = (4, 8, 8)

@@ -85,12 +85,12 @@ def _npy() -> bytes:
     return b.getvalue()
 
 
-def test_image_and_video_loaders_on_s3(s3_bucket, tmp_path, sample_images):
+def test_image_and_video_loaders_on_s3(s3_bucket, tmp_path, sample_images, clip_encoder):
     write_images(f"{s3_bucket}/img", sample_images[:3])
     batch = next(iter(ImageWDSLoader([f"WDS:{s3_bucket}/img"], batch_size=2, num_workers=0, deterministic=True, input_res=32,
                                      cache_path=str(tmp_path / "c"), key_map={"real_raw": "jpg", "condition_raw": "txt"})))
     assert batch["real_raw"].shape == (2, 3, 32, 32)
-    write_videos(f"{s3_bucket}/vid")
+    write_videos(f"{s3_bucket}/vid", clip_encoder)
     batch = next(iter(VideoWDSLoader([f"WDS:{s3_bucket}/vid"], batch_size=1, num_workers=0, seed=1, shuffle_size=2,
                                      sequence_length=4, img_size=(32, 32))))
     assert batch["real_raw"].shape == (1, 3, 4, 32, 32) and batch["shard"][0].startswith(f"{s3_bucket}/vid/")

@@ -239,8 +239,8 @@ def test_audio_mono_duplicated_and_absent(mono_clip, silent_clip):
     assert decode_clip(silent_clip, sequence_length=4, img_size=(32, 32), with_audio=True).audio is None
 
 
-def test_rotation_honoured(tmp_path, make_clip):
-    data = make_clip(tmp_path / "rot.mp4", frames=6, rotation=90)
+def test_rotation_honoured(clip_encoder):
+    data = clip_encoder(frames=6, rotation=90)
     info = probe_video(data)
     assert info.rotation == 90
     clip = decode_clip(data, sequence_length=2, img_size=(48, 64), start_time=0.0, info=info)
@@ -400,3 +400,27 @@ def test_check_member(sample_data, bunny, silent_clip):
     assert check_member("json", b"{") == "json"
     assert check_member("json.gz", b"not gzip") == "gzip"
     assert check_member("txt", b"ok") is None
+
+
+def test_describe_image_jpeg_header_matches_pillow(sample_images):
+    import io
+
+    from PIL import Image
+
+    from fgdata.media.image import _jpeg_header, describe_image
+
+    cases = []
+    for path in sample_images:
+        im = Image.open(path)
+        for mode in ("RGB", "L", "CMYK"):
+            for progressive in (False, True):
+                buf = io.BytesIO()
+                im.convert(mode).save(buf, "JPEG", quality=80, progressive=progressive)
+                cases.append(buf.getvalue())
+    cases += [p.read_bytes() for p in sample_images if p.suffix == ".jpg"]
+    for data in cases:
+        pil = Image.open(io.BytesIO(data))
+        assert _jpeg_header(data) == {"width": pil.width, "height": pil.height, "mode": pil.mode, "format": "JPEG"}
+        assert describe_image(data) == _jpeg_header(data)
+    png = sample_images[0].read_bytes()
+    assert _jpeg_header(png) is None and describe_image(png)["format"] == "PNG"
