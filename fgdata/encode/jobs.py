@@ -138,6 +138,29 @@ def batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
         yield batch
 
 
+def batched_results(items: Iterable[Result | T], size: int,
+                    run: Callable[[list[T]], Iterable[Result]]) -> Iterator[Result]:
+    """``run`` on batches of the good items; each failure :class:`Result` among ``items`` passes through.
+
+    A failure comes out just before the results of the batch it was read with (the ones after the last
+    batch come last), so the shard's samples and failures stay in input order, batch by batch.
+    """
+    failed: list[Result] = []
+
+    def good() -> Iterator[T]:
+        for item in items:
+            if isinstance(item, Result):
+                failed.append(item)
+            else:
+                yield item
+
+    for batch in batches(good(), size):
+        yield from failed
+        failed.clear()
+        yield from run(batch)
+    yield from failed
+
+
 def merged_json(old: bytes | None, fields: dict[str, Any]) -> bytes:
     """The sample's json with fgdata's provenance fields set (others kept), deterministic bytes."""
     doc: dict[str, Any] = {}

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fgdata import storage
-from fgdata.encode.jobs import JobSummary, Result, Task, batches, merged_json, run_job, sample_seed, shard_tasks, task_samples
+from fgdata.encode.jobs import JobSummary, Result, Task, batched_results, merged_json, run_job, sample_seed, shard_tasks, task_samples
 from fgdata.encode.models import load_pretrained, resolve_device, tensor_bytes, torch_dtype
 from fgdata.encode.text import TextEncoder, load_text_encoder
 from fgdata.errors import FgdataError
@@ -270,18 +270,12 @@ def kd_run(
 
         st = setup()
         t: Teacher = st["teacher"]
-        pending: list[Result] = []
 
-        def good() -> Iterator[tuple[int, str, dict[str, bytes], str]]:
+        def items() -> Iterator[Result | tuple[int, str, dict[str, bytes], str]]:
             for pos, key, kept, text, reason in _task_prompts(task, text_ext):
-                if text is None:
-                    pending.append(Result(pos, key, None, reason))
-                else:
-                    yield pos, key, kept, text
+                yield Result(pos, key, None, reason) if text is None else (pos, key, kept, text)
 
-        for batch in batches(good(), batch_size):
-            yield from pending
-            pending.clear()
+        def run(batch: list[tuple[int, str, dict[str, bytes], str]]) -> Iterator[Result]:
             seeds = [sample_seed(seed, key) for _, key, _, _ in batch]
             noise = torch.stack([torch.randn(st["shape"], generator=torch.Generator().manual_seed(s)) for s in seeds])
             cond = t.text.encode([text for *_, text in batch])
@@ -302,7 +296,8 @@ def kd_run(
                         fields["path_sigmas"] = [st["sigmas"][j] for j in record]
                 members["json"] = merged_json(kept.get("json"), fields)
                 yield Result(pos, key, members)
-        yield from pending
+
+        yield from batched_results(items(), batch_size, run)
 
     def provenance() -> dict[str, Any]:
         st = setup()

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from fgdata.encode.jobs import (Result, Task, batches, merged_json, prefetch_map, run_job, sample_seed, shard_tasks,
-                                task_samples, JobSummary)
+from fgdata.encode.jobs import (JobSummary, Result, Task, batched_results, merged_json, prefetch_map, run_job,
+                                sample_seed, shard_tasks, task_samples)
 from fgdata.encode.models import autocast, resolve_device, tensor_bytes, torch_dtype
 from fgdata.encode.vae import load_vae
 from fgdata.errors import FgdataError
@@ -252,19 +252,16 @@ def _encode_batches(enc: LatentEncoder, decoded: Iterable[tuple[Any, Any]], batc
                     keep_media: bool) -> Iterator[Result]:
     from fgdata.media.decode import member_kind
 
-    def good() -> Iterator[tuple[Any, Any]]:
+    def checked() -> Iterator[Result | tuple[Any, Any]]:
         for sample, value in decoded:
             if isinstance(sample, Result):
-                failed.append(sample)
+                yield sample
             elif isinstance(value, BaseException):
-                failed.append(Result(sample.index, sample.key, None, str(value).splitlines()[0] or type(value).__name__))
+                yield Result(sample.index, sample.key, None, str(value).splitlines()[0] or type(value).__name__)
             else:
                 yield sample, value
 
-    failed: list[Result] = []
-    for batch in batches(good(), batch_size):
-        yield from failed
-        failed.clear()
+    def encode(batch: list[tuple[Any, Any]]) -> Iterator[Result]:
         latents = enc.encode([v[1] for _, v in batch], [s.key for s, _ in batch])
         for (sample, (ext, _, facts)), z in zip(batch, latents):
             members = {e: d for e, d in sample.members.items()
@@ -274,4 +271,5 @@ def _encode_batches(enc: LatentEncoder, decoded: Iterable[tuple[Any, Any]], batc
                 "vae": enc.vae_id, "space": enc.space["formula"], "posterior": enc.posterior,
                 "dtype": enc.save_dtype, "shape": list(z.shape), "source_member": ext, "flip": False, **facts}})
             yield Result(sample.index, sample.key, members)
-    yield from failed
+
+    yield from batched_results(checked(), batch_size, encode)

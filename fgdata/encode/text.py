@@ -178,7 +178,7 @@ def encode_text(
     ``into`` itself (each shard is replaced atomically).
     """
     from fgdata import storage
-    from fgdata.encode.jobs import Result, Task, batches, merged_json, run_job, shard_tasks, task_samples
+    from fgdata.encode.jobs import Result, Task, batched_results, merged_json, run_job, shard_tasks, task_samples
     from fgdata.encode.models import tensor_bytes
 
     if batch_size < 1:
@@ -216,28 +216,24 @@ def encode_text(
     def produce(task: Task) -> Any:
         enc = model()
         lookup = prompts_by_key(task)
-        pending: list[Result] = []
 
-        def good() -> Any:
+        def prompts() -> Any:
             for s in task_samples(task):
                 if isinstance(s, Result):
-                    pending.append(s)
+                    yield s
                     continue
                 try:
                     if lookup is None:
-                        text = _prompt(s.members, text_ext)
+                        item = s, _prompt(s.members, text_ext)
                     elif s.key in lookup:
-                        text = lookup[s.key]
+                        item = s, lookup[s.key]
                     else:
                         raise FgdataError(f"no prompt for this key in {storage.join(src, task.name)}")
                 except FgdataError as exc:
-                    pending.append(Result(s.index, s.key, None, str(exc)))
-                    continue
-                yield s, text
+                    item = Result(s.index, s.key, None, str(exc))
+                yield item
 
-        for batch in batches(good(), batch_size):
-            yield from pending
-            pending.clear()
+        def run(batch: list[Any]) -> Any:
             embs = enc.encode([t for _, t in batch])
             for (s, text), emb in zip(batch, embs):
                 members = dict(s.members)
@@ -248,7 +244,8 @@ def encode_text(
                     "encoder": encoder, "shape": list(emb.shape), "dtype": save_dtype, "padding": enc.padding,
                     "max_length": enc.max_length, "hidden_layer": enc.hidden_layer}})
                 yield Result(s.index, s.key, members)
-        yield from pending
+
+        yield from batched_results(prompts(), batch_size, run)
 
     def provenance() -> dict[str, Any]:
         return {**model().info(), "save_dtype": save_dtype}
