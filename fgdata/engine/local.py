@@ -39,15 +39,26 @@ def _apply_chunk(fn: Callable[[T], R], chunk: list[T]) -> list[R]:
     return [fn(a) for a in chunk]
 
 
-def ordered_map(fn: Callable[[T], R], args: Iterable[T], workers: int, chunksize: int = 1) -> Iterator[R]:
+def ordered_map(
+    fn: Callable[[T], R],
+    args: Iterable[T],
+    workers: int,
+    chunksize: int = 1,
+    initializer: Callable[..., None] | None = None,
+    initargs: tuple = (),
+) -> Iterator[R]:
     """``map(fn, args)`` on ``workers`` processes, results in argument order.
 
     Arguments travel in chunks of ``chunksize`` (cheap items: fewer round trips), with at most
     ``WINDOW_PER_WORKER`` chunks per worker in flight so memory stays bounded. The pool forks,
     so workers start in milliseconds with the parent's modules already imported, unless Ray
     lives in this process (its threads do not survive a fork): then a preloaded forkserver.
+    ``initializer(*initargs)`` runs once per worker (in-process when ``workers <= 1``), so large
+    read-only inputs reach forked workers without pickling.
     """
     if workers <= 1:
+        if initializer is not None:
+            initializer(*initargs)
         yield from map(fn, args)
         return
     if "ray" in sys.modules:
@@ -55,7 +66,7 @@ def ordered_map(fn: Callable[[T], R], args: Iterable[T], workers: int, chunksize
         ctx.set_forkserver_preload(["fgdata.engine.transform"])
     else:
         ctx = multiprocessing.get_context("fork")
-    pool = ProcessPoolExecutor(workers, mp_context=ctx)
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=initializer, initargs=initargs)
     pending: deque[Future] = deque()
     it = iter(args)
     task = partial(_apply_chunk, fn)

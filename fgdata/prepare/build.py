@@ -8,13 +8,13 @@ at the exact input after the last complete member and reports every input as wri
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fgdata.engine.local import ordered_map
 from fgdata.prepare.zipwriter import EdmZipWriter, dataset_json_bytes, member_name, provenance_path, validate_zip
 
 #: One input's outcome: a member per target (None when it failed) and a note (source mode or failure reason).
@@ -38,20 +38,6 @@ class ZipTarget:
 
 def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
-
-
-def ordered_map(work: Work, ranges: Sequence[tuple[int, int]], workers: int,
-                initializer: Callable[..., None] | None = None, initargs: tuple = ()) -> Iterator[list[Result]]:
-    """Results of ``work`` per range, in order; a fork pool so large inputs reach workers without pickling."""
-    if workers <= 1 or len(ranges) <= 1:
-        if initializer:
-            initializer(*initargs)
-        yield from map(work, ranges)
-        return
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with ctx.Pool(workers, initializer=initializer, initargs=initargs) as pool:
-        yield from pool.imap(work, ranges, chunksize=1)
 
 
 def _read_log(path: Path) -> dict[int, dict]:
@@ -103,7 +89,7 @@ def build_zips(targets: list[ZipTarget], n_inputs: int, work: Work, *, fingerpri
         if progress:
             progress(phase, done, n_inputs)
         with open(log_path, "a") as logfh:
-            for (a, _b), results in zip(ranges, ordered_map(work, ranges, workers, initializer, initargs)):
+            for (a, _b), results in zip(ranges, ordered_map(work, ranges, workers if len(ranges) > 1 else 1, initializer=initializer, initargs=initargs)):
                 for j, (members, note) in enumerate(results, start=a):
                     if members is None or note is not None:
                         entry = {"i": j, "input": describe(j), ("failed" if members is None else "mode"): note}

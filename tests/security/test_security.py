@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import ast
 import io
-import os
 import pickle
 import stat
-import subprocess
-import sys
 import tarfile
 import zipfile
 from pathlib import Path

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-from pathlib import Path
 
 import numpy as np
 import pytest
