@@ -115,7 +115,12 @@ def latents(
     overwrite: bool = OVERWRITE,
     quiet: bool = QUIET,
 ) -> None:
-    """Encode media into latent.pth (model space, scaling from the VAE config); txt and json are kept."""
+    """Encode media into latent.pth (model space, scaling from the VAE config); txt and json are kept.
+
+    Example: fgdata encode latents /data/photos-wds /data/photo-latents --vae stabilityai/sd-vae-ft-mse --size 256 --device cuda --batch-size 64
+
+    Video: --kind video --frames 81 --size 832x480 with a video VAE. Under torchrun each rank owns disjoint input shards.
+    """
     from fgdata.encode.latents import encode_latents
 
     kwargs = dict(src=src, dst=dst, vae=vae, vae_subfolder=vae_subfolder, kind=kind, size=size, frames=frames, fps=fps,
@@ -148,7 +153,12 @@ def text(
     overwrite: bool = OVERWRITE,
     quiet: bool = QUIET,
 ) -> None:
-    """Add txt_emb.pth (the encoder's hidden states per prompt) to every sample, keeping the other members."""
+    """Add txt_emb.pth (the encoder's hidden states per prompt) to every sample, keeping the other members.
+
+    Example: fgdata encode text /data/prompts-wds /data/prompt-emb --encoder ./umt5-xxl --max-length 512
+
+    T5/umT5: padded to --max-length, zero past the prompt's tokens; CLIP: 77 tokens. --into LATENTS merges by key.
+    """
     from fgdata.encode.text import encode_text
 
     kwargs = dict(src=src, dst=dst, encoder=encoder, into=into, subfolder=subfolder,
@@ -173,7 +183,10 @@ def neg_prompt(
     device: str = DEVICE,
     dtype: str = DTYPE,
 ) -> None:
-    """Write one negative-prompt embedding, shaped like one txt_emb, as neg_prompt_emb.npy (no pickle)."""
+    """Write one negative-prompt embedding, shaped like one txt_emb, as neg_prompt_emb.npy (no pickle).
+
+    Example: fgdata encode neg-prompt --preset neg_prompt_wan --encoder ./umt5-xxl -o /data/neg_prompt_emb.npy
+    """
     from rich.console import Console
 
     from fgdata.encode.text import encode_neg_prompt
@@ -227,7 +240,12 @@ def pairs(
     device: str = DEVICE, dtype: str = DTYPE, save_dtype: str = SAVE_DTYPE, engine: str = ENGINE,
     workers: int = WORKERS, overwrite: bool = OVERWRITE, quiet: bool = QUIET,
 ) -> None:
-    """Single-step KD pairs: the teacher's x0 (latent.pth) from exactly the stored noise (noise.pth)."""
+    """Single-step KD pairs: the teacher's x0 (latent.pth) from exactly the stored noise (noise.pth).
+
+    Example: fgdata kd pairs /data/kd-pairs --prompts prompts.txt --teacher ./teacher --steps 50 --guidance-scale 5 --seed 0
+
+    Per-sample seeds derive from --seed and the sample key, so any subset can be regenerated.
+    """
     _kd("pairs", prompts, dst, teacher, steps, guidance_scale, negative_prompt, negative_preset, None, 1, seed,
         latent_shape, size, frames, max_length, per_shard, batch_size, device, dtype, save_dtype, engine, workers,
         overwrite, quiet)
@@ -246,7 +264,12 @@ def paths(
     save_dtype: str = SAVE_DTYPE, engine: str = ENGINE, workers: int = WORKERS, overwrite: bool = OVERWRITE,
     quiet: bool = QUIET,
 ) -> None:
-    """Multi-step KD paths: the teacher's states by decreasing t (path[0] = start), clean end in latent.pth."""
+    """Multi-step KD paths: the teacher's states by decreasing t (path[0] = start), clean end in latent.pth.
+
+    Example: fgdata kd paths /data/kd-paths --prompts /data/prompts-wds --teacher ./teacher --steps 50 --path-steps 4 --seed 0
+
+    The recorded timesteps go into each sample's json (path_timesteps) and into provenance.json.
+    """
     _kd("paths", prompts, dst, teacher, steps, guidance_scale, negative_prompt, negative_preset, record_steps,
         path_steps, seed, latent_shape, size, frames, max_length, per_shard, batch_size, device, dtype, save_dtype,
         engine, workers, overwrite, quiet)
