@@ -16,7 +16,7 @@ page cache:
 5. time to first batch when resuming at positions deep inside a 1,000-sample shard / at 0
    (target <= 2x).
 
-Run: ``python benchmarks/bench_loaders.py [--repeats 3] [--out benchmarks/results_loaders.md]``.
+Run: ``python benchmarks/bench_loaders.py [--repeats 3] [--out FILE.md]``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ ImageNet-style tree of JPEGs at ImageNet-typical sizes (10 class folders). The r
 re-implementation of the EDM / EDM2 dataset tools (tests/prepare/edm_reference.py); for ImageNet-64 it runs
 both tools, one after the other, as FastGen's downloader does.
 
-Run: .venv/bin/python benchmarks/bench_prepare.py [--workers 2] [--jpegs 300] [--out benchmarks/results_prepare.md]
+Run: .venv/bin/python benchmarks/bench_prepare.py [--workers 2] [--jpegs 300] [--out FILE.md]
 """
 
 from __future__ import annotations
