@@ -98,43 +98,41 @@ def _dct_factor(w: int, h: int, dw: int, dh: int) -> float:
     return dw / w
 
 
-def _decode_scaled_jpeg(
-    data: bytes, im: Image.Image, need_w: int, need_h: int, use_simplejpeg: bool
-) -> Image.Image:
-    """Decode a JPEG DCT-scaled to at least (need_w, need_h); simplejpeg when allowed and able."""
-    if use_simplejpeg and im.mode in ("RGB", "L"):
-        try:
-            import simplejpeg
-        except ImportError:
-            pass
-        else:
-            try:
-                arr = simplejpeg.decode_jpeg(
-                    data, colorspace="RGB", min_width=need_w, min_height=need_h
-                )
-            except ValueError:
-                pass  # e.g. a JPEG flavour libjpeg-turbo's fast API refuses; Pillow decides below
-            else:
-                return Image.fromarray(arr)
-    im.draft("RGB", (need_w, need_h))
-    return _load(im)
+def _simplejpeg_scaled(data: bytes, need_w: int, need_h: int) -> Image.Image | None:
+    """simplejpeg's DCT-scaled decode to at least (need_w, need_h); None when unavailable or refused."""
+    try:
+        import simplejpeg
+    except ImportError:
+        return None
+    try:
+        return Image.fromarray(simplejpeg.decode_jpeg(data, colorspace="RGB", min_width=need_w, min_height=need_h))
+    except ValueError:  # e.g. a JPEG flavour libjpeg-turbo's fast API refuses; Pillow decides instead
+        return None
 
 
 def _fast_rgb_crop(
     data: bytes, input_res: int | tuple[int, int], use_simplejpeg: bool
 ) -> np.ndarray:
-    """HWC uint8 centre crop with the reference geometry, decoding and resampling as little as possible."""
-    im = open_image(data)
-    w, h = im.size
+    """HWC uint8 centre crop with the reference geometry, decoding and resampling as little as possible.
+
+    A plain RGB or grey JPEG with simplejpeg allowed never goes through Pillow's parser: its
+    frame header gives the size, simplejpeg decodes DCT-scaled, Pillow only resamples.
+    """
+    head = _jpeg_header(data)
+    src = None if head is not None else open_image(data)
+    w, h = (head["width"], head["height"]) if head is not None else src.size
     g = image_transform_geometry(w, h, input_res)
     need_w = math.ceil(g.resize_w * DCT_REDUCING_GAP)
     need_h = math.ceil(g.resize_h * DCT_REDUCING_GAP)
-    if im.format == "JPEG" and (use_simplejpeg or (w >= 2 * need_w and h >= 2 * need_h)):
-        im = _decode_scaled_jpeg(data, im, need_w, need_h, use_simplejpeg)
-        f = _dct_factor(w, h, im.width, im.height)
-    else:
-        im = _load(im)
-        f = 1.0
+    im = None
+    if use_simplejpeg and head is not None and head["mode"] in ("RGB", "L"):
+        im = _simplejpeg_scaled(data, need_w, need_h)
+    if im is None:
+        src = src or open_image(data)
+        if src.format == "JPEG" and w >= 2 * need_w and h >= 2 * need_h:
+            src.draft("RGB", (need_w, need_h))
+        im = _load(src)
+    f = _dct_factor(w, h, im.width, im.height) if im.size != (w, h) else 1.0
     if im.mode != "L":  # grey resamples 3x cheaper and converts exactly the same afterwards
         im = to_rgb(im)
     # The crop box of the resized image, mapped back into (possibly DCT-scaled) source pixels:
