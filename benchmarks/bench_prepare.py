@@ -28,7 +28,6 @@ import edm_reference as ref  # noqa: E402
 from conftest import build_cifar_tarball  # noqa: E402
 
 from fgdata.prepare import prepare_cifar10, prepare_imagenet64  # noqa: E402
-from fgdata.sources.cifar import read_cifar10  # noqa: E402
 
 PHOTOS = sorted(p for p in (REPO / "examples" / "data").iterdir() if p.suffix.lower() in (".jpg", ".png"))
 
@@ -71,7 +70,7 @@ def main() -> None:
         build_tree(tree, args.jpegs)
 
         def ref_cifar() -> None:
-            images, labels = read_cifar10(tarball, skip_md5=True)
+            images, labels = ref.read_cifar(str(tarball))
             ref.convert_cifar(images, labels, str(tmp / "ref-cifar.zip"))
 
         def ref_imagenet() -> None:

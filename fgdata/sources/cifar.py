@@ -12,6 +12,7 @@ import io
 import os
 import pickle
 import tarfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -135,7 +136,13 @@ def read_cifar10(tarball: str | os.PathLike[str], skip_md5: bool = False) -> tup
         verify_md5(tarball)
     images, labels = [], []
     try:
-        with tarfile.open(tarball, "r:gz") as tar:
+        # One whole-file inflate is about twice as fast as tarfile's streaming gzip reader,
+        # and the tarball (~170 MB) fits in memory comfortably.
+        raw = zlib.decompress(Path(tarball).read_bytes(), 31)
+    except zlib.error as exc:
+        raise FgdataError(f"{tarball}: not a readable tar.gz ({exc})") from None
+    try:
+        with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
             for member in TRAIN_MEMBERS:
                 try:
                     fh = tar.extractfile(member)

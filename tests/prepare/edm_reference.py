@@ -95,6 +95,24 @@ def convert_folder(source: str, dest: str, flavour: str, size: int, max_images: 
     write_zip(dest, ((crop(load(f), size), labels.get(f)) for f in files))
 
 
+def read_cifar(tarball: str) -> tuple[np.ndarray, list[int]]:
+    """The EDM tool's CIFAR reader: stream the tar.gz, unpickle each training batch, NCHW -> NHWC.
+
+    Unpickling is fine here: this reference only ever reads tarballs the tests and benchmarks built.
+    """
+    import pickle
+    import tarfile
+
+    images, labels = [], []
+    with tarfile.open(tarball, "r:gz") as tar:
+        for batch in range(1, 6):
+            with tar.extractfile(f"cifar-10-batches-py/data_batch_{batch}") as fh:
+                data = pickle.load(fh, encoding="latin1")
+            images.append(data["data"].reshape(-1, 3, 32, 32))
+            labels.extend(data["labels"])
+    return np.concatenate(images).transpose(0, 2, 3, 1), labels
+
+
 def convert_cifar(images: np.ndarray, labels: list[int], dest: str) -> None:
     """The CIFAR loop over already-decoded rows (NHWC uint8)."""
     write_zip(dest, ((img, int(lab)) for img, lab in zip(images, labels)))

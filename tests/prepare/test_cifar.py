@@ -25,7 +25,9 @@ def test_zip_matches_reference_member_by_member(cifar_tarball, tmp_path):
     [summary] = prepare_cifar10(tmp_path, source=tarball, skip_md5=True, workers=2)
     out = tmp_path / "cifar10" / "cifar10-32x32.zip"
     assert summary["written"] == 200 and summary["failed"] == 0
-    ref.convert_cifar(images, labels, str(tmp_path / "ref.zip"))
+    ref_images, ref_labels = ref.read_cifar(str(tarball))  # the EDM tool's own way of reading the tarball
+    assert (ref_images == images).all() and ref_labels == list(labels)
+    ref.convert_cifar(ref_images, ref_labels, str(tmp_path / "ref.zip"))
     with zipfile.ZipFile(out) as ours, zipfile.ZipFile(tmp_path / "ref.zip") as theirs:
         assert ours.namelist() == theirs.namelist()
         assert ours.namelist()[-1] == "dataset.json" and ours.namelist()[0] == "00000/img00000000.png"
