@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 console = Console()
 err_console = Console(stderr=True)
@@ -18,8 +20,10 @@ def print_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
 
 
-def progress(unit: str = "items", *, enabled: bool = True) -> Progress:
+def progress(unit: str = "items", *, enabled: bool = True) -> "Progress":
     """A progress bar on stderr with rate and ETA; disabled bars draw nothing."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
