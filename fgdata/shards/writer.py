@@ -95,6 +95,23 @@ def _member_header(name: str, size: int) -> bytes:
     return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
 
 
+_ZEROS = bytes(BLOCK)
+
+
+_IOV_MAX = 1024  # the fewest buffers one writev takes on Linux
+
+
+def _write_all(fd: int, parts: list[bytes]) -> None:
+    """Write the parts with as few system calls as the kernel allows (``writev``, no copying)."""
+    for i in range(0, len(parts), _IOV_MAX):
+        chunk = parts[i : i + _IOV_MAX]
+        written = os.writev(fd, chunk)
+        if written < sum(map(len, chunk)):  # a short write: finish from a joined copy of what is left
+            rest = b"".join(chunk)[written:]
+            while rest:
+                rest = rest[os.write(fd, rest) :]
+
+
 def _pattern_regex(pattern: str) -> re.Pattern[str]:
     head, _, tail = pattern.partition("%")
     m = re.match(r"0?(\d*)d", tail)
@@ -221,7 +238,7 @@ class ShardWriter:
     def _open(self) -> None:
         name = self._shard_name(self._shard_no)
         self._tmp = os.path.join(self._stage, f".{name}.tmp-{os.getpid()}")
-        self._file = open(self._tmp, "wb")
+        self._file = open(self._tmp, "wb", buffering=0)  # whole samples go out in one writev
         self._entries = []
         self._bytes = 0
 
@@ -254,17 +271,16 @@ class ShardWriter:
         assert self._file is not None
         start = self._bytes
         offsets: dict[str, tuple[int, int]] = {}
+        parts: list[bytes] = []
         pos = start
         for ext, header in headers:
             data = exts[ext]
-            self._file.write(header)
             pos += len(header)
             offsets[ext] = (pos, len(data))
-            self._file.write(data)
             pad = -len(data) % BLOCK
-            if pad:
-                self._file.write(b"\0" * pad)
+            parts += (header, data, _ZEROS[:pad]) if pad else (header, data)
             pos += len(data) + pad
+        _write_all(self._file.fileno(), parts)
         self._bytes = pos
         self._entries.append(SampleEntry(key, start, pos, offsets))
         self._keys.add(key)
@@ -281,7 +297,7 @@ class ShardWriter:
         assert self._file is not None and self._tmp is not None
         end = self._bytes + 2 * BLOCK
         total = (end + RECORD - 1) // RECORD * RECORD
-        self._file.write(b"\0" * (total - self._bytes))
+        _write_all(self._file.fileno(), [bytes(total - self._bytes)])
         self._file.close()  # no fsync: the rename is atomic against a crashed process, which is what resume relies on
         self._file = None
         name = self._shard_name(self._shard_no)

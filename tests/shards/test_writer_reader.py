@@ -238,3 +238,13 @@ def test_stale_side_file_temporaries_are_cleaned(tmp_path):
     (dest / ".unrelated.tmp-4").write_bytes(b"keep")
     ShardWriter(str(dest)).close()
     assert sorted(p.name for p in dest.iterdir()) == [".unrelated.tmp-4", "shard_count.json"]
+
+
+def test_sample_with_many_members_round_trips(tmp_path):
+    members = {f"m{i:03d}.bin": bytes([i % 256]) * (i + 1) for i in range(400)}  # > one writev's buffers
+    with ShardWriter(str(tmp_path / "s")) as w:
+        w.write("big", members)
+    [sample] = list(iter_samples(str(tmp_path / "s" / "00000.tar")))
+    assert sample.members == members
+    with tarfile.open(tmp_path / "s" / "00000.tar") as tf:
+        assert len(tf.getnames()) == 400
