@@ -35,7 +35,7 @@ def _progress(label: str, total: int | None, enabled: bool) -> Iterator[Callable
     rank, world = dist_env()
     if world > 1:
         label = f"{label} [rank {rank}/{world}]"
-    bar = progress("samples", enabled=enabled)
+    bar = progress(enabled=enabled)
     with bar:
         task = bar.add_task(label, total=total, rate="")
         start = time.perf_counter()

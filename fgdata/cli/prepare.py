@@ -17,13 +17,10 @@ PREPARES = ("cifar10", "imagenet-64", "imagenet-256")
 
 @contextmanager
 def _progress() -> Iterator:
-    """A rich progress display with one bar per phase, showing items/s and ETA."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+    """The shared progress display with one bar per phase, showing items/s (or MiB/s) and ETA."""
+    from fgdata.cli.render import progress
 
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
-               TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]
-    with Progress(*columns, transient=False) as bar:
+    with progress() as bar:
         tasks: dict[str, int] = {}
 
         def update(phase: str, done: int, total: int) -> None:
@@ -39,9 +36,8 @@ def _progress() -> Iterator:
 
 
 def _report(summaries: list[dict]) -> None:
-    from rich.console import Console
+    from fgdata.cli.render import console
 
-    console = Console(stderr=False)
     for s in summaries:
         if s.get("skipped"):
             console.print(f"[green]kept[/] {s['path']} (complete; --force rebuilds)")

@@ -20,7 +20,7 @@ def print_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
 
 
-def progress(unit: str = "items", *, enabled: bool = True) -> "Progress":
+def progress(*, enabled: bool = True) -> "Progress":
     """A progress bar on stderr with rate and ETA; disabled bars draw nothing."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 

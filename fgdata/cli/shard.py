@@ -51,7 +51,7 @@ def _run(job, json_out: bool, show_progress: bool) -> None:  # noqa: ANN001 - a 
 
     started = time.perf_counter()
     state = {"done": 0, "bytes": 0, "task": None}
-    with progress("inputs", enabled=show_progress and not json_out) as bar:
+    with progress(enabled=show_progress and not json_out) as bar:
 
         def on_start(total: int) -> None:
             state["task"] = bar.add_task(f"shard {job.options.kind}", total=total, rate="")

@@ -28,7 +28,7 @@ def count_shards_cmd(
 
     shards = require_shards(path)
     started = time.perf_counter()
-    with progress("shards", enabled=not json_out and len(shards) > 1) as bar:
+    with progress(enabled=not json_out and len(shards) > 1) as bar:
         task = bar.add_task("counting", total=len(shards), rate="")
 
         def tick(_row: object) -> None:

@@ -75,7 +75,7 @@ def verify_cmd(
 
     exts = [e for e in (require or "").split(",") if e.strip()]
     started = time.perf_counter()
-    with progress("shards", enabled=not json_out) as bar:
+    with progress(enabled=not json_out) as bar:
         task = bar.add_task("verifying", total=None, rate="")
 
         def tick(_result: object) -> None:
