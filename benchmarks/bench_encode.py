@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 VAE_CONFIGS = {
-    # ENVIRONMENT.md §6: the tiny test VAE (0.25 M parameters, SD-shaped latents).
+    # The tiny test VAE (0.25 M parameters, SD-shaped latents).
     "tiny": dict(block_out_channels=(8, 16, 32, 32), layers_per_block=1, norm_num_groups=8),
     # The full SD-VAE (sd-vae-ft-mse) architecture, 83.65 M parameters. AutoencoderKL() alone is NOT this.
     "sd": dict(block_out_channels=(128, 256, 512, 512), layers_per_block=2, norm_num_groups=32),

@@ -12,7 +12,7 @@ page cache:
 2. VideoWDSLoader clips/s vs reference (target >= 3x);
 3. WDSLoader on latent shards MB/s vs reference (target >= 1.5x);
 4. bytes read per epoch in deterministic mode with 2 workers / dataset bytes (target <= 1.05;
-   the reference reads every byte once per worker, D-10);
+   the reference reads every byte once per worker);
 5. time to first batch when resuming at positions deep inside a 1,000-sample shard / at 0
    (target <= 2x).
 
@@ -181,7 +181,7 @@ def bench_videos(d: str, repeats: int) -> tuple[float, float]:
     import torch
 
     def starts():
-        """The same uniform segment starts for both pipelines (A-26), seeded."""
+        """The same uniform segment starts for both pipelines, seeded."""
         rng = np.random.default_rng(0)
         return rng
 

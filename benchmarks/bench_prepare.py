@@ -84,7 +84,7 @@ def main() -> None:
             ("imagenet-64 (both zips)", args.jpegs, ref_imagenet,
              lambda: prepare_imagenet64(tree, tmp / "fg", workers=args.workers, force=True)),
         ]:
-            # Interleave and keep the best run of each: the machines are shared and noisy (ENVIRONMENT.md §0).
+            # Interleave and keep the best run of each: the machines are shared and noisy (ENVIRONMENT.md).
             t_ref, t_fg = float("inf"), float("inf")
             for _ in range(args.repeats):
                 t_ref, t_fg = min(t_ref, timed(reference)), min(t_fg, timed(ours))

@@ -1,4 +1,4 @@
-"""``fgdata download`` and ``fgdata prepare``: class-conditional dataset zips (COMPAT.md §1).
+"""``fgdata download`` and ``fgdata prepare``: class-conditional dataset zips.
 
 Only typer, rich and the standard library load at import; the library modules load inside each command.
 """
@@ -46,7 +46,7 @@ def _report(summaries: list[dict]) -> None:
                       f" of {s.get('inputs')} inputs")
         converted = s.get("converted_modes") or []
         if converted:
-            console.print(f"  {len(converted)} source(s) converted to RGB (I-6):")
+            console.print(f"  {len(converted)} source(s) converted to RGB:")
             for item in converted[:20]:
                 console.print(f"    {item['input']} ({item['mode']})")
             if len(converted) > 20:

@@ -65,8 +65,7 @@ def verify_cmd(
 
     Example: fgdata verify /data/shards --decode --require jpg,txt --write-ignore /data/shards/ignore.json --write-counts
 
-    The ignore index lists the bad samples and the counts are the samples physically present and readable
-    (W-7); loaders subtract the first from the second, so a verified dataset trains without drops.
+    The ignore index lists the bad samples and the counts are the samples physically present and readable; loaders subtract the first from the second, so a verified dataset trains without drops.
     Exit code 1 when problems were found.
     """
     from fgdata.verify import verify_dataset

@@ -1,4 +1,4 @@
-"""Lazy loader configs: the FastGen presets, ``LazyCall`` and ``instantiate`` (A-1, A-2).
+"""Lazy loader configs: the FastGen presets, ``LazyCall`` and ``instantiate``.
 
 Importing this package never imports torch, typer or rich; the loaders pull in
 torch only when a batch is first requested.

@@ -1,4 +1,4 @@
-"""Opt-in aliases for the reference's module paths (A-3), so FastGen-style imports run unchanged.
+"""Opt-in aliases for the reference's module paths, so FastGen-style imports run unchanged.
 
 Nothing is installed on disk: :func:`install_fastgen_alias` registers ``fastgen.*``
 module objects in ``sys.modules`` for the current process only, and refuses when a

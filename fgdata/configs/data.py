@@ -1,16 +1,16 @@
-"""The loader presets of COMPAT.md §4.3 and IL-12, as lazy configs.
+"""The reference's loader presets and class-conditional dataset paths, as lazy configs.
 
 Use them as FastGen users do: ``cfg = VideoLoaderConfig.copy()``, assign fields,
 then ``instantiate(cfg)``. The WDS presets carry placeholder datatags
 (``WDS:/path/to/...``); instantiating one unchanged raises an error that names the
-``datatags`` field (A-4).
+``datatags`` field.
 
-Key maps follow the raw-key convention (A-5): decoded media and text go to
+Key maps follow the raw-key convention: decoded media and text go to
 ``real_raw`` / ``condition_raw`` / ``condition_image_raw`` and a text negative to
-``neg_condition_raw`` (A-7); precomputed tensors keep the plain keys. For the
-snapshot-era maps call :func:`legacy_keys` on a preset (A-6).
+``neg_condition_raw``; precomputed tensors keep the plain keys. For the
+snapshot-era maps call :func:`legacy_keys` on a preset.
 
-The class-conditional paths (IL-12) are taken from ``DATA_ROOT_DIR`` and
+The class-conditional paths are taken from ``DATA_ROOT_DIR`` and
 ``S3_DATA_ROOT_DIR`` when this module is first imported, as in the reference.
 """
 
@@ -45,7 +45,7 @@ _VIDEO = dict(
     sampler_start_idx=None,
 )
 _LATENT = {"real": "latent.pth", "condition": "txt_emb.pth"}
-# The relative neg-embedding path resolves against the datatag's parent (A-9).
+# The relative neg-embedding path resolves against the datatag's parent.
 _NEG_EMB = {"neg_condition": "neg_prompt_emb.npy"}
 
 ImageLoaderConfig: LazyConfig = LazyCall(ImageWDSLoader)(
@@ -147,7 +147,7 @@ IMAGE_LOADER_TARGET = "fgdata.loaders.image_loader.ImageLoader"
 
 
 def _class_cond(rel: str, batch_size: int) -> LazyConfig:
-    """IL-12: the zip under the data root, and the same relative path under the S3 root."""
+    """The zip under the data root, and the same relative path under the S3 root."""
     return LazyCall(IMAGE_LOADER_TARGET)(
         dataset_path=str(data_root_dir() / rel),
         s3_path=f"{s3_data_root_dir()}/{rel}",
@@ -188,7 +188,7 @@ def _legacy_name(key: str) -> str:
 
 
 def legacy_keys(cfg: LazyConfig) -> LazyConfig:
-    """A copy of a WDS preset with the snapshot-era output keys (A-6).
+    """A copy of a WDS preset with the snapshot-era output keys.
 
     Every ``x_raw`` output key (in ``key_map``, ``presets_map`` and ``video_keys``)
     becomes ``x``: decoded pixels and strings land in ``real`` / ``condition`` /

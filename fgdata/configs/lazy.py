@@ -1,4 +1,4 @@
-"""Lazy-call configs: a target plus keyword arguments, edited freely and built on demand (A-2).
+"""Lazy-call configs: a target plus keyword arguments, edited freely and built on demand.
 
 This mirrors the omegaconf-based ``LazyCall`` that FastGen's configs use, without
 depending on omegaconf: presets are shared module-level objects, so ``.copy()`` is a
@@ -112,7 +112,7 @@ def _resolve_target(target: Callable[..., Any] | str) -> Callable[..., Any]:
 
 
 def _check_keywords(target: Callable[..., Any], kwargs: dict[str, Any]) -> None:
-    """Name the unknown key and the class, instead of Python's bare message (D-32)."""
+    """Name the unknown key and the class, instead of Python's bare message."""
     try:
         params = inspect.signature(target).parameters.values()
     except (TypeError, ValueError):

@@ -6,7 +6,7 @@ and ``vae/`` for the latent geometry). fgdata runs the sampler loop itself rathe
 ``__call__``, so it owns the starting noise and can record every state, for any denoiser whose forward takes
 ``(latents, timestep, encoder_hidden_states)`` (UNet2DConditionModel, WanTransformer3DModel, ...).
 
-Per sample (COMPAT §3.2):
+Per sample:
 
 - ``noise.pth``: the unit Gaussian the teacher started from, drawn on the CPU from a per-sample seed
   (global seed + key), so any subset regenerates identically on any device; the sampler's first state is

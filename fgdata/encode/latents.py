@@ -1,6 +1,6 @@
 """``encode latents``: media shards -> ``latent.pth`` in model space, batched, rank-owned, resumable.
 
-Model space is what the network's own VAE encode leaves (COMPAT §3.2). fgdata reads the convention from the
+Model space is what the network's own VAE encode leaves. fgdata reads the convention from the
 VAE's config and records it in provenance:
 
 - per-channel (``latents_mean``/``latents_std`` in the config; Wan 2.1/2.2 video VAEs):
@@ -10,7 +10,7 @@ VAE's config and records it in provenance:
 
 ``z`` is the posterior **mode** (mean) by default, so reruns are bit-identical; ``--posterior sample`` draws
 ``mean + std * eps`` with eps from a per-sample seed (global seed + key). Pixels come from the loaders' own
-transforms (A-24 images, A-25 video, no flip): nothing random is baked into a latent.
+transforms (the reference image and video geometry, no flip): nothing random is baked into a latent.
 """
 
 from __future__ import annotations
@@ -172,9 +172,9 @@ class LatentEncoder:
             "autocast": self.use_autocast,
             "channels_last": self.channels_last,
             "save_dtype": self.save_dtype,
-            "crop": ("A-24: RGB first, bicubic resize of the shorter side, centre crop at round-half-even offsets"
+            "crop": ("RGB first, bicubic resize of the shorter side, centre crop at round-half-even offsets"
                      if self.kind == "image" else
-                     "A-25: first --frames frames (full decode), antialiased bicubic cover-resize, centre crop"),
+                     "first --frames frames (full decode), antialiased bicubic cover-resize, centre crop"),
             "size": list(self.size) if isinstance(self.size, tuple) else self.size,
             "frames": self.frames,
             "target_fps": self.fps,

@@ -22,7 +22,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 
 def hf_cache_dir() -> str:
-    """The Hugging Face cache in use (HF_HOME is respected by huggingface_hub); logged in provenance (D-29)."""
+    """The Hugging Face cache in use (HF_HOME is respected by huggingface_hub); logged in provenance."""
     from huggingface_hub import constants
 
     return str(constants.HF_HUB_CACHE)
@@ -91,7 +91,7 @@ def autocast(device: str, dtype: str, enabled: bool) -> Iterator[None]:
 
 
 def tensor_bytes(tensor: Any, dtype: str | None = None) -> bytes:
-    """``torch.save`` of a contiguous clone (a view would save its whole storage, COMPAT §3.2), optionally cast."""
+    """``torch.save`` of a contiguous clone (a view would save its whole storage), optionally cast."""
     import torch
 
     t = tensor.detach()

@@ -272,8 +272,8 @@ def encode_neg_prompt(out: str, *, encoder: str, preset: str | None = None, text
                       **load_kwargs: Any) -> dict[str, Any]:
     """Write one negative-prompt embedding, shaped like one ``txt_emb``, as a plain float32 ``.npy``.
 
-    The file is for ``files_map`` (A-9), which loads it with pickle disabled: a plain array, never a list (an
-    SDXL two-tensor embedding cannot be written this way, COMPAT §6). A JSON record goes beside it.
+    The file is for ``files_map``, which loads it with pickle disabled: a plain array, never a list (an
+    SDXL two-tensor embedding cannot be written this way). A JSON record goes beside it.
     """
     import json
 
@@ -286,7 +286,7 @@ def encode_neg_prompt(out: str, *, encoder: str, preset: str | None = None, text
     enc = load_text_encoder(encoder, **load_kwargs)
     emb = enc.encode([prompt])[0].numpy()
     if not isinstance(emb, np.ndarray) or emb.dtype == object:
-        raise FgdataError("the encoder's output is not one plain array; refusing to pickle it (COMPAT §6)")
+        raise FgdataError("the encoder's output is not one plain array; refusing to pickle it")
     storage.write_bytes(out, npy_bytes(emb))
     import hashlib
 

@@ -33,7 +33,7 @@ def load_vae(
 
 
 def vae_info(vae: Any, id_or_dir: str) -> dict:
-    """What provenance records about the model and the numerics (S-6)."""
+    """What provenance records about the model and the numerics."""
     import torch
 
     return {
@@ -47,7 +47,7 @@ def vae_info(vae: Any, id_or_dir: str) -> dict:
 
 
 def encode_moments(vae: Any, images: np.ndarray) -> np.ndarray:
-    """Posterior mean ‖ std (S-2, S-3) of uint8 NHWC RGB images as float32 ``(B, 2·C, h, w)``.
+    """Posterior mean ‖ std of uint8 NHWC RGB images as float32 ``(B, 2·C, h, w)``.
 
     Inputs map to [-1, 1] as ``x/127.5 − 1`` in float32 before any cast; std is ``exp(0.5·clamp(logvar, −30, 20))``.
     No sampling and no scaling factor: training draws a fresh latent from these moments at every step.
@@ -64,7 +64,7 @@ def encode_moments(vae: Any, images: np.ndarray) -> np.ndarray:
 
 
 def npy_bytes(array: np.ndarray) -> bytes:
-    """``np.save`` bytes (NPY 1.0, ``<f4``, C order): 32,896 bytes for an (8, 32, 32) latent (S-4)."""
+    """``np.save`` bytes (NPY 1.0, ``<f4``, C order): 32,896 bytes for an (8, 32, 32) latent."""
     buf = io.BytesIO()
     np.save(buf, np.ascontiguousarray(array, dtype="<f4"), allow_pickle=False)
     return buf.getvalue()

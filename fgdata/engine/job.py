@@ -4,7 +4,7 @@ Side files beside the shards (all written atomically, local or s3://):
 
 - ``shard_job.json``: the job record (kind, options, limits, order, engine, a fingerprint of
   the input list). A resumed job must match it, so a rerun never mixes two option sets;
-- ``shard_count.json`` and ``<shard>.idx.json``: written by ShardWriter (W-7, W-9);
+- ``shard_count.json`` and ``<shard>.idx.json``: written by ShardWriter;
 - ``failures.json``: the report — ``seen``, ``written``, ``failed``, ``samples``,
   ``failed_by_reason`` ({category: n}) and ``failures`` ([{input, name, reason}], where
   ``input`` is the item's index in the source order). ``seen == written + failed`` always.

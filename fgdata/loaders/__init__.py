@@ -1,4 +1,4 @@
-"""Runtime loaders: a drop-in for FastGen's loader API (COMPAT.md §2, §4).
+"""Runtime loaders: a drop-in for FastGen's loader API.
 
 Importing this package does not import torch (nor typer or rich): the WDS
 loaders import it when first iterated, and ``ImageLoader`` (a torch DataLoader

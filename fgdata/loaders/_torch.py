@@ -30,7 +30,7 @@ class WorkerBatches(IterableDataset):
 
 
 def _unchanged(batch: dict[str, Any]) -> dict[str, Any]:
-    """Batches are collated inside the workers already (§4.5)."""
+    """Batches are collated inside the workers already."""
     return batch
 
 

@@ -1,4 +1,4 @@
-"""Batch collation with the rules of COMPAT.md §4.5.
+"""Batch collation with the rules of.
 
 Strings stay lists, arrays and tensors are stacked, Python ints become int64
 tensors, dicts (JSON, cropping parameters, the audio-video modality dict) are

@@ -1,7 +1,7 @@
-"""``ImageLoader``: FastGen's class-conditional loader over EDM dataset zips and folders (COMPAT.md §2).
+"""``ImageLoader``: FastGen's class-conditional loader over EDM dataset zips and folders.
 
-The order is a pure function of the global sample position (IL-7), so resume is exact (IL-8) and independent
-of ``num_workers``; each worker opens its own zip handle (IL-11), which the reference avoided by pinning one
+The order is a pure function of the global sample position, so resume is exact and independent
+of ``num_workers``; each worker opens its own zip handle, which the reference avoided by pinning one
 worker. Caching is opt-in here (``cache=False`` by default, unlike the reference's ``cache=True``; the presets
 still pass ``cache=True``): a cache holds every decoded sample in every worker, so enabling it warns with the
 projected memory.
@@ -48,7 +48,7 @@ def _available_memory() -> int | None:
 
 
 class ImageZipDataset(torch.utils.data.Dataset):
-    """Map-style dataset over a zip or folder of images / ``.npy`` arrays, as EDM's ImageFolderDataset (IL-2..IL-6)."""
+    """Map-style dataset over a zip or folder of images / ``.npy`` arrays, as EDM's ImageFolderDataset."""
 
     def __init__(self, path: str, resolution: int | None = None, use_pyspng: bool = True, max_size: int | None = None,
                  xflip: bool = False, random_seed: int = 0, use_labels: bool = True, cache: bool = False):
@@ -163,7 +163,7 @@ class ImageZipDataset(torch.utils.data.Dataset):
                 arr = pyspng.load(data)
         if arr is None:
             with Image.open(io.BytesIO(data)) as img:
-                if img.mode == "P":  # D-17: expand the palette instead of returning indices
+                if img.mode == "P":  # expand the palette instead of returning indices
                     if not self._palette_warned:
                         warnings.warn(f"{self.path}: {name} is a palette image; expanding it to RGB", stacklevel=2)
                         self._palette_warned = True
@@ -185,7 +185,7 @@ class ImageZipDataset(torch.utils.data.Dataset):
 
 
 class PositionSampler(torch.utils.data.Sampler[int]):
-    """Infinite IL-7 order: position p → item π_e[p mod N], e = p // N; rank r takes start + r + k·W."""
+    """Infinite the reference order: position p → item π_e[p mod N], e = p // N; rank r takes start + r + k·W."""
 
     def __init__(self, n: int, rank: int = 0, world_size: int = 1, shuffle: bool = True, seed: int = 0,
                  start: int = 0):
@@ -210,7 +210,7 @@ class PositionSampler(torch.utils.data.Sampler[int]):
 
 
 class ImageLoader(torch.utils.data.DataLoader):
-    """Infinite batches ``{real, condition, neg_condition, idx}`` (IL-9) from a class-conditional zip or folder.
+    """Infinite batches ``{real, condition, neg_condition, idx}`` from a class-conditional zip or folder.
 
     Example::
 
@@ -218,7 +218,7 @@ class ImageLoader(torch.utils.data.DataLoader):
         batch = next(iter(loader))   # real [128,3,32,32] in [-1,1], condition [128,10]
 
     ``sampler_start_idx`` counts global samples already consumed (all ranks), so a resumed run continues the
-    exact stream (IL-8). ``cache`` defaults to False (opt-in, see the module docstring).
+    exact stream. ``cache`` defaults to False (opt-in, see the module docstring).
     """
 
     def __init__(self, dataset_path: str, s3_path: str | None, batch_size: int, use_labels: bool = True,
@@ -239,7 +239,7 @@ class ImageLoader(torch.utils.data.DataLoader):
 
     @staticmethod
     def _locate(dataset_path: str, s3_path: str | None) -> str:
-        """IL-2: a local zip, else a local folder, else the S3 zip fetched once per node (D-31)."""
+        """A local zip, else a local folder, else the S3 zip fetched once per node."""
         if os.path.isfile(dataset_path) or os.path.isdir(dataset_path):
             return dataset_path
         if s3_path and s3_path.endswith(".zip"):

@@ -1,9 +1,9 @@
-"""The sample plan: which sample each global position delivers, as a pure function (A-16..A-21).
+"""The sample plan: which sample each global position delivers, as a pure function.
 
 Everything here is plain numpy and holds O(number of shards) state, so a plan for
 millions of shards is cheap to build in every worker and needs no coordination.
 
-Definitions (COMPAT.md §4.8):
+Definitions:
 
 * **E**, the epoch stream: the selected shards in order, each shard's samples in
   tar order, minus ignored samples. ``N = len(E)``.
@@ -37,8 +37,8 @@ import numpy as np
 class EpochStream:
     """E as a mapping from epoch index to (shard index, sample index in shard).
 
-    ``counts[s]`` is the number of samples physically in shard ``s`` (W-7) and
-    ``ignored[s]`` the sample indices to remove from it (A-18).
+    ``counts[s]`` is the number of samples physically in shard ``s`` and
+    ``ignored[s]`` the sample indices to remove from it.
     """
 
     def __init__(self, counts: Sequence[int], ignored: Sequence[Sequence[int]] | None = None):

@@ -1,4 +1,4 @@
-"""Constant strings for ``presets_map`` and raw-bytes predicates for ``presets_filter`` (A-10, A-11).
+"""Constant strings for ``presets_map`` and raw-bytes predicates for ``presets_filter``.
 
 Presets are resolved once, in the process that builds the loader, so a user who
 overrides an entry of :data:`PRESET_CONSTANTS` before constructing a loader sees
@@ -37,7 +37,7 @@ NEG_PROMPT_COSMOS = (
 )
 
 # The four texts below are fgdata-defined, NOT verified against the reference: the
-# reference publishes only their names (COMPAT.md §6). Override them by assigning to
+# reference publishes only their names. Override them by assigning to
 # PRESET_CONSTANTS[name] before constructing a loader.
 
 #: fgdata-defined, not verified against the reference.
@@ -100,9 +100,9 @@ def _json_member(members: Mapping[str, bytes]) -> bytes | None:
 def score_filter(threshold: float = 5.0, score_key: str = "score") -> SampleFilter:
     """Drop a sample whose JSON ``score_key`` is below ``threshold``.
 
-    Samples without a ``json`` member or without the field are kept (A-11). Invalid
+    Samples without a ``json`` member or without the field are kept. Invalid
     JSON or a non-numeric score drops the sample with a reason instead of ending the
-    iteration as the reference does (D-4).
+    iteration as the reference does.
     """
     threshold = float(threshold)
 

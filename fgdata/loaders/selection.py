@@ -1,4 +1,4 @@
-"""From datatags to the selected shards, their counts and ignored samples (A-9, A-13..A-18, D-3, D-6, D-7, D-23, D-24, D-33).
+"""From datatags to the selected shards, their counts and ignored samples.
 
 Everything here runs once, at loader construction, in the main process; the result
 is plain data that travels to the workers.
@@ -30,7 +30,7 @@ class LoaderConfigError(FgdataError, ValueError):
 
 @dataclass(frozen=True)
 class ShardRef:
-    """One selected shard: where it is, its basename and the datatag it came from (identity is (tag, name), D-7)."""
+    """One selected shard: where it is, its basename and the datatag it came from (identity is (tag, name))."""
 
     path: str
     name: str
@@ -38,7 +38,7 @@ class ShardRef:
 
 
 def parse_datatags(datatags: Sequence[str] | str) -> list[str]:
-    """``WDS:<path>`` tags -> paths (A-13); the path is everything after the first colon."""
+    """``WDS:<path>`` tags -> paths; the path is everything after the first colon."""
     if isinstance(datatags, str):
         datatags = [datatags]
     if not datatags:
@@ -76,7 +76,7 @@ def select_shards(
     shards_per_worker: int | None = None,
     workers_total: int = 1,
 ) -> tuple[list[ShardRef], list[ShardRef]]:
-    """Merge the tags' shards, sort them (W-3), slice (D-6), then apply ``shards_per_worker`` (D-24).
+    """Merge the tags' shards, sort them, slice, then apply ``shards_per_worker``.
 
     Returns (selected, discovered). ``shard_start``/``shard_end`` are absolute,
     inclusive indices into the sorted list, unlike the reference's relative end.
@@ -90,7 +90,7 @@ def select_shards(
         raise LoaderConfigError(f"datatags: no .tar shards under {', '.join(tags)}")
     numeric = all(r.name.split(".", 1)[0].isdigit() for r in found)
     if not numeric:
-        log.error("shard names are not all numeric; sorting them as strings (W-3)")
+        log.error("shard names are not all numeric; sorting them as strings")
     found.sort(key=lambda r: _sort_key(r, numeric))
     end = len(found) - 1 if shard_end is None else shard_end
     if not 0 <= shard_start <= end < len(found):
@@ -108,7 +108,7 @@ def select_shards(
 
 
 class SideFileLookup:
-    """Resolve side-file keys (plain basenames or full paths/URLs) to selected shards (D-7).
+    """Resolve side-file keys (plain basenames or full paths/URLs) to selected shards.
 
     A plain basename is accepted only when it names one shard; when two datatags
     hold the same basename the key must be the full path or URL.
@@ -135,7 +135,7 @@ class SideFileLookup:
         return refs[0]
 
     def map(self, mapping: Mapping[str, Any], what: str) -> dict[str, Any]:
-        """Re-key ``mapping`` by shard path; unknown shard names are dropped with a warning (W-8)."""
+        """Re-key ``mapping`` by shard path; unknown shard names are dropped with a warning."""
         out: dict[str, Any] = {}
         unknown = []
         for key, value in mapping.items():
@@ -182,8 +182,8 @@ def resolve_dataset(
     """Select shards and, when ``need_counts`` (deterministic mode), count them and locate ignored samples.
 
     Counts come from ``shard_count_file`` when it lists a shard; other shards are
-    counted from their offset index or a header scan (D-23), so the count file only
-    saves time (A-17). A count file must hold physical counts (W-7): ignored samples
+    counted from their offset index or a header scan, so the count file only
+    saves time. A count file must hold physical counts: ignored samples
     are subtracted here, by locating their keys.
     """
     selected, discovered = select_shards(
@@ -233,7 +233,7 @@ def resolve_dataset(
 
 
 def files_map_base(first_tag: str) -> str:
-    """Relative files_map paths resolve against the tag's parent, or the tag itself when it ends in '/' (A-9, D-33)."""
+    """Relative files_map paths resolve against the tag's parent, or the tag itself when it ends in '/'."""
     if first_tag.endswith("/"):
         return first_tag.rstrip("/") if storage.is_s3(first_tag) else first_tag
     try:
@@ -243,7 +243,7 @@ def files_map_base(first_tag: str) -> str:
 
 
 def load_files_map(files_map: Mapping[str, Any] | None, first_tag: str) -> dict[str, np.ndarray]:
-    """Load every constant once (A-9). A missing file is an error naming the resolved path (D-3).
+    """Load every constant once. A missing file is an error naming the resolved path.
 
     A value ``{"zeros": shape}`` is the explicit opt-in for a zero constant of that shape.
     """

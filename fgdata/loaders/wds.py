@@ -1,23 +1,23 @@
-"""WebDataset loaders: WDSLoader and its image, video, audio-video and camera variants (COMPAT.md §4).
+"""WebDataset loaders: WDSLoader and its image, video, audio-video and camera variants.
 
 A loader is an iterable of batch dicts. Iterating it starts a torch DataLoader
-whose workers each build whole batches (§4.5: batches form inside one worker).
+whose workers each build whole batches (batches form inside one worker).
 Three reading modes:
 
-* **deterministic** (A-16..A-21): every batch is a list of global positions from
+* **deterministic**: every batch is a list of global positions from
   :mod:`fgdata.loaders.plan`; each worker reads exactly its samples by random
   access (the shard's offset index; S3 shards through a node-local cached copy),
   so every byte is read once per epoch in total. Resume (``sampler_start_idx`` or
   :meth:`BaseWDSLoader.load_state_dict`) is exact, across epoch wraps and for any
   worker count.
-* **training** (A-22): an infinite stream; each worker draws shards uniformly with
+* **training**: an infinite stream; each worker draws shards uniformly with
   replacement and passes samples through a shuffle buffer bounded by
-  ``shuffle_size`` samples *and* ``shuffle_bytes`` bytes (D-11), all seeded from
-  ``(seed, rank, worker, epoch)`` (D-22).
-* **validation** (A-23, ``train=False``): shard ``i`` goes to rank ``i mod W``,
+  ``shuffle_size`` samples *and* ``shuffle_bytes`` bytes, all seeded from
+  ``(seed, rank, worker, epoch)``.
+* **validation** (``train=False``): shard ``i`` goes to rank ``i mod W``,
   then to the rank's workers in turn; one pass, in order.
 
-**Drop rule in deterministic mode** (A-19): when the sample at position ``p``
+**Drop rule in deterministic mode**: when the sample at position ``p``
 cannot be used (missing member, decode error, clip too short, unreadable), the
 loader delivers instead the sample at the next position ``p+1, p+2, ...`` of the
 global stream that can be used, logging shard, key and position. Every position
@@ -59,7 +59,7 @@ from fgdata.shards import Sample, ShardFile, iter_samples
 log = logging.getLogger("fgdata.loaders")
 
 DEFAULT_SHUFFLE_BYTES = 256 << 20
-# How many samples the training shuffle buffer holds before it starts yielding (A-22).
+# How many samples the training shuffle buffer holds before it starts yielding.
 SHUFFLE_WARMUP = 100
 
 
@@ -89,7 +89,7 @@ def resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
 
 
 class _DropLog:
-    """Per-reason drop counters with rate-limited log lines (D-12: no sleeps, no log floods)."""
+    """Per-reason drop counters with rate-limited log lines (no sleeps, no log floods)."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
@@ -129,7 +129,7 @@ class _ShardReaders:
 
 
 class _ShuffleBuffer:
-    """Random-out buffer capped by sample count and by payload bytes (A-22, D-11)."""
+    """Random-out buffer capped by sample count and by payload bytes."""
 
     def __init__(self, size: int, max_bytes: int, rng: np.random.Generator):
         self.size = max(1, size)
@@ -173,7 +173,7 @@ class SampleContext:
 
 
 class BaseWDSLoader:
-    """Shared reading machinery of the WDS loaders (§4.2 keywords); subclasses define what a sample becomes.
+    """Shared reading machinery of the WDS loaders ( keywords); subclasses define what a sample becomes.
 
     Keywords beyond the reference's: ``seed`` (None: fixed 0 in deterministic mode,
     fresh entropy otherwise, logged), ``shuffle_block`` (deterministic mode only: a
@@ -244,7 +244,7 @@ class BaseWDSLoader:
 
         if deterministic and num_workers > 1:
             warnings.warn(
-                f"deterministic mode with {num_workers} workers: fgdata keeps the 1-worker order (A-21), "
+                f"deterministic mode with {num_workers} workers: fgdata keeps the 1-worker order, "
                 "but the reference would not", stacklevel=2,
             )
         if deterministic and train and shuffle_block is None:
@@ -490,7 +490,7 @@ class BaseWDSLoader:
 
 
 def _find_member(members: Mapping[str, bytes], ext: str) -> tuple[str, bytes] | None:
-    """The member for a mapped extension, also as ``<ext>.gz`` (W-6)."""
+    """The member for a mapped extension, also as ``<ext>.gz``."""
     if ext in members:
         return ext, members[ext]
     if ext + ".gz" in members:
@@ -499,7 +499,7 @@ def _find_member(members: Mapping[str, bytes], ext: str) -> tuple[str, bytes] | 
 
 
 class WDSLoader(BaseWDSLoader):
-    """Precomputed tensors, text and JSON through ``key_map`` (A-8), constants through ``files_map`` / ``presets_map``."""
+    """Precomputed tensors, text and JSON through ``key_map``, constants through ``files_map`` / ``presets_map``."""
 
     def __init__(
         self,
@@ -559,13 +559,13 @@ class WDSLoader(BaseWDSLoader):
         for key, (ext, data) in resolved.items():
             value = decode_member(ext, data, txt_extensions=self.txt_extensions)
             if isinstance(value, (bytes, bytearray)):
-                self._warn_once(f"bytes:{key}", f"{key!r} ({ext!r}) is delivered as raw bytes: no decoder for that extension (A-12)")
+                self._warn_once(f"bytes:{key}", f"{key!r} ({ext!r}) is delivered as raw bytes: no decoder for that extension")
             out[key] = value
         return out
 
 
 def _raw_media(ext: str, data: bytes) -> bytes:
-    """Media payload bytes, un-gzipped when stored as ``<ext>.gz`` (W-6)."""
+    """Media payload bytes, un-gzipped when stored as ``<ext>.gz``."""
     try:
         return unwrap_gz(ext, data)[1]
     except MemberDecodeError as exc:
@@ -573,7 +573,7 @@ def _raw_media(ext: str, data: bytes) -> bytes:
 
 
 class ImageWDSLoader(WDSLoader):
-    """Images resized (short side ``input_res``) and centre-cropped (A-24), normalised to [-1, 1] by default.
+    """Images resized (short side ``input_res``) and centre-cropped, normalised to [-1, 1] by default.
 
     ``fast_jpeg`` allows simplejpeg when installed; pass False for results that
     depend on Pillow alone.
@@ -606,7 +606,7 @@ class ImageWDSLoader(WDSLoader):
 
 
 class VideoWDSLoader(WDSLoader):
-    """Video clips of ``sequence_length`` frames at ``img_size`` = (W, H) in [-1, 1], ``[C,T,H,W]`` (A-25..A-27)."""
+    """Video clips of ``sequence_length`` frames at ``img_size`` = (W, H) in [-1, 1], ``[C,T,H,W]``."""
 
     _with_audio = False
 
@@ -673,7 +673,7 @@ class VideoWDSLoader(WDSLoader):
 
 
 class AudioVideoWDSLoader(VideoWDSLoader):
-    """Each video key becomes ``{"video": [C,T,H,W], "audio": [2, N]}``; ``audio`` is omitted without an audio stream (A-28)."""
+    """Each video key becomes ``{"video": [C,T,H,W], "audio": [2, N]}``; ``audio`` is omitted without an audio stream."""
 
     _with_audio = True
 
@@ -708,7 +708,7 @@ class AudioVideoWDSLoader(VideoWDSLoader):
 
 
 class CameraVideoWDSLoader(VideoWDSLoader):
-    """Video plus camera poses ``[T,4,4]`` and intrinsics ``[T,4]`` sliced to the decoded frames (A-29).
+    """Video plus camera poses ``[T,4,4]`` and intrinsics ``[T,4]`` sliced to the decoded frames.
 
     Poses and intrinsics are the ``key_map`` entries with extensions ``poses.npy``
     and ``intrinsics.npy``. Intrinsics are rescaled and shifted for the resize and

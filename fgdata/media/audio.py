@@ -1,4 +1,4 @@
-"""Audio track decode for audio-video clips (A-28): same start as the video, stereo, fixed length."""
+"""Audio track decode for audio-video clips: same start as the video, stereo, fixed length."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def decode_audio(
 
     Returns ``(float32 [2, N] in [-1, 1], rate)`` with ``N = round(duration * rate)``, trimmed or
     zero-padded so clips collate; ``None`` when the container has no audio stream. Mono is
-    duplicated to both channels (A-28 [INF]); other layouts are downmixed to stereo by
+    duplicated to both channels; other layouts are downmixed to stereo by
     libswresample, which also resamples to ``target_sample_rate`` when given.
     """
     import av

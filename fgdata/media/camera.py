@@ -1,8 +1,8 @@
-"""Camera tracks (A-29, §3.2): slice to the chosen frames, map intrinsics into the output crop, validate.
+"""Camera tracks: slice to the chosen frames, map intrinsics into the output crop, validate.
 
 Pixel convention: intrinsics are in pixels with the principal point measured from the image's
 top-left *corner* (OpenCV). Under that convention a resize by ``s`` maps ``c -> c*s`` and a crop
-at ``x0`` maps ``c -> c - x0`` exactly, which is the A-29 formula. (With a pixel-centre origin
+at ``x0`` maps ``c -> c - x0`` exactly, which is the reference formula. (With a pixel-centre origin
 the resize would be ``(c + 0.5)*s - 0.5``; the difference is below half an output pixel.)
 """
 
@@ -28,7 +28,7 @@ def slice_camera(
 def transform_intrinsics(
     intrinsics: np.ndarray, src_w: int, src_h: int, cropping_params: Mapping[str, int]
 ) -> np.ndarray:
-    """``fx*sx, fy*sy, cx*sx - crop_x0, cy*sy - crop_y0`` with ``sx = resize_w/src_w`` (A-29)."""
+    """``fx*sx, fy*sy, cx*sx - crop_x0, cy*sy - crop_y0`` with ``sx = resize_w/src_w``."""
     src = np.asarray(intrinsics)
     k = src.astype(np.float64)  # compute in float64, hand back the caller's float dtype
     sx = cropping_params["resize_w"] / src_w
@@ -43,7 +43,7 @@ def transform_intrinsics(
 def validate_camera(
     poses: np.ndarray, intrinsics: np.ndarray, frame_count: int, *, tol: float = 1e-3
 ) -> None:
-    """The §3.2 SHOULD checks for camera shards; raises FgdataError naming the first problem."""
+    """The SHOULD checks for camera shards; raises FgdataError naming the first problem."""
     poses = np.asarray(poses)
     intrinsics = np.asarray(intrinsics)
     if poses.ndim != 3 or poses.shape[1:] != (4, 4):

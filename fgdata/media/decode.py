@@ -1,8 +1,7 @@
-"""The one place that turns a WebDataset member's bytes into a value, by extension (§3.2).
+"""The one place that turns a WebDataset member's bytes into a value, by extension.
 
 Loaders, ``fgdata inspect`` and ``fgdata verify`` all call these, so a member that verifies is
-a member that loads. Unsafe payloads are refused, never executed: ``.pth`` is weights-only
-(D-9), ``.npy``/``.npz`` have pickle disabled.
+a member that loads. Unsafe payloads are refused, never executed: ``.pth`` is weights-only, ``.npy``/``.npz`` have pickle disabled.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ _VIDEO_FRAMES_CHECKED = 3
 
 
 def unwrap_gz(ext: str, data: bytes) -> tuple[str, bytes]:
-    """Lower-case the extension and un-gzip a ``.gz`` member first (W-6); bad gzip data raises MemberDecodeError."""
+    """Lower-case the extension and un-gzip a ``.gz`` member first; bad gzip data raises MemberDecodeError."""
     ext = ext.lower()
     if ext.endswith(".gz") or ext == "gz":
         try:

@@ -16,7 +16,7 @@ class VideoDecodeError(MediaError):
 
 
 class ClipTooShort(MediaError):
-    """The video has fewer frames (after fps resampling) than ``sequence_length`` (A-25: drop it)."""
+    """The video has fewer frames (after fps resampling) than ``sequence_length`` (drop it)."""
 
 
 class MemberDecodeError(MediaError):

@@ -1,7 +1,7 @@
-"""Resize-and-crop geometry shared by images (A-24) and video (A-25).
+"""Resize-and-crop geometry shared by images and video.
 
 One function computes the crop offsets; the transforms apply exactly these offsets and
-``cropping_params`` reports exactly these offsets, so the two can never disagree (D-5).
+``cropping_params`` reports exactly these offsets, so the two can never disagree.
 """
 
 from __future__ import annotations
@@ -22,17 +22,17 @@ class ImageGeometry:
     crop_h: int
 
     def as_dict(self) -> dict[str, int]:
-        """The ``cropping_params`` dict of the batch contract (§4.5)."""
+        """The ``cropping_params`` dict of the batch contract."""
         return asdict(self)
 
 
 def center_offset(dim: int, target: int) -> int:
-    """Centre-crop offset: round-half-even((dim - target) / 2), as the reference's crop cuts (D-5)."""
+    """Centre-crop offset: round-half-even((dim - target) / 2), as the reference's crop cuts."""
     return round((dim - target) / 2)
 
 
 def image_transform_geometry(w: int, h: int, input_res: int | tuple[int, int]) -> ImageGeometry:
-    """A-24 geometry for a ``w`` x ``h`` source.
+    """The reference geometry for a ``w`` x ``h`` source.
 
     An int resizes the shorter side to ``input_res`` (long side ``floor(input_res*long/short)``,
     as torchvision's Resize) and centre-crops a square; a tuple is ``(h, w)`` and means an
@@ -50,7 +50,7 @@ def image_transform_geometry(w: int, h: int, input_res: int | tuple[int, int]) -
 
 
 def video_transform_geometry(w: int, h: int, target_w: int, target_h: int) -> ImageGeometry:
-    """A-25 geometry: cover the target with ``scale = max(W_t/w, H_t/h)``, then centre-crop."""
+    """The reference geometry: cover the target with ``scale = max(W_t/w, H_t/h)``, then centre-crop."""
     scale = max(target_w / w, target_h / h)
     rh = math.floor(scale * h + 0.5)
     rw = math.floor(scale * w + 0.5)

@@ -1,4 +1,4 @@
-"""Image decode and the A-24 training transform: fast path plus the slow reference it is tested against.
+"""Image decode and the reference training transform: fast path plus the slow reference it is tested against.
 
 The fast path gets its speed from never producing pixels it will throw away: JPEG DCT scaling
 (Pillow ``draft`` or simplejpeg) decodes a smaller image when the target is much smaller than
@@ -48,7 +48,7 @@ def open_image(data: bytes) -> Image.Image:
 
 
 def to_rgb(im: Image.Image) -> Image.Image:
-    """RGB before any resampling (D-18): palette indices expanded, alpha dropped, grey replicated."""
+    """RGB before any resampling: palette indices expanded, alpha dropped, grey replicated."""
     return im if im.mode == "RGB" else im.convert("RGB")
 
 
@@ -80,7 +80,7 @@ def reference_image_transform(
     norm_mean: Sequence[float] = (0.5, 0.5, 0.5),
     norm_std: Sequence[float] = (0.5, 0.5, 0.5),
 ) -> np.ndarray:
-    """The slow, obviously-correct A-24 path: full decode, RGB, full BICUBIC resize, centre crop.
+    """The slow, obviously-correct the reference path: full decode, RGB, full BICUBIC resize, centre crop.
 
     Kept for tests and benchmarks: it is what the fast path is measured against.
     """
@@ -159,7 +159,7 @@ def load_image_for_training(
     *,
     fast: bool = True,
 ) -> np.ndarray:
-    """Image bytes -> float32 ``[3, H, W]`` normalised, A-24 geometry, RGB conversion first (D-18).
+    """Image bytes -> float32 ``[3, H, W]`` normalised, the reference geometry, RGB conversion first.
 
     ``fast=False`` skips simplejpeg so the result depends on Pillow alone (bit-reproducible on
     machines with and without the ``fastjpeg`` extra); Pillow's DCT scaling is still used.

@@ -1,7 +1,7 @@
-"""Video probe and clip decode (A-25 .. A-28, A-30).
+"""Video probe and clip decode.
 
 Speed comes from two things the reference does not do: seek to the keyframe before the clip
-instead of decoding from the start (A-26, A-30), and let libswscale resize while converting
+instead of decoding from the start, and let libswscale resize while converting
 YUV to RGB (``frame.reformat``) instead of converting full-resolution frames and resizing
 tensors. Frame choice is pure arithmetic on the demuxed presentation timestamps, so the chosen
 source indices (for camera slicing) are known before anything is decoded.
@@ -76,8 +76,8 @@ class Clip:
     """A decoded training clip and everything needed to align side data with it."""
 
     video: np.ndarray  # float32 [C, T, H, W] in [-1, 1]
-    cropping_params: dict[str, int]  # the offsets actually applied (D-5)
-    frame_indices: list[int]  # source frame index behind each output frame (A-29 slicing)
+    cropping_params: dict[str, int]  # the offsets actually applied
+    frame_indices: list[int]  # source frame index behind each output frame (the reference slicing)
     start_time: float
     fps: float  # target_fps if set, else the native rate
     audio: np.ndarray | None = None  # float32 [2, N] or None when there is no audio stream
@@ -90,7 +90,7 @@ def _open(data_or_path: bytes | str | os.PathLike):
     src = io.BytesIO(data_or_path) if isinstance(data_or_path, (bytes, bytearray)) else str(data_or_path)
     try:
         return av.open(src)
-    except av.error.FFmpegError as e:  # D-19: the current PyAV exception root
+    except av.error.FFmpegError as e:  # the current PyAV exception root
         raise VideoDecodeError(f"cannot open video: {e}") from e
 
 
@@ -157,7 +157,7 @@ def select_frames(
     """Source frame index for each output frame; raises ClipTooShort.
 
     Native rate: the first ``sequence_length`` frames shown at or after ``start_time``.
-    ``target_fps`` (A-27): output frame k is the last frame shown at or before
+    ``target_fps``: output frame k is the last frame shown at or before
     ``start_time + k/target_fps``, which duplicates or drops frames.
     """
     n = sequence_length
@@ -178,13 +178,13 @@ def select_frames(
 
 
 def _display_geometry(info: VideoInfo, img_size: tuple[int, int]) -> ImageGeometry:
-    """A-25 geometry in displayed (rotation-applied) pixels."""
+    """The reference geometry in displayed (rotation-applied) pixels."""
     w, h = (info.height, info.width) if info.rotation in (90, 270) else (info.width, info.height)
     return video_transform_geometry(w, h, img_size[0], img_size[1])
 
 
 def _to_clip_array(frames: list[np.ndarray]) -> np.ndarray:
-    """[T, H, W, C] uint8 -> float32 [C, T, H, W] = x/127.5 - 1 (A-25)."""
+    """[T, H, W, C] uint8 -> float32 [C, T, H, W] = x/127.5 - 1."""
     x = np.stack(frames).transpose(3, 0, 1, 2).astype(np.float32)
     x *= 1.0 / 127.5
     x -= 1.0
@@ -243,7 +243,7 @@ def _choose_start(
     rng: np.random.Generator | None,
     start_time: float | None,
 ) -> float:
-    """A-26: uniform start in [0, duration - (n+1)/fps] for segments, else 0."""
+    """Uniform start in [0, duration - (n+1)/fps] for segments, else 0."""
     if decoder_type == "full":
         return 0.0
     if start_time is not None:
@@ -267,11 +267,11 @@ def decode_clip(
     target_sample_rate: int | None = None,
     info: VideoInfo | None = None,
 ) -> Clip:
-    """Decode one training clip: ``sequence_length`` frames at ``img_size`` = (W, H), A-25 .. A-28.
+    """Decode one training clip: ``sequence_length`` frames at ``img_size`` = (W, H),.
 
     ``segment`` seeks to the keyframe before a (random or given) start; ``full`` decodes from
     the beginning and takes the first frames (after fps resampling). Both limit work by frame
-    count, never by wall-clock (D-20). Pass ``info`` to reuse a probe. Audio (A-28) starts at the
+    count, never by wall-clock. Pass ``info`` to reuse a probe. Audio starts at the
     same time and lasts ``sequence_length / fps`` s.
     """
     if decoder_type not in ("segment", "full"):

@@ -1,4 +1,4 @@
-"""Class-conditional dataset zips in the EDM/EDM2 formats FastGen trains on (COMPAT.md §1).
+"""Class-conditional dataset zips in the EDM/EDM2 formats FastGen trains on.
 
 Public entry points: :func:`prepare_cifar10`, :func:`prepare_imagenet64`, :func:`prepare_imagenet256`, the
 :data:`DATASETS` table behind ``fgdata prepare --list``, and :func:`quickstart_demo`.

@@ -1,7 +1,6 @@
 """The prepare engine: decode and transform inputs in a process pool, write one or more EDM zips in order.
 
-Inputs are addressed by position, so workers receive ranges instead of data and return PNG bytes in order
-(I-5, Z-8). A side log records, per input position, conversions and failures; with it a killed run resumes
+Inputs are addressed by position, so workers receive ranges instead of data and return PNG bytes in order. A side log records, per input position, conversions and failures; with it a killed run resumes
 at the exact input after the last complete member and reports every input as written or failed.
 """
 
@@ -58,7 +57,7 @@ def build_zips(targets: list[ZipTarget], n_inputs: int, work: Work, *, fingerpri
                initializer: Callable[..., None] | None = None, initargs: tuple = ()) -> list[dict]:
     """Write every target zip from inputs ``0..n_inputs-1``; ``work`` returns one member per target per input.
 
-    Complete outputs are kept unless ``force`` (validated, not merely present: L-3). Returns one summary per
+    Complete outputs are kept unless ``force`` (validated, not merely present:). Returns one summary per
     target: path, images written, failures, converted inputs and whether it was skipped.
     """
     if not force and all(_is_complete(t, fingerprint) for t in targets):

@@ -1,4 +1,4 @@
-"""``prepare cifar10``: the EDM CIFAR-10 zip from the python tarball (C-1..C-5)."""
+"""``prepare cifar10``: the EDM CIFAR-10 zip from the python tarball."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``prepare imagenet-64`` and the pixel step of ``prepare imagenet-256`` (I-1..I-10, S-1).
+"""``prepare imagenet-64`` and the pixel step of ``prepare imagenet-256``.
 
 Each source JPEG is decoded once per pass; when the EDM and EDM2 orders agree (always for ImageNet), one pass
 feeds both 64-px zips, which is where most of the speed-up over running the two reference tools comes from.
@@ -59,7 +59,7 @@ def _labelled_images(imagenet_source: str | os.PathLike[str]) -> tuple[Path, lis
 def prepare_imagenet64(imagenet_source: str | os.PathLike[str], data_root: str | os.PathLike[str] | None = None,
                        max_images: int | None = None, workers: int | None = None, force: bool = False,
                        strict: bool = False, progress: ProgressFn | None = None) -> list[dict]:
-    """Write ``imagenet-64x64.zip`` (EDM crop, I-3) and ``imagenet-64x64-edmv2.zip`` (ADM crop, I-8)."""
+    """Write ``imagenet-64x64.zip`` (EDM crop) and ``imagenet-64x64-edmv2.zip`` (ADM crop)."""
     out = resolve_data_root(data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
     root, names, labels = _labelled_images(imagenet_source)
     edm_names, edm2_names = edm_order(names)[:max_images], edm2_order(names)[:max_images]
@@ -76,7 +76,7 @@ def prepare_imagenet64(imagenet_source: str | os.PathLike[str], data_root: str |
 def prepare_imagenet256_rgb(imagenet_source: str | os.PathLike[str], data_root: str | os.PathLike[str] | None = None,
                             max_images: int | None = None, workers: int | None = None, force: bool = False,
                             strict: bool = False, progress: ProgressFn | None = None) -> list[dict]:
-    """Write ``imagenet_256_rgb.zip``: the EDM2 flavour at 256 px (S-1), kept for FID statistics."""
+    """Write ``imagenet_256_rgb.zip``: the EDM2 flavour at 256 px, kept for FID statistics."""
     out = resolve_data_root(data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
     root, names, labels = _labelled_images(imagenet_source)
     ordered = edm2_order(names)[:max_images]

@@ -1,4 +1,4 @@
-"""Step 2 of ``prepare imagenet-256``: the SD-VAE moments zip from the RGB zip (S-2..S-6).
+"""Step 2 of ``prepare imagenet-256``: the SD-VAE moments zip from the RGB zip.
 
 Under torchrun each rank encodes a contiguous slice into its own resumable part file; rank 0 waits for all parts
 and merges them, in index order, into one zip. Ranks coordinate through the files alone, so no process group
@@ -124,7 +124,7 @@ def _complete(path: Path, count: int, fingerprint: dict, first: int = 0) -> bool
 
 def _merge(parts: list[Path], dest: Path, names: list[str], labels: dict[str, int], fingerprint: dict,
            info: dict, progress: ProgressFn | None) -> dict:
-    """Concatenate the rank parts in order, then ``dataset.json`` with labels re-keyed to the .npy names (S-5)."""
+    """Concatenate the rank parts in order, then ``dataset.json`` with labels re-keyed to the .npy names."""
     n = len(names)
     writer = EdmZipWriter(dest, {**fingerprint, "merge": True})
     try:

@@ -1,4 +1,4 @@
-"""Where class-conditional datasets live: the data root, the S3 root and the exact output names (L-1, L-5).
+"""Where class-conditional datasets live: the data root, the S3 root and the exact output names.
 
 The presets in ``fgdata.configs`` and the ``prepare`` commands both resolve paths here, so the two can never
 disagree about where a zip is.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fgdata.errors import FgdataError
 
-#: Output zips per dataset name, relative to the data root (L-1: hyphens for 64, underscores for 256).
+#: Output zips per dataset name, relative to the data root (hyphens for 64, underscores for 256).
 DATASET_ZIPS: dict[str, tuple[str, ...]] = {
     "cifar10": ("cifar10/cifar10-32x32.zip",),
     "imagenet-64": ("imagenet-64/imagenet-64x64.zip", "imagenet-64/imagenet-64x64-edmv2.zip"),
@@ -24,12 +24,12 @@ IMAGENET256_RGB_ZIP, IMAGENET256_SD_ZIP = DATASET_ZIPS["imagenet-256"]
 
 
 def output_root_dir() -> Path:
-    """``$FASTGEN_OUTPUT_ROOT`` (default ``FASTGEN_OUTPUT``), made absolute so logs say where data went (D-14)."""
+    """``$FASTGEN_OUTPUT_ROOT`` (default ``FASTGEN_OUTPUT``), made absolute so logs say where data went."""
     return Path(os.environ.get("FASTGEN_OUTPUT_ROOT") or "FASTGEN_OUTPUT").expanduser().resolve()
 
 
 def data_root_dir() -> Path:
-    """``$DATA_ROOT_DIR``, defaulting to ``$FASTGEN_OUTPUT_ROOT/DATA`` as the reference does (L-5), absolute."""
+    """``$DATA_ROOT_DIR``, defaulting to ``$FASTGEN_OUTPUT_ROOT/DATA`` as the reference does, absolute."""
     value = os.environ.get("DATA_ROOT_DIR")
     if value:
         if value.startswith("s3://"):
@@ -44,7 +44,7 @@ def resolve_data_root(root: str | os.PathLike[str] | None = None) -> Path:
 
 
 def s3_data_root_dir() -> str:
-    """``$S3_DATA_ROOT_DIR`` (default ``s3://data``); a separate variable so a local data root never leaks into S3 paths (D-14)."""
+    """``$S3_DATA_ROOT_DIR`` (default ``s3://data``); a separate variable so a local data root never leaks into S3 paths."""
     value = os.environ.get("S3_DATA_ROOT_DIR") or "s3://data"
     if not value.startswith("s3://") or len(value.rstrip("/")) <= len("s3://"):
         raise FgdataError(f"S3_DATA_ROOT_DIR={value} must be an s3:// URL such as s3://data")

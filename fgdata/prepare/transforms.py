@@ -1,7 +1,7 @@
 """Pixel transforms of the EDM and EDM2 dataset tools, and the PNG encoding their zips require.
 
-One function per crop so ImageNet-64 (both flavours) and ImageNet-256 share code (I-10). Sources are made RGB
-once per file; for RGB and grayscale inputs that is exactly what both tools compute (I-6), for every other mode
+One function per crop so ImageNet-64 (both flavours) and ImageNet-256 share code. Sources are made RGB
+once per file; for RGB and grayscale inputs that is exactly what both tools compute, for every other mode
 it is the documented fix, and the caller reports the file.
 """
 
@@ -12,12 +12,12 @@ import io
 import numpy as np
 from PIL import Image
 
-#: Modes both reference tools handle without ambiguity (I-6); anything else is converted and reported.
+#: Modes both reference tools handle without ambiguity; anything else is converted and reported.
 NATIVE_MODES = frozenset({"RGB", "L"})
 
 
 def open_rgb(path: str, strict: bool = False) -> tuple[Image.Image, str | None]:
-    """Decode ``path`` as RGB; return the image and the source mode when a conversion was needed (I-6)."""
+    """Decode ``path`` as RGB; return the image and the source mode when a conversion was needed."""
     with Image.open(path) as img:
         img.load()
         mode = img.mode
@@ -31,7 +31,7 @@ def open_rgb(path: str, strict: bool = False) -> tuple[Image.Image, str | None]:
 
 
 def edm_center_crop(img: Image.Image, size: int) -> Image.Image:
-    """EDM ``center-crop`` (I-3): central min(h, w) square, then LANCZOS to ``size``."""
+    """EDM ``center-crop``: central min(h, w) square, then LANCZOS to ``size``."""
     w, h = img.size
     s = min(w, h)
     box = ((w - s) // 2, (h - s) // 2, (w + s) // 2, (h + s) // 2)
@@ -39,7 +39,7 @@ def edm_center_crop(img: Image.Image, size: int) -> Image.Image:
 
 
 def adm_center_crop(img: Image.Image, size: int) -> Image.Image:
-    """ADM/Dhariwal crop (I-8): BOX halvings, one BICUBIC resize with Python rounding, central crop."""
+    """ADM/Dhariwal crop: BOX halvings, one BICUBIC resize with Python rounding, central crop."""
     while min(img.size) >= 2 * size:
         img = img.resize((img.size[0] // 2, img.size[1] // 2), resample=Image.Resampling.BOX)
     scale = size / min(img.size)
@@ -53,7 +53,7 @@ CROPS = {"edm": edm_center_crop, "adm": adm_center_crop}
 
 
 def png_bytes(img: Image.Image | np.ndarray) -> bytes:
-    """Uncompressed PNG (Z-5): Pillow, level 0, no optimisation, no ancillary chunks such as ICC or text."""
+    """Uncompressed PNG: Pillow, level 0, no optimisation, no ancillary chunks such as ICC or text."""
     if isinstance(img, np.ndarray):
         img = Image.fromarray(img)
     else:

@@ -1,4 +1,4 @@
-"""Deterministic, resumable writer for EDM dataset zips (Z-1..Z-4, Z-8, Z-9).
+"""Deterministic, resumable writer for EDM dataset zips.
 
 Python's ``zipfile`` stamps wall-clock times and cannot append to a zip whose central directory was never
 written (a killed run), so this module writes the STORED format itself: local headers carry the sizes, which
@@ -32,18 +32,18 @@ _LIMIT32 = 0xFFFFFFFF
 
 
 def member_name(index: int, stem: str = "img", ext: str = "png") -> str:
-    """EDM member name for output index ``index`` (Z-2, S-4): ``00000/img00000000.png``."""
+    """EDM member name for output index ``index``: ``00000/img00000000.png``."""
     s = f"{index:08d}"
     return f"{s[:5]}/{stem}{s}.{ext}"
 
 
 def dataset_json_bytes(labels: list[list] | None) -> bytes:
-    """``dataset.json`` exactly as ``json.dumps`` writes it with default settings (Z-4)."""
+    """``dataset.json`` exactly as ``json.dumps`` writes it with default settings."""
     return json.dumps({"labels": labels}).encode("ascii")
 
 
 def provenance_path(dest: Path) -> Path:
-    """The sibling file for provenance (Z-9): never a member, never the zip's own name."""
+    """The sibling file for provenance: never a member, never the zip's own name."""
     return dest.with_name(dest.name + ".provenance.json")
 
 
@@ -139,7 +139,7 @@ class EdmZipWriter:
         self._entries.append(_Entry(raw, crc, size, offset))
 
     def finish(self, dataset_json: bytes | None, provenance: dict | None = None) -> Path:
-        """Write ``dataset.json`` last (Z-3), the central directory (Zip64 when needed), then rename into place."""
+        """Write ``dataset.json`` last, the central directory (Zip64 when needed), then rename into place."""
         if dataset_json is not None:
             self.add("dataset.json", dataset_json)
         cd_offset = self._fh.tell()
@@ -179,7 +179,7 @@ class EdmZipWriter:
 
 
 def write_provenance(dest: Path, info: dict) -> Path:
-    """Write the provenance sibling atomically (Z-9)."""
+    """Write the provenance sibling atomically."""
     path = provenance_path(dest)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps({"tool": f"fgdata {__version__}", **info}, indent=2, sort_keys=True) + "\n")
@@ -188,7 +188,7 @@ def write_provenance(dest: Path, info: dict) -> Path:
 
 
 def validate_zip(path: Path, count: int, stem: str = "img", ext: str = "png") -> str | None:
-    """Why an existing zip is not a complete ``count``-image dataset, or None if it is (L-3, D-28)."""
+    """Why an existing zip is not a complete ``count``-image dataset, or None if it is."""
     import zipfile
 
     if not path.is_file():

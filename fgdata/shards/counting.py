@@ -1,4 +1,4 @@
-"""Counting samples per shard, for shard_count.json (COMPAT W-7).
+"""Counting samples per shard, for shard_count.json.
 
 Local shards are counted header-only (payloads are seeked over). On S3 a shard's
 index is used when one exists beside it; otherwise the shard is streamed and only

@@ -1,4 +1,4 @@
-"""The ignore index (COMPAT W-8, A-18): shard basename -> sample keys to skip."""
+"""The ignore index: shard basename -> sample keys to skip."""
 
 from __future__ import annotations
 

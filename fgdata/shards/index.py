@@ -1,4 +1,4 @@
-"""The per-shard offset index (COMPAT W-9) and the dataset's shard-count file (W-7).
+"""The per-shard offset index and the dataset's shard-count file.
 
 Index format, ``<shard>.idx.json`` beside each shard (one JSON object, UTF-8)::
 

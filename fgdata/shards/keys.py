@@ -1,4 +1,4 @@
-"""The WebDataset naming rule (COMPAT W-1, W-2, W-3).
+"""The WebDataset naming rule.
 
 A member ``<key>.<ext>`` splits at the first dot of its basename; the key keeps
 any in-tar directories and the extension is lower-cased. Writers must produce

@@ -24,7 +24,7 @@ class Sample:
 
 
 def discover_shards(path: str) -> list[str]:
-    """The ``.tar`` shards directly under a directory or s3 prefix, sorted as COMPAT W-3/W-4 say.
+    """The ``.tar`` shards directly under a directory or s3 prefix, sorted as the reference say.
 
     Shards sort by the integer value of their stem; if any stem is not all digits,
     all are sorted as strings (the reference's fallback for foreign shards).

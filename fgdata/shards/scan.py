@@ -293,7 +293,7 @@ def iter_members(
 
 
 def group_samples(members: Iterator[tuple[MemberEntry, bytes | None]], problems: list[str]) -> Iterator[tuple[SampleEntry, dict[str, bytes]]]:
-    """Group adjacent members with the same key into samples (W-1, W-2).
+    """Group adjacent members with the same key into samples.
 
     At damage, the sample still open is yielded unless the damaged member belongs
     to it: its members so far are intact, while a sample whose own member was cut

@@ -1,4 +1,4 @@
-"""The CIFAR-10 python tarball: download with resume, MD5 check, and safe reading of its pickled batches (C-1..C-5).
+"""The CIFAR-10 python tarball: download with resume, MD5 check, and safe reading of its pickled batches.
 
 The batches are pickles, so nothing is unpickled before the MD5 matches the official archive (or the user
 explicitly skips the check for a tarball they built), and even then only numpy array reconstruction and
@@ -37,7 +37,7 @@ def file_md5(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
 
 
 def verify_md5(path: str | os.PathLike[str], expected: str = CIFAR10_MD5) -> None:
-    """Refuse a tarball that is not the official one, naming both digests and the way out (C-1)."""
+    """Refuse a tarball that is not the official one, naming both digests and the way out."""
     actual = file_md5(path)
     if actual != expected:
         raise FgdataError(
@@ -90,7 +90,7 @@ def download_cifar10(dest_dir: str | os.PathLike[str], url: str = CIFAR10_URL, m
 
 
 class _BatchUnpickler(pickle.Unpickler):
-    """Admit only what a CIFAR batch holds: numpy arrays and dtypes inside builtin dicts and lists (C-5)."""
+    """Admit only what a CIFAR batch holds: numpy arrays and dtypes inside builtin dicts and lists."""
 
     _ALLOWED = {
         ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
@@ -112,7 +112,7 @@ class _BatchUnpickler(pickle.Unpickler):
 
 
 def load_batch(data: bytes, what: str) -> tuple[np.ndarray, list[int]]:
-    """Decode one batch into NHWC uint8 rows and integer labels (C-2, C-3)."""
+    """Decode one batch into NHWC uint8 rows and integer labels."""
     try:
         batch = _BatchUnpickler(io.BytesIO(data), encoding="latin1").load()
     except FgdataError:

@@ -1,6 +1,6 @@
 """ImageNet-style image trees: locate the train split, enumerate images in each tool's order, derive labels.
 
-The EDM and EDM2 tools order files differently (path components vs plain strings, I-2 and I-7); both orders
+The EDM and EDM2 tools order files differently (path components vs plain strings); both orders
 are produced here from one directory walk so a fused pass can use them when they agree.
 """
 
@@ -16,7 +16,7 @@ KAGGLE_TRAIN = Path("ILSVRC/Data/CLS-LOC/train")
 
 
 def resolve_train_dir(source: str | os.PathLike[str]) -> Path:
-    """Accept the unzipped Kaggle root or the ``train`` folder itself (I-1)."""
+    """Accept the unzipped Kaggle root or the ``train`` folder itself."""
     root = Path(source).expanduser()
     if not root.is_dir():
         raise FgdataError(f"{source}: ImageNet source is not a directory")
@@ -35,7 +35,7 @@ def _image_extensions() -> frozenset[str]:
 
 
 def list_images(root: Path) -> list[str]:
-    """Relative POSIX paths of every file whose last dot-suffix Pillow knows (I-2), unordered."""
+    """Relative POSIX paths of every file whose last dot-suffix Pillow knows, unordered."""
     exts = _image_extensions()
     found: list[str] = []
     stack = [""]
@@ -54,17 +54,17 @@ def list_images(root: Path) -> list[str]:
 
 
 def edm_order(names: list[str]) -> list[str]:
-    """Path-object order: component by component (I-2)."""
+    """Path-object order: component by component."""
     return sorted(names, key=lambda n: PurePath(n).parts)
 
 
 def edm2_order(names: list[str]) -> list[str]:
-    """Plain string order of full paths (I-7); the common root prefix does not change it."""
+    """Plain string order of full paths; the common root prefix does not change it."""
     return sorted(names)
 
 
 def folder_labels(root: Path, names: list[str]) -> dict[str, int]:
-    """Z-7: the folder's ``dataset.json`` if present, else the sorted index of each top-level directory."""
+    """The folder's ``dataset.json`` if present, else the sorted index of each top-level directory."""
     meta = root / "dataset.json"
     if meta.is_file():
         try:
@@ -122,7 +122,7 @@ def download_imagenet(dest: str | os.PathLike[str], progress=None) -> Path:
     """Download the Kaggle ImageNet competition archive into ``dest`` and unzip it there; returns ``dest``.
 
     The Kaggle CLI runs as a subprocess with an argument list; its output is relayed with any secret
-    environment value masked, and success is judged by its exit code (ENVIRONMENT.md §9).
+    environment value masked, and success is judged by its exit code.
     """
     import subprocess
     import sys

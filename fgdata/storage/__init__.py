@@ -1,6 +1,6 @@
 """Local paths and ``s3://`` URLs behind one API: listing, streaming, atomic writes, a node cache.
 
-S3 goes through the s5cmd binary with argument lists (A-14, D-8). Only the standard
+S3 goes through the s5cmd binary with argument lists. Only the standard
 library is imported here so ``fgdata --help`` stays fast.
 """
 

@@ -1,4 +1,4 @@
-"""A node-local copy of an S3 file, downloaded once per node (D-31).
+"""A node-local copy of an S3 file, downloaded once per node.
 
 The reference downloaded on global rank 0 only and non-atomically, so other nodes could
 miss the file or read half of it. Here every node fetches into its own cache under a

@@ -1,4 +1,4 @@
-"""Fill S3 credentials from the reference's JSON file (COMPAT L-5); values are never printed."""
+"""Fill S3 credentials from the reference's JSON file; values are never printed."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ def _s3_files(url: str, recursive: bool) -> list[FileInfo]:
 
 
 def list_dir(path: str, suffix: str | None = None) -> list[FileInfo]:
-    """Direct children that are files, sorted by name; ``suffix`` matches in any case (W-4)."""
+    """Direct children that are files, sorted by name; ``suffix`` matches in any case."""
     if is_s3(path):
         infos = _s3_files(path, recursive=False)
     else:

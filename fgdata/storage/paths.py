@@ -1,7 +1,7 @@
 """Path arithmetic that treats ``s3://bucket/key`` URLs and local paths alike.
 
 ``os.path`` mangles URLs (``os.path.dirname("s3://b")`` is ``"s3:"``), which is how the
-reference built malformed side-file paths from bucket-root tags (D-33).
+reference built malformed side-file paths from bucket-root tags.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def join(base: str, *parts: str) -> str:
 
 
 def parent(path: str) -> str:
-    """The containing directory or prefix; the bucket root has no parent inside the bucket (D-33)."""
+    """The containing directory or prefix; the bucket root has no parent inside the bucket."""
     if not is_s3(path):
         return os.path.dirname(path.rstrip("/") or "/") or "."
     bucket, key = split_s3(path)

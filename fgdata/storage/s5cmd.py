@@ -1,6 +1,6 @@
 """Run the s5cmd binary safely: argument lists, bounded retries, one-line scrubbed errors.
 
-The reference ran s5cmd through shell strings and ignored failures (D-8); here every call
+The reference ran s5cmd through shell strings and ignored failures; here every call
 is an argument list with a timeout, s5cmd's own retries are off (``-r 0``, otherwise a
 refused connection takes 48 s), and fgdata retries only errors that can go away.
 """

@@ -1,8 +1,8 @@
-"""Verifying a dataset: every shard, the keys across shards, and the side files (W-7, W-8, W-9).
+"""Verifying a dataset: every shard, the keys across shards, and the side files.
 
-The outputs close the quarantine loop (D-15, PEERS pain point 7): an ignore index of
+The outputs close the quarantine loop (PEERS pain point 7): an ignore index of
 the bad samples and a shard-count file of the samples physically present and readable
-in each shard. Loaders subtract the first from the second (W-7), so every position of a
+in each shard. Loaders subtract the first from the second, so every position of a
 verified dataset maps to a sample that decodes, and resume positions stay exact.
 """
 
@@ -64,11 +64,11 @@ class VerifyReport:
         return total
 
     def ignore_mapping(self) -> dict[str, list[str]]:
-        """Shard basename -> bad keys (W-8); every key listed is among the shard's readable samples."""
+        """Shard basename -> bad keys; every key listed is among the shard's readable samples."""
         return {s.name: sorted(s.bad_keys) for s in self.shards if s.bad_keys}
 
     def readable_counts(self) -> dict[str, int]:
-        """Shard basename -> samples physically present and readable (W-7); never minus ignored keys."""
+        """Shard basename -> samples physically present and readable; never minus ignored keys."""
         unknown = [s.name for s in self.shards if s.readable is None]
         if unknown:
             raise FgdataError(
@@ -161,7 +161,7 @@ def _run_in_processes(shards: list[str], job: Callable, workers: int, done: Call
 
 
 def _cross_shard_duplicates(results: list[ShardResult]) -> None:
-    """W-2: keys are unique in a dataset. Later occurrences in other shards become bad samples."""
+    """Keys are unique in a dataset. Later occurrences in other shards become bad samples."""
     hashes = [r.key_hashes for r in results]
     if not hashes:
         return
@@ -202,7 +202,7 @@ def _keys_of(result: ShardResult) -> list[str]:
 
 
 def _check_counts(report: VerifyReport, root: str, count_file: str | None, names: dict[str, str]) -> None:
-    """W-7: the count file must list exactly the shards, each with its readable count."""
+    """The count file must list exactly the shards, each with its readable count."""
     path = count_file or storage.join(root, COUNT_FILE)
     if count_file is None and storage.basename(path) not in names:
         return  # no count file beside the shards: nothing to disagree with

@@ -47,7 +47,7 @@ class ShardResult:
     """What verify learned about one shard.
 
     ``samples`` counts every sample the scan found, including one cut by damage;
-    ``readable`` those physically present and complete (W-7: the count to write).
+    ``readable`` those physically present and complete (the count to write).
     ``readable`` is None when the shard could not be read to its end for a reason
     that is not the shard's fault (storage error): its count is then unknown.
     """
@@ -170,7 +170,7 @@ def _check_sample(entry: SampleEntry, data: dict[str, bytes], require: Sequence[
 
 
 def _compare_index(result: ShardResult, entries: list[SampleEntry], damaged: bool) -> None:
-    """Check the shard's offset index (W-9), if it has one, against what the scan found."""
+    """Check the shard's offset index, if it has one, against what the scan found."""
     path = index_path(result.shard)
     try:
         if not storage.exists(path):

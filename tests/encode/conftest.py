@@ -1,4 +1,4 @@
-"""Tiny random models saved with save_pretrained (ENVIRONMENT.md §6) and small input shards.
+"""Tiny random models saved with save_pretrained (ENVIRONMENT.md) and small input shards.
 
 Everything loads back through the same ``from_pretrained`` calls fgdata uses for hub ids; nothing is mocked.
 """

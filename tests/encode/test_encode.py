@@ -1,6 +1,6 @@
 """encode latents / text / neg-prompt and kd pairs / paths, end to end with tiny from_pretrained models.
 
-The outputs are read back through the loader presets (COMPAT §4.3) exactly as a trainer would."""
+The outputs are read back through the loader presets exactly as a trainer would."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def test_image_latents_members_provenance_and_loader(image_latents, image_shards
 
     from fgdata.configs import ImageLatentLoaderConfig
 
-    batch = first_batch(ImageLatentLoaderConfig, image_latents)  # relative files_map: the datatag's parent (A-9)
+    batch = first_batch(ImageLatentLoaderConfig, image_latents)  # relative files_map: the datatag's parent
     assert batch["real"].shape == (2, 4, 8, 8) and batch["real"].dtype == torch.float32
     assert batch["condition"].shape == (2, 24, 32)
     assert batch["neg_condition"].shape == (2, 24, 32)

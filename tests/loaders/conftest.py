@@ -21,7 +21,7 @@ settings.load_profile("loaders")
 
 @pytest.fixture(autouse=True)
 def _quiet_construction_warnings():
-    """The §4.2 construction warnings are asserted in their own tests; elsewhere they are noise."""
+    """The construction warnings are asserted in their own tests; elsewhere they are noise."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="deterministic mode")
         yield
@@ -46,7 +46,7 @@ def grid_key(shard: int, i: int) -> str:
 
 
 def write_grid(dest: str, shards: int = 3, per: int = 8, skip: set[tuple[int, int]] = frozenset()) -> str:
-    """COMPAT §4.8's grid: keys ``<shard>_<i>``, ``npy`` value shard*per+i, ``txt`` caption.
+    """'s grid: keys ``<shard>_<i>``, ``npy`` value shard*per+i, ``txt`` caption.
 
     ``skip`` = (shard, i) pairs written without their ``npy`` member.
     """
@@ -129,7 +129,7 @@ EMB = (7, 16)
 
 
 def write_latents(root: Path, n: int = 6) -> str:
-    """Latent/embedding/KD shards under ``root/shards`` plus ``root/neg_prompt_emb.npy`` (A-9's parent rule)."""
+    """Latent/embedding/KD shards under ``root/shards`` plus ``root/neg_prompt_emb.npy`` ('s parent rule)."""
     import torch
 
     g = torch.Generator().manual_seed(0)

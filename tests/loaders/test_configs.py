@@ -1,4 +1,4 @@
-"""Lazy configs and every preset instantiated on real tiny data (A-1, A-2, A-4, A-6, IL-12, D-32)."""
+"""Lazy configs and every preset instantiated on real tiny data."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_copy_is_deep_and_assignment_works():
 
 
 def test_unknown_key_names_key_and_class(grid):
-    """D-32: img_size on a plain WDSLoader."""
+    """Img_size on a plain WDSLoader."""
     cfg = C.ImageLatentLoaderConfig.copy()
     cfg.datatags = ["WDS:" + grid]
     cfg.img_size = (832, 480)

@@ -1,4 +1,4 @@
-"""Image, video, audio-video and camera loaders on real shards: keys, shapes, dtypes, ranges (§4.5, §4.9, §4.10)."""
+"""Image, video, audio-video and camera loaders on real shards: keys, shapes, dtypes, ranges."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def first(loader):
 
 
 def test_image_loader_legacy_acceptance_shape(image_shards):
-    """§4.10: image shards, legacy maps, num_workers=0 -> real (2,3,512,512), strings elsewhere."""
+    """Image shards, legacy maps, num_workers=0 -> real (2,3,512,512), strings elsewhere."""
     loader = ImageWDSLoader(
         ["WDS:" + image_shards], batch_size=2, num_workers=0, deterministic=True,
         key_map={"real": "jpg", "condition": "txt"}, presets_map={"neg_condition": "empty_string"},
@@ -83,7 +83,7 @@ def test_video_loader_keys_shapes_and_cropping(video_shards, decoder_type):
 
 
 def test_video_loader_bunny_acceptance_shape(sample_video, tmp_path):
-    """§4.10's video case at the real size: 81 frames of 480x832 from a 720p clip."""
+    """'s video case at the real size: 81 frames of 480x832 from a 720p clip."""
     d = str(tmp_path / "s")
     with ShardWriter(d) as w:
         w.write("sample_000000", {"mp4": sample_video.read_bytes(), "txt": b"bunny"})

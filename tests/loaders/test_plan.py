@@ -1,4 +1,4 @@
-"""The pure sample plan and the resume property: stop at k + resume from k == the uninterrupted run (A-16..A-21)."""
+"""The pure sample plan and the resume property: stop at k + resume from k == the uninterrupted run."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def test_resume_refuses_another_dataset_or_seed(grid, tmp_path):
 
 
 def test_iteration_is_repeatable(grid):
-    """D-21: a second iter() gives the same stream (no in-place rotation)."""
+    """A second iter() gives the same stream (no in-place rotation)."""
     loader = WDSLoader(["WDS:" + grid], batch_size=3, key_map={"condition": "txt"}, deterministic=True, num_workers=0, sampler_start_idx=5)
     first = [b["fname"] for b in _take(loader, 4)]
     assert [b["fname"] for b in _take(loader, 4)] == first

@@ -1,4 +1,4 @@
-"""Loaders over the loopback S3 server (moto + the real s5cmd): A-9, A-13, A-14, D-8, D-33."""
+"""Loaders over the loopback S3 server (moto + the real s5cmd):."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_latents_deterministic_with_relative_files_map(s3_latents, tmp_path):
     it = iter(loader)
     a, b = next(it), next(it)
     assert a["real"].shape == (4, 4, 8, 8) and a["neg_condition"].shape == (4, 7, 16)
-    assert a["shard"] == [f"{s3_latents}/00000.tar"] * 4  # the URL, not a cache path or a command (D-8)
+    assert a["shard"] == [f"{s3_latents}/00000.tar"] * 4  # the URL, not a cache path or a command
     assert b["fname"] == ["sample_000004", "sample_000005", "sample_000000", "sample_000001"]
     local = WDSLoader(["WDS:" + s3_latents], batch_size=4, num_workers=0, deterministic=True, cache_path=str(tmp_path / "cache"),
                       sampler_start_idx=4, files_map={"neg_condition": "neg_prompt_emb.npy"})
@@ -66,7 +66,7 @@ def test_side_files_on_s3(s3_bucket, tmp_path):
 
 
 def test_bucket_root_tag_files_map_rule(s3_bucket, tmp_path):
-    """D-33: a relative files_map path cannot resolve above a bucket-root tag; with '/' it resolves inside."""
+    """A relative files_map path cannot resolve above a bucket-root tag; with '/' it resolves inside."""
     write_grid(str(tmp_path / "g"), shards=1)
     _upload_tree(tmp_path / "g", s3_bucket)
     storage.write_bytes(f"{s3_bucket}/c.npy", _npy())

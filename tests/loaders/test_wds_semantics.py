@@ -1,4 +1,4 @@
-"""COMPAT.md §4.6-§4.8 and §4.10 on real shards: worked examples, modes, side files, filters, errors."""
+"""- on real shards: worked examples, modes, side files, filters, errors."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def flat(batches):
     return [k for b in batches for k in b]
 
 
-# -- §4.8 worked examples (fgdata column) ------------------------------------
+# -- worked examples (fgdata column) ------------------------------------
 
 def test_b2_start0_wraps(grid):
     assert flat(keys(det(grid, batch_size=2), 13)) == ALL + ALL[:2]
@@ -63,7 +63,7 @@ def test_two_workers_keep_the_one_worker_order(grid):
     assert keys(det(grid, batch_size=2, num_workers=2), 4) == [ALL[0:2], ALL[2:4], ALL[4:6], ALL[6:8]]
 
 
-# -- §4.10 deterministic acceptance --------------------------------------------
+# -- deterministic acceptance --------------------------------------------
 
 def test_deterministic_acceptance(grid, tmp_path):
     cf = grid + "/shard_count.json"
@@ -211,7 +211,7 @@ def test_basename_collisions_across_datatags(tmp_path):
     assert len(loader) == 15
 
 
-# -- §4.6: key_map, files_map, presets ------------------------------------------
+# -- key_map, files_map, presets ------------------------------------------
 
 def test_batch_contract_for_tensors_text_json_and_constants(latent_shards):
     loader = WDSLoader(

@@ -1,5 +1,5 @@
-"""fgdata.media: geometry (A-24, A-25, D-5), image fast path vs reference, clip decode (A-25..A-28),
-camera (A-29), member decode (D-9, W-6) and verify checks."""
+"""fgdata.media: geometry, image fast path vs reference, clip decode,
+camera, member decode and verify checks."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def png_bytes(im: Image.Image) -> bytes:
     [
         (500, 375, 256, (341, 256, 42, 0, 256, 256)),  # long side floor(256*500/375) = 341
         (375, 500, 64, (64, 85, 0, 10, 64, 64)),  # (85-64)/2 = 10.5 -> 10 (half-even)
-        (7, 4, 4, (7, 4, 2, 0, 4, 4)),  # D-5: (7-4)/2 = 1.5 -> 2, reported AND applied
+        (7, 4, 4, (7, 4, 2, 0, 4, 4)),  # (7-4)/2 = 1.5 -> 2, reported AND applied
         (9, 4, 4, (9, 4, 2, 0, 4, 4)),  # 2.5 -> 2
         (64, 64, 64, (64, 64, 0, 0, 64, 64)),
         (640, 427, (96, 128), (128, 96, 0, 0, 128, 96)),  # tuple = (h, w), exact resize
@@ -108,7 +108,7 @@ def test_tuple_input_res_and_custom_norm(sample_data):
 
 
 def test_modes_converted_before_resize(sample_data):
-    """D-18: RGBA loses alpha and P is expanded BEFORE resampling; L becomes 3 equal channels."""
+    """RGBA loses alpha and P is expanded BEFORE resampling; L becomes 3 equal channels."""
     rgba = (sample_data / "horse.png").read_bytes()
     assert describe_image(rgba)["mode"] == "RGBA"
     rgb_first = Image.open(io.BytesIO(rgba)).convert("RGB")
@@ -334,7 +334,7 @@ def test_decode_member_each_ext(sample_data, bunny):
     lst = decode_member("txt_emb.pth", buf.getvalue())
     assert [t.shape for t in lst] == [(2, 3), (4,)]
     assert decode_member("mp4", bunny) is bunny
-    assert decode_member("JSON.gz", gzip.compress(b"[1, 2]")) == [1, 2]  # W-6 + lower-casing
+    assert decode_member("JSON.gz", gzip.compress(b"[1, 2]")) == [1, 2]  # + lower-casing
     assert decode_member("weird", b"\x01\x02") == b"\x01\x02"
 
 

@@ -1,4 +1,4 @@
-"""ImageLoader: batch contract, labels, xflip, max_size, the IL-7 order, exact resume, workers, folders, latents."""
+"""ImageLoader: batch contract, labels, xflip, max_size, the reference order, exact resume, workers, folders, latents."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ def test_imagenet256_rgb_and_latents(imagenet_root, tiny_vae_dir, tmp_path):
             with torch.no_grad():
                 dist = vae.encode(x).latent_dist
             want = torch.cat([dist.mean, torch.exp(0.5 * torch.clamp(dist.logvar, -30, 20))], 1)[0].numpy()
-            # 1e-4 relative (S-3) for sources at least 256 px; sources upsampled from under 130 px are nearly
+            # 1e-4 relative for sources at least 256 px; sources upsampled from under 130 px are nearly
             # flat, and this random 0.25 M-parameter VAE amplifies float32 reduction-order noise on them (2.4e-4).
             tolerance = 1e-4 if min(Image.open(f).size) >= 256 else 5e-4
             assert np.linalg.norm(got - want) <= tolerance * np.linalg.norm(want), f

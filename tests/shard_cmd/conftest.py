@@ -34,7 +34,7 @@ def corrupt_folder(image_folder: Path, sample_data: Path) -> Path:
 
 
 def make_clip(path: Path, seconds: int = 3, fps: int = 24, gop: int = 12, size: int = 64) -> Path:
-    """A small h264 + AAC stereo clip with a keyframe every ``gop`` frames (ENVIRONMENT §8)."""
+    """A small h264 + AAC stereo clip with a keyframe every ``gop`` frames (ENVIRONMENT)."""
     import av
 
     with av.open(str(path), "w") as c:
@@ -67,7 +67,7 @@ def keyframed_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def ray_local():
-    """One local Ray instance for the whole session (ENVIRONMENT §2)."""
+    """One local Ray instance for the whole session (ENVIRONMENT)."""
     os.environ["RAY_AUTH_MODE"] = "disabled"
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

@@ -1,4 +1,4 @@
-"""URL-aware path rules (D-33) and the s5cmd error wording, without a server."""
+"""URL-aware path rules and the s5cmd error wording, without a server."""
 
 from __future__ import annotations
 
@@ -47,13 +47,13 @@ def test_parent(path, expected):
 
 @pytest.mark.parametrize("url", ["s3://bucket", "s3://bucket/", "s3://"])
 def test_parent_never_leaves_the_bucket(url):
-    """D-33: `WDS:s3://bucket` + files_map must fail, not build `s3:/neg.npy`."""
+    """`WDS:s3://bucket` + files_map must fail, not build `s3:/neg.npy`."""
     with pytest.raises(StorageError, match="s3://"):
         parent(url)
 
 
 def test_files_map_rule_on_s3_tags():
-    """A-9: the side file sits next to the shard prefix, for any depth of tag."""
+    """The side file sits next to the shard prefix, for any depth of tag."""
     assert join(parent("s3://bucket/d/shards"), "neg.npy") == "s3://bucket/d/neg.npy"
     assert join(parent("s3://bucket/shards"), "neg.npy") == "s3://bucket/neg.npy"
 

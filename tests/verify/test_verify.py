@@ -30,7 +30,7 @@ def test_clean_dataset_is_ok_and_counts_agree(tmp_path):
     assert report.readable_counts() == counts
     assert report.count_file and report.count_file.endswith("shard_count.json")
     write_ignore(report, str(tmp_path / "ignore.json"))
-    assert load_ignore_index(str(tmp_path / "ignore.json")) == {}  # "{}": a valid, non-empty ignore file
+    assert load_ignore_index(str(tmp_path / "ignore.json")) == {}  # "{}": a valid, non-empty ignore file
 
 
 def test_structural_problems_per_key(tmp_path):
@@ -62,7 +62,7 @@ def test_structural_problems_per_key(tmp_path):
     assert "link-member" in by_key["h"]
     assert "a" not in by_key
     assert set(report.ignore_mapping()["00000.tar"]) == set(by_key) - {None}
-    # every ignored key is among the counted samples: loaders subtract one from the other (W-7)
+    # every ignored key is among the counted samples: loaders subtract one from the other
     counted = report.readable_counts()["00000.tar"]
     assert counted == report.shards[0].samples
 
