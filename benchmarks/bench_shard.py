@@ -55,7 +55,8 @@ def best(fn, repeats: int) -> float:
 
 
 def run_fgdata(src: Path, dest: Path, workers: int = 1, **options) -> None:
-    from fgdata.engine import ShardJob, ShardOptions, run_shard_job
+    from fgdata.jobs.shard import ShardJob, run_shard_job
+    from fgdata.producers.media import ShardOptions
 
     shutil.rmtree(dest, ignore_errors=True)
     report = run_shard_job(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="images", **options),

@@ -15,7 +15,8 @@ SAMPLE_DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
 
 def run_quickstart(outdir: str, log: Callable[[str, dict[str, Any]], None]) -> dict[str, Any]:
     """Run each step and pass its result to ``log(step, result)``; return all results."""
-    from fgdata.engine import ShardJob, ShardOptions, quickstart_videos, run_shard_job
+    from fgdata.jobs.shard import ShardJob, quickstart_videos, run_shard_job
+    from fgdata.producers.media import ShardOptions
     from fgdata.loaders.quickstart import quickstart_batch
     from fgdata.prepare import quickstart_demo
     from fgdata.shards import count_shards

@@ -37,7 +37,8 @@ CAPTION_COLUMN = typer.Option("caption", "--caption-column", help="Manifest colu
 MAXCOUNT = typer.Option(1000, "--maxcount", min=1, help="Samples per shard at most.")
 MAXSIZE = typer.Option(None, "--maxsize", help="Bytes per shard at most (e.g. 1GB).")
 WORKERS = typer.Option(1, "--workers", "-w", min=1, help="Local worker processes (the output does not depend on it).")
-RESUME = typer.Option(True, "--resume/--no-resume", help="Keep complete shards from an earlier run of the same job.")
+RESUME = typer.Option(True, "--resume/--no-resume", help="Keep complete shards from an earlier run of the same job (--no-resume deletes them first, and says so).")
+OVERWRITE = typer.Option(False, "--overwrite", help="Remove files in DST that fgdata did not write (listed first) instead of refusing.")
 SHUFFLE = typer.Option(None, "--shuffle-seed", help="Write the inputs in a seeded random order.")
 ENGINE = typer.Option("local", "--engine", help="local (process pool) or ray.")
 RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster address (default: start or join a local one).")
@@ -46,8 +47,9 @@ JSON_OUT = typer.Option(False, "--json", help="Print the report as JSON.")
 PROGRESS = typer.Option(True, "--progress/--no-progress", help="Show a progress bar.")
 
 
-def _run(job, json_out: bool, show_progress: bool) -> None:  # noqa: ANN001 - a fgdata.engine.ShardJob
-    from fgdata.engine import run_shard_job
+def _run(job, json_out: bool, show_progress: bool) -> None:  # noqa: ANN001 - a fgdata.jobs.shard.ShardJob
+    from fgdata.cli.jobrun import notify, run_job
+    from fgdata.jobs.shard import run_shard_job
 
     started = time.perf_counter()
     state = {"done": 0, "bytes": 0, "task": None}
@@ -63,7 +65,7 @@ def _run(job, json_out: bool, show_progress: bool) -> None:  # noqa: ANN001 - a 
             bar.update(state["task"], advance=inputs,
                        rate=f"{state['done'] / dt:,.0f} samples/s  {state['bytes'] / dt / 1e6:,.1f} MB/s")
 
-        report = run_shard_job(job, progress=tick, on_start=on_start)
+        report = run_job(lambda: run_shard_job(job, progress=tick, on_start=on_start, notify=notify))
     elapsed = time.perf_counter() - started
     if json_out:
         print_json({k: v for k, v in vars(report).items() if k != "failures"} | {"seconds": round(elapsed, 3)})
@@ -89,16 +91,14 @@ def _run(job, json_out: bool, show_progress: bool) -> None:  # noqa: ANN001 - a 
         err_console.print(f"failures: {report.failures_path}")
 
 
-def _job(src, dst, options, path_column, caption_column, maxcount, maxsize, workers, resume, shuffle_seed,  # noqa: ANN001
-         engine, ray_address, unit_size):
-    from fgdata.engine import ShardJob
+def _job(options, common: dict):  # noqa: ANN001, ANN202 - ShardOptions -> ShardJob
+    """The job from the command's own options plus the flags every shard command shares."""
     from fgdata.errors import FgdataError
+    from fgdata.jobs.shard import ShardJob
 
-    if engine not in ("local", "ray"):
-        raise FgdataError(f"--engine must be 'local' or 'ray', not {engine!r}")
-    return ShardJob(src=src, dest=dst, options=options, path_column=path_column, caption_column=caption_column,
-                    maxcount=maxcount, maxsize=parse_bytes(maxsize), workers=workers, resume=resume,
-                    shuffle_seed=shuffle_seed, engine=engine, ray_address=ray_address, unit_size=unit_size)
+    if common.get("engine", "local") not in ("local", "ray"):
+        raise FgdataError(f"--engine must be 'local' or 'ray', not {common['engine']!r}")
+    return ShardJob(options=options, **{**common, "maxsize": parse_bytes(common.get("maxsize"))})
 
 
 @shard_app.command("images")
@@ -114,6 +114,7 @@ def images_cmd(
     maxsize: Optional[str] = MAXSIZE,
     workers: int = WORKERS,
     resume: bool = RESUME,
+    overwrite: bool = OVERWRITE,
     shuffle_seed: Optional[int] = SHUFFLE,
     engine: str = ENGINE,
     ray_address: Optional[str] = RAY_ADDRESS,
@@ -127,11 +128,13 @@ def images_cmd(
 
     Each sample holds the image, a json (metadata plus width, height, mode) and a txt caption. Undecodable images go to DST/failures.json.
     """
-    from fgdata.engine import ShardOptions
+    from fgdata.producers.media import ShardOptions
 
     options = ShardOptions(kind="images", max_side=max_side, image_format=image_format, quality=quality)
-    _run(_job(src, dst, options, path_column, caption_column, maxcount, maxsize, workers, resume, shuffle_seed,
-              engine, ray_address, unit_size), json_out, show_progress)
+    _run(_job(options, dict(src=src, dest=dst, path_column=path_column, caption_column=caption_column,
+                            maxcount=maxcount, maxsize=maxsize, workers=workers, resume=resume, overwrite=overwrite,
+                            shuffle_seed=shuffle_seed, engine=engine, ray_address=ray_address, unit_size=unit_size)),
+         json_out, show_progress)
 
 
 @shard_app.command("videos")
@@ -148,6 +151,7 @@ def videos_cmd(
     maxsize: Optional[str] = MAXSIZE,
     workers: int = WORKERS,
     resume: bool = RESUME,
+    overwrite: bool = OVERWRITE,
     shuffle_seed: Optional[int] = SHUFFLE,
     engine: str = ENGINE,
     ray_address: Optional[str] = RAY_ADDRESS,
@@ -163,11 +167,13 @@ def videos_cmd(
 
     NAME.poses.npy [T,4,4] and NAME.intrinsics.npy [T,4] are checked against the frame count and stored as poses.npy / intrinsics.npy (sliced and rescaled with each clip).
     """
-    from fgdata.engine import ShardOptions
+    from fgdata.producers.media import ShardOptions
 
     options = ShardOptions(kind="videos", clip_seconds=clip_seconds, exact_clips=exact, fps=fps, max_side=max_side)
-    _run(_job(src, dst, options, path_column, caption_column, maxcount, maxsize, workers, resume, shuffle_seed,
-              engine, ray_address, unit_size), json_out, show_progress)
+    _run(_job(options, dict(src=src, dest=dst, path_column=path_column, caption_column=caption_column,
+                            maxcount=maxcount, maxsize=maxsize, workers=workers, resume=resume, overwrite=overwrite,
+                            shuffle_seed=shuffle_seed, engine=engine, ray_address=ray_address, unit_size=unit_size)),
+         json_out, show_progress)
 
 
 @shard_app.command("prompts")
@@ -178,6 +184,7 @@ def prompts_cmd(
     maxcount: int = MAXCOUNT,
     maxsize: Optional[str] = MAXSIZE,
     resume: bool = RESUME,
+    overwrite: bool = OVERWRITE,
     shuffle_seed: Optional[int] = SHUFFLE,
     json_out: bool = JSON_OUT,
     show_progress: bool = PROGRESS,
@@ -186,10 +193,11 @@ def prompts_cmd(
 
     Example: fgdata shard prompts prompts.txt ./prompt-shards --maxcount 10000
     """
-    from fgdata.engine import ShardOptions
+    from fgdata.producers.media import ShardOptions
 
-    _run(_job(file, dst, ShardOptions(kind="prompts"), "path", caption_column, maxcount, maxsize, 1, resume,
-              shuffle_seed, "local", None, None), json_out, show_progress)
+    _run(_job(ShardOptions(kind="prompts"), dict(src=file, dest=dst, caption_column=caption_column, maxcount=maxcount,
+                                                 maxsize=maxsize, resume=resume, overwrite=overwrite,
+                                                 shuffle_seed=shuffle_seed)), json_out, show_progress)
 
 
 @camera_app.command("estimate")
@@ -203,7 +211,7 @@ def estimate_cmd(
 
     Writes walk.poses.npy [T,4,4] (camera-to-world, OpenCV) and walk.intrinsics.npy [T,4] (fx, fy, cx, cy), checked against the video's frame count, so `fgdata shard videos` picks them up.
     """
-    from fgdata.engine.camera import estimate_camera
+    from fgdata.producers.camera import estimate_camera
 
     poses, intrinsics = estimate_camera(video, output)
     console.print(f"wrote {poses} and {intrinsics}")

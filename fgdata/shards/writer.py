@@ -1,27 +1,29 @@
 """The shard writer: deterministic, atomic, resumable WebDataset tar shards.
 
-Each shard is written under a temporary name; when it closes, its offset index
-(with the writer's resume record) is written, the shard is renamed into place
-(or uploaded, for s3://), and ``shard_count.json`` is rewritten. A rerun after a
-crash keeps the complete shards, drops the partial one and tells the caller
-(``resume_point``) which input to continue from, so it ends with the same bytes
-as an uninterrupted run.
+Each shard is written to a private temporary file (``O_EXCL|O_NOFOLLOW``, an unpredictable
+name: :func:`fgdata.jobs.dest.open_temp`); when it closes, its offset index (with the
+writer's resume record) is written, the shard is renamed into place (or uploaded, for
+s3://, from a staging folder that is never the system temp folder), and
+``shard_count.json`` is rewritten. A rerun after a crash removes the temporaries, keeps the
+complete shards, drops the partial one and tells the caller (``resume_point``) which input
+to continue from, so it ends with the same bytes as an uninterrupted run.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import tarfile
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from fgdata import storage
 from fgdata.errors import ShardError
-from fgdata.shards.index import COUNT_FILE, INDEX_SUFFIX, index_path, parse_index, write_index, write_shard_counts
+from fgdata.jobs import testhook
+from fgdata.jobs.dest import clean_temps, open_temp, staging_dir
+from fgdata.jobs.signals import critical
+from fgdata.shards.index import COUNT_FILE, index_path, parse_index, write_index, write_shard_counts
 from fgdata.shards.keys import validate_extension, validate_key
 from fgdata.shards.scan import BLOCK, SampleEntry, ShardScan
 
@@ -137,7 +139,9 @@ class ShardWriter:
         maxcount: int = 1000,
         maxsize: int | None = None,
         resume: bool = True,
+        stage: str | None = None,
     ):
+        """``stage``: where an s3:// destination's shards are built (default: this host's staging folder)."""
         if maxcount < 1:
             raise ShardError("maxcount must be at least 1")
         if maxsize is not None and maxsize < BLOCK * 4:
@@ -148,9 +152,8 @@ class ShardWriter:
         self.maxcount = maxcount
         self.maxsize = maxsize
         self.remote = storage.is_s3(dest)
-        self._stage = tempfile.mkdtemp(prefix="fgdata-stage-") if self.remote else dest
-        if not self.remote:
-            os.makedirs(dest, exist_ok=True)
+        self._stage = (stage or staging_dir(self.dest)) if self.remote else dest
+        os.makedirs(self._stage, exist_ok=True)
         self._keys: set[str] = set()
         self._counts: dict[str, int] = {}
         self._failures: list[Failure] = []
@@ -162,7 +165,9 @@ class ShardWriter:
         self._entries: list[SampleEntry] = []
         self._bytes = 0
         self._closed = False
-        self._clean_temporaries()
+        self._closed_here = 0  # shards closed by this writer (the test hook counts them)
+        self.inputs_done = 0  # inputs covered by complete shards: what a rerun will not redo
+        clean_temps(self._stage)
         self.resume_point = self._load_resume() if resume else self._start_over()
 
     # -- job state ---------------------------------------------------------
@@ -179,17 +184,6 @@ class ShardWriter:
             if m:
                 found[int(m.group(1))] = info
         return found
-
-    def _clean_temporaries(self) -> None:
-        if self.remote or not os.path.isdir(self.dest):
-            return
-        for name in os.listdir(self.dest):
-            if not (name.startswith(".") and ".tmp-" in name):
-                continue
-            target = name[1:].split(".tmp-")[0]
-            shard = target[: -len(INDEX_SUFFIX)] if target.endswith(INDEX_SUFFIX) else target
-            if target == COUNT_FILE or self._regex.match(shard):
-                os.unlink(os.path.join(self.dest, name))
 
     def _start_over(self) -> ResumePoint:
         for info in self._existing().values():
@@ -228,6 +222,7 @@ class ShardWriter:
         point.failures = list(self._failures)
         self._shard_no = n
         self._input_end = point.next_input
+        self.inputs_done = point.next_input
         return point
 
     # -- writing -----------------------------------------------------------
@@ -236,9 +231,8 @@ class ShardWriter:
         return self.pattern % n
 
     def _open(self) -> None:
-        name = self._shard_name(self._shard_no)
-        self._tmp = os.path.join(self._stage, f".{name}.tmp-{os.getpid()}")
-        self._file = open(self._tmp, "wb", buffering=0)  # whole samples go out in one writev
+        fd, self._tmp = open_temp(self._stage, self._shard_name(self._shard_no))
+        self._file = os.fdopen(fd, "wb", buffering=0)  # whole samples go out in one writev
         self._entries = []
         self._bytes = 0
 
@@ -294,6 +288,12 @@ class ShardWriter:
             self._input_end = max(self._input_end, input_pos + 1)
 
     def _close_shard(self) -> None:
+        with critical():  # a stop signal waits until the shard is in place and counted
+            self._finish_shard()
+        self._closed_here += 1
+        testhook.output_done(self._closed_here)
+
+    def _finish_shard(self) -> None:
         assert self._file is not None and self._tmp is not None
         end = self._bytes + 2 * BLOCK
         total = (end + RECORD - 1) // RECORD * RECORD
@@ -322,6 +322,7 @@ class ShardWriter:
         self._shard_no += 1
         self._entries = []
         self._bytes = 0
+        self.inputs_done = self._input_end
 
     def close(self) -> WriteSummary:
         """Close the last shard, drop stale shards past the end, and return what was written."""
@@ -340,8 +341,7 @@ class ShardWriter:
             self._failures.extend(self._pending)
             self._pending = []
             self._closed = True
-            if self.remote:
-                shutil.rmtree(self._stage, ignore_errors=True)
+            self.inputs_done = self._input_end
         names = [self._shard_name(n) for n in range(self._shard_no)]
         return WriteSummary(
             shards=[storage.join(self.dest, n) for n in names],
@@ -357,8 +357,6 @@ class ShardWriter:
             os.unlink(self._tmp)  # type: ignore[arg-type]
             self._file = None
         self._closed = True
-        if self.remote:
-            shutil.rmtree(self._stage, ignore_errors=True)
 
     def __enter__(self) -> "ShardWriter":
         return self

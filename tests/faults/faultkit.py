@@ -269,3 +269,82 @@ def kill_trials(cmd: Sequence[str], *, out: Path, clean: Path, seed: int, trials
         assert got == reference, f"trial {t} (seed {seed}, delay {result.delay:.3f}): output differs: " + str(
             sorted(set(got.items()) ^ set(reference.items()))[:6])
     return results
+
+
+# -- stopping a job at a point it signals (FGDATA_TEST_STOP_AFTER), then a signal ---------------------------
+
+STOP_MARK = "fgdata-test-hook: paused"
+
+
+@dataclass
+class Stopped:
+    returncode: int
+    stderr: str
+    workers: list[int]  # pids of the job's descendants while it was paused
+
+
+def descendants(pid: int) -> list[int]:
+    """Pids of every process below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def stop_and_signal(cmd: Sequence[str], *, after: int, sig: int, env: dict | None = None, cwd: Path | None = None,
+                    timeout: float = 300) -> Stopped:
+    """Run ``cmd`` until it pauses after its ``after``-th output, then send ``sig`` and wait for it to end.
+
+    SIGINT goes to the whole process group (as Ctrl-C in a terminal does); SIGTERM and SIGKILL to the main
+    process only (as ``kill PID`` does), so pool workers must be stopped by the job itself.
+    """
+    full_env = {**os.environ, **(env or {}), "FGDATA_TEST_STOP_AFTER": str(after)}
+    proc = subprocess.Popen(list(cmd), cwd=cwd, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    lines = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if STOP_MARK in line:
+                break
+        else:
+            proc.wait(timeout=timeout)
+            raise AssertionError(f"the job ended (exit {proc.returncode}) before its output {after}: {''.join(lines)[-2000:]}")
+        workers = descendants(proc.pid)
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)
+        else:
+            os.kill(proc.pid, sig)
+        rest = proc.stderr.read()
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:  # only when the test itself failed: never leave our own job behind
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return Stopped(proc.returncode, "".join(lines) + rest, workers)
+
+
+def leftovers(root: Path) -> list[str]:
+    """Temporary or staging files fgdata may leave: none after a completed rerun."""
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                  if ".fgtmp-" in p.name or ".tmp-" in p.name or p.name.endswith((".partial", ".partial.log")))

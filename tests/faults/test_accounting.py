@@ -31,7 +31,7 @@ def test_shard_images_accounts_for_every_input_across_a_kill(tmp_path):
     report = json.loads(proc.stdout)
     failures = json.loads((dst / "failures.json").read_text())["failures"]
     assert report["written"] + report["failed"] == 40
-    assert report["failed"] == len(bad) and {f["name"] for f in failures} == bad
+    assert report["failed"] == len(bad) and {f["input"] for f in failures} == bad
     assert all(f["reason"] for f in failures)
     verified = run_cli("verify", str(dst), "--json", "--decode", "-w", "1")
     assert verified.returncode == 0, verified.stdout[-2000:]

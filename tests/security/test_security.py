@@ -21,19 +21,19 @@ pytestmark = pytest.mark.timeout(120)
 
 # -- no shell strings ---------------------------------------------------------------------------------------
 
-def _shell_uses(path: Path) -> list[str]:
+def _shell_uses(path: Path, root: Path = REPO) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Call):
             f = node.func
             name = f"{getattr(f.value, 'id', '?')}.{f.attr}" if isinstance(f, ast.Attribute) else getattr(f, "id", "")
             if name in ("os.system", "os.popen", "subprocess.getoutput", "subprocess.getstatusoutput", "system", "popen"):
-                found.append(f"{path.relative_to(REPO)}:{node.lineno} {name}")
+                found.append(f"{path.relative_to(root)}:{node.lineno} {name}")
             for kw in node.keywords:
                 if kw.arg == "shell" and not (isinstance(kw.value, ast.Constant) and kw.value.value is False):
-                    found.append(f"{path.relative_to(REPO)}:{node.lineno} shell=")
+                    found.append(f"{path.relative_to(root)}:{node.lineno} shell=")
         elif isinstance(node, ast.ImportFrom) and node.module == "os":
-            found += [f"{path.relative_to(REPO)}:{node.lineno} from os import {a.name}" for a in node.names
+            found += [f"{path.relative_to(root)}:{node.lineno} from os import {a.name}" for a in node.names
                       if a.name in ("system", "popen")]
     return found
 
@@ -45,12 +45,9 @@ def test_package_has_no_shell_strings():
 
 
 def test_the_scanner_finds_what_it_looks_for(tmp_path):
-    bad = REPO / "fgdata" / "__shell_probe_test__.py"
-    try:
-        bad.write_text("import os, subprocess\nos.system('x')\nsubprocess.run('x', shell=True)\nos.popen('x')\n")
-        assert len(_shell_uses(bad)) == 3
-    finally:
-        bad.unlink()
+    bad = tmp_path / "__shell_probe_test__.py"  # never inside the source tree
+    bad.write_text("import os, subprocess\nos.system('x')\nsubprocess.run('x', shell=True)\nos.popen('x')\n")
+    assert len(_shell_uses(bad, root=tmp_path)) == 3
 
 
 # -- no code from pickles -----------------------------------------------------------------------------------

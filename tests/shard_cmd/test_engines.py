@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -32,7 +27,7 @@ def test_s3_destination(cli, corrupt_folder, s3_bucket, tmp_path):
     local = tmp_path / "local"
     cli("shard", "images", corrupt_folder, local, "--maxcount", "3", "--no-progress")
     names = sorted(i.name for i in storage.list_dir(url))
-    assert names == sorted(p.name for p in local.iterdir())
+    assert names == sorted(p.name for p in local.iterdir() if p.name != ".fgdata")  # .fgdata: the local lock
     for name in names:
         assert storage.read_bytes(f"{url}/{name}") == (local / name).read_bytes(), name
     report = json.loads(storage.read_bytes(f"{url}/failures.json"))
@@ -49,15 +44,15 @@ def test_ray_engine_matches_local_samples(cli, corrupt_folder, tmp_path, ray_loc
     assert _members(str(ray_out)) == _members(str(local))
     counts = read_shard_counts(str(ray_out / "shard_count.json"))
     assert list(counts) == [f"{i:05d}.tar" for i in range(len(counts))] and sum(counts.values()) == doc["written"]
-    assert not (ray_out / "_units").exists()
+    assert not (ray_out / ".fgdata" / "units").exists()
     a, b = json.loads((ray_out / "failures.json").read_text()), json.loads((local / "failures.json").read_text())
     assert a == b
     for shard in discover_shards(str(ray_out)):  # indexes were rewritten under the merged names
         assert json.loads(Path(shard + ".idx.json").read_text())["shard"] == Path(shard).name
-    before = {p.name: p.read_bytes() for p in ray_out.iterdir()}
+    before = {p.name: p.read_bytes() for p in ray_out.iterdir() if p.is_file()}
     cli("shard", "images", corrupt_folder, ray_out, "--maxcount", "2", "--unit-size", "3", "--engine", "ray",
         "--no-progress")
-    assert {p.name: p.read_bytes() for p in ray_out.iterdir()} == before
+    assert {p.name: p.read_bytes() for p in ray_out.iterdir() if p.is_file()} == before
 
 
 def test_interrupted_clip_job_resumes_mid_video(cli, keyframed_clip, tmp_path, snapshot):
@@ -71,30 +66,7 @@ def test_interrupted_clip_job_resumes_mid_video(cli, keyframed_clip, tmp_path, s
     cli("shard", "videos", src, clean, *args)
     cli("shard", "videos", src, crashed, *args)
     for p in crashed.iterdir():
-        if p.name not in ("00000.tar", "00000.tar.idx.json", "shard_job.json"):
+        if p.is_file() and p.name not in ("00000.tar", "00000.tar.idx.json", "shard_job.json"):
             p.unlink()  # as if the process died while writing 00001.tar (video a has 3 clips)
     cli("shard", "videos", src, crashed, *args)
     assert snapshot(crashed) == snapshot(clean)
-
-
-def test_sigkill_mid_job_then_rerun_is_identical(sample_data, tmp_path, snapshot):
-    src = tmp_path / "many"
-    src.mkdir()
-    for i in range(120):
-        shutil.copyfile(sample_data / "rocket.jpg", src / f"img{i:04d}.jpg")
-    exe = str(Path(sys.executable).with_name("fgdata"))
-    args = ["shard", "images", str(src), None, "--max-side", "64", "--maxcount", "10", "--no-progress"]
-    clean = tmp_path / "clean"
-    subprocess.run([exe] + [a if a else str(clean) for a in args], check=True, capture_output=True)
-    dest = tmp_path / "crashed"
-    proc = subprocess.Popen([exe] + [a if a else str(dest) for a in args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while not (dest / "00002.tar").exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not (dest / "failures.json").exists(), "the job finished before it could be killed"
-    assert not (dest / "00011.tar").exists()
-    subprocess.run([exe] + [a if a else str(dest) for a in args], check=True, capture_output=True)
-    assert snapshot(dest) == snapshot(clean)

@@ -42,7 +42,7 @@ def test_corrupt_inputs_are_reported_and_counts_reconcile(cli, corrupt_folder: P
     assert doc["seen"] == doc["written"] + doc["failed"]
     assert doc["failed_by_reason"] == {"image-decode": 2}
     report = json.loads((dest / "failures.json").read_text())
-    assert sorted(f["name"] for f in report["failures"]) == ["notes.jpg", "truncated.jpg"]
+    assert sorted(f["input"] for f in report["failures"]) == ["notes.jpg", "truncated.jpg"]
     assert all(f["reason"].startswith("image-decode:") for f in report["failures"])
     assert len(_samples(dest)) == n - 2
 

@@ -103,14 +103,14 @@ def test_wrong_camera_length_and_truncated_video_are_rejected(cli, keyframed_cli
     doc = json.loads(result.stdout)
     assert (doc["seen"], doc["written"], doc["failed"]) == (3, 1, 2)
     report = json.loads((dest / "failures.json").read_text())
-    reasons = {f["name"]: f["reason"] for f in report["failures"]}
+    reasons = {f["input"]: f["reason"] for f in report["failures"]}
     assert reasons["badcam.mp4"].startswith("camera:") and "72" in reasons["badcam.mp4"]
     assert reasons["cut.mp4"].split(":")[0] in ("video-decode", "video-truncated")
     assert [json.loads(s.members["json"])["source"] for s in _samples(dest)] == ["good.mp4"]
 
 
 def test_quickstart_videos(tmp_path: Path):
-    from fgdata.engine import quickstart_videos
+    from fgdata.jobs.shard import quickstart_videos
 
     out = quickstart_videos(tmp_path)
     assert out["samples"] == out["written"] == out["seen"] == 1 and out["failed"] == 0

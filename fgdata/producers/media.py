@@ -243,7 +243,7 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
     from fgdata.media.camera import slice_camera, transform_intrinsics
     from fgdata.media.errors import MediaError
 
-    from fgdata.engine import transcode
+    from fgdata.producers import transcode
 
     data = _read(item.path)
     ext = item.path.rpartition(".")[2].lower()

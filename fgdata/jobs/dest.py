@@ -1,0 +1,257 @@
+"""A writing job's destination: one lock, private temporary files, and what fgdata owns there.
+
+- **Lock.** ``DST/.fgdata/lock`` (for an s3:// DST: in this host's staging folder) holds the
+  owner's host and pid under an exclusive ``flock``. A second job on the same DST is refused in
+  one line naming the owner; a lock whose process died is free again (the kernel drops the
+  ``flock`` with the process), so a killed job never blocks its rerun. A lock naming another
+  host is refused too: remove the file once that job is known to be gone.
+- **Temporary files** are created with ``O_CREAT|O_EXCL|O_NOFOLLOW`` under unpredictable names
+  (``.<final>.fgtmp-<random>``) in the folder of their final name, so a planted symlink is
+  never followed and never reused; the job that makes one renames or removes it. A rerun
+  (holding the lock, so no live job owns them) removes those a killed job left.
+- **Staging** for an s3:// DST is a folder in this host's fgdata cache
+  (``$FGDATA_CACHE/staging/<hash of DST>``), never the system temp folder; a rerun empties it.
+- **Ownership.** fgdata writes shards that have an offset index (``NAME.tar`` with
+  ``NAME.tar.idx.json``), its side files and ``.fgdata/``. Anything else in DST is someone
+  else's: the job refuses to start unless ``--overwrite``, which removes it (and says so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import socket
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from fgdata.errors import FgdataError
+
+STATE_DIR = ".fgdata"
+LOCK_FILE = "lock"
+TEMP_MARK = ".fgtmp-"
+INDEX_SUFFIX = ".idx.json"
+#: Side files fgdata writes beside its outputs (every writing command).
+SIDE_FILES = frozenset({STATE_DIR, "shard_count.json", "failures.json", "provenance.json", "shard_job.json"})
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+Notify = Callable[[str], None]
+
+
+def is_s3(path: str) -> bool:
+    return path.startswith("s3://")
+
+
+# -- temporary files -------------------------------------------------------------------------------------
+
+
+def open_temp(directory: str, final_name: str) -> tuple[int, str]:
+    """A new private file for ``final_name`` in ``directory``: ``(fd, path)``; never follows or reuses a link."""
+    os.makedirs(directory, exist_ok=True)
+    while True:
+        path = os.path.join(directory, f".{final_name}{TEMP_MARK}{secrets.token_hex(8)}")
+        try:
+            return os.open(path, _FLAGS, 0o644), path
+        except FileExistsError:  # a collision of 64 random bits (or a planted name): draw again
+            continue
+
+
+_OUTPUT_SUFFIXES = (".tar", ".tar" + INDEX_SUFFIX, ".zip", ".json", ".npy", ".log")
+
+
+def is_temp(name: str) -> bool:
+    """A temporary name of fgdata's: ours, or :func:`fgdata.storage.atomic_path`'s (``.X.tmp-…``) for an output."""
+    if not name.startswith("."):
+        return False
+    if TEMP_MARK in name:
+        return True
+    target = name[1:].split(".tmp-", 1)[0] if ".tmp-" in name else None
+    return target is not None and (target in SIDE_FILES or target.endswith(_OUTPUT_SUFFIXES))
+
+
+def clean_temps(directory: str) -> list[str]:
+    """Remove the temporary files a killed job left in ``directory`` (links are removed, never followed)."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return removed
+    for name in names:
+        path = os.path.join(directory, name)
+        if is_temp(name) and (os.path.islink(path) or not os.path.isdir(path)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            removed.append(name)
+    return removed
+
+
+def staging_dir(dest: str) -> str:
+    """This host's private staging folder for an s3:// destination (local ones stage in place)."""
+    if not is_s3(dest):
+        return dest
+    root = os.environ.get("FGDATA_CACHE") or os.path.expanduser("~/.cache/fgdata")
+    digest = hashlib.sha256(dest.rstrip("/").encode()).hexdigest()[:20]
+    return os.path.join(root, "staging", digest)
+
+
+# -- the lock --------------------------------------------------------------------------------------------
+
+
+def _read_owner(fd: int) -> dict[str, Any]:
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        data = os.read(fd, 4096)
+        owner = json.loads(data) if data.strip() else {}
+        return owner if isinstance(owner, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+class DestLock:
+    """An exclusive, crash-safe lock on one destination (see the module docstring)."""
+
+    def __init__(self, dest: str, name: str = LOCK_FILE):
+        folder = os.path.join(staging_dir(dest), STATE_DIR) if is_s3(dest) else os.path.join(dest, STATE_DIR)
+        self.dest = dest
+        self.path = os.path.join(folder, name)
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise FgdataError(f"{self.path}: the lock file is a symbolic link; refusing to use it") from None
+            raise FgdataError(f"{self.path}: cannot create the lock file ({exc.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = _read_owner(fd)
+            os.close(fd)
+            raise FgdataError(f"{self.dest}: another fgdata job is writing here (host {owner.get('host', '?')}, "
+                              f"pid {owner.get('pid', '?')}); wait for it to finish") from None
+        owner = _read_owner(fd)
+        host = socket.gethostname()
+        if owner.get("host") not in (None, host):
+            os.close(fd)
+            raise FgdataError(f"{self.dest}: locked by a job on host {owner['host']} (pid {owner.get('pid')}); "
+                              f"if that job is gone, remove {self.path}")
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, json.dumps({"host": host, "pid": os.getpid()}).encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, 0)  # empty: free (the file stays, so no one locks a stale inode)
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> "DestLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+# -- ownership -------------------------------------------------------------------------------------------
+
+
+def _entries(dest: str) -> list[str]:
+    """Top-level names in ``dest`` (folders included; for s3, the direct objects)."""
+    if is_s3(dest):
+        from fgdata import storage
+
+        return [i.name for i in storage.list_dir(dest)]
+    try:
+        return sorted(os.listdir(dest))
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError:
+        raise FgdataError(f"{dest}: not a folder") from None
+
+
+def foreign_files(dest: str, keep: Iterable[str] = ()) -> list[str]:
+    """Names in ``dest`` that fgdata did not write (``keep``: inputs of an in-place job)."""
+    names = _entries(dest)
+    present = set(names)
+    kept = set(keep)
+    foreign = []
+    for name in names:
+        if name in SIDE_FILES or name in kept or is_temp(name):
+            continue
+        if name.endswith(INDEX_SUFFIX) and name[: -len(INDEX_SUFFIX)].endswith(".tar"):
+            continue
+        if name.endswith(".tar") and name + INDEX_SUFFIX in present:
+            continue
+        foreign.append(name)
+    return foreign
+
+
+def _remove(dest: str, name: str) -> None:
+    if is_s3(dest):
+        from fgdata import storage
+
+        storage.remove(storage.join(dest, name))
+        return
+    path = os.path.join(dest, name)
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _listing(names: list[str], most: int = 5) -> str:
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
+def remove_files(dest: str, names: list[str], why: str, notify: Notify | None) -> None:
+    """Delete ``names`` from ``dest``, saying what goes first."""
+    if not names:
+        return
+    if notify:
+        notify(f"{why}: removing {len(names)} file(s) from {dest}: {_listing(names)}")
+    for name in names:
+        _remove(dest, name)
+
+
+def check_foreign(dest: str, keep: Iterable[str] = (), overwrite: bool = False, notify: Notify | None = None) -> None:
+    """Refuse a destination holding files fgdata did not write, unless ``overwrite`` (then remove them)."""
+    foreign = foreign_files(dest, keep)
+    if not foreign:
+        return
+    if not overwrite:
+        raise FgdataError(f"{dest} holds files fgdata did not write ({_listing(foreign, 3)}); "
+                          "choose an empty folder, or pass --overwrite to remove them")
+    remove_files(dest, foreign, "--overwrite", notify)
+
+
+@contextlib.contextmanager
+def claimed(dest: str, lock_name: str = LOCK_FILE) -> Iterator[DestLock]:
+    """Hold ``dest``'s lock and clear what a killed job left: temporaries, and s3 staging."""
+    if not is_s3(dest):
+        os.makedirs(dest, exist_ok=True)
+    lock = DestLock(dest, lock_name)
+    lock.acquire()
+    try:
+        if is_s3(dest):
+            stage = staging_dir(dest)
+            for name in os.listdir(stage):
+                if name != STATE_DIR:
+                    _remove(stage, name)
+        else:
+            clean_temps(dest)
+        yield lock
+    finally:
+        lock.release()

@@ -1,0 +1,82 @@
+"""The Ray executor: the only place fgdata calls ``ray.remote``.
+
+Every Ray-backed command hands this module a module-level function and one keyword set per
+work unit; units are idempotent (each writes only its own files and resumes from them), so
+Ray may retry a unit whose worker or node died. A unit that still cannot finish ends the job
+with one line naming it; results are returned in unit order, never with a silent gap.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fgdata.errors import FgdataError
+
+#: Retries of a unit whose worker process or node died (Ray's own failure detection).
+MAX_RETRIES = 3
+
+
+def connect(address: str | None) -> bool:
+    """Join ``address`` (or ``RAY_ADDRESS``), or start a local instance; True when this call started it."""
+    try:
+        import ray
+    except ImportError:
+        raise FgdataError("--engine ray needs Ray: pip install 'fgdata[ray]'") from None
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    return True
+
+
+def _unit_error(exc: BaseException, unit: int) -> FgdataError:
+    import ray
+
+    cause = getattr(exc, "cause", None)
+    if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(cause, FgdataError):
+        return cause
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return FgdataError(f"Ray work unit {unit} failed ({type(exc).__name__}: {first}); "
+                       "rerun the same command to resume")
+
+
+def run_units(fn: Callable[..., Any], units: Sequence[dict[str, Any]], *, address: str | None = None,
+              num_gpus: float = 0.0, shared: dict[str, Any] | None = None,
+              on_done: Callable[[int, Any], None] | None = None) -> list[Any]:
+    """``[fn(**shared, **units[i]) for i]`` as Ray tasks; ``on_done(i, result)`` as each finishes.
+
+    ``shared`` values are put in the object store once and reach every unit by reference.
+    """
+    started = connect(address)
+    import ray
+
+    try:
+        refs_shared = {k: ray.put(v) for k, v in (shared or {}).items()}
+        remote = ray.remote(num_gpus=num_gpus, max_retries=MAX_RETRIES, retry_exceptions=False)(fn)
+        refs = [remote.remote(**refs_shared, **unit) for unit in units]
+        index = {ref: i for i, ref in enumerate(refs)}
+        results: dict[int, Any] = {}
+        pending = list(refs)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    i = index[ref]
+                    try:
+                        results[i] = ray.get(ref)
+                    except (ray.exceptions.RayError, OSError) as exc:
+                        raise _unit_error(exc, i) from None
+                    if on_done:
+                        on_done(i, results[i])
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
+        if len(results) != len(units):  # defensive: every unit must be accounted for
+            raise FgdataError(f"Ray returned {len(results)} of {len(units)} work units")
+        return [results[i] for i in range(len(units))]
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,50 @@
+"""The one failure report of every writing command: ``failures.json`` beside its outputs.
+
+Schema (documented in docs/FORMATS.md)::
+
+    {"format": "fgdata.failures", "version": 2, "command": "shard images",
+     "seen": 120, "written": 117, "failed": 3,
+     "failures": [{"input": "photos/broken.jpg", "reason": "image-decode: cannot identify image file"}]}
+
+``seen == written + failed`` always; the writer refuses to write a report that breaks it.
+Commands may add summary fields (``samples``, ``failed_by_reason``, ``not_updated``) and
+per-failure fields (``index``), never remove these.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from typing import Any
+
+from fgdata import storage
+from fgdata.errors import FgdataError
+
+FAILURES_FILE = "failures.json"
+FORMAT = "fgdata.failures"
+VERSION = 2
+_ADDRESS = re.compile(r"\s*<[^<>]* at 0x[0-9a-fA-F]+>| at 0x[0-9a-fA-F]+")
+
+
+def clean_reason(reason: str) -> str:
+    """One line, without object addresses (reports must be byte-identical on reruns)."""
+    text = _ADDRESS.sub("", reason).strip()
+    return text.splitlines()[0] if text else "error"
+
+
+def by_category(failures: list[dict[str, Any]]) -> dict[str, int]:
+    """``{category: n}`` where a reason reads ``"<category>: <message>"``."""
+    return dict(sorted(Counter(f["reason"].split(":", 1)[0].strip() for f in failures).items()))
+
+
+def write_failures(path: str, command: str, seen: int, written: int, failures: list[dict[str, Any]],
+                   extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Check the accounting, then write the report atomically (local or s3://); return it."""
+    if seen != written + len(failures):
+        raise FgdataError(f"{path}: accounting mismatch: {seen} inputs seen, {written} written, "
+                          f"{len(failures)} failed")
+    doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "command": command, "seen": seen,
+                           "written": written, "failed": len(failures), **(extra or {}), "failures": failures}
+    storage.write_bytes(path, (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode())
+    return doc

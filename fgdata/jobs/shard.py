@@ -1,0 +1,390 @@
+"""``fgdata shard images|videos|prompts`` on the job core: list inputs, order them, run an executor, report.
+
+Side files beside the shards (all written atomically, local or s3://):
+
+- ``shard_job.json``: the job record: the options that change bytes (transform options, shard
+  limits, order, Ray unit size) and a hash of the input list. A resumed job must match it, so a
+  rerun never mixes two option sets; a mismatch names the option;
+- ``shard_count.json`` and ``<shard>.idx.json``: written by ShardWriter as each shard closes;
+- ``failures.json``: the one failure report (:mod:`fgdata.jobs.report`), plus ``samples`` and
+  ``failed_by_reason``; each failure also carries ``index``, the item's position in source order.
+
+Executors: ``local`` streams every input through one ShardWriter (a process pool transforms,
+results are written in input order). ``ray`` splits the positions into units of
+``unit_size`` inputs; each unit writes its own shards under ``DST/.fgdata/units/NNNNN/`` and the
+driver then moves them into one numbering (see :func:`_merge`). Keys come from the item index,
+so both give the same samples in the same order; only the shard boundaries can differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Literal
+
+from fgdata import storage
+from fgdata.errors import FgdataError
+from fgdata.jobs import dest as destmod
+from fgdata.jobs.local import ordered_map
+from fgdata.jobs.options import check_same, options_record
+from fgdata.jobs.report import FAILURES_FILE, by_category, write_failures
+from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
+from fgdata.producers.media import Outcome, ShardOptions, transform
+from fgdata.shards import Failure, ShardWriter, load_index, write_shard_counts
+from fgdata.shards.index import COUNT_FILE, index_path, parse_index, write_index
+from fgdata.sources.folder import WorkItem, sample_key
+
+JOB_FILE = "shard_job.json"
+PATTERN = "%05d.tar"
+UNITS = ".fgdata/units"
+PLAN = "merge.json"
+PRELOAD = ("fgdata.producers.media",)
+
+#: ``progress(inputs_done, bytes_read)``: increments, called after each input is written or failed.
+ProgressFn = Callable[[int, int], None]
+Notify = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """Everything a shard job needs; the CLI builds one from its flags."""
+
+    src: str
+    dest: str
+    options: ShardOptions
+    path_column: str = "path"
+    caption_column: str = "caption"
+    maxcount: int = 1000
+    maxsize: int | None = None
+    workers: int = 1
+    resume: bool = True
+    overwrite: bool = False
+    shuffle_seed: int | None = None
+    engine: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
+    unit_size: int | None = None  # ray: inputs per work unit (default: maxcount)
+
+    @property
+    def command(self) -> str:
+        return f"shard {self.options.kind}"
+
+
+@dataclass
+class JobReport:
+    seen: int
+    written: int
+    failed: int
+    samples: int
+    failed_by_reason: dict[str, int]
+    shards: list[str]
+    counts: dict[str, int]
+    failures_path: str
+    resumed: int = 0  # inputs already covered by complete shards when the job started
+    nbytes: int = 0  # input bytes read in this run
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+
+def load_items(job: ShardJob) -> list[WorkItem]:
+    """The job's inputs in source order: a folder listing, manifest rows or prompt lines."""
+    from fgdata.media import IMAGE_EXTS, VIDEO_EXTS
+    from fgdata.sources.folder import list_folder
+    from fgdata.sources.manifest import is_manifest, read_manifest, read_prompts
+
+    if job.options.kind == "prompts":
+        return read_prompts(job.src, job.caption_column)
+    if is_manifest(job.src):
+        return read_manifest(job.src, job.path_column, job.caption_column)
+    if not storage.is_s3(job.src) and not storage.exists(job.src):
+        raise FgdataError(f"{job.src}: no such folder or manifest")
+    exts = IMAGE_EXTS if job.options.kind == "images" else VIDEO_EXTS
+    return list_folder(job.src, exts)
+
+
+def input_order(n: int, seed: int | None) -> list[int]:
+    """Positions -> item indices: source order, or a seeded shuffle (Python's ``random``, stable across versions)."""
+    order = list(range(n))
+    if seed is not None:
+        random.Random(seed).shuffle(order)
+    return order
+
+
+def byte_options(job: ShardJob) -> dict[str, Any]:
+    """Every option that changes the output bytes (the resume fingerprint)."""
+    return {
+        **options_record(job.options),
+        "path_column": job.path_column,
+        "caption_column": job.caption_column,
+        "maxcount": job.maxcount,
+        "maxsize": job.maxsize,
+        "shuffle_seed": job.shuffle_seed,
+        "engine": job.engine,
+        "unit_size": (job.unit_size or job.maxcount) if job.engine == "ray" else None,
+    }
+
+
+def _inputs_digest(items: list[WorkItem]) -> str:
+    return hashlib.sha256("\n".join(f"{i.name}\t{i.path}" for i in items).encode()).hexdigest()
+
+
+def _check_record(job: ShardJob, items: list[WorkItem]) -> None:
+    """Refuse to resume another job's shards; then (re)write the record."""
+    path = storage.join(job.dest, JOB_FILE)
+    options = byte_options(job)
+    record = {"format": "fgdata.shard-job", "version": 2, "command": job.command, "options": options,
+              "inputs": len(items), "inputs_sha256": _inputs_digest(items)}
+    if job.resume and storage.exists(path):
+        try:
+            old = json.loads(storage.read_bytes(path))
+        except ValueError:
+            old = {}
+        check_same(job.dest, old.get("options") or {}, options)
+        if (old.get("inputs"), old.get("inputs_sha256")) != (record["inputs"], record["inputs_sha256"]):
+            raise FgdataError(f"{job.dest}: the inputs changed since the earlier run ({old.get('inputs')} then, "
+                              f"{len(items)} now); rerun with the same inputs, or with --no-resume to start over")
+    storage.write_bytes(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+
+
+def _start_over(job: ShardJob, notify: Notify | None) -> None:
+    """``--no-resume``: remove the earlier run's outputs, saying what goes."""
+    names = [n for n in destmod._entries(job.dest) if n != destmod.STATE_DIR and not destmod.is_temp(n)]
+    destmod.remove_files(job.dest, names, "--no-resume", notify)
+    if not destmod.is_s3(job.dest):
+        shutil.rmtree(os.path.join(job.dest, UNITS), ignore_errors=True)
+    else:
+        _remove_tree(storage.join(job.dest, UNITS))
+
+
+def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: Callable[[int], None] | None = None,
+                  notify: Notify | None = None) -> JobReport:
+    """Run a shard job on its executor and return the report (also written to ``DST/failures.json``).
+
+    ``on_start(total_inputs)`` is called once the inputs are listed; ``progress(inputs, bytes)``
+    after each input (increments); ``notify(line)`` before anything is deleted. SIGINT/SIGTERM
+    raise :class:`~fgdata.jobs.signals.Interrupted` with the inputs done so far.
+    """
+    if job.maxcount < 1:
+        raise FgdataError("--maxcount must be at least 1")
+    if job.workers < 1:
+        raise FgdataError("--workers must be at least 1")
+    if job.engine not in ("local", "ray"):
+        raise FgdataError(f"--engine must be 'local' or 'ray', not {job.engine!r}")
+    items = load_items(job)
+    order = input_order(len(items), job.shuffle_seed)
+    with stop_on_signals(), destmod.claimed(job.dest):
+        destmod.check_foreign(job.dest, overwrite=job.overwrite, notify=notify)
+        if not job.resume:
+            _start_over(job, notify)
+        _check_record(job, items)
+        if on_start:
+            on_start(len(items))
+        if job.engine == "ray":
+            return _run_ray(job, items, order, progress)
+        writer = ShardWriter(job.dest, pattern=PATTERN, maxcount=job.maxcount, maxsize=job.maxsize,
+                             stage=destmod.staging_dir(job.dest))
+        resumed = writer.resume_point.next_input
+        try:
+            result = write_range(writer, items, order, (0, len(items)), job.options, job.workers, progress)
+        except Interrupted as stop:
+            writer.abort()
+            stop.done = writer.inputs_done
+            raise
+        except BaseException:
+            writer.abort()
+            raise
+        summary = writer.close()
+        return _report(job, order, len(items), result.written, summary.failures, summary.counts, resumed,
+                       result.nbytes)
+
+
+def _report(job: ShardJob, order: list[int], seen: int, written: int, failures: list[Failure],
+            counts: dict[str, int], resumed: int, nbytes: int) -> JobReport:
+    entries = [{"input": f.name, "reason": f.reason, "index": order[f.input] if f.input is not None else None}
+               for f in sorted(failures, key=lambda f: -1 if f.input is None else f.input)]
+    reasons = by_category(entries)
+    path = storage.join(job.dest, FAILURES_FILE)
+    samples = sum(counts.values())
+    write_failures(path, job.command, seen, written, entries, {"samples": samples, "failed_by_reason": reasons})
+    shards = [storage.join(job.dest, name) for name in counts]
+    return JobReport(seen=seen, written=written, failed=len(entries), samples=samples, failed_by_reason=reasons,
+                     shards=shards, counts=counts, failures_path=path, resumed=resumed, nbytes=nbytes,
+                     failures=entries)
+
+
+# -- the local executor's loop -------------------------------------------------------------------------
+
+
+def _transform_at(task: tuple[int, WorkItem], options: ShardOptions) -> Outcome:
+    return transform(task[0], task[1], options)
+
+
+def _keys_in_complete_shards(writer: ShardWriter, prefix: str) -> set[str]:
+    """Keys starting with ``prefix`` in the last complete shards (the clips of a half-written video)."""
+    keys: set[str] = set()
+    for n in range(writer.resume_point.shards - 1, -1, -1):
+        scan = load_index(storage.join(writer.dest, writer.pattern % n))
+        if scan is None:
+            break
+        keys.update(s.key for s in scan.samples if s.key.startswith(prefix))
+        if not scan.samples or not scan.samples[0].key.startswith(prefix):
+            break
+    return keys
+
+
+@dataclass
+class RangeResult:
+    written: int  # inputs in the range that produced samples (resumed ones included)
+    nbytes: int  # input bytes read in this run
+
+
+def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[int], span: tuple[int, int],
+                options: ShardOptions, workers: int = 1, progress: ProgressFn | None = None) -> RangeResult:
+    """Transform positions ``span = (first, stop)`` (``order[p]`` is the item at position p) and write them.
+
+    Resume: ``writer.resume_point.next_input`` says where to continue. Clips of one video can
+    straddle a shard boundary; their non-final clips are written with ``input_pos = position - 1``
+    so a shard that closes mid-video does not mark that video done, and on resume the clips
+    already in complete shards are skipped by key.
+    """
+    first, stop = span
+    point = writer.resume_point
+    start = max(first, point.next_input)
+    resumed_failures = sum(1 for f in point.failures if f.input is not None and first <= f.input < start)
+    written = (start - first) - resumed_failures
+    if progress and start > first:
+        progress(start - first, 0)
+    skip: set[str] = set()
+    if options.clip_seconds is not None and start < stop and point.shards:
+        skip = _keys_in_complete_shards(writer, sample_key(items[order[start]].index) + "_")
+    nbytes = 0
+    tasks = ((p, items[order[p]]) for p in range(start, stop))
+    chunksize = 1 if options.kind == "videos" else 16
+    for out in ordered_map(partial(_transform_at, options=options), tasks, workers, chunksize, preload=PRELOAD):
+        if out.reason is not None:
+            writer.fail(out.position, out.name, out.reason)
+        else:
+            last = len(out.samples) - 1
+            for j, (key, members) in enumerate(out.samples):
+                if key not in skip:
+                    writer.write(key, members, input_pos=out.position if j == last else out.position - 1)
+            written += 1
+        nbytes += out.nbytes
+        if progress:
+            progress(1, out.nbytes)
+    return RangeResult(written=written, nbytes=nbytes)
+
+
+# -- the Ray executor's units and merge ----------------------------------------------------------------
+
+
+def _run_unit(items: Sequence[WorkItem], order: Sequence[int], span: tuple[int, int], dest: str,
+              job: ShardJob) -> dict[str, Any]:
+    """One work unit (in a Ray worker): positions ``span`` into shards under ``dest``; resumable, idempotent."""
+    writer = ShardWriter(dest, pattern=PATTERN, maxcount=job.maxcount, maxsize=job.maxsize,
+                         stage=destmod.staging_dir(dest))
+    try:
+        result = write_range(writer, items, order, span, job.options)
+    except BaseException:
+        writer.abort()
+        raise
+    summary = writer.close()
+    first, stop = span
+    return {
+        "dest": dest,
+        "shards": [storage.basename(s) for s in summary.shards],
+        "counts": summary.counts,
+        "failures": [f.to_json() for f in summary.failures],
+        "written": result.written,
+        "nbytes": result.nbytes,
+        "inputs": stop - first,
+        "resumed": max(0, writer.resume_point.next_input - first),
+    }
+
+
+def _move(src: str, dst: str) -> None:
+    if storage.is_s3(src):
+        from fgdata.storage import s5cmd
+
+        s5cmd.run(src, "mv", "--raw", src, dst, timeout=s5cmd.TRANSFER_TIMEOUT_S)
+    else:
+        os.replace(src, dst)
+
+
+def _remove_tree(path: str) -> None:
+    if storage.is_s3(path):
+        for info in storage.list_recursive(path):
+            storage.remove(info.path)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _merge(dest: str, plan: dict[str, Any]) -> None:
+    """Apply a merge plan: unit shards into one numbering. Idempotent, so an interrupted merge reruns."""
+    for src, dst in plan["moves"]:
+        with critical():
+            if storage.exists(src):
+                scan, record = parse_index(src, storage.read_bytes(index_path(src)))
+                scan.shard = dst
+                write_index(scan, dst, record)
+                _move(src, dst)
+            storage.remove(index_path(src))
+    write_shard_counts(storage.join(dest, COUNT_FILE), plan["counts"])
+    _remove_tree(storage.join(dest, UNITS))
+
+
+def _run_ray(job: ShardJob, items: list[WorkItem], order: list[int], progress: ProgressFn | None) -> JobReport:
+    from fgdata.jobs.ray_executor import run_units
+
+    staging = storage.join(job.dest, UNITS)
+    plan_path = storage.join(staging, PLAN)
+    if storage.exists(plan_path):
+        plan = json.loads(storage.read_bytes(plan_path))
+    else:
+        unit = job.unit_size or job.maxcount
+        units = [{"span": (first, min(first + unit, len(items))), "dest": storage.join(staging, "%05d" % u)}
+                 for u, first in enumerate(range(0, len(items), unit))]
+
+        def done(_i: int, r: dict[str, Any]) -> None:
+            if progress:
+                progress(r["inputs"], r["nbytes"])
+
+        results = run_units(_run_unit, units, address=job.ray_address, on_done=done,
+                            shared={"items": items, "order": order, "job": job})
+        moves: list[list[str]] = []
+        counts: dict[str, int] = {}
+        failures: list[dict[str, Any]] = []
+        for r in results:
+            for name in r["shards"]:
+                final = PATTERN % len(moves)
+                moves.append([storage.join(r["dest"], name), storage.join(job.dest, final)])
+                counts[final] = r["counts"][name]
+            failures += r["failures"]
+        plan = {"moves": moves, "counts": counts, "failures": failures,
+                "written": sum(r["written"] for r in results), "resumed": sum(r["resumed"] for r in results),
+                "nbytes": sum(r["nbytes"] for r in results)}
+        storage.write_bytes(plan_path, json.dumps(plan).encode())
+    _merge(job.dest, plan)
+    return _report(job, order, len(items), plan["written"],
+                   [Failure(f["input"], f["name"], f["reason"]) for f in plan["failures"]],
+                   plan["counts"], plan["resumed"], plan["nbytes"])
+
+
+def quickstart_videos(outdir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Shard the bundled clip (video + audio + caption) into ``outdir/video_shards``; return paths and counts."""
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[2] / "examples" / "data"
+    out = Path(outdir)
+    src = out / "video-src"
+    src.mkdir(parents=True, exist_ok=True)
+    for name in ("bigbuckbunny.mp4", "bigbuckbunny.txt"):
+        shutil.copyfile(examples / name, src / name)
+    dest = out / "video_shards"
+    report = run_shard_job(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="videos")))
+    return {"shards": report.shards, "samples": report.samples, "seen": report.seen, "written": report.written,
+            "failed": report.failed, "counts": str(dest / "shard_count.json"), "failures": report.failures_path}
