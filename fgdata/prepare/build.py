@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fgdata.engine.local import ordered_map
+from fgdata.jobs.local import ordered_map
 from fgdata.prepare.zipwriter import EdmZipWriter, dataset_json_bytes, member_name, provenance_path, validate_zip
 
 #: One input's outcome: a member per target (None when it failed) and a note (source mode or failure reason).
