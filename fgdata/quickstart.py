@@ -18,7 +18,6 @@ def run_quickstart(outdir: str, log: Callable[[str, dict[str, Any]], None]) -> d
     from fgdata.jobs.shard import ShardJob, quickstart_videos, run_shard_job
     from fgdata.producers.media import ShardOptions
     from fgdata.loaders.quickstart import quickstart_batch
-    from fgdata.prepare import quickstart_demo
     from fgdata.shards import count_shards
     from fgdata.shards.inspect import inspect_shard
 
@@ -52,3 +51,31 @@ def run_quickstart(outdir: str, log: Callable[[str, dict[str, Any]], None]) -> d
     results["class-conditional zip"] = quickstart_demo(out / "class_conditional")
     log("class-conditional zip", results["class-conditional zip"])
     return results
+
+
+def quickstart_demo(outdir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Build a small labelled 64-px zip from the bundled photos and load one batch through ImageLoader.
+
+    The photos go into two class folders (JPEGs vs PNGs), so the zip has real labels and a one-hot
+    condition; returns the zip paths, the image count and the batch's shapes.
+    """
+    import shutil
+
+    from fgdata.loaders.image_loader import ImageLoader
+    from fgdata.prepare import prepare_imagenet64
+
+    out = Path(outdir)
+    tree = out / "class-tree"
+    for path in sorted(SAMPLE_DATA.iterdir()):
+        if path.suffix.lower() in (".jpg", ".png"):
+            (tree / path.suffix.lower()[1:]).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, tree / path.suffix.lower()[1:] / path.name)
+    summaries = prepare_imagenet64(tree, out, workers=2)
+    loader = ImageLoader(str(summaries[1]["path"]), None, batch_size=4, num_workers=0)
+    batch = next(iter(loader))
+    return {
+        "zips": [s["path"] for s in summaries],
+        "images": summaries[1]["written"],
+        "converted": summaries[1]["converted_modes"],
+        "batch": {key: list(value.shape) for key, value in batch.items()},
+    }

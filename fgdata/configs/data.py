@@ -24,7 +24,7 @@ from fgdata.loaders import (
     VideoWDSLoader,
     WDSLoader,
 )
-from fgdata.prepare.paths import (
+from fgdata.catalog import (
     CIFAR10_ZIP,
     IMAGENET64_EDMV2_ZIP,
     IMAGENET64_ZIP,

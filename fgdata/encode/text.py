@@ -256,12 +256,12 @@ def encode_text(
 
 
 def neg_prompt_text(preset: str | None, text: str | None) -> tuple[str, str]:
-    """(text, description) from a presets_map name (``fgdata.loaders.presets``) or a literal text."""
+    """(text, description) from a presets_map name (``fgdata.catalog``) or a literal text."""
     if (preset is None) == (text is None):
         raise FgdataError("give exactly one of --preset NAME or --text TEXT")
     if text is not None:
         return text, "text"
-    from fgdata.loaders.presets import PRESET_CONSTANTS
+    from fgdata.catalog import PRESET_CONSTANTS
 
     if preset not in PRESET_CONSTANTS:
         raise FgdataError(f"--preset {preset!r} is not one of {', '.join(sorted(PRESET_CONSTANTS))}")

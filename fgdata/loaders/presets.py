@@ -15,72 +15,10 @@ import json
 import math
 from typing import Callable, Mapping
 
+from fgdata.catalog import FGDATA_DEFINED_PRESETS, PRESET_CONSTANTS
 from fgdata.errors import FgdataError
 
-#: Wan's English negative prompt, byte-exact (sha256 e488b060...2fac, pinned by a test).
-NEG_PROMPT_WAN = (
-    "Bright tones, overexposed, static, blurred details, subtitles, style, works, paintings, images, "
-    "static, overall gray, worst quality, low quality, JPEG compression residue, ugly, incomplete, "
-    "extra fingers, poorly drawn hands, poorly drawn faces, deformed, disfigured, misshapen limbs, "
-    "fused fingers, still picture, messy background, three legs, many people in the background, "
-    "walking backwards"
-)
-
-#: Cosmos's negative prompt, byte-exact (sha256 6d7ca930...239f, pinned by a test).
-NEG_PROMPT_COSMOS = (
-    "The video captures a series of frames showing ugly scenes, static with no motion, motion blur, "
-    "over-saturation, shaky footage, low resolution, grainy texture, pixelated images, poorly lit areas, "
-    "underexposed and overexposed scenes, poor color balance, washed out colors, choppy sequences, "
-    "jerky movements, low frame rate, artifacting, color banding, unnatural transitions, outdated "
-    "special effects, fake elements, unconvincing visuals, poorly edited content, jump cuts, visual "
-    "noise, and flickering. Overall, the video is of poor quality."
-)
-
-# The four texts below are fgdata-defined, NOT verified against the reference: the
-# reference publishes only their names. Override them by assigning to
-# PRESET_CONSTANTS[name] before constructing a loader.
-
-#: fgdata-defined, not verified against the reference.
-NEG_PROMPT_LINGBOT_WORLD = (
-    "static scene, frozen camera, jittery camera motion, inconsistent geometry, warped structures, "
-    "flickering textures, motion blur, low resolution, blurry details, overexposed, underexposed, "
-    "subtitles, watermark, text overlay, worst quality, low quality, compression artifacts, "
-    "deformed objects, duplicated objects, unnatural physics"
-)
-
-#: fgdata-defined, not verified against the reference.
-NEG_PROMPT_COSMOS3 = (
-    "The video is of poor quality: ugly and static scenes with no motion, motion blur, over-saturation, "
-    "shaky footage, low resolution, grainy or pixelated texture, poor lighting, poor color balance, "
-    "choppy or jerky movement, low frame rate, artifacts, color banding, unnatural transitions, "
-    "fake or unconvincing visuals, jump cuts, visual noise and flickering."
-)
-
-#: fgdata-defined, not verified against the reference.
-NEG_PROMPT_LTX2 = (
-    "worst quality, low quality, blurry, jittery, distorted, inconsistent motion, static frames, "
-    "flickering, compression artifacts, watermark, subtitles, text, deformed faces, deformed hands, "
-    "extra limbs, out of sync audio, muffled audio, distorted audio, background noise, silence"
-)
-
-#: fgdata-defined, not verified against the reference.
-NEG_PROMPT_LTX2_SHORT = "worst quality, blurry, jittery, distorted, watermark, out of sync audio"
-
-#: Name -> text for ``presets_map``. Entries marked fgdata-defined above may be overridden.
-PRESET_CONSTANTS: dict[str, str] = {
-    "empty_string": "",
-    "neg_prompt_wan": NEG_PROMPT_WAN,
-    "neg_prompt_cosmos": NEG_PROMPT_COSMOS,
-    "neg_prompt_lingbot_world": NEG_PROMPT_LINGBOT_WORLD,
-    "neg_prompt_cosmos3": NEG_PROMPT_COSMOS3,
-    "neg_prompt_ltx2": NEG_PROMPT_LTX2,
-    "neg_prompt_ltx2_short": NEG_PROMPT_LTX2_SHORT,
-}
-
-#: The presets whose texts fgdata wrote itself (documented as unverified).
-FGDATA_DEFINED_PRESETS = frozenset(
-    {"neg_prompt_lingbot_world", "neg_prompt_cosmos3", "neg_prompt_ltx2", "neg_prompt_ltx2_short"}
-)
+__all__ = ["FGDATA_DEFINED_PRESETS", "PRESET_CONSTANTS", "PRESET_FILTERS", "build_filters", "resolve_presets"]
 
 #: A filter sees the raw members of one sample (extension -> bytes).
 SampleFilter = Callable[[Mapping[str, bytes]], "str | None"]

@@ -1,7 +1,8 @@
 """Class-conditional dataset zips in the EDM/EDM2 formats FastGen trains on.
 
-Public entry points: :func:`prepare_cifar10`, :func:`prepare_imagenet64`, :func:`prepare_imagenet256`, the
-:data:`DATASETS` table behind ``fgdata prepare --list``, and :func:`quickstart_demo`.
+Public entry points: :func:`prepare_cifar10`, :func:`prepare_imagenet64`, :func:`prepare_imagenet256` and the
+:data:`DATASETS` table behind ``fgdata prepare --list``. Nothing here imports the loaders: ``fgdata quickstart``
+loads a batch from what these functions write.
 """
 
 from __future__ import annotations
@@ -45,34 +46,5 @@ def prepare_imagenet256(imagenet_source: str | os.PathLike[str], data_root: str 
     return results
 
 
-def quickstart_demo(outdir: str | os.PathLike[str]) -> dict:
-    """Build a small labelled 64-px zip from ``examples/data`` and load one batch through ImageLoader.
-
-    The bundled photos go into two class folders (JPEGs vs PNGs), so the zip has real labels and a one-hot
-    condition; returns the zip path, its image count and the batch's shapes.
-    """
-    import shutil
-
-    from fgdata.loaders.image_loader import ImageLoader
-
-    out = Path(outdir)
-    examples = Path(__file__).resolve().parents[2] / "examples" / "data"
-    tree = out / "class-tree"
-    for path in sorted(examples.iterdir()):
-        if path.suffix.lower() in (".jpg", ".png"):
-            (tree / path.suffix.lower()[1:]).mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, tree / path.suffix.lower()[1:] / path.name)
-    summaries = prepare_imagenet64(tree, out, workers=2)
-    zip_path = Path(summaries[1]["path"])
-    loader = ImageLoader(str(zip_path), None, batch_size=4, num_workers=0)
-    batch = next(iter(loader))
-    return {
-        "zips": [s["path"] for s in summaries],
-        "images": summaries[1]["written"],
-        "converted": summaries[1]["converted_modes"],
-        "batch": {key: list(value.shape) for key, value in batch.items()},
-    }
-
-
-__all__ = ["DATASETS", "prepare_cifar10", "prepare_imagenet64", "prepare_imagenet256", "quickstart_demo",
+__all__ = ["DATASETS", "prepare_cifar10", "prepare_imagenet64", "prepare_imagenet256",
            "IMAGENET256_RGB_ZIP", "IMAGENET256_SD_ZIP"]

@@ -105,7 +105,7 @@ def test_zip64_when_members_exceed_65535(tmp_path):
 
 
 def test_quickstart_demo(tmp_path):
-    from fgdata.prepare import quickstart_demo
+    from fgdata.quickstart import quickstart_demo
 
     result = quickstart_demo(tmp_path)
     assert result["images"] == 7 and all(Path(p).is_file() for p in result["zips"])
