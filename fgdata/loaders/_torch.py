@@ -6,9 +6,12 @@ imported when a loader is first iterated.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset
+
+from fgdata.loaders.ranks import worker_slot
 
 if TYPE_CHECKING:
     from fgdata.loaders.wds import BaseWDSLoader
@@ -17,24 +20,23 @@ if TYPE_CHECKING:
 class WorkerBatches(IterableDataset):
     """Each DataLoader worker yields the batches its (worker id, worker count) owns."""
 
-    def __init__(self, loader: "BaseWDSLoader", start: int, epoch: int):
+    def __init__(self, loader: BaseWDSLoader, start: int, epoch: int):
         super().__init__()
         self.loader = loader
         self.start = start
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        worker, workers = worker_slot()
         yield from self.loader.worker_batches(self.start, self.epoch, worker, workers)
 
 
-def _unchanged(batch: dict[str, Any]) -> dict[str, Any]:
+def _unchanged(batch: Any) -> Any:
     """Batches are collated inside the workers already."""
     return batch
 
 
-def iterate(loader: "BaseWDSLoader", start: int, epoch: int) -> Iterator[dict[str, Any]]:
+def iterate(loader: BaseWDSLoader, start: int, epoch: int) -> Iterator[dict[str, Any]]:
     """Batches in delivery order.
 
     torch's DataLoader takes one batch from each worker in turn, in order, so

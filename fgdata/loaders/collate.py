@@ -1,4 +1,6 @@
-"""Batch collation with the rules of.
+"""Batch collation and the one batch loop of the WDS loaders.
+
+Collation rules:
 
 Strings stay lists, arrays and tensors are stacked, Python ints become int64
 tensors, dicts (JSON, cropping parameters, the audio-video modality dict) are
@@ -9,7 +11,9 @@ reference's collation does.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -50,3 +54,44 @@ def collate_samples(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """A batch dict from sample dicts; keys follow the first sample's order."""
     keys = list(dict.fromkeys(k for s in samples for k in s))
     return {k: collate([s.get(k) for s in samples]) for k in keys}
+
+
+@dataclass
+class Delivered:
+    """A built sample on its way into a batch: its global position (deterministic mode) and how many
+    unusable positions were skipped to find it (0: it is the planned sample)."""
+
+    sample: dict[str, Any]
+    position: int | None = None
+    skipped: int = 0
+
+
+def batch_loop(
+    items: Iterable[Delivered], batch_size: int, partial: bool, collate: Callable[[list[dict[str, Any]]], dict[str, Any]]
+) -> Iterator[dict[str, Any]]:
+    """The one batch loop of the WDS loaders: ``batch_size`` items per batch; a short last batch only with ``partial``.
+
+    Besides the collated fields a batch carries ``__index__`` (global positions, deterministic
+    mode), ``__drops__`` (positions skipped) and ``__replaced__`` (positions whose planned
+    sample was replaced); the loader pops the last two before delivering it.
+    """
+    pending: list[Delivered] = []
+    for item in items:
+        pending.append(item)
+        if len(pending) == batch_size:
+            yield _finish(pending, collate)
+            pending = []
+    if pending and partial:
+        yield _finish(pending, collate)
+
+
+def _finish(items: list[Delivered], collate: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> dict[str, Any]:
+    batch = collate([d.sample for d in items])
+    positions = [d.position for d in items if d.position is not None]
+    if positions:
+        import torch
+
+        batch["__index__"] = torch.tensor(positions, dtype=torch.int64)
+    batch["__drops__"] = sum(d.skipped for d in items)
+    batch["__replaced__"] = [d.position for d in items if d.skipped]
+    return batch

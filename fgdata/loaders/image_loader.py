@@ -23,17 +23,12 @@ import torch
 from PIL import Image
 
 from fgdata.errors import FgdataError
+from fgdata.loaders.ranks import resolve_rank
 
 
 def _image_exts() -> frozenset[str]:
     Image.init()
     return frozenset(Image.EXTENSION)
-
-
-def _dist_rank_world() -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def _available_memory() -> int | None:
@@ -68,7 +63,7 @@ class ImageZipDataset(torch.utils.data.Dataset):
             all_names = [os.path.relpath(os.path.join(root, f), self.path)
                          for root, _dirs, files in os.walk(self.path) for f in files]
         else:
-            raise IOError(f"{self.path}: no such zip file or directory")
+            raise OSError(f"{self.path}: no such zip file or directory")
         self._names = sorted(n for n in all_names
                              if os.path.splitext(n)[1].lower() in exts and os.path.basename(n) != "dataset.json")
         if not self._names:
@@ -229,11 +224,9 @@ class ImageLoader(torch.utils.data.DataLoader):
         path = self._locate(str(dataset_path), s3_path)
         dataset = ImageZipDataset(path, resolution=resolution, use_pyspng=use_pyspng, max_size=max_size, xflip=xflip,
                                   random_seed=random_seed, use_labels=use_labels, cache=cache)
-        env_rank, env_world = _dist_rank_world()
+        rank, world_size = resolve_rank(rank, world_size)
         self.sampler_start_idx = int(sampler_start_idx or 0)
-        sampler = PositionSampler(len(dataset), env_rank if rank is None else rank,
-                                  env_world if world_size is None else world_size, shuffle, seed,
-                                  self.sampler_start_idx)
+        sampler = PositionSampler(len(dataset), rank, world_size, shuffle, seed, self.sampler_start_idx)
         super().__init__(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
                          pin_memory=pin_memory, persistent_workers=False, **loader_kwargs)
 
@@ -249,4 +242,4 @@ class ImageLoader(torch.utils.data.DataLoader):
                 raise FgdataError(f"s3_path={s3_path} is not an s3:// URL")
             # fetch_to_cache holds a file lock: the first process on a node downloads, the others wait and reuse it.
             return fetch_to_cache(s3_path, cache_dir=os.path.dirname(os.path.abspath(dataset_path)))
-        raise IOError(f"{dataset_path}: no local zip or folder, and no s3_path ending in .zip to fetch")
+        raise OSError(f"{dataset_path}: no local zip or folder, and no s3_path ending in .zip to fetch")

@@ -13,15 +13,25 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from fgdata.catalog import FGDATA_DEFINED_PRESETS, PRESET_CONSTANTS
 from fgdata.errors import FgdataError
 
-__all__ = ["FGDATA_DEFINED_PRESETS", "PRESET_CONSTANTS", "PRESET_FILTERS", "build_filters", "resolve_presets"]
+__all__ = ["FGDATA_DEFINED_PRESETS", "PRESET_CONSTANTS", "PRESET_FILTERS", "MemberFilter", "build_filters", "resolve_presets"]
 
 #: A filter sees the raw members of one sample (extension -> bytes).
 SampleFilter = Callable[[Mapping[str, bytes]], "str | None"]
+
+
+@dataclass(frozen=True)
+class MemberFilter:
+    """A named filter and the member extensions it reads (the loaders read only needed members)."""
+
+    name: str
+    check: SampleFilter
+    needs: frozenset[str]
 
 
 def _json_member(members: Mapping[str, bytes]) -> bytes | None:
@@ -81,6 +91,12 @@ PRESET_FILTERS: dict[str, Callable[..., SampleFilter]] = {
     "empty_keys": empty_keys_filter,
 }
 
+# The members each filter reads, from the keyword arguments it was built with.
+_FILTER_NEEDS: dict[str, Callable[[dict], frozenset[str]]] = {
+    "score": lambda kwargs: frozenset({"json", "json.gz"}),
+    "empty_keys": lambda kwargs: frozenset(k.lower() for k in kwargs.get("keys", ())),
+}
+
 
 def resolve_presets(presets_map: Mapping[str, str] | None) -> dict[str, str]:
     """Output key -> constant text; an unknown preset name is a construction error."""
@@ -94,14 +110,20 @@ def resolve_presets(presets_map: Mapping[str, str] | None) -> dict[str, str]:
     return out
 
 
-def build_filters(presets_filter: Mapping[str, Mapping | None] | None) -> list[tuple[str, SampleFilter]]:
-    """Instantiate ``{name: kwargs}``; unknown names and bad keywords fail at construction."""
-    filters: list[tuple[str, SampleFilter]] = []
+def build_filters(presets_filter: Mapping[str, Mapping | None] | None) -> list[MemberFilter]:
+    """Instantiate ``{name: kwargs}``; unknown names and bad keywords fail at construction.
+
+    A filter added to :data:`PRESET_FILTERS` without an entry in the needs table sees every member.
+    """
+    filters: list[MemberFilter] = []
     for name, kwargs in (presets_filter or {}).items():
         if name not in PRESET_FILTERS:
             raise FgdataError(f"presets_filter: unknown filter {name!r}; choose one of {sorted(PRESET_FILTERS)}")
+        args = dict(kwargs or {})
         try:
-            filters.append((name, PRESET_FILTERS[name](**dict(kwargs or {}))))
+            check = PRESET_FILTERS[name](**args)
         except TypeError as exc:
             raise FgdataError(f"presets_filter[{name!r}]: {exc}") from exc
+        needs = _FILTER_NEEDS[name](args) if name in _FILTER_NEEDS else None
+        filters.append(MemberFilter(name, check, needs if needs is not None else frozenset({"*"})))
     return filters

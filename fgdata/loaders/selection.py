@@ -9,19 +9,32 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from fgdata import storage
 from fgdata.errors import FgdataError
 from fgdata.media.decode import decode_member
-from fgdata.shards import count_one, discover_shards, load_ignore_index, load_index, read_shard_counts, scan_shard
+from fgdata.shards import (
+    count_one,
+    load_ignore_index,
+    load_index,
+    read_shard_counts,
+    scan_shard,
+    sort_shards,
+)
 
 log = logging.getLogger("fgdata.loaders")
 
 PLACEHOLDER_PREFIX = "/path/to/"
+# A sample is at least one member, and a member at least its 512-byte header.
+MIN_SAMPLE_BYTES = 512
+# The bound on a count when a shard's size is unknown.
+MAX_COUNT_UNKNOWN_SIZE = 1 << 40
+COUNT_FIX = "rewrite the count file with `fgdata count-shards` or `fgdata verify --write-counts`"
 
 
 class LoaderConfigError(FgdataError, ValueError):
@@ -30,11 +43,12 @@ class LoaderConfigError(FgdataError, ValueError):
 
 @dataclass(frozen=True)
 class ShardRef:
-    """One selected shard: where it is, its basename and the datatag it came from (identity is (tag, name))."""
+    """One selected shard: where it is, its basename, the datatag it came from and its size in bytes (if listed)."""
 
     path: str
     name: str
     tag: str
+    size: int | None = None
 
 
 def parse_datatags(datatags: Sequence[str] | str) -> list[str]:
@@ -63,11 +77,6 @@ def parse_datatags(datatags: Sequence[str] | str) -> list[str]:
     return paths
 
 
-def _sort_key(ref: ShardRef, numeric: bool) -> Any:
-    stem = ref.name.split(".", 1)[0]
-    return int(stem) if numeric else ref.name
-
-
 def select_shards(
     tags: Sequence[str],
     *,
@@ -85,13 +94,12 @@ def select_shards(
     """
     found: list[ShardRef] = []
     for tag in tags:
-        found.extend(ShardRef(p, storage.basename(p), tag) for p in discover_shards(tag))
+        found.extend(ShardRef(i.path, i.name, tag, i.size) for i in storage.list_dir(tag, suffix=".tar"))
     if not found:
         raise LoaderConfigError(f"datatags: no .tar shards under {', '.join(tags)}")
-    numeric = all(r.name.split(".", 1)[0].isdigit() for r in found)
-    if not numeric:
+    if not all(r.name.split(".", 1)[0].isdigit() for r in found):
         log.error("shard names are not all numeric; sorting them as strings")
-    found.sort(key=lambda r: _sort_key(r, numeric))
+    found = sort_shards(found, name=lambda r: r.name)
     end = len(found) - 1 if shard_end is None else shard_end
     if not 0 <= shard_start <= end < len(found):
         raise LoaderConfigError(
@@ -150,8 +158,8 @@ class SideFileLookup:
 
 
 def _scan(ref: ShardRef, cache_path: str | None):
-    """Entries of a shard: its index, else a header scan (S3 shards are cached locally first)."""
-    scan = load_index(ref.path)
+    """Entries of a shard: its index when its recorded size matches, else a header scan (S3 shards are cached locally first)."""
+    scan = load_index(ref.path, expected_size=ref.size)
     if scan is None:
         scan = scan_shard(storage.fetch_to_cache(ref.path, cache_path) if storage.is_s3(ref.path) else ref.path)
     return scan
@@ -165,6 +173,21 @@ class Dataset:
     counts: list[int] | None
     ignored_keys: list[frozenset[str]]
     ignored_indices: list[tuple[int, ...]] = field(default_factory=list)
+    # Shard path -> count, for the shards whose count came from ``count_file`` (checked when a shard is opened).
+    listed: dict[str, int] = field(default_factory=dict)
+    count_file: str | None = None
+
+
+def checked_count(value: Any, ref: ShardRef, count_file: str) -> int:
+    """A count from a count file: a non-negative integer (not a boolean) that the shard's size can hold."""
+    limit = ref.size // MIN_SAMPLE_BYTES if ref.size is not None else MAX_COUNT_UNKNOWN_SIZE
+    if type(value) is not int or not 0 <= value <= limit:
+        bound = f"the {ref.size}-byte shard holds at most {limit}" if ref.size is not None else f"counts stay below {limit}"
+        raise LoaderConfigError(
+            f"shard_count_file {count_file}: count {value!r} for {ref.name} is not a sample count "
+            f"(a non-negative integer; {bound}); {COUNT_FIX}"
+        )
+    return value
 
 
 def resolve_dataset(
@@ -190,15 +213,17 @@ def resolve_dataset(
         tags, shard_start=shard_start, shard_end=shard_end, shards_per_worker=shards_per_worker, workers_total=workers_total
     )
     lookup = SideFileLookup(discovered)
-    ignore_raw = load_ignore_index(list(ignore_index_paths) if isinstance(ignore_index_paths, (list, tuple)) else ignore_index_paths)
+    ignore_raw = load_ignore_index(ignore_index_paths if ignore_index_paths is None or isinstance(ignore_index_paths, str) else list(ignore_index_paths))
     ignored_by_path = lookup.map(ignore_raw, "ignore_index_paths")
     ignored_keys = [frozenset(ignored_by_path.get(r.path, ())) for r in selected]
-    if not need_counts:
-        return Dataset(selected, None, ignored_keys)
-
     given: dict[str, int] = {}
     if shard_count_file is not None:
-        given = lookup.map(read_shard_counts(shard_count_file), "shard_count_file")
+        raw = lookup.map(read_shard_counts(shard_count_file), "shard_count_file")
+        refs = {r.path: r for r in discovered}
+        given = {path: checked_count(value, refs[path], shard_count_file) for path, value in raw.items()}
+    if not need_counts:
+        return Dataset(selected, None, ignored_keys, listed=given, count_file=shard_count_file)
+
     counts: dict[str, int] = {}
     missing = [r for r in dict.fromkeys(selected) if r.path not in given]
     if shard_count_file is not None and missing:
@@ -207,7 +232,7 @@ def resolve_dataset(
         if r.path in given:
             counts[r.path] = given[r.path]
         else:
-            c = count_one(r.path, use_index=True)
+            c = count_one(r.path, size=r.size, use_index=True)
             if c.damage:
                 warnings.warn(f"{r.path}: damaged ({c.damage}); using its {c.samples} readable samples", stacklevel=3)
             counts[r.path] = c.samples
@@ -229,7 +254,7 @@ def resolve_dataset(
     kept = sum(c - len(i) for c, i in zip(shard_counts, ignored_indices))
     if kept <= 0:
         raise LoaderConfigError(f"datatags: the selected shards hold no samples after the ignore index ({', '.join(tags)})")
-    return Dataset(selected, shard_counts, ignored_keys, ignored_indices)
+    return Dataset(selected, shard_counts, ignored_keys, ignored_indices, listed=given, count_file=shard_count_file)
 
 
 def files_map_base(first_tag: str) -> str:

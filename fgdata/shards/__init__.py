@@ -11,7 +11,7 @@ from fgdata.shards.index import (
     write_index,
     write_shard_counts,
 )
-from fgdata.shards.keys import shard_sort_key, split_member_name, validate_extension, validate_key
+from fgdata.shards.keys import sort_shards, split_member_name, validate_extension, validate_key
 from fgdata.shards.reader import Sample, ShardFile, discover_shards, iter_samples, require_shards
 from fgdata.shards.scan import MemberEntry, SampleEntry, ShardScan, TarDamage, iter_members, scan_fileobj, scan_shard
 from fgdata.shards.writer import Failure, ResumePoint, ShardWriter, WriteSummary
@@ -20,6 +20,6 @@ __all__ = [
     "COUNT_FILE", "INDEX_SUFFIX", "Failure", "MemberEntry", "ResumePoint", "Sample", "SampleEntry", "ShardCount",
     "ShardFile", "ShardScan", "ShardWriter", "TarDamage", "WriteSummary", "count_one", "count_shards",
     "discover_shards", "index_path", "iter_members", "iter_samples", "load_ignore_index", "load_index",
-    "read_shard_counts", "require_shards", "scan_fileobj", "scan_shard", "shard_sort_key", "split_member_name",
+    "read_shard_counts", "require_shards", "scan_fileobj", "scan_shard", "sort_shards", "split_member_name",
     "validate_extension", "validate_key", "write_ignore_index", "write_index", "write_shard_counts",
 ]

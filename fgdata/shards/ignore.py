@@ -36,9 +36,9 @@ def load_ignore_index(paths: list[str] | tuple[str, ...] | str | None) -> dict[s
 
 
 def ignore_index_bytes(mapping: dict[str, list[str] | set[str]]) -> bytes:
-    from fgdata.shards.keys import shard_sort_key
+    from fgdata.shards.keys import sort_shards
 
-    doc = {k: sorted(mapping[k]) for k in sorted(mapping, key=shard_sort_key) if mapping[k]}
+    doc = {k: sorted(mapping[k]) for k in sort_shards(mapping) if mapping[k]}
     return (json.dumps(doc, indent=1) + "\n").encode()
 
 

@@ -88,9 +88,9 @@ def read_shard_counts(path: str) -> dict[str, int]:
 
 
 def shard_counts_bytes(counts: dict[str, int]) -> bytes:
-    from fgdata.shards.keys import shard_sort_key
+    from fgdata.shards.keys import sort_shards
 
-    ordered = {k: counts[k] for k in sorted(counts, key=shard_sort_key)}
+    ordered = {k: counts[k] for k in sort_shards(counts)}
     return (json.dumps(ordered, indent=1) + "\n").encode()
 
 

@@ -7,7 +7,12 @@ keys that survive that split unchanged, so a key has no dot in its basename.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
 from fgdata.errors import ShardError
+
+T = TypeVar("T")
 
 
 def split_member_name(name: str) -> tuple[str, str]:
@@ -39,7 +44,17 @@ def validate_extension(ext: str) -> str:
     return ext.lower()
 
 
-def shard_sort_key(name: str) -> tuple[int, int | str]:
-    """Sort shards by the integer value of the stem (text before the first dot)."""
-    stem = name.split(".", 1)[0]
-    return (0, int(stem)) if stem.isdigit() else (1, name)
+def sort_shards(items: Iterable[T], name: Callable[[T], str] = str) -> list[T]:
+    """Items in shard order, the one ordering rule for shard lists and shard-keyed files.
+
+    Shards sort by the integer value of their stem (the basename before its first dot)
+    when every stem is all digits; otherwise all sort by name (the reference's fallback
+    for foreign shards). The sort is stable, so equal stems keep their given order.
+    """
+    items = list(items)
+    stems = [name(x).rsplit("/", 1)[-1].split(".", 1)[0] for x in items]
+    if all(s.isdigit() for s in stems):
+        order = sorted(range(len(items)), key=lambda i: int(stems[i]))
+    else:
+        order = sorted(range(len(items)), key=lambda i: name(items[i]))
+    return [items[i] for i in order]

@@ -9,7 +9,7 @@ from typing import Iterator
 from fgdata import storage
 from fgdata.errors import DamagedShardError, ShardError, StorageError
 from fgdata.shards.index import load_index
-from fgdata.shards.keys import shard_sort_key
+from fgdata.shards.keys import sort_shards
 from fgdata.shards.scan import SampleEntry, ShardScan, TarDamage, group_samples, iter_members, scan_fileobj
 
 
@@ -24,20 +24,10 @@ class Sample:
 
 
 def discover_shards(path: str) -> list[str]:
-    """The ``.tar`` shards directly under a directory or s3 prefix, sorted as the reference say.
-
-    Shards sort by the integer value of their stem; if any stem is not all digits,
-    all are sorted as strings (the reference's fallback for foreign shards).
-    """
+    """The ``.tar`` shards directly under a directory or s3 prefix, in shard order (:func:`sort_shards`)."""
     if not storage.is_s3(path) and not os.path.isdir(path):
         raise StorageError(f"{path}: not a directory")
-    infos = storage.list_dir(path, suffix=".tar")
-    names = [i.name for i in infos]
-    if all(n.split(".", 1)[0].isdigit() for n in names):
-        order = sorted(range(len(names)), key=lambda i: shard_sort_key(names[i]))
-    else:
-        order = sorted(range(len(names)), key=lambda i: names[i])
-    return [infos[i].path for i in order]
+    return [i.path for i in sort_shards(storage.list_dir(path, suffix=".tar"), name=lambda i: i.name)]
 
 
 def iter_samples(path: str) -> Iterator[Sample]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import zlib
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from fgdata.shards.keys import split_member_name
 
@@ -218,12 +218,13 @@ class _PreadSource:
 
 
 def iter_members(
-    fileobj: BinaryIO, *, seekable: bool = True, total: int | None = None, with_data: bool = False
+    fileobj: BinaryIO, *, seekable: bool = True, total: int | None = None,
+    with_data: bool | Callable[[str], bool] = False,
 ) -> Iterator[tuple[MemberEntry, bytes | None]]:
     """Yield (member, data-or-None) for every member; raise TarDamage on corruption.
 
-    With ``with_data`` the payload of regular files is read and returned; otherwise
-    it is skipped: stepped over in a regular file (positioned reads), read and dropped
+    With ``with_data`` (True, or a predicate on the member name) the payload of those
+    regular files is read and returned; otherwise it is skipped: stepped over in a regular file (positioned reads), read and dropped
     in a stream. This loop is the cost of ``count-shards``, so it
     keeps per-member work to one header parse.
     """
@@ -281,7 +282,7 @@ def iter_members(
         entry = MemberEntry(name, header_offset, data_offset, size, _TYPEFLAG[typeflag], data_offset + padded)
         if typeflag not in _REGULAR:
             yield entry, None
-        elif with_data:
+        elif with_data is True or (with_data and with_data(name)):
             data = read(size)
             if len(data) < size or not skip(padded - size):
                 raise TarDamage(f"truncated member {name!r} at byte {data_offset}", member=name)
