@@ -24,6 +24,7 @@ from fgdata.loaders import (
     VideoWDSLoader,
     WDSLoader,
 )
+from fgdata.loaders.decoders import IMAGE_MEMBERS, VIDEO_MEMBERS, prefixed
 from fgdata.catalog import (
     CIFAR10_ZIP,
     IMAGENET64_EDMV2_ZIP,
@@ -33,7 +34,10 @@ from fgdata.catalog import (
     s3_data_root_dir,
 )
 
-_RAW = {"real_raw": "jpg", "condition_raw": "txt"}
+# Media keys accept every extension fgdata's shard commands write ("jpg;jpeg;png;..."): the first one a
+# sample has. A sample without its caption is dropped (missing_text="drop"); set missing_text="empty"
+# for datasets without captions.
+_RAW = {"real_raw": IMAGE_MEMBERS, "condition_raw": "txt"}
 # What the three raw-video presets share (81 frames at 832x480, two workers, trainer-filled resume).
 _VIDEO = dict(
     sequence_length=81,
@@ -57,11 +61,12 @@ ImageLoaderConfig: LazyConfig = LazyCall(ImageWDSLoader)(
     sampler_start_idx=None,
 )
 
-#: fgdata defines the image-edit extensions: ``jpg`` is the edited target, ``src.jpg`` the source [INF].
+#: fgdata defines the image-edit extensions: ``jpg`` (or any image extension) is the edited target,
+#: ``src.jpg`` (``src.png``, ...) the source [INF].
 ImageEditLoaderConfig: LazyConfig = LazyCall(ImageWDSLoader)(
     datatags=["WDS:/path/to/image_edit_shards"],
     batch_size=32,
-    key_map={"real_raw": "jpg", "condition_image_raw": "src.jpg", "condition_raw": "txt"},
+    key_map={"real_raw": IMAGE_MEMBERS, "condition_image_raw": prefixed("src.", IMAGE_MEMBERS), "condition_raw": "txt"},
     presets_map={"neg_condition_raw": "empty_string"},
     input_res=512,
     sampler_start_idx=None,
@@ -78,7 +83,7 @@ PromptLoaderConfig: LazyConfig = LazyCall(WDSLoader)(
 VideoLoaderConfig: LazyConfig = LazyCall(VideoWDSLoader)(
     datatags=["WDS:/path/to/video_shards"],
     batch_size=2,
-    key_map={"real_raw": "mp4", "condition_raw": "txt"},
+    key_map={"real_raw": VIDEO_MEMBERS, "condition_raw": "txt"},
     presets_map={"neg_condition_raw": "neg_prompt_wan"},
     **_VIDEO,
 )
@@ -86,7 +91,7 @@ VideoLoaderConfig: LazyConfig = LazyCall(VideoWDSLoader)(
 VideoAudioLoaderConfig: LazyConfig = LazyCall(AudioVideoWDSLoader)(
     datatags=["WDS:/path/to/video_shards_with_audio"],
     batch_size=1,
-    key_map={"real_raw": "mp4", "condition_raw": "txt"},
+    key_map={"real_raw": VIDEO_MEMBERS, "condition_raw": "txt"},
     presets_map={"neg_condition_raw": "neg_prompt_ltx2"},
     target_sample_rate=None,
     **_VIDEO,
@@ -97,7 +102,7 @@ CameraVideoLoaderConfig: LazyConfig = LazyCall(CameraVideoWDSLoader)(
     datatags=["WDS:/path/to/videos_with_vipe"],
     batch_size=1,
     key_map={
-        "real_raw": "mp4",
+        "real_raw": VIDEO_MEMBERS,
         "condition_raw": "txt",
         "camera_poses": "poses.npy",
         "camera_intrinsics": "intrinsics.npy",

@@ -130,6 +130,7 @@ class KeyAudit:
         self.absent: Counter[str] = Counter()
         self.built = 0
         self.too_short = 0
+        self.short_reason = ""
 
     def _has(self, exts: Iterable[str], alternatives: tuple[str, ...]) -> bool:
         present = set(exts)
@@ -170,9 +171,16 @@ class KeyAudit:
         if self.built >= self.first_n:
             return
         self.built += 1
-        self.too_short += isinstance(error, ClipTooShort)
-        if self.built == self.first_n and self.too_short == self.built:
-            raise LoaderConfigError(self.too_short_message(self.built, str(error)))
+        if isinstance(error, ClipTooShort):
+            self.too_short += 1
+            self.short_reason = str(error)
+        if self.built == self.first_n:
+            self.raise_if_all_too_short()
+
+    def raise_if_all_too_short(self) -> None:
+        """Raise when every sample built so far (at least one) was a clip too short."""
+        if self.built and self.too_short == self.built:
+            raise LoaderConfigError(self.too_short_message(self.built, self.short_reason))
 
     def too_short_message(self, n: int, reason: str) -> str:
         return (

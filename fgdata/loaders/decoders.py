@@ -26,6 +26,13 @@ IMAGE_MEMBERS = "jpg;jpeg;png;webp;gif;bmp;tif;tiff"
 #: Every video extension ``fgdata shard videos`` keeps, as ``key_map`` alternatives (MP4 first).
 VIDEO_MEMBERS = "mp4;webm;mov;avi;mpg;ogv;wmv;h264;mjpeg"
 
+
+
+def prefixed(prefix: str, alternatives: str) -> str:
+    """``prefixed("src.", "jpg;png")`` -> ``"src.jpg;src.png"``."""
+    return ";".join(prefix + a for a in alternatives.split(";"))
+
+
 Items = dict[str, tuple[str, bytes]]
 WarnOnce = Callable[[str, str], None]
 

@@ -177,6 +177,16 @@ class Dataset:
     listed: dict[str, int] = field(default_factory=dict)
     count_file: str | None = None
 
+    def count_source(self, ref: ShardRef) -> str | None:
+        """The count file a shard's count came from, None when the loader counted it."""
+        return self.count_file if ref.path in self.listed else None
+
+
+def count_mismatch(ref: ShardRef, real: int, promised: int, count_file: str | None) -> str:
+    """What a loader says when a shard does not hold the samples its count (from ``count_file``, if any) promised."""
+    where = f"shard_count_file {count_file}" if count_file else "the count taken when the loader was built"
+    return f"{ref.path}: the shard holds {real} samples, but {where} says {promised}"
+
 
 def checked_count(value: Any, ref: ShardRef, count_file: str) -> int:
     """A count from a count file: a non-negative integer (not a boolean) that the shard's size can hold."""
@@ -231,6 +241,9 @@ def resolve_dataset(
     for r in dict.fromkeys(selected):
         if r.path in given:
             counts[r.path] = given[r.path]
+            # A shard counted 0 is never opened, so its samples would vanish without a word: check it now.
+            if given[r.path] == 0 and (real := count_one(r.path, size=r.size, use_index=True).samples):
+                raise LoaderConfigError(f"{count_mismatch(r, real, 0, shard_count_file)}; {COUNT_FIX}")
         else:
             c = count_one(r.path, size=r.size, use_index=True)
             if c.damage:

@@ -35,7 +35,7 @@ from fgdata.loaders.builder import (
 )
 from fgdata.loaders.collate import Delivered
 from fgdata.loaders.plan import SamplePlan, Split
-from fgdata.loaders.selection import COUNT_FIX, Dataset, ShardRef
+from fgdata.loaders.selection import COUNT_FIX, Dataset, ShardRef, count_mismatch
 from fgdata.media.errors import ClipTooShort
 from fgdata.shards import ShardFile, scan_shard
 from fgdata.shards.scan import TarDamage, group_samples, iter_members
@@ -70,11 +70,6 @@ def _ext_of(name: str) -> str:
     return base.split(".", 1)[1].lower() if "." in base else ""
 
 
-def count_mismatch(ref: ShardRef, real: int, promised: int, dataset: Dataset) -> str:
-    where = f"shard_count_file {dataset.count_file}" if ref.path in dataset.listed else "the count taken when the loader was built"
-    return f"{ref.path}: the shard holds {real} samples, but {where} says {promised}"
-
-
 class ShardReaders:
     """Open shards of one worker (LRU), read by sample index; S3 shards from a node-local cached copy.
 
@@ -101,7 +96,7 @@ class ShardReaders:
             if len(f) != promised:
                 f.close()
                 raise FgdataError(
-                    f"{count_mismatch(ref, len(f), promised, self.dataset)}: deterministic positions would "
+                    f"{count_mismatch(ref, len(f), promised, self.dataset.count_source(ref))}: deterministic positions would "
                     f"repeat or skip samples; {COUNT_FIX}"
                 )
             if len(self._open) >= self.size:
@@ -204,7 +199,7 @@ class Reading:
         promised = self.dataset.listed.get(ref.path)
         if promised is not None and promised != count and ref.path not in self.warned_counts:
             self.warned_counts.add(ref.path)
-            warnings.warn(f"{count_mismatch(ref, count, promised, self.dataset)}; using the {count} it holds. {COUNT_FIX}", stacklevel=2)
+            warnings.warn(f"{count_mismatch(ref, count, promised, self.dataset.count_source(ref))}; using the {count} it holds. {COUNT_FIX}", stacklevel=2)
 
     def use(self, raw: RawSample, ctx: SampleContext) -> dict | None:
         """The built sample, or None after recording the drop."""

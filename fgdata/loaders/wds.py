@@ -325,6 +325,7 @@ class BaseWDSLoader:
             produced = True
             yield batch
         if not produced and self.empty_check and empty_message is not None:
+            builder.audit.raise_if_all_too_short()
             raise FgdataError(empty_message())
 
 

@@ -15,6 +15,7 @@ import torch
 import fgdata.configs as C
 from fgdata.configs import LazyCall, instantiate, legacy_keys
 from fgdata.loaders import LoaderConfigError, WDSLoader
+from fgdata.loaders.decoders import VIDEO_MEMBERS
 
 WDS_PRESETS = [n for n in C.PRESETS if not n.endswith("_Loader_Config")]
 CLASS_COND = [n for n in C.PRESETS if n.endswith("_Loader_Config")]
@@ -71,10 +72,10 @@ def test_lazycall_nesting_and_overrides():
 
 def test_legacy_keys_switch():
     legacy = legacy_keys(C.VideoLoaderConfig)
-    assert legacy.key_map == {"real": "mp4", "condition": "txt"}
+    assert legacy.key_map == {"real": VIDEO_MEMBERS, "condition": "txt"}
     assert legacy.presets_map == {"neg_condition": "neg_prompt_wan"}
     assert legacy.video_keys == ("real",)
-    assert C.VideoLoaderConfig.key_map == {"real_raw": "mp4", "condition_raw": "txt"}
+    assert C.VideoLoaderConfig.key_map == {"real_raw": VIDEO_MEMBERS, "condition_raw": "txt"}
 
 
 def _tag_for(name, image_shards, video_shards, latent_shards, prompt_shards):
