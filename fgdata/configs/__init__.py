@@ -4,6 +4,7 @@ Importing this package never imports torch, typer or rich; the loaders pull in
 torch only when a batch is first requested.
 """
 
+from fgdata.configs.alias import install_fastgen_alias
 from fgdata.configs.data import (
     PRESETS,
     CameraVideoLoaderConfig,
@@ -22,13 +23,12 @@ from fgdata.configs.data import (
     VideoLoaderConfig,
     legacy_keys,
 )
-from fgdata.configs.alias import install_fastgen_alias
 from fgdata.configs.lazy import LazyCall, LazyConfig, instantiate
 
 __all__ = [
     "PRESETS",
-    "CameraVideoLoaderConfig",
     "CIFAR10_Loader_Config",
+    "CameraVideoLoaderConfig",
     "ImageEditLoaderConfig",
     "ImageLatentLoaderConfig",
     "ImageLoaderConfig",

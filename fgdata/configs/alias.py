@@ -42,7 +42,7 @@ def install_fastgen_alias() -> None:
     from fgdata.configs import data
     from fgdata.loaders import wds
 
-    instantiate_mod = dict(LazyCall=configs.LazyCall, instantiate=configs.instantiate)
+    instantiate_mod: dict[str, Any] = {"LazyCall": configs.LazyCall, "instantiate": configs.instantiate}
     modules = {
         "fastgen": _module("fastgen", True, __fgdata_alias__=True),
         "fastgen.configs": _module("fastgen.configs", True),

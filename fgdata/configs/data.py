@@ -16,6 +16,16 @@ The class-conditional paths are taken from ``DATA_ROOT_DIR`` and
 
 from __future__ import annotations
 
+from typing import Any
+
+from fgdata.catalog import (
+    CIFAR10_ZIP,
+    IMAGENET64_EDMV2_ZIP,
+    IMAGENET64_ZIP,
+    IMAGENET256_SD_ZIP,
+    data_root_dir,
+    s3_data_root_dir,
+)
 from fgdata.configs.lazy import LazyCall, LazyConfig
 from fgdata.loaders import (
     AudioVideoWDSLoader,
@@ -25,29 +35,21 @@ from fgdata.loaders import (
     WDSLoader,
 )
 from fgdata.loaders.decoders import IMAGE_MEMBERS, VIDEO_MEMBERS, prefixed
-from fgdata.catalog import (
-    CIFAR10_ZIP,
-    IMAGENET64_EDMV2_ZIP,
-    IMAGENET64_ZIP,
-    IMAGENET256_SD_ZIP,
-    data_root_dir,
-    s3_data_root_dir,
-)
 
 # Media keys accept every extension fgdata's shard commands write ("jpg;jpeg;png;..."): the first one a
 # sample has. A sample without its caption is dropped (missing_text="drop"); set missing_text="empty"
 # for datasets without captions.
 _RAW = {"real_raw": IMAGE_MEMBERS, "condition_raw": "txt"}
 # What the three raw-video presets share (81 frames at 832x480, two workers, trainer-filled resume).
-_VIDEO = dict(
-    sequence_length=81,
-    img_size=(832, 480),
-    video_keys=("real_raw",),
-    decoder_type="segment",
-    target_fps=None,
-    num_workers=2,
-    sampler_start_idx=None,
-)
+_VIDEO: dict[str, Any] = {
+    "sequence_length": 81,
+    "img_size": (832, 480),
+    "video_keys": ("real_raw",),
+    "decoder_type": "segment",
+    "target_fps": None,
+    "num_workers": 2,
+    "sampler_start_idx": None,
+}
 _LATENT = {"real": "latent.pth", "condition": "txt_emb.pth"}
 # The relative neg-embedding path resolves against the datatag's parent.
 _NEG_EMB = {"neg_condition": "neg_prompt_emb.npy"}
@@ -189,7 +191,7 @@ PRESETS: dict[str, LazyConfig] = {
 
 
 def _legacy_name(key: str) -> str:
-    return key[: -len("_raw")] if key.endswith("_raw") else key
+    return key.removesuffix("_raw")
 
 
 def legacy_keys(cfg: LazyConfig) -> LazyConfig:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import copy
 import importlib
 import inspect
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 TARGET_KEY = "_target_"
 
@@ -19,7 +20,7 @@ TARGET_KEY = "_target_"
 class LazyConfig:
     """A callable target and the keyword arguments it will be called with."""
 
-    __slots__ = ("_target", "_kwargs")
+    __slots__ = ("_kwargs", "_target")
 
     def __init__(self, target: Callable[..., Any] | str, kwargs: dict[str, Any] | None = None):
         object.__setattr__(self, "_target", target)
@@ -68,17 +69,17 @@ class LazyConfig:
     def get(self, name: str, default: Any = None) -> Any:
         return self._kwargs.get(name, default)
 
-    def copy(self) -> "LazyConfig":
+    def copy(self) -> LazyConfig:
         """An independent deep copy (omegaconf >= 2.1 semantics)."""
         return LazyConfig(self._target, copy.deepcopy(self._kwargs))
 
-    def __deepcopy__(self, memo: dict) -> "LazyConfig":
+    def __deepcopy__(self, memo: dict) -> LazyConfig:
         return LazyConfig(self._target, copy.deepcopy(self._kwargs, memo))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, LazyConfig) and self._target == other._target and self._kwargs == other._kwargs
 
-    __hash__ = None  # mutable
+    __hash__ = None  # type: ignore[assignment]  # mutable
 
     @property
     def target_name(self) -> str:

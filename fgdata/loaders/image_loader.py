@@ -151,7 +151,7 @@ class ImageZipDataset(torch.utils.data.Dataset):
         arr: np.ndarray | None = None
         if self.use_pyspng and name.lower().endswith(".png"):
             try:
-                import pyspng
+                import pyspng  # type: ignore[import-not-found]
             except ImportError:
                 pyspng = None
             if pyspng is not None and data[25:26] != b"\x03":  # colour type 3 = palette: decode with Pillow
@@ -162,8 +162,9 @@ class ImageZipDataset(torch.utils.data.Dataset):
                     if not self._palette_warned:
                         warnings.warn(f"{self.path}: {name} is a palette image; expanding it to RGB", stacklevel=2)
                         self._palette_warned = True
-                    img = img.convert("RGB")
-                arr = np.array(img)
+                    arr = np.array(img.convert("RGB"))
+                else:
+                    arr = np.array(img)
         if arr.ndim == 2:
             arr = arr[:, :, np.newaxis]
         return arr.transpose(2, 0, 1)
