@@ -151,7 +151,7 @@ class ImageZipDataset(torch.utils.data.Dataset):
         arr: np.ndarray | None = None
         if self.use_pyspng and name.lower().endswith(".png"):
             try:
-                import pyspng  # type: ignore[import-not-found]
+                import pyspng
             except ImportError:
                 pyspng = None
             if pyspng is not None and data[25:26] != b"\x03":  # colour type 3 = palette: decode with Pillow

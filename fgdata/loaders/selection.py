@@ -24,6 +24,7 @@ from fgdata.shards import (
     load_index,
     read_shard_counts,
     scan_shard,
+    ShardScan,
     sort_shards,
 )
 
@@ -176,6 +177,8 @@ class Dataset:
     # Shard path -> count, for the shards whose count came from ``count_file`` (checked when a shard is opened).
     listed: dict[str, int] = field(default_factory=dict)
     count_file: str | None = None
+    # Shard path -> its header scan, for the shards counted by scanning (no usable offset index).
+    scans: dict[str, ShardScan] = field(default_factory=dict)
 
     def count_source(self, ref: ShardRef) -> str | None:
         """The count file a shard's count came from, None when the loader counted it."""
@@ -235,6 +238,9 @@ def resolve_dataset(
         return Dataset(selected, None, ignored_keys, listed=given, count_file=shard_count_file)
 
     counts: dict[str, int] = {}
+    # Header scans made here (shards without a usable index) go to the workers, which would
+    # otherwise each scan the shard again.
+    scans: dict[str, ShardScan] = {}
     missing = [r for r in dict.fromkeys(selected) if r.path not in given]
     if shard_count_file is not None and missing:
         warnings.warn(f"shard_count_file {shard_count_file} lacks {len(missing)} selected shard(s); counting them", stacklevel=3)
@@ -245,17 +251,22 @@ def resolve_dataset(
             if given[r.path] == 0 and (real := count_one(r.path, size=r.size, use_index=True).samples):
                 raise LoaderConfigError(f"{count_mismatch(r, real, 0, shard_count_file)}; {COUNT_FIX}")
         else:
-            c = count_one(r.path, size=r.size, use_index=True)
-            if c.damage:
-                warnings.warn(f"{r.path}: damaged ({c.damage}); using its {c.samples} readable samples", stacklevel=3)
-            counts[r.path] = c.samples
+            scan = load_index(r.path, expected_size=r.size)
+            if scan is None:
+                try:
+                    scan = scans[r.path] = scan_shard(r.path)
+                except (FgdataError, OSError) as exc:  # unreadable: no samples, said once
+                    scan = ShardScan(r.path, r.size or 0, [], damage=str(exc).splitlines()[0])
+            if scan.damage:
+                warnings.warn(f"{r.path}: damaged ({scan.damage}); using its {len(scan)} readable samples", stacklevel=3)
+            counts[r.path] = len(scan)
 
     indices: dict[str, tuple[int, ...]] = {}
     for r in dict.fromkeys(selected):
         keys = ignored_by_path.get(r.path)
         if not keys:
             continue
-        entries = _scan(r, cache_path).samples[: counts[r.path]]
+        entries = (scans.get(r.path) or _scan(r, cache_path)).samples[: counts[r.path]]
         where = {e.key: i for i, e in enumerate(entries)}
         absent = sorted(k for k in keys if k not in where)
         if absent:
@@ -267,7 +278,7 @@ def resolve_dataset(
     kept = sum(c - len(i) for c, i in zip(shard_counts, ignored_indices))
     if kept <= 0:
         raise LoaderConfigError(f"datatags: the selected shards hold no samples after the ignore index ({', '.join(tags)})")
-    return Dataset(selected, shard_counts, ignored_keys, ignored_indices, listed=given, count_file=shard_count_file)
+    return Dataset(selected, shard_counts, ignored_keys, ignored_indices, listed=given, count_file=shard_count_file, scans=scans)
 
 
 def files_map_base(first_tag: str) -> str:

@@ -1,5 +1,8 @@
 """Sample sources: which samples a worker reads, in which order, and what happens to unusable ones.
 
+Each source has ``items(start, epoch, worker, num_workers)``, the built samples of one
+worker in delivery order, and ``empty_message(...)``, why a worker that got no batch got none.
+
 * :class:`DeterministicSource`: the positions of :mod:`fgdata.loaders.plan`, read by random
   access (the shard's offset index; S3 shards through a node-local cached copy). The drop
   rule: when the sample at position ``p`` cannot be used, the next usable one of
@@ -89,7 +92,7 @@ class ShardReaders:
         f = self._open.pop(ref.path, None)
         if f is None:
             local = storage.fetch_to_cache(ref.path, self.cache_path) if storage.is_s3(ref.path) else ref.path
-            f = ShardFile(local)
+            f = ShardFile(local, scan=self.dataset.scans.get(ref.path))
             if len(f) != promised:
                 f.close()
                 f = ShardFile(local, scan=scan_shard(local))
@@ -222,7 +225,7 @@ class DeterministicSource:
     def total(self) -> int | None:
         return None if self.train else len(self.plan)
 
-    def items(self, start: int, worker: int, num_workers: int) -> Iterator[Delivered]:
+    def items(self, start: int, epoch: int, worker: int, num_workers: int) -> Iterator[Delivered]:
         r = self.r
         split = Split(start, r.rank, r.world_size, worker, max(num_workers, 1), r.batch_size)
         readers = ShardReaders(r.dataset, r.cache_path, r.builder.wanted)
@@ -233,7 +236,7 @@ class DeterministicSource:
         finally:
             readers.close()
 
-    def empty_message(self, start: int, worker: int, num_workers: int) -> str:
+    def empty_message(self, start: int, worker: int, num_workers: int) -> str | None:
         r = self.r
         split = Split(start, r.rank, r.world_size, worker, max(num_workers, 1), r.batch_size)
         total = self.total()
@@ -281,7 +284,7 @@ class TrainingSource:
         self.shuffle_bytes = shuffle_bytes
         self.tags = tags
 
-    def items(self, epoch: int, worker: int, num_workers: int) -> Iterator[Delivered]:
+    def items(self, start: int, epoch: int, worker: int, num_workers: int) -> Iterator[Delivered]:
         r = self.r
         shards = r.dataset.shards
         rng = np.random.default_rng([r.seed, r.rank, worker, epoch])
@@ -304,6 +307,9 @@ class TrainingSource:
             if empty_draws > 3 * len(shards) + 10:
                 raise FgdataError(f"no usable samples in {len(shards)} shard(s) under {', '.join(self.tags)}")
 
+    def empty_message(self, start: int, worker: int, num_workers: int) -> str | None:
+        return None  # an endless stream: it never ends empty
+
 
 class ValidationSource:
     """This rank's shards, split over its workers; one pass in order."""
@@ -316,7 +322,7 @@ class ValidationSource:
         r = self.r
         return [i for i in range(len(r.dataset.shards)) if i % r.world_size == r.rank][worker :: max(num_workers, 1)]
 
-    def items(self, worker: int, num_workers: int) -> Iterator[Delivered]:
+    def items(self, start: int, epoch: int, worker: int, num_workers: int) -> Iterator[Delivered]:
         r = self.r
         rng = np.random.default_rng([r.seed, r.rank, worker])
         for i in self.mine(worker, num_workers):
@@ -326,7 +332,7 @@ class ValidationSource:
                 if out is not None:
                     yield Delivered(out)
 
-    def empty_message(self, worker: int, num_workers: int) -> str:
+    def empty_message(self, start: int, worker: int, num_workers: int) -> str | None:
         r = self.r
         n = max(num_workers, 1)
         mine = self.mine(worker, num_workers)

@@ -308,25 +308,22 @@ class BaseWDSLoader:
         builder.audit.reset()
         reading = Reading(self._dataset, builder, Drops(self.strict), self.seed, self.rank, self.world_size,
                           self.batch_size, self.cache_path, self.max_consecutive_errors, set())
-        empty_message = None
+        source: DeterministicSource | TrainingSource | ValidationSource
         if self.deterministic:
             assert self._plan is not None
-            det = DeterministicSource(reading, self._plan, self.train, self.partial)
-            items = det.items(start, worker, num_workers)
-            empty_message = lambda: det.empty_message(start, worker, num_workers)
+            source = DeterministicSource(reading, self._plan, self.train, self.partial)
         elif self.train:
-            items = TrainingSource(reading, self.shuffle_size, self.shuffle_bytes, self.tags).items(epoch, worker, num_workers)
+            source = TrainingSource(reading, self.shuffle_size, self.shuffle_bytes, self.tags)
         else:
-            val = ValidationSource(reading, self.partial)
-            items = val.items(worker, num_workers)
-            empty_message = lambda: val.empty_message(worker, num_workers)
+            source = ValidationSource(reading, self.partial)
         produced = False
-        for batch in batch_loop(items, self.batch_size, self.partial, builder.collate):
+        for batch in batch_loop(source.items(start, epoch, worker, num_workers), self.batch_size, self.partial, builder.collate):
             produced = True
             yield batch
-        if not produced and self.empty_check and empty_message is not None:
+        message = None if produced or not self.empty_check else source.empty_message(start, worker, num_workers)
+        if message is not None:
             builder.audit.raise_if_all_too_short()
-            raise FgdataError(empty_message())
+            raise FgdataError(message)
 
 
 class WDSLoader(BaseWDSLoader):
