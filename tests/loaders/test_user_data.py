@@ -16,7 +16,8 @@ import pytest
 from PIL import Image
 
 from fgdata.configs import ImageLoaderConfig, VideoLoaderConfig, instantiate
-from fgdata.engine import ShardJob, ShardOptions, run_shard_job
+from fgdata.jobs.shard import ShardJob, run_shard_job
+from fgdata.producers.media import ShardOptions
 from fgdata.errors import FgdataError
 from fgdata.loaders import LoaderConfigError, VideoWDSLoader
 
