@@ -9,23 +9,38 @@ with the samples that were complete before it.
 
 from __future__ import annotations
 
+import io
 import os
 import zlib
 from dataclasses import dataclass, field
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Iterator
 
 from fgdata.shards.keys import split_member_name
 
 BLOCK = 512
 ZERO_BLOCK = bytes(BLOCK)
+# The most one ``pread``/``read`` system call returns on Linux; longer reads loop.
+MAX_READ = 0x7FFFF000
+# GNU long names and PAX records longer than this are damage: no real header needs more,
+# and a forged size must not make the scanner allocate it.
+MAX_EXTENSION_HEADER = 1 << 20
+_STREAM_CHUNK = 64 << 20
 _REGULAR = (b"0", b"\0", b"7")
 _FILE_TYPES = ("0", "", "7")
+# Types whose size field means nothing: links, devices, directories, FIFOs (no data follows them).
+_NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")
+_EXTENSION = (b"L", b"K", b"x", b"X", b"g")
 _TYPEFLAG = {bytes([c]): ("" if c == 0 else chr(c)) for c in range(256)}
+_OCTAL_DIGITS = b"01234567"
 
 
 @dataclass(slots=True)
 class MemberEntry:
-    """One tar member: where its header starts, where its data starts, how long the data is."""
+    """One tar member: where its headers start, where its data starts, how long the data is.
+
+    ``header_offset`` is the first of the member's headers, its GNU long-name or PAX
+    extended header when it has one, so a sample's byte range holds all of its headers.
+    """
 
     name: str
     header_offset: int
@@ -68,74 +83,121 @@ class ShardScan:
 
 
 class TarDamage(Exception):
-    """Raised inside the member iterator; carries a one-line reason.
+    """Raised inside the member iterator; carries a one-line reason and the byte where the damage is.
 
     ``member`` names the member whose payload was cut short, when its header was
     intact: a sample before it is then known to be complete.
     """
 
-    def __init__(self, reason: str, member: str | None = None):
+    def __init__(self, reason: str, offset: int, member: str | None = None):
         super().__init__(reason)
+        self.offset = offset
         self.member = member
 
 
-def _padded(size: int) -> int:
-    return (size + BLOCK - 1) // BLOCK * BLOCK
+def _number(raw: bytes, what: str, offset: int) -> int:
+    """A non-negative numeric header field: octal digits (space or NUL padded) or GNU base-256.
 
-
-def _octal(field_bytes: bytes) -> int:
-    """Parse a numeric tar field: octal text or GNU base-256 for large values."""
-    if field_bytes and field_bytes[0] & 0x80:
-        value = int.from_bytes(field_bytes[1:], "big")
-        return value
-    text = field_bytes.split(b"\0", 1)[0].strip(b" \0")
+    Anything else, a negative number included, is damage: a negative size would send the
+    scan backwards.
+    """
+    if raw and raw[0] & 0x80:
+        if raw[0] == 0x80:
+            return int.from_bytes(raw[1:], "big")
+        raise TarDamage(f"bad tar header at byte {offset}: {what} is a negative or invalid base-256 number", offset)
+    text = raw.split(b"\0", 1)[0].strip()
     if not text:
         return 0
-    try:
-        return int(text, 8)
-    except ValueError as exc:
-        raise TarDamage(f"bad numeric header field {text[:16]!r}") from exc
+    if text.strip(_OCTAL_DIGITS):
+        shown = text[:12].decode("ascii", "replace")
+        raise TarDamage(f"bad tar header at byte {offset}: {what} {shown!r} is not a non-negative octal number", offset)
+    return int(text, 8)
 
 
-def _checksum_ok(header: bytes) -> bool:
+def _checksum_ok(header: bytes, offset: int) -> bool:
     """Verify the header checksum (the byte sum with the checksum field read as spaces).
 
     The byte sum comes from zlib's Adler-32, whose low half is ``1 + sum mod 65521``:
     one C call instead of a Python-level sum. A header's sum is at most 512 * 255 < 2 * 65521,
-    so the true sum is one of two candidates, and both are accepted.
+    so the true sum is one of two candidates, and both are accepted. Old tars that summed
+    signed bytes are accepted too (checked only when the unsigned sum fails).
     """
     stored = header[148:156]
     try:
-        expected = int(stored.strip(b" \0") or b"0", 8)
-    except ValueError:
+        expected = _number(stored, "checksum", offset)
+    except TarDamage:
         return False
     low = (zlib.adler32(header) & 0xFFFF) - 1
     adjust = 8 * 32 - sum(stored)
-    return expected in (low % 65521 + adjust, low % 65521 + 65521 + adjust)
+    if expected in (low % 65521 + adjust, low % 65521 + 65521 + adjust):
+        return True
+    unsigned = sum(header) + adjust
+    high = sum(1 for b in header[:148] + header[156:] if b & 0x80)
+    return expected == unsigned - 256 * high
 
 
 def _cstr(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
 
 
-def _pax_records(payload: bytes) -> dict[str, str]:
+def _pax_records(payload: bytes, offset: int) -> dict[str, str]:
+    """PAX records ``"<length> <key>=<value>\\n"`` up to the NUL padding; a malformed record is damage.
+
+    Every record moves the parse forward by its declared length, which must be positive.
+    """
     records: dict[str, str] = {}
     pos = 0
-    while pos < len(payload):
-        space = payload.find(b" ", pos)
-        if space < 0:
-            break
-        try:
-            length = int(payload[pos:space])
-        except ValueError as exc:
-            raise TarDamage("bad PAX header record") from exc
-        if length <= 0:
-            raise TarDamage("bad PAX header record")
-        record = payload[space + 1 : pos + length - 1]
-        key, _, value = record.partition(b"=")
+    while pos < len(payload) and payload[pos]:
+        space = payload.find(b" ", pos, pos + 21)
+        digits = payload[pos:space] if space > pos else b""
+        length = int(digits) if digits.isdigit() else 0
+        end = pos + length
+        key, eq, value = payload[space + 1 : end - 1].partition(b"=")
+        if length <= 0 or end > len(payload) or payload[end - 1 : end] != b"\n" or not eq or not key:
+            raise TarDamage(f"bad PAX record at byte {offset}", offset)
         records[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
-        pos += length
+        pos = end
     return records
+
+
+class _PositionedRaw(io.RawIOBase):
+    """A raw reader over ``fd`` that keeps its own position (``preadv``): the file's offset is untouched."""
+
+    def __init__(self, fd: int, pos: int):
+        self.fd = fd
+        self.pos = pos
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def, override]
+        n = os.preadv(self.fd, [buffer], self.pos)
+        self.pos += n
+        return n
+
+
+def pread_exact(fd: int, n: int, offset: int) -> bytes:
+    """``n`` bytes at ``offset``, fewer only at the end of the file.
+
+    One ``pread`` returns at most :data:`MAX_READ` bytes; a longer read is filled by a
+    buffered reader that reads straight into the one result object, so a member over
+    2 GiB costs its size in memory once.
+    """
+    if n <= MAX_READ:
+        data = os.pread(fd, n, offset)
+        if len(data) == n or not data:
+            return data
+        chunks = [data]
+        got = len(data)
+        while got < n:
+            chunk = os.pread(fd, n - got, offset + got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+    with io.BufferedReader(_PositionedRaw(fd, offset), buffer_size=1 << 20) as reader:
+        return reader.read(n)
 
 
 class _Source:
@@ -148,18 +210,22 @@ class _Source:
         self.pos = 0
 
     def read_exact(self, n: int) -> bytes:
-        """Read n bytes, fewer only at the end of the data (streams may return short reads)."""
-        data = self.f.read(n) or b""
-        if len(data) < n and data:
-            chunks = [data]
-            remaining = n - len(data)
-            while remaining:
-                chunk = self.f.read(remaining)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                remaining -= len(chunk)
-            data = b"".join(chunks)
+        """Read n bytes, fewer only at the end of the data.
+
+        Streams may return short reads; long reads go in chunks, so a forged size costs
+        at most the bytes that really follow.
+        """
+        if self.total is not None:
+            n = min(n, max(self.total - self.pos, 0))
+        chunks = []
+        remaining = n
+        while remaining:
+            chunk = self.f.read(min(remaining, _STREAM_CHUNK))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self.pos += len(data)
         return data
 
@@ -201,11 +267,14 @@ class _PreadSource:
     def read_exact(self, n: int) -> bytes:
         pos = self.pos
         off = pos - self.buf_start
-        if off < 0 or off + n > len(self.buf):
-            self.buf = os.pread(self.fd, max(n, self.WINDOW), pos)
+        if off + n <= len(self.buf):
+            data = self.buf[off : off + n]
+        elif n <= self.WINDOW:
+            self.buf = os.pread(self.fd, self.WINDOW, pos)
             self.buf_start = pos
-            off = 0
-        data = self.buf[off : off + n]
+            data = self.buf[:n]
+        else:  # a payload: never ask for more than the file holds
+            data = pread_exact(self.fd, min(n, max(self.total - pos, 0)), pos)
         self.pos = pos + len(data)
         return data
 
@@ -218,79 +287,115 @@ class _PreadSource:
 
 
 def iter_members(
-    fileobj: BinaryIO, *, seekable: bool = True, total: int | None = None,
-    with_data: bool | Callable[[str], bool] = False,
+    fileobj: BinaryIO, *, seekable: bool = True, total: int | None = None, with_data: bool = False,
+    max_data: int | None = None,
 ) -> Iterator[tuple[MemberEntry, bytes | None]]:
     """Yield (member, data-or-None) for every member; raise TarDamage on corruption.
 
-    With ``with_data`` (True, or a predicate on the member name) the payload of those
-    regular files is read and returned; otherwise it is skipped: stepped over in a regular file (positioned reads), read and dropped
-    in a stream. This loop is the cost of ``count-shards``, so it
-    keeps per-member work to one header parse.
+    With ``with_data`` the payload of regular files is read and returned (those over
+    ``max_data`` bytes are skipped and yield None); otherwise it is skipped: stepped over
+    in a regular file (positioned reads), read and dropped in a stream. This loop is the
+    cost of ``count-shards``, so it keeps per-member work to one header parse.
+
+    It cannot loop: every size is a validated non-negative number and every step moves
+    forward by at least one block, so a shard of N bytes yields at most N / 512 members.
     """
-    src: _Source | _PreadSource
-    if seekable and total is not None and hasattr(fileobj, "fileno"):
-        src = _PreadSource(fileobj.fileno(), total)
-    else:
-        src = _Source(fileobj, seekable, total)
+    src: _Source | _PreadSource = _Source(fileobj, seekable, total)
+    if seekable and total is not None:
+        try:
+            src = _PreadSource(fileobj.fileno(), total)
+        except (AttributeError, OSError):  # io.UnsupportedOperation is an OSError: an in-memory file
+            pass
     read, skip = src.read_exact, src.skip
-    long_name: str | None = None
-    pax: dict[str, str] = {}
+    limit = -1 if not with_data else (max_data if max_data is not None else 1 << 80)
+    pending: int | None = None  # the first extension header (of any kind) not yet followed by its member
+    first_offset: int | None = None  # the first extension header that belongs to the member (not a global one)
+    extensions: list[tuple[bytes, bytes]] = []  # (typeflag, payload), outermost first
+    last_offset = -1
     while True:
         header_offset = src.pos
+        if header_offset <= last_offset:  # cannot happen with validated sizes; the guarantee is checked, not assumed
+            raise TarDamage(f"tar header offsets do not increase at byte {header_offset}", header_offset)
+        last_offset = header_offset
         header = read(BLOCK)
         if len(header) < BLOCK:
-            if not header:
+            if not header and pending is None:
                 return
-            raise TarDamage(f"truncated tar header at byte {header_offset}")
+            raise TarDamage(f"truncated tar header at byte {header_offset}", header_offset)
         if header == ZERO_BLOCK:
+            if pending is not None:
+                raise TarDamage(f"extended header at byte {pending} is followed by the end of the archive", header_offset)
             return
-        if not _checksum_ok(header):
-            raise TarDamage(f"bad tar header checksum at byte {header_offset}")
+        if not _checksum_ok(header, header_offset):
+            raise TarDamage(f"bad tar header checksum at byte {header_offset}", header_offset)
         typeflag = header[156:157]
-        try:
-            size = int(header[124:136].rstrip(b"\0 ") or b"0", 8)
-        except ValueError:
-            size = _octal(header[124:136])  # base-256 for members over 8 GiB, or damage
+        raw_size = header[124:135]
+        if raw_size.isdigit() and header[135] in (0, 32):  # the usual "%011o\0"
+            try:
+                size = int(raw_size, 8)
+            except ValueError:
+                size = _number(header[124:136], "size field", header_offset)
+        else:
+            size = _number(header[124:136], "size field", header_offset)
         padded = (size + BLOCK - 1) & -BLOCK
-        if typeflag in (b"L", b"x", b"g"):
+        if typeflag in _EXTENSION:
+            if size > MAX_EXTENSION_HEADER:
+                raise TarDamage(f"bad tar header at byte {header_offset}: extended header of {size} bytes", header_offset)
             payload = read(padded)
             if len(payload) < padded:
-                raise TarDamage(f"truncated extended header at byte {header_offset}")
-            if typeflag == b"L":
-                long_name = payload[:size].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            elif typeflag == b"x":
-                pax = _pax_records(payload[:size])
+                raise TarDamage(f"truncated extended header at byte {header_offset}", header_offset)
+            if pending is None:
+                pending = header_offset
+            if typeflag == b"g":  # a global PAX header belongs to the archive, not to the next member
+                if {"path", "size"} & _pax_records(payload, header_offset).keys():
+                    raise TarDamage(f"global PAX header at byte {header_offset} sets a path or size for every "
+                                    "member (not supported in shards)", header_offset)
+            else:
+                if first_offset is None:
+                    first_offset = header_offset
+                extensions.append((typeflag, payload))
             continue
+        if typeflag == b"S":
+            raise TarDamage(f"GNU sparse member at byte {header_offset} (not supported in shards)", header_offset)
         name = header[:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        # V7 tar marks a directory by a slash after its own name (before any prefix or long name).
+        no_data = typeflag in _NO_DATA or (typeflag == b"\0" and name.endswith("/"))
         if header[345] and header[257:263] == b"ustar\0":  # POSIX ustar: a path prefix may be present
             name = f"{_cstr(header[345:500])}/{name}"
-        if long_name is not None or pax:
-            if long_name is not None:
-                name = long_name
-            if "path" in pax:
-                name = pax["path"]
-            if "size" in pax:
-                try:
-                    size = int(pax["size"])
-                except ValueError as exc:
-                    raise TarDamage(f"bad PAX size at byte {header_offset}") from exc
-                padded = (size + BLOCK - 1) & -BLOCK
-            long_name = None
-            pax = {}
+        start = header_offset
+        if first_offset is not None:
+            start = first_offset
+            for kind, payload in reversed(extensions):  # the outermost header has the last word, as in tarfile
+                if kind == b"L":
+                    name = _cstr(payload)
+                elif kind in (b"x", b"X"):
+                    pax = _pax_records(payload, start)
+                    if any(k.startswith("GNU.sparse.") for k in pax):
+                        raise TarDamage(f"GNU sparse member at byte {start} (not supported in shards)", start)
+                    if "path" in pax:
+                        name = pax["path"]
+                    if "size" in pax:
+                        if not (pax["size"].isascii() and pax["size"].isdigit()):
+                            raise TarDamage(f"bad PAX size {pax['size'][:24]!r} at byte {start}", start)
+                        size = int(pax["size"])
+                        padded = (size + BLOCK - 1) & -BLOCK
+            first_offset = None
+            extensions = []
+        pending = None
         data_offset = src.pos
-        entry = MemberEntry(name, header_offset, data_offset, size, _TYPEFLAG[typeflag], data_offset + padded)
-        if typeflag not in _REGULAR:
+        if no_data:
+            yield MemberEntry(name, start, data_offset, size, "5" if typeflag == b"\0" else _TYPEFLAG[typeflag], data_offset), None
+            continue
+        entry = MemberEntry(name, start, data_offset, size, _TYPEFLAG[typeflag], data_offset + padded)
+        if typeflag not in _REGULAR or size > limit:
+            if not skip(padded):
+                raise TarDamage(f"truncated member {name!r} at byte {data_offset}", data_offset, member=name)
             yield entry, None
-        elif with_data is True or (with_data and with_data(name)):
+        else:
             data = read(size)
             if len(data) < size or not skip(padded - size):
-                raise TarDamage(f"truncated member {name!r} at byte {data_offset}", member=name)
+                raise TarDamage(f"truncated member {name!r} at byte {data_offset}", data_offset, member=name)
             yield entry, data
-        else:
-            if not skip(padded):
-                raise TarDamage(f"truncated member {name!r} at byte {data_offset}", member=name)
-            yield entry, None
 
 
 def group_samples(members: Iterator[tuple[MemberEntry, bytes | None]], problems: list[str]) -> Iterator[tuple[SampleEntry, dict[str, bytes]]]:
