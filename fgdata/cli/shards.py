@@ -11,8 +11,8 @@ from fgdata.cli.render import console, err_console, human_bytes, print_json, pro
 
 
 def count_shards_cmd(
-    path: str = typer.Argument(..., help="Directory or s3:// prefix holding the .tar shards."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the counts here (local or s3://) instead of PATH/shard_count.json."),
+    paths: list[str] = typer.Argument(..., help="A folder or s3:// prefix of .tar shards, shards, or a brace pattern like 'data/{00000..00099}.tar'."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the counts here (local or s3://) instead of shard_count.json beside the shards."),
     json_out: bool = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table."),
     workers: int = typer.Option(8, "--workers", "-w", min=1, help="Shards counted in parallel."),
     write: bool = typer.Option(True, "--write/--no-write", help="Write the shard-count file."),
@@ -21,12 +21,15 @@ def count_shards_cmd(
 
     Example: fgdata count-shards /data/video_shards --workers 16
 
-    Damaged shards are listed with the samples readable before the damage; the exit code is then 1.
+    A whole folder's count file lists exactly its shards; counting single shards or a pattern
+    updates their entries and keeps the others. Damaged shards count the samples readable before
+    the damage; a shard that cannot be read gets no new count (its old entry is kept). Either way
+    the exit code is then 1.
     """
-    from fgdata import storage
-    from fgdata.shards import COUNT_FILE, count_shards, require_shards, write_shard_counts
+    from fgdata.shards import count_shards, resolve_shards, write_counts
 
-    shards = require_shards(path)
+    selection = resolve_shards(paths)
+    shards = selection.shards
     started = time.perf_counter()
     with progress(enabled=not json_out and len(shards) > 1) as bar:
         task = bar.add_task("counting", total=len(shards), rate="")
@@ -35,36 +38,42 @@ def count_shards_cmd(
             done = bar.tasks[task].completed + 1
             bar.update(task, advance=1, rate=f"{done / max(time.perf_counter() - started, 1e-9):.0f} shards/s")
 
-        rows = count_shards(path, workers=workers, progress=tick)
-    counts = {r.name: r.samples for r in rows}
-    target = output or storage.join(path, COUNT_FILE)
-    if write:
-        write_shard_counts(target, counts)
+        rows = count_shards(selection, workers=workers, progress=tick)
+    updates = write_counts(rows, selection, output) if write else []
     damaged = [r for r in rows if r.damage]
-    total = sum(counts.values())
+    unreadable = [r for r in rows if r.error]
+    total = sum(r.samples for r in rows if not r.error)
+    label = " ".join(paths)
     if json_out:
         print_json({
-            "path": path,
+            "path": label,
             "total_samples": total,
             "total_bytes": sum(r.bytes for r in rows),
-            "shards": [{"shard": r.name, "samples": r.samples, "bytes": r.bytes, "damage": r.damage} for r in rows],
-            "count_file": target if write else None,
+            "shards": [{"shard": r.name, "path": r.shard, "samples": None if r.error else r.samples, "bytes": r.bytes,
+                        "damage": r.damage, "error": r.error} for r in rows],
+            "count_files": [{"path": u.path, "kept": u.kept, "uncounted": u.uncounted} for u in updates],
         })
     else:
         from rich.table import Table
 
-        table = Table(title=f"{path}", show_footer=True)
+        table = Table(title=label, show_footer=True)
         table.add_column("shard", footer="total")
         table.add_column("samples", justify="right", footer=f"{total:,}")
         table.add_column("bytes", justify="right", footer=human_bytes(sum(r.bytes for r in rows)))
         table.add_column("status")
         for r in rows:
-            table.add_row(r.name, f"{r.samples:,}", human_bytes(r.bytes), f"[red]damaged: {r.damage}[/]" if r.damage else "ok")
+            status = f"[red]unreadable: {r.error}[/]" if r.error else f"[red]damaged: {r.damage}[/]" if r.damage else "ok"
+            table.add_row(r.name, "?" if r.error else f"{r.samples:,}", human_bytes(r.bytes), status)
         console.print(table)
-        if write:
-            console.print(f"wrote {target}")
-    if damaged:
-        err_console.print(f"[red]{len(damaged)} damaged shard(s)[/]")
+        for u in updates:
+            console.print(f"wrote {u.path}")
+    for u in updates:
+        for name, n in u.kept.items():
+            err_console.print(f"[red]{name}: could not be read; {u.path} keeps its old count ({n:,})[/]")
+        for name in u.uncounted:
+            err_console.print(f"[red]{name}: could not be read; {u.path} has no count for it[/]")
+    if damaged or unreadable:
+        err_console.print(f"[red]{len(damaged)} damaged and {len(unreadable)} unreadable shard(s)[/]")
         raise typer.Exit(1)
 
 

@@ -1,52 +1,71 @@
 """Counting samples per shard, for shard_count.json.
 
-Local shards are counted header-only (payloads are seeked over). On S3 a shard's
+Local shards are counted header-only (payloads are stepped over). On S3 a shard's
 index is used when one exists beside it; otherwise the shard is streamed and only
-its headers are parsed.
+its headers are parsed. A shard that cannot be read at all gets no count: its
+entry in the count file is left as it was.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
 
 from fgdata import storage
-from fgdata.shards.index import INDEX_SUFFIX, load_index
-from fgdata.shards.reader import discover_shards
+from fgdata.errors import FgdataError
+from fgdata.shards.index import COUNT_FILE, INDEX_SUFFIX, load_index, read_shard_counts, write_shard_counts
 from fgdata.shards.scan import ShardScan, scan_shard
+from fgdata.shards.select import ShardSet, resolve_shards
 
 
 @dataclass
 class ShardCount:
+    """One shard's count: ``samples`` readable before any ``damage``; with ``error`` the shard
+    could not be read at all and ``samples`` means nothing."""
+
     shard: str
     name: str
     samples: int
     bytes: int
     damage: str | None = None
     from_index: bool = False
+    error: str | None = None
+
+
+@dataclass
+class CountFileUpdate:
+    """What writing one count file did: the shards it now counts, and the unreadable ones
+    whose old entry was kept or that have no entry."""
+
+    path: str
+    counts: dict[str, int]
+    kept: dict[str, int] = field(default_factory=dict)
+    uncounted: list[str] = field(default_factory=list)
 
 
 def count_one(path: str, size: int | None = None, use_index: bool = False) -> ShardCount:
-    """Count one shard; a damaged shard reports the samples before the damage."""
+    """Count one shard; a damaged shard reports the samples before the damage, an unreadable one an error."""
     scan: ShardScan | None = load_index(path, expected_size=size) if use_index else None
     from_index = scan is not None
     if scan is None:
         try:
             scan = scan_shard(path)
-        except Exception as exc:  # noqa: BLE001 - an unreadable shard is reported, not fatal
-            return ShardCount(path, storage.basename(path), 0, size or 0, damage=str(exc).splitlines()[0])
+        except (FgdataError, OSError) as exc:  # storage failed: the content is unknown, not bad
+            return ShardCount(path, storage.basename(path), 0, size or 0, error=str(exc).splitlines()[0])
     return ShardCount(path, storage.basename(path), len(scan.samples), size if size is not None else scan.size, scan.damage, from_index)
 
 
 def count_shards(
-    path: str, *, workers: int = 8, progress: Callable[[ShardCount], None] | None = None
+    paths: str | Sequence[str] | ShardSet, *, workers: int = 8, progress: Callable[[ShardCount], None] | None = None
 ) -> list[ShardCount]:
-    """Count every shard under a directory or s3 prefix, in shard order."""
-    shards = discover_shards(path)
-    sizes = {info.path: info.size for info in storage.list_dir(path)}
-    remote = storage.is_s3(path)
-    indexed = {p[: -len(INDEX_SUFFIX)] for p in sizes if p.endswith(INDEX_SUFFIX)} if remote else set()
+    """Count every shard that ``paths`` names (a folder, shards, a brace pattern; see :func:`resolve_shards`)."""
+    selection = paths if isinstance(paths, ShardSet) else resolve_shards(paths)
+    sizes = selection.sizes
+    indexed: set[str] = set()
+    for folder in selection.folders:
+        if storage.is_s3(folder):  # a remote index saves streaming the shard; locally the scan is as cheap
+            indexed.update(i.path.removesuffix(INDEX_SUFFIX) for i in storage.list_dir(folder, suffix=INDEX_SUFFIX))
 
     def work(shard: str) -> ShardCount:
         result = count_one(shard, sizes.get(shard), use_index=shard in indexed)
@@ -54,7 +73,47 @@ def count_shards(
             progress(result)
         return result
 
-    if workers <= 1 or len(shards) <= 1:
-        return [work(s) for s in shards]
+    if workers <= 1 or len(selection.shards) <= 1:
+        return [work(s) for s in selection.shards]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(work, shards))
+        return list(pool.map(work, selection.shards))
+
+
+def _existing(path: str) -> dict[str, int]:
+    try:
+        return read_shard_counts(path) if storage.exists(path) else {}
+    except FgdataError:
+        return {}  # an invalid count file is replaced; nothing in it can be kept
+
+
+def write_counts(rows: list[ShardCount], selection: ShardSet, output: str | None = None) -> list[CountFileUpdate]:
+    """Write the counts beside the shards (one ``shard_count.json`` per folder) or all into ``output``.
+
+    When the selection is one whole folder, its count file lists exactly its shards; otherwise
+    the counted shards' entries are updated and the others kept. A shard that could not be read
+    keeps its old entry, or gets none: a count is only written for a shard that was read.
+    """
+    groups: dict[str, list[ShardCount]] = {}
+    for row in rows:
+        target = output or storage.join(storage.parent(row.shard), COUNT_FILE)
+        groups.setdefault(target, []).append(row)
+    updates = []
+    for target, group in groups.items():
+        names = [r.name for r in group]
+        if len(set(names)) < len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise FgdataError(f"{target}: two counted shards are both named {dup}; count them into separate files")
+        old = _existing(target)
+        counts = {} if selection.folder is not None else dict(old)
+        update = CountFileUpdate(target, counts)
+        for r in group:
+            if r.error is None:
+                counts[r.name] = r.samples
+            elif r.name in old:
+                counts[r.name] = update.kept[r.name] = old[r.name]
+            else:
+                counts.pop(r.name, None)
+                update.uncounted.append(r.name)
+        write_shard_counts(target, counts)
+        updates.append(update)
+    return updates

@@ -10,7 +10,11 @@ from fgdata import storage
 from fgdata.errors import DamagedShardError, ShardError, StorageError
 from fgdata.shards.index import load_index
 from fgdata.shards.keys import sort_shards
-from fgdata.shards.scan import SampleEntry, ShardScan, TarDamage, group_samples, iter_members, scan_fileobj
+from fgdata.shards.scan import SampleEntry, ShardScan, TarDamage, group_samples, iter_members, pread_exact, scan_fileobj
+
+# A sample up to this size is fetched in one read and sliced (fewer system calls); a larger one
+# member by member, so it is held in memory once.
+_ONE_READ = 4 << 20
 
 
 @dataclass
@@ -76,22 +80,23 @@ class ShardFile:
         return len(self.scan.samples)
 
     def read_range(self, start: int, end: int) -> bytes:
-        data = os.pread(self._fd, end - start, start)
+        """Bytes ``start:end`` of the shard, whatever their length (one ``pread`` stops short of 2 GiB)."""
+        data = pread_exact(self._fd, end - start, start)
         if len(data) != end - start:
-            raise DamagedShardError(self.path, 0, f"short read at byte {start}")
+            raise DamagedShardError(self.path, 0, f"short read at byte {start}: the shard ends at byte {start + len(data)}")
         return data
 
     def sample(self, i: int, exts: set[str] | None = None) -> Sample:
         """Read sample ``i``; with ``exts`` only those members are read."""
         entry = self.scan.samples[i]
         members: dict[str, bytes] = {}
-        if exts is None:
+        if exts is None and entry.nbytes <= _ONE_READ:
             blob = self.read_range(entry.start, entry.end)
             for ext, (off, size) in entry.members.items():
                 members[ext] = blob[off - entry.start : off - entry.start + size]
         else:
             for ext, (off, size) in entry.members.items():
-                if ext in exts:
+                if exts is None or ext in exts:
                     members[ext] = self.read_range(off, off + size)
         return Sample(entry.key, members, self.path, i)
 

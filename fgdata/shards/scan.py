@@ -13,7 +13,7 @@ import io
 import os
 import zlib
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from fgdata.shards.keys import split_member_name
 
@@ -287,15 +287,16 @@ class _PreadSource:
 
 
 def iter_members(
-    fileobj: BinaryIO, *, seekable: bool = True, total: int | None = None, with_data: bool = False,
-    max_data: int | None = None,
+    fileobj: BinaryIO, *, seekable: bool = True, total: int | None = None,
+    with_data: bool | Callable[[str], bool] = False, max_data: int | None = None,
 ) -> Iterator[tuple[MemberEntry, bytes | None]]:
     """Yield (member, data-or-None) for every member; raise TarDamage on corruption.
 
-    With ``with_data`` the payload of regular files is read and returned (those over
-    ``max_data`` bytes are skipped and yield None); otherwise it is skipped: stepped over
-    in a regular file (positioned reads), read and dropped in a stream. This loop is the
-    cost of ``count-shards``, so it keeps per-member work to one header parse.
+    With ``with_data`` (True, or a predicate on the member name) the payload of those
+    regular files is read and returned, unless it is over ``max_data`` bytes (then None);
+    other payloads are skipped: stepped over in a regular file (positioned reads), read
+    and dropped in a stream. This loop is the cost of ``count-shards``, so it keeps
+    per-member work to one header parse.
 
     It cannot loop: every size is a validated non-negative number and every step moves
     forward by at least one block, so a shard of N bytes yields at most N / 512 members.
@@ -308,6 +309,7 @@ def iter_members(
             pass
     read, skip = src.read_exact, src.skip
     limit = -1 if not with_data else (max_data if max_data is not None else 1 << 80)
+    wants = None if isinstance(with_data, bool) else with_data
     pending: int | None = None  # the first extension header (of any kind) not yet followed by its member
     first_offset: int | None = None  # the first extension header that belongs to the member (not a global one)
     extensions: list[tuple[bytes, bytes]] = []  # (typeflag, payload), outermost first
@@ -387,7 +389,7 @@ def iter_members(
             yield MemberEntry(name, start, data_offset, size, "5" if typeflag == b"\0" else _TYPEFLAG[typeflag], data_offset), None
             continue
         entry = MemberEntry(name, start, data_offset, size, _TYPEFLAG[typeflag], data_offset + padded)
-        if typeflag not in _REGULAR or size > limit:
+        if typeflag not in _REGULAR or size > limit or (wants is not None and not wants(name)):
             if not skip(padded):
                 raise TarDamage(f"truncated member {name!r} at byte {data_offset}", data_offset, member=name)
             yield entry, None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from collections import Counter
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -20,8 +19,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from fgdata import storage
-from fgdata.errors import FgdataError, ShardError
-from fgdata.shards import COUNT_FILE, discover_shards, read_shard_counts, write_ignore_index, write_shard_counts
+from fgdata.errors import FgdataError
+from fgdata.shards import COUNT_FILE, ShardCount, ShardSet, read_shard_counts, resolve_shards, write_ignore_index
+from fgdata.shards import write_counts as write_count_files
 from fgdata.shards.reader import ShardFile
 from fgdata.shards.scan import scan_shard
 from fgdata.verify.shard import Problem, ShardResult, check_shard, key_hash
@@ -39,6 +39,7 @@ class VerifyReport:
     decode: bool = False
     require: tuple[str, ...] = ()
     count_file: str | None = None
+    selection: ShardSet = field(default_factory=lambda: ShardSet([]))
 
     @property
     def ok(self) -> bool:
@@ -93,19 +94,6 @@ class VerifyReport:
             "ignore": self.ignore_mapping(),
             "per_shard": [s.to_json() for s in self.shards],
         }
-
-
-def _single_shard(path: str) -> bool:
-    return path.lower().endswith(".tar") and (storage.is_s3(path) or not os.path.isdir(path))
-
-
-def _select(path: str) -> tuple[str, list[str]]:
-    """(folder holding the side files, shards): a directory or prefix, or one ``.tar`` file or object."""
-    if _single_shard(path):
-        if not storage.exists(path):
-            raise ShardError(f"{path}: shard not found")
-        return storage.parent(path), [path]
-    return path, discover_shards(path)
 
 
 def _run_shards(shards: list[str], sizes: dict[str, int], *, decode: bool, require: tuple[str, ...], workers: int,
@@ -201,32 +189,40 @@ def _keys_of(result: ShardResult) -> list[str]:
         return [s.key for s in f.entries]
 
 
-def _check_counts(report: VerifyReport, root: str, count_file: str | None, names: dict[str, str]) -> None:
-    """The count file must list exactly the shards, each with its readable count."""
-    path = count_file or storage.join(root, COUNT_FILE)
-    if count_file is None and storage.basename(path) not in names:
-        return  # no count file beside the shards: nothing to disagree with
-    report.count_file = path
-    try:
-        counts = read_shard_counts(path)
-    except FgdataError as exc:
-        report.problems.append(Problem("counts-invalid", str(exc).splitlines()[0]))
-        return
+def _check_counts(report: VerifyReport, count_file: str | None) -> None:
+    """Each count file must list its shards, each with its readable count.
+
+    The count file beside a whole folder must list exactly its shards; for single shards or a
+    pattern only their own entries are checked. A folder without a count file is not checked.
+    """
+    selection = report.selection
+    by_file: dict[str, list[ShardResult]] = {}
     for shard in report.shards:
-        if shard.name not in counts:
-            shard.problems.append(Problem("counts-missing", f"{storage.basename(path)} does not list this shard"))
-        elif shard.readable is not None and counts[shard.name] != shard.readable:
-            shard.problems.append(
-                Problem("counts-mismatch", f"{storage.basename(path)} says {counts[shard.name]}, {shard.readable} readable")
-            )
-    if not _single_shard(report.path):
-        extra = sorted(set(counts) - {s.name for s in report.shards})
-        if extra:
-            report.problems.append(Problem("counts-extra", f"{storage.basename(path)} lists unknown shards: {', '.join(extra[:5])}"))
+        by_file.setdefault(count_file or storage.join(storage.parent(shard.shard), COUNT_FILE), []).append(shard)
+    for path, shards in by_file.items():
+        if count_file is None and not storage.exists(path):
+            continue  # no count file beside the shards: nothing to disagree with
+        report.count_file = path if report.count_file is None else report.count_file
+        try:
+            counts = read_shard_counts(path)
+        except FgdataError as exc:
+            report.problems.append(Problem("counts-invalid", str(exc).splitlines()[0]))
+            continue
+        for shard in shards:
+            if shard.name not in counts:
+                shard.problems.append(Problem("counts-missing", f"{storage.basename(path)} does not list this shard"))
+            elif shard.readable is not None and counts[shard.name] != shard.readable:
+                shard.problems.append(
+                    Problem("counts-mismatch", f"{storage.basename(path)} says {counts[shard.name]}, {shard.readable} readable")
+                )
+        if selection.folder is not None:
+            extra = sorted(set(counts) - {s.name for s in shards})
+            if extra:
+                report.problems.append(Problem("counts-extra", f"{storage.basename(path)} lists unknown shards: {', '.join(extra[:5])}"))
 
 
 def verify_dataset(
-    path: str,
+    path: str | Sequence[str],
     *,
     decode: bool = False,
     require: Sequence[str] = (),
@@ -235,23 +231,20 @@ def verify_dataset(
     progress: Progress | None = None,
     on_start: Callable[[int], None] | None = None,
 ) -> VerifyReport:
-    """Verify every shard under a directory or s3 prefix (or one shard); raise only if nothing can be listed.
+    """Verify every shard ``path`` names (a folder or prefix, shards, a brace pattern); raise only
+    if the shards cannot be found or listed.
 
-    ``on_start`` gets the number of shards once they are discovered; ``progress`` each finished shard.
+    ``on_start`` gets the number of shards once they are resolved; ``progress`` each finished shard.
     """
     require = tuple(dict.fromkeys(e.strip().lower().lstrip(".") for e in require if e.strip()))
-    root, shards = _select(path)
-    if not shards:
-        raise ShardError(f"{path}: no .tar shards found")
-    listing = storage.list_dir(root)
-    names = {i.name: i.path for i in listing}
-    sizes = {i.path: i.size for i in listing}
+    selection = resolve_shards(path)
     if on_start is not None:
-        on_start(len(shards))
-    results = _run_shards(shards, sizes, decode=decode, require=require, workers=workers, progress=progress)
+        on_start(len(selection.shards))
+    results = _run_shards(selection.shards, selection.sizes, decode=decode, require=require, workers=workers, progress=progress)
     _cross_shard_duplicates(results)
-    report = VerifyReport(path, results, decode=decode, require=require)
-    _check_counts(report, root, count_file, names)
+    label = path if isinstance(path, str) else " ".join(path)
+    report = VerifyReport(label, results, decode=decode, require=require, selection=selection)
+    _check_counts(report, count_file)
     return report
 
 
@@ -263,21 +256,14 @@ def write_ignore(report: VerifyReport, path: str) -> dict[str, list[str]]:
 
 
 def write_counts(report: VerifyReport, path: str | None = None) -> str:
-    """Write readable counts to ``path`` (default: the shard_count.json beside the shards)."""
+    """Write readable counts to ``path``, or to the shard_count.json beside the shards (one per folder).
+
+    A whole folder's count file lists exactly its shards; for single shards or a pattern only
+    their entries change. Returns the file(s) written.
+    """
     counts = report.readable_counts()
-    if path is None:
-        root = _select(report.path)[0]
-        path = storage.join(root, COUNT_FILE)
-    if _single_shard(report.path) and storage.exists(path):
-        # One shard verified: update its entry, keep the others'.
-        try:
-            merged = read_shard_counts(path)
-        except FgdataError:
-            merged = {}
-        merged.update(counts)
-        counts = merged
-    write_shard_counts(path, counts)
-    return path
+    rows = [ShardCount(s.shard, s.name, counts[s.name], s.size or 0) for s in report.shards]
+    return ", ".join(u.path for u in write_count_files(rows, report.selection, path))
 
 
 def report_json(report: VerifyReport) -> str:

@@ -1,0 +1,143 @@
+"""Which shards a path names: a folder, one shard, several shards or a brace pattern, local or s3://.
+
+Every command that reads shards resolves its arguments here, so ``count-shards``, ``inspect``,
+``verify``, the loaders and ``report`` accept the same forms and fail with the same messages.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from fgdata import storage
+from fgdata.errors import ShardError
+from fgdata.shards.reader import discover_shards
+
+EXPECTED = "expected a folder of .tar shards, a .tar shard, or a brace pattern like data/{00000..00099}.tar"
+_GROUP = re.compile(r"\{([^{}]*)\}")
+_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
+_MAX_EXPANSION = 10_000_000
+
+
+@dataclass
+class ShardSet:
+    """Resolved shards in order, with what the listings said about them.
+
+    ``folder`` is set when the input was exactly one folder (or prefix): its side files
+    (``shard_count.json``) then describe exactly these shards. ``sizes`` holds the byte size
+    of every shard whose listing gave one.
+    """
+
+    shards: list[str]
+    sizes: dict[str, int] = field(default_factory=dict)
+    folder: str | None = None
+
+    @property
+    def folders(self) -> list[str]:
+        """The folders holding the shards, in first-seen order (where their side files live)."""
+        return list(dict.fromkeys(storage.parent(s) for s in self.shards))
+
+
+def is_shard_name(path: str) -> bool:
+    return path.lower().endswith(".tar")
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """Expand ``{a,b}`` alternatives and ``{00000..00099}`` ranges (zero padding kept), as webdataset does."""
+    match = _GROUP.search(pattern)
+    if match is None:
+        return [pattern]
+    body = match.group(1)
+    rng = _RANGE.match(body)
+    if rng:
+        lo, hi = rng.groups()
+        a, b = int(lo), int(hi)
+        if abs(b - a) >= _MAX_EXPANSION:
+            raise ShardError(f"{pattern}: the range {{{body}}} names more than {_MAX_EXPANSION:,} shards")
+        width = max(len(lo), len(hi)) if (lo.lstrip("-").startswith("0") or hi.lstrip("-").startswith("0")) else 0
+        step = 1 if b >= a else -1
+        choices = [str(n).zfill(width) for n in range(a, b + step, step)]
+    elif "," in body:
+        choices = body.split(",")
+    else:
+        raise ShardError(f"{pattern}: {{{body}}} is neither a range like {{00000..00099}} nor a list like {{a,b}}")
+    head, tail = pattern[: match.start()], pattern[match.end() :]
+    return [out for choice in choices for out in expand_braces(head + choice + tail)]
+
+
+def _is_pattern(path: str) -> bool:
+    return _GROUP.search(path) is not None
+
+
+def _listing(folder: str, cache: dict[str, dict[str, int]]) -> dict[str, int]:
+    """path -> size of the files directly in a local folder or s3 prefix (one listing per folder)."""
+    if folder not in cache:
+        cache[folder] = {i.path: i.size for i in storage.list_dir(folder)} if storage.is_s3(folder) or os.path.isdir(folder) else {}
+    return cache[folder]
+
+
+def _one(path: str, out: ShardSet, listings: dict[str, dict[str, int]]) -> bool:
+    """Add the shards ``path`` names to ``out``; True when ``path`` is a folder or prefix."""
+    if _is_pattern(path):
+        names = expand_braces(path)
+        for name in names:
+            if not is_shard_name(name):
+                raise ShardError(f"{path}: the pattern names {name}, not a .tar shard; {EXPECTED}")
+            sizes = _listing(storage.parent(name), listings)
+            if name not in sizes:
+                if not storage.is_s3(name) and os.path.isdir(name):
+                    raise ShardError(f"{name} (from the pattern {path}) is a folder, not a .tar shard")
+                raise ShardError(f"{name} (from the pattern {path}): shard not found")
+            out.shards.append(name)
+            out.sizes[name] = sizes[name]
+        return False
+    if storage.is_s3(path):
+        if is_shard_name(path):
+            sizes = _listing(storage.parent(path), listings)
+            if path not in sizes:
+                raise ShardError(f"{path}: shard not found")
+            out.shards.append(path)
+            out.sizes[path] = sizes[path]
+            return False
+        shards = discover_shards(path)
+        if not shards:
+            raise ShardError(f"{path}: no .tar shards under this prefix; {EXPECTED}")
+        out.shards.extend(shards)
+        wanted = set(shards)
+        out.sizes.update((p, n) for p, n in _listing(path, listings).items() if p in wanted)
+        return True
+    if os.path.isdir(path):
+        shards = discover_shards(path)
+        if not shards:
+            raise ShardError(f"{path} is a folder without .tar shards; {EXPECTED}")
+        out.shards.extend(shards)
+        return True
+    if os.path.isfile(path):
+        if not is_shard_name(path):
+            raise ShardError(f"{path} is a file, not a .tar shard; {EXPECTED}")
+        out.shards.append(path)
+        return False
+    if os.path.lexists(path):
+        raise ShardError(f"{path} is neither a file nor a folder; {EXPECTED}")
+    raise ShardError(f"{path}: not found; {EXPECTED}")
+
+
+def resolve_shards(paths: str | Sequence[str]) -> ShardSet:
+    """The shards named by one path or several, in the order given (each shard once).
+
+    A folder or s3 prefix contributes its ``.tar`` shards in shard order; a ``.tar`` file or
+    object itself; a brace pattern every shard it expands to, each of which must exist.
+    Raises ShardError naming the path and what was expected.
+    """
+    items = [paths] if isinstance(paths, str) else list(paths)
+    if not items:
+        raise ShardError(f"no shards given; {EXPECTED}")
+    out = ShardSet([])
+    listings: dict[str, dict[str, int]] = {}
+    folders = [_one(item, out, listings) for item in items]
+    out.shards = list(dict.fromkeys(out.shards))
+    if folders == [True]:
+        out.folder = items[0]
+    return out
