@@ -19,7 +19,7 @@ def run_quickstart(outdir: str, log: Callable[[str, dict[str, Any]], None]) -> d
     from fgdata.producers.media import ShardOptions
     from fgdata.loaders.quickstart import quickstart_batch
     from fgdata.shards import count_shards
-    from fgdata.shards.inspect import inspect_shard
+    from fgdata.verify.inspect import inspect_shard
 
     if not SAMPLE_DATA.is_dir():
         from fgdata.errors import FgdataError

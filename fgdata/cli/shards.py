@@ -78,31 +78,36 @@ def count_shards_cmd(
 
 
 def inspect_cmd(
-    shard: str = typer.Argument(..., help="A .tar shard, local or s3://."),
-    limit: int = typer.Option(5, "--limit", "-n", min=0, help="How many samples to show."),
+    paths: list[str] = typer.Argument(..., help="A .tar shard (local or s3://), several, a folder, or a brace pattern."),
+    limit: int = typer.Option(5, "--limit", "-n", min=0, help="How many samples to show (across all shards)."),
     key: Optional[str] = typer.Option(None, "--key", "-k", help="Show only this sample, in full."),
-    json_out: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+    json_out: bool = typer.Option(False, "--json", help="Print machine-readable JSON (one shard: its report; several: {\"shards\": [...]})."),
     preview: Optional[str] = typer.Option(None, "--preview", help="Write a contact sheet PNG of the images and first video frames."),
 ) -> None:
     """Show what a shard holds: samples, extension sets, bytes per extension and decoded members.
 
     Example: fgdata inspect /data/shards/00000.tar --limit 3 --preview sheet.png
-    """
-    from fgdata.shards.inspect import inspect_shard, write_preview
 
-    report, samples = inspect_shard(shard, limit=limit, key=key)
-    tiles = write_preview(samples, preview) if preview else 0
+    Members over 64 MiB are summarised from their headers, never loaded whole.
+    """
+    from fgdata.verify.inspect import inspect_shards, write_preview
+
+    reports, tiles = inspect_shards(paths, limit=limit, key=key, preview=preview is not None)
+    drawn = write_preview(tiles, preview) if preview else 0
     if json_out:
-        doc = report.to_json()
+        doc = reports[0].to_json() if len(reports) == 1 else {"shards": [r.to_json() for r in reports]}
         if preview:
-            doc["preview"] = {"path": preview, "tiles": tiles}
+            doc["preview"] = {"path": preview, "tiles": drawn}
         print_json(doc)
     else:
-        _render_report(report)
+        for report in reports:
+            _render_report(report)
         if preview:
-            console.print(f"wrote preview {preview} ({tiles} tiles)")
-    if report.damage:
-        err_console.print(f"[red]{shard}: damaged after {report.samples} readable samples ({report.damage})[/]")
+            console.print(f"wrote preview {preview} ({drawn} tiles)")
+    damaged = [r for r in reports if r.damage]
+    for report in damaged:
+        err_console.print(f"[red]{report.shard}: damaged after {report.samples} readable samples ({report.damage})[/]")
+    if damaged:
         raise typer.Exit(1)
 
 

@@ -38,6 +38,11 @@ def _render(report) -> None:  # noqa: ANN001 - fgdata.verify.VerifyReport, impor
         console.print(f"{len(report.shards) - len(shown)} clean shard(s) not shown")
     for p in report.problems:
         console.print(f"[red]{p.reason}[/]: {p.detail}")
+    notes = [(s, n) for s in report.shards for n in s.notes]
+    for s, n in notes[:_LISTED_SAMPLES]:
+        console.print(f"[yellow]{n.reason}[/] {s.name} {n.key}: {n.detail}", highlight=False)
+    if len(notes) > _LISTED_SAMPLES:
+        console.print(f"... {len(notes) - _LISTED_SAMPLES} more notes in --json")
     listed = 0
     for s in report.shards:
         for p in s.problems:
@@ -50,7 +55,7 @@ def _render(report) -> None:  # noqa: ANN001 - fgdata.verify.VerifyReport, impor
 
 
 def verify_cmd(
-    path: str = typer.Argument(..., help="Directory or s3:// prefix holding the .tar shards, or one shard."),
+    paths: list[str] = typer.Argument(..., help="A folder or s3:// prefix of .tar shards, shards, or a brace pattern like 'data/{00000..00099}.tar'."),
     decode: bool = typer.Option(False, "--decode", help="Also decode every member by its extension (images, videos, audio, npy/npz, pth weights-only, json, text)."),
     require: Optional[str] = typer.Option(None, "--require", help="Comma-separated extensions every sample must have, e.g. jpg,txt."),
     workers: int = typer.Option(4, "--workers", "-w", min=1, help="Shards checked in parallel (processes when decoding)."),
@@ -81,7 +86,7 @@ def verify_cmd(
             done = bar.tasks[task].completed + 1
             bar.update(task, advance=1, rate=f"{done / max(time.perf_counter() - started, 1e-9):.1f} shards/s")
 
-        report = verify_dataset(path, decode=decode, require=exts, workers=workers, count_file=count_file, progress=tick,
+        report = verify_dataset(paths, decode=decode, require=exts, workers=workers, count_file=count_file, progress=tick,
                                 on_start=lambda n: bar.update(task, total=n))
     written: dict[str, str] = {}
     if write_ignore:

@@ -90,6 +90,7 @@ class VerifyReport:
             "readable": self.readable,
             "bad_samples": self.bad_samples,
             "by_reason": dict(sorted(self.by_reason.items())),
+            "notes": dict(sorted(Counter(n.reason for s in self.shards for n in s.notes).items())),
             "problems": [p.to_json() for p in self.problems],
             "ignore": self.ignore_mapping(),
             "per_shard": [s.to_json() for s in self.shards],

@@ -25,6 +25,9 @@ from fgdata.shards.scan import BLOCK, MemberEntry, SampleEntry, TarDamage, group
 # Tar type flags that are neither file data nor harmless directories: links and devices.
 _DIRECTORY = "5"
 END_MARKER = 2 * BLOCK
+# ``--decode`` loads a member whole to decode it; larger members are not decoded and are
+# reported as a note ("too-large-to-decode"), never as damage. Documented in docs/FORMATS.md.
+DECODE_LIMIT = 1 << 30
 
 
 @dataclass
@@ -50,6 +53,7 @@ class ShardResult:
     ``readable`` those physically present and complete (the count to write).
     ``readable`` is None when the shard could not be read to its end for a reason
     that is not the shard's fault (storage error): its count is then unknown.
+    ``notes`` are findings that are not problems (a member too large to decode).
     """
 
     shard: str
@@ -59,6 +63,7 @@ class ShardResult:
     readable: int | None = 0
     damage: str | None = None
     problems: list[Problem] = field(default_factory=list)
+    notes: list[Problem] = field(default_factory=list)
     key_hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
 
     @property
@@ -89,6 +94,7 @@ class ShardResult:
             "damage": self.damage,
             "by_reason": dict(sorted(self.by_reason.items())),
             "problems": [p.to_json() for p in self.problems],
+            "notes": [p.to_json() for p in self.notes],
         }
 
 
@@ -151,6 +157,21 @@ def _check_members(members: dict[str, bytes]) -> list[tuple[str, str]]:
     return bad
 
 
+def _too_large(entry: SampleEntry, data: dict[str, bytes]) -> list[Problem]:
+    """Notes for members that were not loaded because they exceed the decode limit."""
+    return [
+        Problem("too-large-to-decode", f".{ext} is {size:,} bytes, above the {DECODE_LIMIT:,}-byte decode limit; not decoded", entry.key)
+        for ext, (_, size) in sorted(entry.members.items()) if size > DECODE_LIMIT and ext not in data and _decodable(ext)
+    ]
+
+
+def _decodable(ext: str) -> bool:
+    """Whether ``--decode`` has anything to check in a member (opaque bytes have not)."""
+    from fgdata.media.decode import member_kind
+
+    return member_kind(ext) != "bytes" or ext.lower().endswith("gz")
+
+
 def _check_sample(entry: SampleEntry, data: dict[str, bytes], require: Sequence[str], decode: bool) -> list[Problem]:
     key = entry.key
     found: list[Problem] = []
@@ -207,7 +228,8 @@ def _open_local(path: str) -> BinaryIO:
 
 def _scan(result: ShardResult, f: BinaryIO, seekable: bool, total: int | None, require: Sequence[str], decode: bool,
           entries: list[SampleEntry], hashes: list[int]) -> None:
-    watch = _MemberWatch(iter_members(f, seekable=seekable, total=total, with_data=decode))
+    wanted = (lambda name: _decodable(split_member_name(name)[1])) if decode else False
+    watch = _MemberWatch(iter_members(f, seekable=seekable, total=total, with_data=wanted, max_data=DECODE_LIMIT))
     seen: dict[str, set[str]] = {}
     try:
         for entry, data in group_samples(iter(watch), []):
@@ -222,6 +244,8 @@ def _scan(result: ShardResult, f: BinaryIO, seekable: bool, total: int | None, r
             else:
                 seen[entry.key] = exts
             result.problems.extend(_check_sample(entry, data, require, decode))
+            if decode:
+                result.notes.extend(_too_large(entry, data))
     except TarDamage as exc:
         result.damage = str(exc)
         reason = _damage_reason(result.damage, len(entries))
