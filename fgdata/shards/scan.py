@@ -25,12 +25,16 @@ MAX_READ = 0x7FFFF000
 # and a forged size must not make the scanner allocate it.
 MAX_EXTENSION_HEADER = 1 << 20
 _STREAM_CHUNK = 64 << 20
-_REGULAR = (b"0", b"\0", b"7")
 _FILE_TYPES = ("0", "", "7")
-# Types whose size field means nothing: links, devices, directories, FIFOs (no data follows them).
-_NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")
-_EXTENSION = (b"L", b"K", b"x", b"X", b"g")
 _TYPEFLAG = {bytes([c]): ("" if c == 0 else chr(c)) for c in range(256)}
+# What a type flag means to the scan (one dict lookup per header): a regular file; a type whose size
+# means nothing (links, devices, directories, FIFOs: no data follows); an extension header (GNU long
+# name or link, PAX); a GNU sparse file; anything else (its data is stepped over, as tarfile does).
+_FILE, _NO_DATA, _EXTENSION, _SPARSE, _OTHER = range(5)
+_CLASS = {t: _OTHER for t in _TYPEFLAG}
+_CLASS.update({b"0": _FILE, b"\0": _FILE, b"7": _FILE, b"S": _SPARSE})
+_CLASS.update(dict.fromkeys((b"1", b"2", b"3", b"4", b"5", b"6"), _NO_DATA))
+_CLASS.update(dict.fromkeys((b"L", b"K", b"x", b"X", b"g"), _EXTENSION))
 _OCTAL_DIGITS = b"01234567"
 
 
@@ -123,9 +127,13 @@ def _checksum_ok(header: bytes, offset: int) -> bool:
     signed bytes are accepted too (checked only when the unsigned sum fails).
     """
     stored = header[148:156]
+    digits = stored[:6]
     try:
-        expected = _number(stored, "checksum", offset)
-    except TarDamage:
+        if digits.isdigit() and stored[6] in (0, 32):  # the usual "%06o\0 "
+            expected = int(digits, 8)
+        else:
+            expected = _number(stored, "checksum", offset)
+    except (TarDamage, ValueError):
         return False
     low = (zlib.adler32(header) & 0xFFFF) - 1
     adjust = 8 * 32 - sum(stored)
@@ -331,6 +339,7 @@ def iter_members(
         if not _checksum_ok(header, header_offset):
             raise TarDamage(f"bad tar header checksum at byte {header_offset}", header_offset)
         typeflag = header[156:157]
+        cls = _CLASS[typeflag]
         raw_size = header[124:135]
         if raw_size.isdigit() and header[135] in (0, 32):  # the usual "%011o\0"
             try:
@@ -340,7 +349,7 @@ def iter_members(
         else:
             size = _number(header[124:136], "size field", header_offset)
         padded = (size + BLOCK - 1) & -BLOCK
-        if typeflag in _EXTENSION:
+        if cls == _EXTENSION:
             if size > MAX_EXTENSION_HEADER:
                 raise TarDamage(f"bad tar header at byte {header_offset}: extended header of {size} bytes", header_offset)
             payload = read(padded)
@@ -357,11 +366,11 @@ def iter_members(
                     first_offset = header_offset
                 extensions.append((typeflag, payload))
             continue
-        if typeflag == b"S":
+        if cls == _SPARSE:
             raise TarDamage(f"GNU sparse member at byte {header_offset} (not supported in shards)", header_offset)
         name = header[:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-        # V7 tar marks a directory by a slash after its own name (before any prefix or long name).
-        no_data = typeflag in _NO_DATA or (typeflag == b"\0" and name.endswith("/"))
+        if typeflag == b"\0" and name.endswith("/"):  # V7 marks a directory by a slash after its own name
+            cls = _NO_DATA
         if header[345] and header[257:263] == b"ustar\0":  # POSIX ustar: a path prefix may be present
             name = f"{_cstr(header[345:500])}/{name}"
         start = header_offset
@@ -385,11 +394,11 @@ def iter_members(
             extensions = []
         pending = None
         data_offset = src.pos
-        if no_data:
+        if cls == _NO_DATA:
             yield MemberEntry(name, start, data_offset, size, "5" if typeflag == b"\0" else _TYPEFLAG[typeflag], data_offset), None
             continue
         entry = MemberEntry(name, start, data_offset, size, _TYPEFLAG[typeflag], data_offset + padded)
-        if typeflag not in _REGULAR or size > limit or (wants is not None and not wants(name)):
+        if cls != _FILE or size > limit or (wants is not None and not wants(name)):
             if not skip(padded):
                 raise TarDamage(f"truncated member {name!r} at byte {data_offset}", data_offset, member=name)
             yield entry, None
