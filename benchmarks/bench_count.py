@@ -1,12 +1,17 @@
 """count-shards against webdataset iteration and a bare header-only scan loop, side by side.
 
 Builds two local datasets (about 80 KB and about 1 MB per sample), warms the page
-cache, then measures CPU time, best of N, in one process:
+cache, then measures CPU time, best of N with the three interleaved, in one process:
   * fgdata: ``fgdata.shards.count_shards`` (header-only, what ``fgdata count-shards`` runs);
   * webdataset: iterating ``wds.WebDataset(urls)`` and counting samples (the usual hand-written counter);
   * bare scan: a minimal loop that reads each 512-byte header and seeks over the payload.
 Prints the ratios the issue targets: fgdata vs webdataset (>= 10x at 80 KB, >= 50x at 1 MB)
 and fgdata vs the bare loop (within 2x).
+
+Then the same through processes (CPU time of the child, best of N): ``fgdata count-shards DIR
+--no-write --json`` against the bare loop as a ``python -c`` script. Both totals include the
+interpreter's start; the CLI's start (``fgdata --version``: Typer, rich) is measured too, and the
+"count" columns subtract each side's start (``python -c pass`` for the bare script).
 
     python benchmarks/bench_count.py [--repeat 3] [--workdir DIR]
 """
@@ -65,18 +70,58 @@ def count_bare(urls: list[str]) -> int:
     return total
 
 
-def best(fn, repeat: int) -> tuple[float, int]:
-    """Best of ``repeat`` runs, in CPU time of this process (user + system).
+def best(fns: dict, repeat: int) -> dict[str, tuple[float, int]]:
+    """Best of ``repeat`` runs of each function, interleaved, in CPU time of this process (user + system).
 
     Everything here is single-threaded and reads from a warm page cache, so CPU time is
-    the cost, and unlike wall time it is not inflated by other jobs on a noisy machine.
+    the cost, and unlike wall time it is not inflated by other jobs on a noisy machine;
+    interleaving spreads what noise remains over all contenders alike.
     """
-    times, result = [], 0
+    out = {name: (float("inf"), 0) for name in fns}
     for _ in range(repeat):
-        t = time.process_time()
-        result = fn()
-        times.append(time.process_time() - t)
-    return min(times), result
+        for name, fn in fns.items():
+            t = time.process_time()
+            result = fn()
+            out[name] = (min(out[name][0], time.process_time() - t), result)
+    return out
+
+
+BARE_SCRIPT = """
+import os, sys
+total = 0
+for name in sorted(os.listdir(sys.argv[1])):
+    if not name.endswith(".tar"):
+        continue
+    with open(os.path.join(sys.argv[1], name), "rb", buffering=0) as f:
+        last = None
+        while True:
+            h = f.read(512)
+            if len(h) < 512 or h == bytes(512):
+                break
+            size = int(h[124:136].split(b"\\0", 1)[0].strip() or b"0", 8)
+            name_ = h[:100].split(b"\\0", 1)[0]
+            key = name_[: name_.find(b".", name_.rfind(b"/") + 1)]
+            if key != last:
+                total += 1
+                last = key
+            f.seek((size + 511) // 512 * 512, os.SEEK_CUR)
+print(total)
+"""
+
+
+def child_cpu(cmd: list[str], repeat: int) -> tuple[float, str]:
+    """Best CPU time (user + system) of a child process running ``cmd``, and its stdout."""
+    import resource
+    import subprocess
+
+    best_t, out = float("inf"), ""
+    for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        best_t = min(best_t, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        out = proc.stdout
+    return best_t, out
 
 
 def main() -> None:
@@ -89,16 +134,33 @@ def main() -> None:
     work = args.workdir or tempfile.mkdtemp(prefix="fgdata-bench-count-")
     cases = [("80 KB samples", 20, 200, 80_000), ("1 MB samples", 8, 60, 1_000_000)]
     print(f"{'case':<16}{'samples':>9}{'fgdata s':>10}{'wds s':>9}{'bare s':>9}{'vs wds':>9}{'vs bare':>9}")
+    dests = []
     for name, n_shards, per, size in cases:
         dest = os.path.join(work, name.split()[0])
         urls = build(dest, n_shards, per, size)
-        for fn in (lambda: count_webdataset(urls), lambda: count_bare(urls)):
-            fn()  # warm the page cache
-        t_fg, n_fg = best(lambda: count_fgdata(dest, workers=1), args.repeat)
-        t_wds, n_wds = best(lambda: count_webdataset(urls), args.repeat)
-        t_bare, n_bare = best(lambda: count_bare(urls), args.repeat)
+        dests.append((name, dest, n_shards * per))
+        count_webdataset(urls)  # warm the page cache
+        res = best({"fgdata": lambda d=dest: count_fgdata(d, workers=1), "wds": lambda u=urls: count_webdataset(u),
+                    "bare": lambda u=urls: count_bare(u)}, args.repeat)
+        (t_fg, n_fg), (t_wds, n_wds), (t_bare, n_bare) = res["fgdata"], res["wds"], res["bare"]
         assert n_fg == n_wds == n_bare == n_shards * per, (n_fg, n_wds, n_bare)
         print(f"{name:<16}{n_fg:>9}{t_fg:>10.4f}{t_wds:>9.3f}{t_bare:>9.4f}{t_wds / t_fg:>8.1f}x{t_fg / t_bare:>8.2f}x")
+
+    import json
+    import sys
+
+    fgdata = [sys.executable, "-m", "fgdata"]
+    start_cli, _ = child_cpu([*fgdata, "--version"], args.repeat)
+    start_py, _ = child_cpu([sys.executable, "-c", "pass"], args.repeat)
+    print(f"\nthrough processes (start: fgdata --version {start_cli:.3f} s, python -c pass {start_py:.3f} s)")
+    print(f"{'case':<16}{'CLI s':>9}{'bare s':>9}{'ratio':>8}{'CLI count':>11}{'bare count':>12}{'ratio':>8}")
+    for name, dest, samples in dests:
+        t_cli, out = child_cpu([*fgdata, "count-shards", dest, "--no-write", "--json"], args.repeat)
+        t_bare, bare_out = child_cpu([sys.executable, "-c", BARE_SCRIPT, dest], args.repeat)
+        assert json.loads(out)["total_samples"] == int(bare_out) == samples
+        c_cli, c_bare = t_cli - start_cli, t_bare - start_py
+        print(f"{name:<16}{t_cli:>9.3f}{t_bare:>9.3f}{t_cli / t_bare:>7.2f}x{c_cli:>11.4f}{c_bare:>12.4f}"
+              f"{c_cli / c_bare:>7.2f}x")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -95,7 +95,7 @@ def inspect_cmd(
     reports, tiles = inspect_shards(paths, limit=limit, key=key, preview=preview is not None)
     drawn = write_preview(tiles, preview) if preview else 0
     if json_out:
-        doc = reports[0].to_json() if len(reports) == 1 else {"shards": [r.to_json() for r in reports]}
+        doc: dict[str, Any] = reports[0].to_json() if len(reports) == 1 else {"shards": [r.to_json() for r in reports]}
         if preview:
             doc["preview"] = {"path": preview, "tiles": drawn}
         print_json(doc)

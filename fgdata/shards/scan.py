@@ -178,7 +178,7 @@ class _PositionedRaw(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def, override]
+    def readinto(self, buffer) -> int:  # noqa: ANN001 - a writable buffer
         n = os.preadv(self.fd, [buffer], self.pos)
         self.pos += n
         return n

@@ -252,7 +252,7 @@ def verify_dataset(
 def write_ignore(report: VerifyReport, path: str) -> dict[str, list[str]]:
     """Write the ignore index (always, even when empty: ``{}`` is a valid, non-empty file)."""
     mapping = report.ignore_mapping()
-    write_ignore_index(path, mapping)
+    write_ignore_index(path, dict(mapping.items()))
     return mapping
 
 

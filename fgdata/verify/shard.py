@@ -257,8 +257,8 @@ def _scan(result: ShardResult, f: BinaryIO, seekable: bool, total: int | None, r
         result.samples = len(entries) + (1 if exc.member else 0)
     else:
         result.samples = len(entries)
-    for key, exts in watch.repeated.items():
-        result.problems.append(Problem("repeated-ext", "extension " + ", ".join(f".{e}" for e in exts) + " repeats", key))
+    for key, repeated in watch.repeated.items():
+        result.problems.append(Problem("repeated-ext", "extension " + ", ".join(f".{e}" for e in repeated) + " repeats", key))
     keys = set(seen)
     for special in watch.specials:
         key = split_member_name(special.name)[0]
