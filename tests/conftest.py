@@ -38,6 +38,30 @@ def sample_video() -> Path:
     return SAMPLE_VIDEO
 
 
+@pytest.fixture(scope="session")
+def bombs() -> dict[str, bytes]:
+    """Decompression bombs by extension: real 8x8 JPEG and PNG files whose headers claim 65000x65000
+    (a few hundred bytes each; the PNG's IHDR CRC is valid)."""
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    out = {}
+    for ext, fmt in (("jpg", "JPEG"), ("png", "PNG")):
+        buf = io.BytesIO()
+        Image.new("RGB", (8, 8), (200, 10, 10)).save(buf, fmt)
+        data = bytearray(buf.getvalue())
+        if ext == "jpg":
+            sof = data.index(b"\xff\xc0")
+            data[sof + 5 : sof + 9] = struct.pack(">HH", 65000, 65000)
+        else:
+            data[16:24] = struct.pack(">II", 65000, 65000)
+            data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+        out[ext] = bytes(data)
+    return out
+
+
 def encode_test_clip(
     *,
     frames: int = 48,

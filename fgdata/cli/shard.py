@@ -45,6 +45,8 @@ RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster address (def
 UNIT_SIZE = typer.Option(None, "--unit-size", min=1, help="Ray: inputs per work unit (default: --maxcount).")
 JSON_OUT = typer.Option(False, "--json", help="Print the report as JSON.")
 PROGRESS = typer.Option(True, "--progress/--no-progress", help="Show a progress bar.")
+FOLLOW = typer.Option(False, "--follow-symlinks",
+                      help="Read media and sidecars that are symlinks to files outside SRC (refused per input otherwise).")
 
 
 def _run(job, json_out: bool, show_progress: bool) -> None:  # noqa: ANN001 - a fgdata.jobs.shard.ShardJob
@@ -119,6 +121,7 @@ def images_cmd(
     engine: str = ENGINE,
     ray_address: Optional[str] = RAY_ADDRESS,
     unit_size: Optional[int] = UNIT_SIZE,
+    follow_symlinks: bool = FOLLOW,
     json_out: bool = JSON_OUT,
     show_progress: bool = PROGRESS,
 ) -> None:
@@ -133,7 +136,8 @@ def images_cmd(
     options = ShardOptions(kind="images", max_side=max_side, image_format=image_format, quality=quality)
     _run(_job(options, dict(src=src, dest=dst, path_column=path_column, caption_column=caption_column,
                             maxcount=maxcount, maxsize=maxsize, workers=workers, resume=resume, overwrite=overwrite,
-                            shuffle_seed=shuffle_seed, engine=engine, ray_address=ray_address, unit_size=unit_size)),
+                            shuffle_seed=shuffle_seed, engine=engine, ray_address=ray_address, unit_size=unit_size,
+                            follow_symlinks=follow_symlinks)),
          json_out, show_progress)
 
 
@@ -156,6 +160,7 @@ def videos_cmd(
     engine: str = ENGINE,
     ray_address: Optional[str] = RAY_ADDRESS,
     unit_size: Optional[int] = UNIT_SIZE,
+    follow_symlinks: bool = FOLLOW,
     json_out: bool = JSON_OUT,
     show_progress: bool = PROGRESS,
 ) -> None:
@@ -172,7 +177,8 @@ def videos_cmd(
     options = ShardOptions(kind="videos", clip_seconds=clip_seconds, exact_clips=exact, fps=fps, max_side=max_side)
     _run(_job(options, dict(src=src, dest=dst, path_column=path_column, caption_column=caption_column,
                             maxcount=maxcount, maxsize=maxsize, workers=workers, resume=resume, overwrite=overwrite,
-                            shuffle_seed=shuffle_seed, engine=engine, ray_address=ray_address, unit_size=unit_size)),
+                            shuffle_seed=shuffle_seed, engine=engine, ray_address=ray_address, unit_size=unit_size,
+                            follow_symlinks=follow_symlinks)),
          json_out, show_progress)
 
 

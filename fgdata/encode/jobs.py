@@ -162,7 +162,9 @@ def batched_results(items: Iterable[Result | T], size: int,
 
 
 def merged_json(old: bytes | None, fields: dict[str, Any]) -> bytes:
-    """The sample's json with fgdata's provenance fields set (others kept), deterministic bytes."""
+    """The sample's json with fgdata's provenance fields set under its ``fgdata`` key (others kept), deterministic bytes."""
+    from fgdata.shards.metadata import with_fgdata_fields
+
     doc: dict[str, Any] = {}
     if old:
         try:
@@ -170,8 +172,7 @@ def merged_json(old: bytes | None, fields: dict[str, Any]) -> bytes:
             doc = loaded if isinstance(loaded, dict) else {"value": loaded}
         except ValueError:
             doc = {}
-    doc.update(fields)
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    return json.dumps(with_fgdata_fields(doc, fields), sort_keys=True, separators=(",", ":")).encode()
 
 
 def _marker(dest: str, command: str, name: str) -> str:

@@ -69,6 +69,7 @@ class ShardJob:
     engine: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     unit_size: int | None = None  # ray: inputs per work unit (default: maxcount)
+    follow_symlinks: bool = False  # read links that point outside a source folder (they are refused otherwise)
 
     @property
     def command(self) -> str:
@@ -103,7 +104,7 @@ def load_items(job: ShardJob) -> list[WorkItem]:
     if not storage.is_s3(job.src) and not storage.exists(job.src):
         raise FgdataError(f"{job.src}: no such folder or manifest")
     exts = IMAGE_EXTS if job.options.kind == "images" else VIDEO_EXTS
-    return list_folder(job.src, exts)
+    return list_folder(job.src, exts, follow_symlinks=job.follow_symlinks)
 
 
 def input_order(n: int, seed: int | None) -> list[int]:
@@ -125,6 +126,7 @@ def byte_options(job: ShardJob) -> dict[str, Any]:
         "shuffle_seed": job.shuffle_seed,
         "engine": job.engine,
         "unit_size": (job.unit_size or job.maxcount) if job.engine == "ray" else None,
+        "follow_symlinks": job.follow_symlinks,
     }
 
 

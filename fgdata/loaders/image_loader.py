@@ -148,8 +148,11 @@ class ImageZipDataset(torch.utils.data.Dataset):
         return arr
 
     def _decode_image(self, name: str, data: bytes) -> np.ndarray:
+        from fgdata.media.image import image_size, open_image
+
         arr: np.ndarray | None = None
         if self.use_pyspng and name.lower().endswith(".png"):
+            image_size(data)  # pyspng decodes without Pillow's pixel limit: refuse a bomb first
             try:
                 import pyspng
             except ImportError:
@@ -157,7 +160,7 @@ class ImageZipDataset(torch.utils.data.Dataset):
             if pyspng is not None and data[25:26] != b"\x03":  # colour type 3 = palette: decode with Pillow
                 arr = pyspng.load(data)
         if arr is None:
-            with Image.open(io.BytesIO(data)) as img:
+            with open_image(data) as img:
                 if img.mode == "P":  # expand the palette instead of returning indices
                     if not self._palette_warned:
                         warnings.warn(f"{self.path}: {name} is a palette image; expanding it to RGB", stacklevel=2)

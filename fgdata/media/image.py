@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import io
 import math
+import os
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,7 +22,9 @@ from fgdata.media.geometry import ImageGeometry, image_transform_geometry
 
 __all__ = [
     "ImageGeometry",
+    "check_pixels",
     "describe_image",
+    "image_size",
     "image_transform_geometry",
     "load_image_for_training",
     "open_image",
@@ -39,12 +43,40 @@ RESIZE_REDUCING_GAP = 2.0
 _DCT_FACTORS = tuple(n / 8 for n in range(1, 17))
 
 
-def open_image(data: bytes) -> Image.Image:
-    """Open (lazily, header only) image bytes; a one-line ImageDecodeError instead of Pillow's zoo."""
+def check_pixels(width: int, height: int) -> None:
+    """Refuse an image larger than Pillow's ``MAX_IMAGE_PIXELS`` (a decompression bomb), whoever decodes it.
+
+    Pillow itself only warns between one and two times the limit, and the header fast paths
+    (JPEG frame header, PNG IHDR, simplejpeg, pyspng) never ask it, so every path calls this
+    instead. Setting ``PIL.Image.MAX_IMAGE_PIXELS = None`` turns the check off, as in Pillow.
+    """
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and width * height > limit:
+        raise ImageDecodeError(
+            f"cannot decode image: {width}x{height} is {width * height:,} pixels, over Pillow's "
+            f"MAX_IMAGE_PIXELS ({limit:,}); refused as a possible decompression bomb"
+        )
+
+
+def open_image(data: bytes | str | os.PathLike[str]) -> Image.Image:
+    """Open (lazily, header only) image bytes or a file; a one-line ImageDecodeError instead of Pillow's zoo."""
     try:
-        return Image.open(io.BytesIO(data))
+        with warnings.catch_warnings():  # between 1x and 2x the limit: check_pixels refuses it instead
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            im = Image.open(io.BytesIO(data) if isinstance(data, bytes) else data)
     except (OSError, ValueError, Image.DecompressionBombError) as e:
         raise ImageDecodeError(f"cannot decode image: {e}") from e
+    check_pixels(im.width, im.height)
+    return im
+
+
+def image_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from the header, checked against the pixel limit: the guard for decoders that bypass Pillow."""
+    head = _jpeg_header(data) or _png_header(data)
+    if head is None:
+        return open_image(data).size
+    check_pixels(head["width"], head["height"])
+    return head["width"], head["height"]
 
 
 def to_rgb(im: Image.Image) -> Image.Image:
@@ -119,7 +151,7 @@ def _fast_rgb_crop(
     A plain RGB or grey JPEG with simplejpeg allowed never goes through Pillow's parser: its
     frame header gives the size, simplejpeg decodes DCT-scaled, Pillow only resamples.
     """
-    head = _jpeg_header(data)
+    head = _checked_jpeg_header(data)
     src = None if head is not None else open_image(data)
     w, h = (head["width"], head["height"]) if head is not None else src.size
     g = image_transform_geometry(w, h, input_res)
@@ -206,9 +238,24 @@ def _jpeg_header(data: bytes) -> dict | None:
     return None
 
 
+def _checked_jpeg_header(data: bytes) -> dict | None:
+    """:func:`_jpeg_header`, refusing sizes over the pixel limit: what every JPEG fast path reads."""
+    head = _jpeg_header(data)
+    if head is not None:
+        check_pixels(head["width"], head["height"])
+    return head
+
+
+def _png_header(data: bytes) -> dict | None:
+    """Width and height from a PNG's IHDR chunk (the first chunk, at a fixed offset); None if not a PNG."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR" or len(data) < 24:
+        return None
+    return {"width": int.from_bytes(data[16:20], "big"), "height": int.from_bytes(data[20:24], "big")}
+
+
 def describe_image(data: bytes) -> dict:
     """Header facts for inspect/provenance: width, height, mode, format (no pixel decode)."""
-    facts = _jpeg_header(data)
+    facts = _checked_jpeg_header(data)
     if facts is not None:
         return facts
     im = open_image(data)

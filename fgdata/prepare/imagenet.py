@@ -11,6 +11,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from fgdata.media.errors import ImageDecodeError
 from fgdata.prepare.build import ProgressFn, ZipTarget, build_zips, default_workers
 from fgdata.prepare.paths import IMAGENET64_EDMV2_ZIP, IMAGENET64_ZIP, IMAGENET256_RGB_ZIP, resolve_data_root
 from fgdata.prepare.transforms import CROPS, open_rgb, png_bytes
@@ -19,7 +20,7 @@ from fgdata.sources.imagenet import edm2_order, edm_order, folder_labels, list_i
 _PATHS: list[str] = []
 _KINDS: list[tuple[str, int]] = []
 _STRICT = False
-_DECODE_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
+_DECODE_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError, ImageDecodeError)
 
 
 def _init(paths: list[str], kinds: list[tuple[str, int]], strict: bool) -> None:

@@ -18,7 +18,9 @@ NATIVE_MODES = frozenset({"RGB", "L"})
 
 def open_rgb(path: str, strict: bool = False) -> tuple[Image.Image, str | None]:
     """Decode ``path`` as RGB; return the image and the source mode when a conversion was needed."""
-    with Image.open(path) as img:
+    from fgdata.media.image import open_image
+
+    with open_image(path) as img:
         img.load()
         mode = img.mode
         if mode not in NATIVE_MODES and strict:

@@ -3,7 +3,11 @@
 It runs in pool workers and Ray tasks, so it reads its own inputs (media and sidecars) and
 returns plain data. A failure reason is ``"<category>: <message>"``; the report groups by
 category (``read``, ``image-decode``, ``video-decode``, ``video-truncated``, ``camera``,
-``metadata``, ``caption``, ``missing-path``, ``error``).
+``metadata``, ``caption``, ``missing-path``, ``error``, and the source's refusals: ``name``,
+``symlink``, ``path``, ``manifest``).
+
+The ``json`` member keeps the user's metadata (manifest columns, ``NAME.json``) as given, and
+puts fgdata's own fields under ``fgdata`` (see :mod:`fgdata.shards.metadata`).
 
 Image checks: pass-through keeps the original bytes and checks the header plus the format's
 end marker (JPEG EOI, PNG IEND); a file without its marker is fully decoded, so trailing
@@ -21,6 +25,7 @@ from typing import Any, Literal
 
 from fgdata import storage
 from fgdata.errors import FgdataError
+from fgdata.shards.metadata import FGDATA_FIELD, with_fgdata_fields
 from fgdata.sources.folder import WorkItem, sample_key
 
 Kind = Literal["images", "videos", "prompts"]
@@ -103,6 +108,7 @@ def json_bytes(doc: dict[str, Any]) -> bytes:
 
 
 def _caption_and_metadata(item: WorkItem) -> tuple[str | None, dict[str, Any], int]:
+    """The caption and the user's metadata (sidecars over manifest columns); fgdata adds its own fields later."""
     nbytes = 0
     caption = item.caption
     if item.caption_path:
@@ -123,11 +129,14 @@ def _caption_and_metadata(item: WorkItem) -> tuple[str | None, dict[str, Any], i
         if not isinstance(doc, dict):
             raise _Failed("metadata", f"{storage.basename(item.metadata_path)} must hold a JSON object")
         metadata.update(doc)
+    if FGDATA_FIELD in metadata:
+        raise _Failed("metadata", f"{item.name}: the field {FGDATA_FIELD!r} is reserved for fgdata's own metadata")
     return caption, metadata, nbytes
 
 
-def _text_members(caption: str | None, metadata: dict[str, Any]) -> dict[str, bytes]:
-    members = {"json": json_bytes(metadata)}
+def _text_members(caption: str | None, metadata: dict[str, Any], fields: dict[str, Any]) -> dict[str, bytes]:
+    """``txt`` and ``json``: the user's metadata with fgdata's ``fields`` under its own key."""
+    members = {"json": json_bytes(with_fgdata_fields(metadata, fields))}
     if caption is not None:
         members["txt"] = caption.encode()
     return members
@@ -197,8 +206,8 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
     except MediaError as e:
         raise _Failed("image-decode", _first_line(e)) from None
     caption, metadata, nbytes = _caption_and_metadata(item)
-    metadata.update(source=item.name, width=facts["width"], height=facts["height"], mode=facts["mode"])
-    return {ext: data, **_text_members(caption, metadata)}, len(data) + nbytes
+    fields = {"source": item.name, "width": facts["width"], "height": facts["height"], "mode": facts["mode"]}
+    return {ext: data, **_text_members(caption, metadata, fields)}, len(data) + nbytes
 
 
 # -- videos ------------------------------------------------------------------
@@ -258,9 +267,8 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
     caption, metadata, nbytes = _caption_and_metadata(item)
     nbytes += len(data) + (camera[2] if camera else 0)
     key = sample_key(item.index)
-    metadata["source"] = item.name
     if options.clip_seconds is None and not options.reencode_video:
-        members = {ext: data, **_text_members(caption, {**metadata, **info.to_dict()})}
+        members = {ext: data, **_text_members(caption, metadata, {"source": item.name, **info.to_dict()})}
         if camera:
             members["poses.npy"], members["intrinsics.npy"] = _npy(camera[0]), _npy(camera[1])
         return [(key, members)], nbytes
@@ -278,8 +286,9 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
         samples = []
         for j, clip in enumerate(clips):
             clip_info = probe_video(clip.data)
-            doc = {**metadata, **clip_info.to_dict(), "clip": {"index": j, "start": clip.start, "end": clip.end}}
-            members = {out_ext: clip.data, **_text_members(caption, doc)}
+            fields = {"source": item.name, **clip_info.to_dict(),
+                      "clip": {"index": j, "start": clip.start, "end": clip.end}}
+            members = {out_ext: clip.data, **_text_members(caption, metadata, fields)}
             if camera:
                 poses, intrinsics = slice_camera(camera[0], camera[1], clip.frame_indices)
                 crop = {"resize_w": clip_info.width, "resize_h": clip_info.height, "crop_x0": 0, "crop_y0": 0}
@@ -298,7 +307,9 @@ def transform(position: int, item: WorkItem, options: ShardOptions) -> Outcome:
     """Turn one work item into samples; every error becomes a failure reason, never an exception."""
     out = Outcome(position=position, index=item.index, name=item.name)
     try:
-        if options.kind == "prompts":
+        if item.refused:
+            out.reason = item.refused
+        elif options.kind == "prompts":
             if not item.caption:
                 raise _Failed("caption", "empty prompt")
             out.samples = [(sample_key(item.index), {"txt": item.caption.encode()})]

@@ -15,6 +15,7 @@ import tarfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -92,14 +93,14 @@ def download_cifar10(dest_dir: str | os.PathLike[str], url: str = CIFAR10_URL, m
 class _BatchUnpickler(pickle.Unpickler):
     """Admit only what a CIFAR batch holds: numpy arrays and dtypes inside builtin dicts and lists."""
 
-    _ALLOWED = {
+    _ALLOWED: ClassVar[frozenset[tuple[str, str]]] = frozenset({
         ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
         ("numpy", "ndarray"), ("numpy", "dtype"),
         ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
         ("_codecs", "encode"),  # how protocol-2 pickles written by Python 3 spell bytes
-    }
+    })
 
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in self._ALLOWED:
             raise FgdataError(f"CIFAR batch refers to {module}.{name}, which a CIFAR batch never contains")
         if module == "_codecs":
@@ -108,7 +109,8 @@ class _BatchUnpickler(pickle.Unpickler):
             return codecs.encode
         if name in ("ndarray", "dtype"):
             return getattr(np, name)
-        return getattr(np._core.multiarray if hasattr(np, "_core") else np.core.multiarray, name)
+        core = getattr(np, "_core", None) or getattr(np, "core")  # noqa: B009 - numpy 2 renamed core to _core
+        return getattr(core.multiarray, name)
 
 
 def load_batch(data: bytes, what: str) -> tuple[np.ndarray, list[int]]:

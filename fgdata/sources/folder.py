@@ -12,6 +12,15 @@ Sidecars share the media file's stem (its name without the last extension), in t
 Sidecars are only located here; they are read by the worker that transforms the item, so
 listing a large folder stays one ``list`` call.
 
+Inputs the listing can already judge become *refused* items (a failure with its reason, counted
+like any other), never a job-wide error:
+
+- a file name that is not valid UTF-8 (a surrogate-escaped ``str`` from the OS): reported by its
+  name with the bad bytes written as backslash escapes (``bad\xff.jpg``);
+- a media file or sidecar that is a symbolic link resolving outside the source folder, unless
+  ``follow_symlinks`` (``--follow-symlinks``) is given. Links that stay inside are fine; linked
+  folders are never descended into.
+
 Key scheme (shared by every source): the sample key is ``sample_%06d`` of the item's
 ``index``, its position in the source order (sorted relative paths here, row order in a
 manifest), *before* any ``--shuffle-seed`` reordering. The same file or row therefore keeps
@@ -21,6 +30,7 @@ points straight back at it. Clips cut from one video add ``_%04d`` (the clip num
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +64,24 @@ class WorkItem:
     metadata_path: str | None = None
     poses_path: str | None = None
     intrinsics_path: str | None = None
+    refused: str | None = None  # "<category>: <message>" when the source already knows the item fails
+
+
+def printable_name(name: str) -> str:
+    """``name`` with bytes that are not valid UTF-8 as backslash escapes, safe to print and store as JSON."""
+    try:
+        raw = name.encode("utf-8", "surrogateescape")  # the OS's undecodable bytes come back as \xNN
+    except UnicodeEncodeError:  # other lone surrogates (from JSON escapes) as \udNNN
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def _escaped_link(path: str, root: str) -> str | None:
+    """Where ``path`` points when it is a symbolic link resolving outside ``root`` (a resolved path)."""
+    if not os.path.islink(path):
+        return None
+    target = os.path.realpath(path)
+    return None if target == root or target.startswith(root.rstrip(os.sep) + os.sep) else target
 
 
 def _extension(name: str) -> str:
@@ -63,12 +91,26 @@ def _extension(name: str) -> str:
 def _relative(root: str, path: str) -> str:
     if storage.is_s3(root):
         return path[len(root.rstrip("/")) + 1 :]
-    import os
-
     return os.path.relpath(path, root).replace(os.sep, "/")
 
 
-def list_folder(root: str, extensions: Collection[str]) -> list[WorkItem]:
+def _refusal(rel: str, paths: list[str], real_root: str | None) -> str | None:
+    """Why the item ``rel`` (with its media and sidecar ``paths``) cannot be read, or None."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return "name: the file name is not valid UTF-8; rename it"
+    if real_root is None:  # s3 has no links; --follow-symlinks reads whatever they point at
+        return None
+    for path in paths:
+        target = _escaped_link(path, real_root)
+        if target is not None:
+            return (f"symlink: {printable_name(os.path.basename(path))} points to {printable_name(target)}, "
+                    "outside the source folder; pass --follow-symlinks to read it")
+    return None
+
+
+def list_folder(root: str, extensions: Collection[str], follow_symlinks: bool = False) -> list[WorkItem]:
     """Media files below ``root`` whose extension is in ``extensions``, with their sidecars located."""
     infos = storage.list_recursive(root)
     rel_to_path = {}
@@ -84,18 +126,23 @@ def list_folder(root: str, extensions: Collection[str]) -> list[WorkItem]:
     def sidecar(stem: str, suffix: str) -> str | None:
         return rel_to_path.get(stem + suffix)
 
+    real_root = None if storage.is_s3(root) or follow_symlinks else os.path.realpath(root)
     items = []
     for index, rel in enumerate(media):
         stem = rel.rpartition(".")[0]
-        items.append(
-            WorkItem(
-                index=index,
-                name=rel,
-                path=rel_to_path[rel],
-                caption_path=sidecar(stem, CAPTION_SUFFIX),
-                metadata_path=sidecar(stem, METADATA_SUFFIX),
-                poses_path=sidecar(stem, POSES_SUFFIX),
-                intrinsics_path=sidecar(stem, INTRINSICS_SUFFIX),
-            )
+        item = WorkItem(
+            index=index,
+            name=rel,
+            path=rel_to_path[rel],
+            caption_path=sidecar(stem, CAPTION_SUFFIX),
+            metadata_path=sidecar(stem, METADATA_SUFFIX),
+            poses_path=sidecar(stem, POSES_SUFFIX),
+            intrinsics_path=sidecar(stem, INTRINSICS_SUFFIX),
         )
+        paths = [p for p in (item.path, item.caption_path, item.metadata_path, item.poses_path,
+                             item.intrinsics_path) if p]
+        refused = _refusal(rel, paths, real_root)
+        if refused:  # nothing of it is read, and only printable text reaches reports and job records
+            item = WorkItem(index=index, name=printable_name(rel), refused=refused)
+        items.append(item)
     return items

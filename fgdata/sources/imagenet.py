@@ -134,7 +134,7 @@ def download_imagenet(dest: str | os.PathLike[str], progress=None) -> Path:
     secrets = [os.environ[v].encode() for v in _SECRET_VARS if os.environ.get(v)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdout is not None
-    while chunk := proc.stdout.read1(4096):
+    while chunk := proc.stdout.read1(4096):  # type: ignore[attr-defined]  # a BufferedReader at run time
         for secret in secrets:
             chunk = chunk.replace(secret, b"***")
         sys.stderr.buffer.write(chunk)

@@ -3,8 +3,14 @@
 Each row is one input, in row order (its ``index`` gives the key, see
 :mod:`fgdata.sources.folder`). The path column holds a local path or an s3:// URL; a relative
 path is taken relative to the manifest's folder. The caption column (optional) becomes the
-``txt`` member; every other column is kept as JSON metadata. CSV cells are text: a cell that
-reads as a plain number (``3``, ``-0.5``, ``1e-3``, but not ``007``) is stored as a JSON number.
+``txt`` member; every other column is kept as JSON metadata. CSV cells are text: a metadata cell
+that reads as a plain number (``3``, ``-0.5``, ``1e-3``, but not ``007``) is stored as a JSON
+number; the path and caption cells always stay text. CSV cells may be of any size.
+
+A path or caption that is not text (a JSON or Parquet number, list or object) makes that row a
+refused item, reported with the row and the type it found; it is never stored as a Python repr.
+A CSV row with more cells than the header is refused the same way. Rows are counted from 0, like
+the ``input`` field of the failure report.
 
 :func:`read_prompts` reads prompt-only inputs: a text file with one prompt per line (blank
 lines skipped), or a manifest's caption column.
@@ -16,11 +22,12 @@ import csv
 import io
 import json
 import re
+import sys
 from typing import Any
 
 from fgdata import storage
 from fgdata.errors import FgdataError
-from fgdata.sources.folder import WorkItem
+from fgdata.sources.folder import WorkItem, printable_name
 
 MANIFEST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".parquet")
 _NUMBER = re.compile(r"-?(0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?")
@@ -59,10 +66,15 @@ def read_rows(path: str) -> list[dict[str, Any]]:
             text = data.decode("utf-8-sig")
         except UnicodeDecodeError as e:
             raise FgdataError(f"{path}: not UTF-8 ({e})") from None
+        csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # the default 128 KiB refuses long captions
         reader = csv.DictReader(io.StringIO(text, newline=""))
-        if reader.fieldnames is None:
-            raise FgdataError(f"{path}: empty CSV (no header row)")
-        return [{k: _cell(v) for k, v in row.items() if k is not None and v is not None} for row in reader]
+        try:
+            if reader.fieldnames is None:
+                raise FgdataError(f"{path}: empty CSV (no header row)")
+            # Cells past the header land under the key None; read_manifest refuses such rows.
+            return [{k: v for k, v in row.items() if v is not None} for row in reader]
+        except csv.Error as e:
+            raise FgdataError(f"{path}: line {reader.line_num}: not valid CSV ({e})") from None
     if lower.endswith((".jsonl", ".ndjson")):
         rows = []
         for n, line in enumerate(data.splitlines(), 1):
@@ -98,30 +110,61 @@ def _resolve(manifest: str, value: str) -> str:
 
 def _require_column(path: str, rows: list[dict[str, Any]], column: str) -> None:
     if rows and not any(column in row for row in rows):
-        raise FgdataError(f"{path}: no column {column!r} (columns: {', '.join(sorted(rows[0]))})")
+        raise FgdataError(f"{path}: no column {column!r} (columns: {', '.join(sorted(k for k in rows[0] if k is not None))})")
+
+
+def _row_name(path: str, index: int) -> str:
+    return f"{storage.basename(path)}:row {index}"
+
+
+def _not_text(path: str, index: int, row: dict[str, Any], columns: dict[str, str]) -> str | None:
+    """Why the row cannot be used as given (a non-text path or caption, extra CSV cells), or None.
+
+    ``columns`` maps what a column is for (``path``, ``caption``) to its name.
+    """
+    if None in row:
+        return f"manifest: row {index} of {storage.basename(path)} has more cells than the header"
+    for what, column in columns.items():
+        value = row.get(column)
+        where = f"column {column!r} in row {index} of {storage.basename(path)}"
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:  # JSON may escape a lone surrogate
+                return f"{what}: {where} is not valid Unicode (a lone surrogate)"
+        elif value is not None:
+            return f"{what}: {where} holds {_type_name(value)}, not text"
+    return None
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, list):
+        return "a list"
+    return "an object" if isinstance(value, dict) else f"a {type(value).__name__}"
 
 
 def read_manifest(path: str, path_column: str = "path", caption_column: str = "caption") -> list[WorkItem]:
-    """One work item per row; a row with an empty path still becomes an item (it fails, and is reported)."""
+    """One work item per row; a row with an empty or unusable path still becomes an item (it fails, and is reported)."""
     rows = read_rows(path)
     if not rows:
         raise FgdataError(f"{path}: the manifest has no rows")
     _require_column(path, rows, path_column)
+    numbers = path.lower().endswith(".csv")
     items = []
     for index, row in enumerate(rows):
+        refused = _not_text(path, index, row, {"path": path_column, "caption": caption_column})
         value = row.get(path_column)
-        media = _resolve(path, str(value)) if value not in (None, "") else ""
-        caption = row.get(caption_column)
-        metadata = {k: v for k, v in row.items() if k not in (path_column, caption_column)}
-        items.append(
-            WorkItem(
-                index=index,
-                name=str(value) if value not in (None, "") else f"{storage.basename(path)}:row {index}",
-                path=media,
-                caption=None if caption is None else str(caption),
-                metadata=metadata,
-            )
-        )
+        if refused or not value:
+            name = printable_name(value) if isinstance(value, str) and value else _row_name(path, index)
+            items.append(WorkItem(index=index, name=name, refused=refused))
+            continue
+        metadata = {k: _cell(v) if numbers else v for k, v in row.items() if k not in (path_column, caption_column)}
+        items.append(WorkItem(index=index, name=value, path=_resolve(path, value), caption=row.get(caption_column),
+                              metadata=metadata))
     return items
 
 
@@ -130,11 +173,12 @@ def read_prompts(path: str, caption_column: str = "caption") -> list[WorkItem]:
     if is_manifest(path):
         rows = read_rows(path)
         _require_column(path, rows, caption_column)
-        return [
-            WorkItem(index=i, name=f"{storage.basename(path)}:row {i}",
-                     caption=None if row.get(caption_column) is None else str(row.get(caption_column)))
-            for i, row in enumerate(rows)
-        ]
+        items = []
+        for i, row in enumerate(rows):
+            refused = _not_text(path, i, row, {"caption": caption_column})
+            items.append(WorkItem(index=i, name=_row_name(path, i), refused=refused,
+                                  caption=None if refused else row.get(caption_column)))
+        return items
     try:
         text = storage.read_bytes(path).decode("utf-8-sig")
     except UnicodeDecodeError as e:

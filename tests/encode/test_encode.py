@@ -92,7 +92,8 @@ def test_image_latents_members_provenance_and_loader(image_latents, image_shards
     assert sorted(first) == ["json", "latent.pth", "txt", "txt_emb.pth"]  # media dropped, txt/json kept
     assert load(first["latent.pth"]).shape == (4, 8, 8) and load(first["latent.pth"]).dtype == torch.float32
     meta = json.loads(first["json"])
-    assert meta["score"] == 0 and meta["latent"]["flip"] is False and meta["txt_emb"]["padding"] == "zero"
+    assert meta["score"] == 0 and meta["fgdata"]["latent"]["flip"] is False
+    assert meta["fgdata"]["txt_emb"]["padding"] == "zero"
 
     # Model space: the stored latent is the VAE's posterior mean times the SD scaling factor.
     from diffusers import AutoencoderKL
@@ -159,7 +160,7 @@ def test_video_latents_per_channel_space(tmp_path, models, video_shards):
     got = samples(dst)["vid_000"]
     lat = load(got["latent.pth"])
     assert lat.shape == (4, 3, 3, 4) and lat.dtype == torch.bfloat16  # 9 frames -> 3, 24x32 -> 3x4
-    meta = json.loads(got["json"])["latent"]
+    meta = json.loads(got["json"])["fgdata"]["latent"]
     assert meta["cropping_params"]["crop_w"] == 32 and meta["space"].startswith("(z - latents_mean)")
     space = json.loads((dst / "provenance.json").read_text())["jobs"]["latents"]["latent_space"]
     assert space["latents_std"] == [2.0, 1.5, 1.0, 0.5] and space["normalization"] == "per-channel"
@@ -198,7 +199,9 @@ def test_kd_pairs_and_paths_load_and_regenerate(tmp_path, models, prompt_shards)
     torch.testing.assert_close(path[0], load(p0["noise.pth"]))  # path[0] is the starting noise (DDIM sigma 1)
     torch.testing.assert_close(load(q0["latent.pth"]), load(p0["latent.pth"]), rtol=1e-4, atol=1e-4)
     meta = json.loads(q0["json"])
-    assert meta["src"] == 1 and meta["path_timesteps"] == sorted(meta["path_timesteps"], reverse=True)
+    assert meta["src"] == 1 and meta.keys() == {"src", "fgdata"}  # the user's field is kept, fgdata's are namespaced
+    meta = meta["fgdata"]
+    assert meta["path_timesteps"] == sorted(meta["path_timesteps"], reverse=True)
     assert len(meta["path_timesteps"]) == 4 and meta["kd"]["guidance_scale"] == 2.0
     prov = json.loads((tmp_path / "paths" / "provenance.json").read_text())["jobs"]["kd-paths"]
     assert prov["scheduler_class"] == "DDIMScheduler" and prov["record_steps"] == [0, 2, 3, 5]

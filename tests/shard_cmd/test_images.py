@@ -21,11 +21,11 @@ def test_pass_through_keeps_bytes_captions_and_metadata(cli, image_folder: Path,
     for sample, rel in zip(samples, files):
         ext = "jpg" if rel.endswith(".jpg") else "png"
         assert sample.members[ext] == (image_folder / rel).read_bytes()  # no re-encode
-        meta = json.loads(sample.members["json"])
+        meta = json.loads(sample.members["json"])["fgdata"]
         assert meta["source"] == rel and {"width", "height", "mode"} <= meta.keys()
         assert sample.members["txt"].decode() == (image_folder / rel).with_suffix(".txt").read_text().strip()
     rocket = json.loads(samples[files.index("sub/rocket.jpg")].members["json"])
-    assert rocket["score"] == 6.5 and rocket["tags"] == ["space"] and rocket["width"] == 640
+    assert rocket["score"] == 6.5 and rocket["tags"] == ["space"] and rocket["fgdata"]["width"] == 640
     counts = read_shard_counts(str(dest / "shard_count.json"))
     n = len(files)
     assert counts == {f"{i:05d}.tar": min(3, n - 3 * i) for i in range((n + 2) // 3)}
@@ -70,7 +70,7 @@ def test_reencode_max_side_and_format(cli, image_folder, tmp_path, snapshot):
     for sample in _samples(one):
         assert set(sample.members) == {"webp", "json", "txt"}
         im = Image.open(io.BytesIO(sample.members["webp"]))
-        meta = json.loads(sample.members["json"])
+        meta = json.loads(sample.members["json"])["fgdata"]
         assert max(im.size) == 96 and (meta["width"], meta["height"]) == im.size
 
 

@@ -36,7 +36,7 @@ def test_bundled_clip_pass_through_with_probe_and_audio(cli, sample_video: Path,
     cli("shard", "videos", src, dest, "--no-progress")
     (sample,) = _samples(dest)
     assert sample.members["mp4"] == sample_video.read_bytes()
-    meta = json.loads(sample.members["json"])
+    meta = json.loads(sample.members["json"])["fgdata"]
     assert meta["frame_count"] == 132 and meta["fps"] == 25.0 and (meta["width"], meta["height"]) == (1280, 720)
     assert meta["codec"] == "h264" and meta["keyframe_times"][0] == 0.0 and abs(meta["duration"] - 5.28) < 0.05
     assert meta["audio_codec"] == "aac" and meta["audio_sample_rate"] == 48000 and meta["audio_channels"] >= 1
@@ -57,7 +57,7 @@ def test_keyframe_clips_and_camera_slices(cli, keyframed_clip: Path, tmp_path: P
     for j, s in enumerate(samples):
         info = probe_video(s.members["mp4"])
         assert info.frame_count == 24 and info.audio_codec == "aac"
-        meta = json.loads(s.members["json"])
+        meta = json.loads(s.members["json"])["fgdata"]
         assert meta["clip"] == {"index": j, "start": float(j), "end": float(j + 1)}
         clip_poses = np.load(io.BytesIO(s.members["poses.npy"]), allow_pickle=False)
         assert clip_poses.shape == (24, 4, 4) and clip_poses[0, 0, 3] == 24 * j
@@ -106,7 +106,7 @@ def test_wrong_camera_length_and_truncated_video_are_rejected(cli, keyframed_cli
     reasons = {f["input"]: f["reason"] for f in report["failures"]}
     assert reasons["badcam.mp4"].startswith("camera:") and "72" in reasons["badcam.mp4"]
     assert reasons["cut.mp4"].split(":")[0] in ("video-decode", "video-truncated")
-    assert [json.loads(s.members["json"])["source"] for s in _samples(dest)] == ["good.mp4"]
+    assert [json.loads(s.members["json"])["fgdata"]["source"] for s in _samples(dest)] == ["good.mp4"]
 
 
 def test_quickstart_videos(tmp_path: Path):

@@ -1,0 +1,28 @@
+"""The ``json`` member of a sample: the user's fields at the top level, fgdata's own under one ``fgdata`` key.
+
+Every writer that records something about a sample (``shard``: where it came from, image size, video
+probe, clip bounds; ``encode``/``kd``: the model and numerics) puts it inside ``doc["fgdata"]``, so it can
+never replace a field the user brought (``source``, ``width``, ``score``, ...), and readers of the user's
+fields (``presets_filter``'s ``score``, ``key_map``) see exactly what the user wrote.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fgdata.errors import FgdataError
+
+FGDATA_FIELD = "fgdata"
+
+
+def with_fgdata_fields(doc: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``doc`` with ``fields`` set inside its ``fgdata`` object (created when absent).
+
+    Fields of earlier fgdata steps already there are kept unless ``fields`` names them again; a
+    ``fgdata`` value that is not an object was not written by fgdata and is refused, never replaced.
+    """
+    own = doc.get(FGDATA_FIELD, {})
+    if not isinstance(own, dict):
+        raise FgdataError(f"the sample's json has its own {FGDATA_FIELD!r} field (not an object); "
+                          "it is reserved for fgdata's metadata")
+    return {**doc, FGDATA_FIELD: {**own, **fields}}
