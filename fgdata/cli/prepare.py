@@ -88,6 +88,8 @@ def prepare(
     source: Optional[Path] = typer.Option(None, "--source", help="cifar10: a local cifar-10-python.tar.gz."),
     skip_md5: bool = typer.Option(False, "--skip-md5", help="cifar10: accept a CIFAR-format tarball that is not the official one."),
     imagenet_source: Optional[Path] = typer.Option(None, "--imagenet-source", help="ImageNet: Kaggle root or the train folder."),
+    allow_any_tree: bool = typer.Option(False, "--allow-any-tree",
+                                        help="ImageNet: accept a source that is not the ImageNet train tree (any class-folder tree)."),
     max_images: Optional[int] = typer.Option(None, "--max-images", min=1, help="Only the first N images."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Decode processes (default: all cores)."),
     force: bool = typer.Option(False, "--force", help="Rebuild complete outputs."),
@@ -123,11 +125,13 @@ def prepare(
                                             force=force, max_images=max_images, progress=update)
         elif dataset == "imagenet-64":
             summaries = lib.prepare_imagenet64(imagenet_source, data_root, max_images=max_images, workers=workers,
-                                               force=force, strict=strict, progress=update)
+                                               force=force, strict=strict, progress=update,
+                                               allow_any_tree=allow_any_tree)
         else:
             summaries = lib.prepare_imagenet256(imagenet_source, data_root, vae=vae, device=device,
                                                 batch_size=batch_size, dtype=dtype, max_images=max_images,
-                                                workers=workers, force=force, strict=strict, progress=update)
+                                                workers=workers, force=force, strict=strict, progress=update,
+                                                allow_any_tree=allow_any_tree)
     _report(summaries)
 
 

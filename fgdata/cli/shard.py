@@ -129,7 +129,7 @@ def images_cmd(
 
     Example: fgdata shard images ./photos s3://bucket/photos-wds --maxcount 1000 --workers 8
 
-    Each sample holds the image, a json (metadata plus width, height, mode) and a txt caption. Undecodable images go to DST/failures.json.
+    Each sample holds the image, a json (your metadata as given, with fgdata's source, width, height and mode under its "fgdata" key) and a txt caption. Undecodable images, names that are not UTF-8 and symlinks out of SRC go to DST/failures.json.
     """
     from fgdata.producers.media import ShardOptions
 
@@ -168,7 +168,7 @@ def videos_cmd(
 
     Example: fgdata shard videos ./clips ./clips-wds --clip-seconds 5 --workers 4
 
-    The container bytes are kept unless --clip-seconds, --fps or --max-side is given. The json member records duration, fps, frame_count, size, codec, keyframe_times and the audio track.
+    The container bytes are kept unless --clip-seconds, --fps or --max-side is given. The json member records duration, fps, frame_count, size, codec, keyframe_times and the audio track under its "fgdata" key, beside your own metadata.
 
     NAME.poses.npy [T,4,4] and NAME.intrinsics.npy [T,4] are checked against the frame count and stored as poses.npy / intrinsics.npy (sliced and rescaled with each clip).
     """

@@ -26,7 +26,7 @@ from typing import Any
 
 from fgdata import storage
 from fgdata.encode.jobs import JobSummary, Result, Task, batched_results, merged_json, run_job, sample_seed, shard_tasks, task_samples
-from fgdata.encode.models import load_pretrained, resolve_device, tensor_bytes, torch_dtype
+from fgdata.encode.models import check_model, load_pretrained, resolve_device, tensor_bytes, torch_dtype
 from fgdata.encode.text import TextEncoder, load_text_encoder
 from fgdata.errors import FgdataError
 
@@ -238,6 +238,7 @@ def kd_run(
         raise FgdataError("--steps, --batch-size and --per-shard must be at least 1")
     record = record_indices(steps, record_steps, path_steps) if mode == "paths" else []
     torch_dtype(save_dtype)
+    check_model(teacher, "teacher", "--teacher", ("scheduler", "text_encoder", "tokenizer"))
     neg_text = None
     if guidance_scale != 1.0:
         from fgdata.encode.text import neg_prompt_text

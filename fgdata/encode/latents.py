@@ -20,7 +20,7 @@ from typing import Any
 
 from fgdata.encode.jobs import (JobSummary, Result, Task, batched_results, merged_json, prefetch_map, run_job,
                                 sample_seed, shard_tasks, task_samples)
-from fgdata.encode.models import autocast, resolve_device, tensor_bytes, torch_dtype
+from fgdata.encode.models import autocast, check_model, resolve_device, tensor_bytes, torch_dtype
 from fgdata.encode.vae import load_vae
 from fgdata.errors import FgdataError
 
@@ -215,6 +215,7 @@ def encode_latents(
     """Encode the media of every sample of ``src``'s shards into ``dst`` (same shard names, same keys)."""
     if batch_size < 1:
         raise FgdataError("--batch-size must be at least 1")
+    check_model(vae, "VAE", "--vae", (vae_subfolder,))
     tasks = shard_tasks(src)
     size = parse_size(size)
     options = {"vae": vae, "vae_subfolder": vae_subfolder, "kind": kind, "size": size, "frames": frames, "fps": fps,

@@ -3,6 +3,11 @@
 Every model (VAEs, text encoders, KD denoisers and schedulers) loads through :func:`load_pretrained`,
 which gives one line naming the model and the flag that takes a directory when the hub cannot be
 reached (offline, no cached weights) instead of a stack of retries.
+
+Every command that needs a model calls :func:`check_model` before its first long pass and before it
+writes anything, so a missing directory, an id that is not cached while ``HF_HUB_OFFLINE`` is set, an
+unknown id, or a hub that cannot be reached fails in one line within seconds (one request to the hub,
+no retries), instead of after hours of work.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ from typing import Any, Iterator
 
 from fgdata.errors import FgdataError
 
-__all__ = ["DTYPES", "autocast", "hf_cache_dir", "load_pretrained", "model_source", "resolve_device", "tensor_bytes",
-           "torch_dtype"]
+__all__ = ["DTYPES", "autocast", "check_model", "hf_cache_dir", "load_pretrained", "model_source", "resolve_device",
+           "tensor_bytes", "torch_dtype"]
+
+HUB_CHECK_TIMEOUT = 10.0  # seconds for the one request that asks the hub whether a model id exists
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -53,6 +60,61 @@ def model_source(id_or_dir: str) -> tuple[str, bool]:
     """(what to pass to from_pretrained, whether it is a local directory)."""
     local = Path(id_or_dir).expanduser()
     return (str(local), True) if local.is_dir() else (id_or_dir, False)
+
+
+def _looks_like_path(id_or_dir: str) -> bool:
+    """Hub ids are ``name`` or ``org/name``; anything else the user meant as a directory."""
+    return id_or_dir.startswith(("/", ".", "~")) or id_or_dir.count("/") > 1 or (os.sep != "/" and os.sep in id_or_dir)
+
+
+def _cached(repo_id: str) -> bool:
+    from huggingface_hub import snapshot_download
+
+    try:
+        snapshot_download(repo_id, local_files_only=True)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def check_model(id_or_dir: str, what: str, flag: str, subfolders: tuple[str | None, ...] = (None,)) -> None:
+    """Fail in one line, in seconds, unless ``id_or_dir`` can be found: call it before any long pass or output.
+
+    A directory must exist with each of ``subfolders``; a hub id must be in the cache when
+    ``HF_HUB_OFFLINE`` is set, and otherwise the hub must answer for it within a few seconds. The
+    weights themselves load (and download) later through :func:`load_pretrained`.
+    """
+    source, local = model_source(id_or_dir)
+    if local:
+        for sub in subfolders:
+            if sub and not (Path(source) / sub).is_dir():
+                raise FgdataError(f"{source}: has no {sub}/ folder (expected a diffusers pipeline directory)")
+        return
+    if _looks_like_path(id_or_dir):
+        raise FgdataError(f"{id_or_dir}: no such {what} directory ({flag})")
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError, RepositoryNotFoundError
+
+    way_out = f"pass {flag} DIR with a directory saved by save_pretrained"
+    if constants.HF_HUB_OFFLINE:
+        if not _cached(id_or_dir):
+            raise FgdataError(f"{id_or_dir}: HF_HUB_OFFLINE is set and this {what} is not in the cache "
+                              f"({hf_cache_dir()}); {way_out}")
+        return
+    try:
+        HfApi().model_info(id_or_dir, timeout=HUB_CHECK_TIMEOUT)
+    except (RepositoryNotFoundError, HFValidationError):
+        raise FgdataError(f"{id_or_dir}: no such {what} on {constants.ENDPOINT} (or it is private: log in "
+                          f"with `hf auth login`); {way_out}") from None
+    except HfHubHTTPError:
+        return  # the hub answered (a mirror without the API, a rate limit): loading decides
+    except Exception as exc:  # noqa: BLE001 - any transport error means no route to the hub
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if _cached(id_or_dir):
+            raise FgdataError(f"{id_or_dir}: cannot reach {constants.ENDPOINT} ({reason}); set HF_HUB_OFFLINE=1 "
+                              f"to use the cached copy, or {way_out}") from None
+        raise FgdataError(f"{id_or_dir}: cannot reach {constants.ENDPOINT} ({reason}) and this {what} is not "
+                          f"in the cache ({hf_cache_dir()}); {way_out}") from None
 
 
 def load_pretrained(cls: Any, id_or_dir: str, what: str, flag: str, subfolder: str | None = None, **kwargs: Any) -> Any:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fgdata.encode.models import autocast, load_pretrained, resolve_device, torch_dtype
+from fgdata.encode.models import autocast, check_model, load_pretrained, resolve_device, torch_dtype
 from fgdata.errors import FgdataError
 
 PADDINGS = ("zero", "keep")
@@ -184,6 +184,7 @@ def encode_text(
     if batch_size < 1:
         raise FgdataError("--batch-size must be at least 1")
     torch_dtype(save_dtype)
+    check_model(encoder, "text encoder", "--encoder", (subfolder, tokenizer_subfolder))
     tasks = shard_tasks(into or src)
     options = {"encoder": encoder, "subfolder": subfolder, "into": into, "text_ext": text_ext, "max_length": max_length,
                "padding": padding, "hidden_layer": hidden_layer, "dtype": dtype, "autocast": use_autocast,
@@ -283,6 +284,8 @@ def encode_neg_prompt(out: str, *, encoder: str, preset: str | None = None, text
     from fgdata.encode.vae import npy_bytes
 
     prompt, source = neg_prompt_text(preset, text)
+    check_model(encoder, "text encoder", load_kwargs.get("flag", "--encoder"),
+                (load_kwargs.get("subfolder"), load_kwargs.get("tokenizer_subfolder")))
     enc = load_text_encoder(encoder, **load_kwargs)
     emb = enc.encode([prompt])[0].numpy()
     if not isinstance(emb, np.ndarray) or emb.dtype == object:

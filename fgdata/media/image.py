@@ -152,8 +152,12 @@ def _fast_rgb_crop(
     frame header gives the size, simplejpeg decodes DCT-scaled, Pillow only resamples.
     """
     head = _checked_jpeg_header(data)
-    src = None if head is not None else open_image(data)
-    w, h = (head["width"], head["height"]) if head is not None else src.size
+    src: Image.Image | None = None
+    if head is not None:
+        w, h = head["width"], head["height"]
+    else:
+        src = open_image(data)
+        w, h = src.size
     g = image_transform_geometry(w, h, input_res)
     need_w = math.ceil(g.resize_w * DCT_REDUCING_GAP)
     need_h = math.ceil(g.resize_h * DCT_REDUCING_GAP)

@@ -26,18 +26,25 @@ DATASETS: dict[str, tuple[tuple[str, ...], str]] = {
 def prepare_imagenet256(imagenet_source: str | os.PathLike[str], data_root: str | os.PathLike[str] | None = None,
                         vae: str = "stabilityai/sd-vae-ft-mse", device: str = "auto", batch_size: int = 32,
                         dtype: str = "float32", max_images: int | None = None, workers: int | None = None,
-                        force: bool = False, strict: bool = False, progress: ProgressFn | None = None) -> list[dict]:
-    """The RGB zip (rank 0 only; other torchrun ranks wait for it), then the latent zip, encoded by every rank."""
+                        force: bool = False, strict: bool = False, progress: ProgressFn | None = None,
+                        allow_any_tree: bool = False) -> list[dict]:
+    """The RGB zip (rank 0 only; other torchrun ranks wait for it), then the latent zip, encoded by every rank.
+
+    The VAE is looked up first, so a missing or unreachable model fails before the long RGB pass.
+    """
+    from fgdata.encode.models import check_model
     from fgdata.prepare.latents import dist_env, encode_latent_zip, wait_for
     from fgdata.prepare.zipwriter import provenance_path
 
     root = resolve_data_root(data_root)
+    check_model(vae, "VAE", "--vae")
     rgb = root / IMAGENET256_RGB_ZIP
     rank, _world = dist_env()
     results: list[dict] = []
     if rank == 0:
         results += prepare_imagenet256_rgb(imagenet_source, root, max_images=max_images, workers=workers,
-                                           force=force, strict=strict, progress=progress)
+                                           force=force, strict=strict, progress=progress,
+                                           allow_any_tree=allow_any_tree)
     else:
         wait_for(lambda: provenance_path(rgb).exists() and not rgb.with_name(rgb.name + ".partial").exists(),
                  f"rank 0 to finish {rgb}")

@@ -50,19 +50,21 @@ def _run(targets: list[ZipTarget], root: Path, names: list[str], kinds: list[tup
                       initializer=_init, initargs=(paths, kinds, strict))
 
 
-def _labelled_images(imagenet_source: str | os.PathLike[str]) -> tuple[Path, list[str], dict[str, int]]:
+def _labelled_images(imagenet_source: str | os.PathLike[str],
+                     allow_any_tree: bool) -> tuple[Path, list[str], dict[str, int]]:
     """The train folder, its images (relative names) and their folder-derived class labels."""
-    root = resolve_train_dir(imagenet_source)
+    root = resolve_train_dir(imagenet_source, allow_any_tree)
     names = list_images(root)
     return root, names, folder_labels(root, names)
 
 
 def prepare_imagenet64(imagenet_source: str | os.PathLike[str], data_root: str | os.PathLike[str] | None = None,
                        max_images: int | None = None, workers: int | None = None, force: bool = False,
-                       strict: bool = False, progress: ProgressFn | None = None) -> list[dict]:
+                       strict: bool = False, progress: ProgressFn | None = None,
+                       allow_any_tree: bool = False) -> list[dict]:
     """Write ``imagenet-64x64.zip`` (EDM crop) and ``imagenet-64x64-edmv2.zip`` (ADM crop)."""
     out = resolve_data_root(data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
-    root, names, labels = _labelled_images(imagenet_source)
+    root, names, labels = _labelled_images(imagenet_source, allow_any_tree)
     edm_names, edm2_names = edm_order(names)[:max_images], edm2_order(names)[:max_images]
     workers = workers or default_workers()
     edm = ZipTarget(out / IMAGENET64_ZIP, [labels.get(n) for n in edm_names], "edm center-crop 64 LANCZOS")
@@ -76,10 +78,11 @@ def prepare_imagenet64(imagenet_source: str | os.PathLike[str], data_root: str |
 
 def prepare_imagenet256_rgb(imagenet_source: str | os.PathLike[str], data_root: str | os.PathLike[str] | None = None,
                             max_images: int | None = None, workers: int | None = None, force: bool = False,
-                            strict: bool = False, progress: ProgressFn | None = None) -> list[dict]:
+                            strict: bool = False, progress: ProgressFn | None = None,
+                            allow_any_tree: bool = False) -> list[dict]:
     """Write ``imagenet_256_rgb.zip``: the EDM2 flavour at 256 px, kept for FID statistics."""
     out = resolve_data_root(data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
-    root, names, labels = _labelled_images(imagenet_source)
+    root, names, labels = _labelled_images(imagenet_source, allow_any_tree)
     ordered = edm2_order(names)[:max_images]
     target = ZipTarget(out / IMAGENET256_RGB_ZIP, [labels.get(n) for n in ordered], "adm center-crop 256")
     return _run([target], root, ordered, [("adm", 256)], "imagenet-256", workers or default_workers(), force,

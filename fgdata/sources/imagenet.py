@@ -8,23 +8,46 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path, PurePath
 
 from fgdata.errors import FgdataError
 
 KAGGLE_TRAIN = Path("ILSVRC/Data/CLS-LOC/train")
+_SYNSET = re.compile(r"n\d{8}")
 
 
-def resolve_train_dir(source: str | os.PathLike[str]) -> Path:
-    """Accept the unzipped Kaggle root or the ``train`` folder itself."""
+def _not_synset(train: Path) -> str | None:
+    """The first entry of ``train`` that is not a WordNet synset folder (``n01440764``), or None if all are."""
+    entries = sorted(e.name for e in os.scandir(train) if not e.name.startswith("."))
+    if not entries:
+        return "it is empty"
+    for name in entries:
+        if not (_SYNSET.fullmatch(name) and (train / name).is_dir()):
+            return f"{name!r} is not a synset folder like n01440764"
+    return None
+
+
+def resolve_train_dir(source: str | os.PathLike[str], allow_any_tree: bool = False) -> Path:
+    """The train folder: the unzipped Kaggle root's ``ILSVRC/Data/CLS-LOC/train``, or that folder itself.
+
+    Either must hold only synset folders (``n01440764``, ...), so a folder of unrelated photos is not
+    mistaken for ImageNet and written under ImageNet's canonical zip names. ``allow_any_tree`` takes
+    any folder as it is (labels from its top-level folders, or its ``dataset.json``).
+    """
     root = Path(source).expanduser()
     if not root.is_dir():
         raise FgdataError(f"{source}: ImageNet source is not a directory")
-    if (root / KAGGLE_TRAIN).is_dir():
-        return (root / KAGGLE_TRAIN).resolve()
-    if any(entry.is_dir() for entry in os.scandir(root)):
-        return root.resolve()
-    raise FgdataError(f"{source}: neither a Kaggle root with {KAGGLE_TRAIN} nor a folder of class folders")
+    train = root / KAGGLE_TRAIN if (root / KAGGLE_TRAIN).is_dir() else root
+    if allow_any_tree:
+        return train.resolve()
+    problem = _not_synset(train)
+    if problem:
+        raise FgdataError(
+            f"{train}: not the ImageNet train tree ({problem}); expected {root / KAGGLE_TRAIN} (or that train "
+            "folder) holding synset folders; pass --allow-any-tree to use a custom class-folder tree"
+        )
+    return train.resolve()
 
 
 def _image_extensions() -> frozenset[str]:
