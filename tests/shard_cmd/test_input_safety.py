@@ -35,7 +35,7 @@ def test_a_file_name_that_is_not_utf8_is_one_failure_named_with_escapes(cli, ima
     doc = _shard(cli, "images", image_folder, dest)
     assert (doc["seen"], doc["written"], doc["failed"]) == (n, n - 1, 1)
     (entry,) = _report(dest)["failures"]
-    assert entry["name"] == "bad\\xff name.jpg" and entry["reason"].startswith("name: ")
+    assert entry["input"] == "bad\\xff name.jpg" and entry["reason"].startswith("name: ")
     assert len(_samples(dest)) == n - 1
     assert json.loads((dest / "shard_job.json").read_text())["inputs"] == n
 
@@ -63,7 +63,7 @@ def test_csv_rows_with_extra_cells_fail_naming_the_row(cli, sample_images, tmp_p
     doc = _shard(cli, "images", manifest, dest)
     assert (doc["seen"], doc["written"], doc["failed"]) == (2, 1, 1)
     (entry,) = _report(dest)["failures"]
-    assert entry["input"] == 1 and entry["reason"] == "manifest: row 1 of m.csv has more cells than the header"
+    assert entry["index"] == 1 and entry["reason"] == "manifest: row 1 of m.csv has more cells than the header"
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
@@ -84,7 +84,7 @@ def test_captions_that_are_not_text_fail_and_are_never_a_repr(cli, fmt, sample_i
         pq.write_table(pa.Table.from_pylist(rows), manifest)
     dest = tmp_path / "out"
     doc = _shard(cli, "images", manifest, dest)
-    failures = {f["input"]: f["reason"] for f in _report(dest)["failures"]}
+    failures = {f["index"]: f["reason"] for f in _report(dest)["failures"]}
     assert doc["seen"] == len(rows) and doc["failed"] == len(failures)
     if fmt == "jsonl":
         assert failures == {
@@ -107,7 +107,7 @@ def test_prompt_manifest_captions_that_are_not_text_fail(cli, tmp_path):
     assert (doc["seen"], doc["written"], doc["failed"]) == (3, 2, 1)
     assert [s.members["txt"] for s in _samples(dest)] == [b"a cat", b"a bird"]
     (entry,) = _report(dest)["failures"]
-    assert entry["name"] == "p.jsonl:row 1" and "holds a list" in entry["reason"]
+    assert entry["input"] == "p.jsonl:row 1" and "holds a list" in entry["reason"]
 
 
 def test_symlinks_out_of_the_source_folder_are_refused_unless_followed(cli, image_folder, tmp_path):
@@ -121,7 +121,7 @@ def test_symlinks_out_of_the_source_folder_are_refused_unless_followed(cli, imag
     (image_folder / "inside.jpg").symlink_to(image_folder / "sub" / "rocket.jpg")  # stays inside: fine
     dest = tmp_path / "out"
     doc = _shard(cli, "images", image_folder, dest)
-    failures = {f["name"]: f["reason"] for f in _report(dest)["failures"]}
+    failures = {f["input"]: f["reason"] for f in _report(dest)["failures"]}
     assert set(failures) == {"coffee.png", "linked.jpg"} and doc["failed"] == 2
     assert failures["coffee.png"] == (f"symlink: coffee.txt points to {secret}, outside the source folder; "
                                       "pass --follow-symlinks to read it")
@@ -140,7 +140,7 @@ def test_fgdata_never_overwrites_the_users_json_fields(cli, image_folder, tmp_pa
     dest = tmp_path / "out"
     doc = _shard(cli, "images", image_folder, dest)
     (entry,) = _report(dest)["failures"]
-    assert entry["name"] == "coffee.png" and entry["reason"].startswith("metadata: coffee.png: the field 'fgdata'")
+    assert entry["input"] == "coffee.png" and entry["reason"].startswith("metadata: coffee.png: the field 'fgdata'")
     assert doc["failed"] == 1
     by_source = {}
     for s in _samples(dest):
@@ -168,7 +168,7 @@ def test_a_decompression_bomb_is_one_failure_on_every_shard_path(cli, reencode, 
     (image_folder / "bomb.png").write_bytes(bombs["png"])
     dest = tmp_path / "out"
     doc = _shard(cli, "images", image_folder, dest, *reencode)
-    failures = {f["name"]: f["reason"] for f in _report(dest)["failures"]}
+    failures = {f["input"]: f["reason"] for f in _report(dest)["failures"]}
     assert set(failures) == {"bomb.jpg", "bomb.png"} and doc["failed"] == 2 and doc["written"] == doc["seen"] - 2
     assert all(r.startswith("image-decode: ") and "decompression bomb" in r for r in failures.values())
 
