@@ -8,7 +8,6 @@ loads a batch from what these functions write.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from fgdata.prepare.build import ProgressFn
 from fgdata.prepare.cifar import prepare_cifar10

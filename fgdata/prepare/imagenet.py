@@ -15,6 +15,7 @@ from fgdata.media.errors import ImageDecodeError
 from fgdata.prepare.build import ProgressFn, ZipTarget, build_zips, default_workers
 from fgdata.prepare.paths import IMAGENET64_EDMV2_ZIP, IMAGENET64_ZIP, IMAGENET256_RGB_ZIP, resolve_data_root
 from fgdata.prepare.transforms import CROPS, open_rgb, png_bytes
+from fgdata.sources.folder import printable_name
 from fgdata.sources.imagenet import edm2_order, edm_order, folder_labels, list_images, resolve_train_dir
 
 _PATHS: list[str] = []
@@ -46,7 +47,7 @@ def _run(targets: list[ZipTarget], root: Path, names: list[str], kinds: list[tup
     paths = [str(root / name) for name in names]
     fingerprint = {"dataset": dataset, "source": str(root), "inputs": len(names), "strict": strict}
     return build_zips(targets, len(names), _convert, fingerprint=fingerprint, workers=workers,
-                      describe=lambda j: paths[j], block=16, force=force, progress=progress, phase=phase,
+                      describe=lambda j: printable_name(paths[j]), block=16, force=force, progress=progress, phase=phase,
                       initializer=_init, initargs=(paths, kinds, strict))
 
 
