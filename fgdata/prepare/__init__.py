@@ -29,14 +29,17 @@ def prepare_imagenet256(imagenet_source: str | os.PathLike[str], data_root: str 
                         allow_any_tree: bool = False) -> list[dict]:
     """The RGB zip (rank 0 only; other torchrun ranks wait for it), then the latent zip, encoded by every rank.
 
-    The VAE is looked up first, so a missing or unreachable model fails before the long RGB pass.
+    The VAE is found and loaded once (on the CPU) before the RGB pass, so a missing, unreachable or broken
+    model fails in one line before hours of work instead of after them.
     """
     from fgdata.encode.models import check_model
+    from fgdata.encode.vae import load_vae
     from fgdata.prepare.latents import dist_env, encode_latent_zip, wait_for
     from fgdata.prepare.zipwriter import provenance_path
 
     root = resolve_data_root(data_root)
     check_model(vae, "VAE", "--vae")
+    load_vae(vae, device="cpu")  # downloads and checks the weights; encoding loads them again on its device
     rgb = root / IMAGENET256_RGB_ZIP
     rank, _world = dist_env()
     results: list[dict] = []

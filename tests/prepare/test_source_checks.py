@@ -159,3 +159,15 @@ def test_a_cached_model_passes_offline_and_loads_from_the_cache(tmp_path, tiny_v
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache)})
     assert run.returncode == 0 and run.stdout.strip() == "AutoencoderKL", run.stderr
+
+
+def test_a_broken_local_vae_fails_before_the_rgb_pass(tmp_path, imagenet_root, tiny_vae_dir):
+    broken = tmp_path / "vae"
+    shutil.copytree(tiny_vae_dir, broken)
+    for weights in broken.glob("*.safetensors"):
+        weights.write_bytes(weights.read_bytes()[:100])  # a torn download
+    out = tmp_path / "out"
+    line = _one_line_error(_cli("prepare", "imagenet-256", "--imagenet-source", imagenet_root, "--data-root", out,
+                                "--vae", broken, "--workers", "1"))
+    assert line.startswith(f"error: {broken}: cannot load the VAE")
+    assert _files(out) == []
