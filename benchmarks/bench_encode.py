@@ -83,7 +83,7 @@ def reference(src: Path, out: Path, vae_dir: Path, size: int, device: str) -> fl
     for shard in discover_shards(str(src)):
         for s in iter_samples(shard):
             ext = next(e for e in s.members if e in ("jpg", "png"))
-            x = torch.from_numpy(load_image_for_training(s.members[ext], size, fast=False))[None].to(device)
+            x = torch.from_numpy(load_image_for_training(s.members[ext], size, simplejpeg=False))[None].to(device)
             with torch.no_grad():
                 z = vae.encode(x).latent_dist.sample() * 0.18215
             torch.save(z[0].cpu().clone(), out / f"{s.key}.pth")

@@ -1,10 +1,12 @@
 """fgdata.media vs the reference pipelines, side by side in one run, one worker (one process).
 
-Images: load_image_for_training (DCT-scaled JPEG decode, crop-box resample) vs
-reference_image_transform (full Pillow decode + full BICUBIC resize + centre crop), samples/s.
-Video: decode_clip (keyframe seek + libswscale resize) vs reference_decode_clip (rgb24 at full
-size from the start + torch antialiased bicubic), 16 frames at 320x192, clips/s over the same
-random start times. Run: ``python benchmarks/bench_media.py [--seconds S]``.
+The reference pipelines are fgdata's ``resize="reference"`` mode, which the tests hold bit for
+bit to an independent re-implementation of the reference's transforms.
+Images: load_image_for_training fast (DCT-scaled JPEG decode, crop-box resample) vs reference
+mode (full Pillow decode + full BICUBIC resize + centre crop), samples/s.
+Video: decode_clip fast (libswscale resize to planar RGB) vs reference mode (rgb24 at full
+size + torch antialiased bicubic), 16 frames at 320x192, clips/s over the same random start
+times (both seek to the keyframe before the start). Run: ``python benchmarks/bench_media.py [--seconds S]``.
 """
 
 from __future__ import annotations
@@ -17,13 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fgdata.media import (
-    decode_clip,
-    load_image_for_training,
-    probe_video,
-    reference_decode_clip,
-    reference_image_transform,
-)
+from fgdata.media import decode_clip, load_image_for_training, probe_video
 
 DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
 
@@ -55,8 +51,10 @@ def main() -> None:
     for name, paths in groups.items():
         blobs = [p.read_bytes() for p in paths]
         for res in (256, 64):
-            fast = rate(lambda i: load_image_for_training(blobs[i], res), len(blobs), args.seconds)
-            ref = rate(lambda i: reference_image_transform(blobs[i], res), len(blobs), args.seconds)
+            fast, ref = (
+                rate(lambda i, b=blobs, r=res, m=mode: load_image_for_training(b[i], r, resize=m), len(blobs), args.seconds)
+                for mode in ("fast", "reference")
+            )
             rows.append((f"image {name} ({len(blobs)} files) @ {res}", "samples/s", fast, ref))
 
     video = (DATA / "bigbuckbunny.mp4").read_bytes()
@@ -69,7 +67,7 @@ def main() -> None:
         args.seconds * 2,
     )
     ref = rate(
-        lambda i: reference_decode_clip(video, sequence_length=n, img_size=size, start_time=starts[i]),
+        lambda i: decode_clip(video, sequence_length=n, img_size=size, start_time=starts[i], resize="reference"),
         len(starts),
         args.seconds * 2,
     )

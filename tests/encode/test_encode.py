@@ -101,7 +101,7 @@ def test_image_latents_members_provenance_and_loader(image_latents, image_shards
 
     src = next(iter_samples(str(image_shards / "00000.tar")))
     ext = next(e for e in src.members if e in ("png", "jpg"))
-    x = torch.from_numpy(load_image_for_training(src.members[ext], 64, fast=False))[None]
+    x = torch.from_numpy(load_image_for_training(src.members[ext], 64, simplejpeg=False))[None]
     with torch.inference_mode():
         mean = AutoencoderKL.from_pretrained(str(models["vae"])).encode(x).latent_dist.mean[0]
     torch.testing.assert_close(load(first["latent.pth"]), mean * 0.18215, rtol=1e-4, atol=1e-5)
