@@ -124,7 +124,7 @@ class LatentEncoder:
             from fgdata.media.image import load_image_for_training
 
             res = self.size if isinstance(self.size, int) else (self.size[1], self.size[0])
-            return load_image_for_training(data, res, fast=False), {}
+            return load_image_for_training(data, res, simplejpeg=False), {}
         from fgdata.media.video import decode_clip
 
         w, h = (self.size, self.size) if isinstance(self.size, int) else self.size

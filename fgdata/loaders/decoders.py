@@ -86,7 +86,7 @@ class ImageDecoder(Decoder):
 
         for key, (ext, data) in items.items():
             pixels = unwrap_gz(ext, data)[1]
-            out[key] = load_image_for_training(pixels, self.input_res, self.norm_mean, self.norm_std, fast=self.fast_jpeg)
+            out[key] = load_image_for_training(pixels, self.input_res, self.norm_mean, self.norm_std, simplejpeg=self.fast_jpeg)
 
 
 def is_video_spec(alternatives: Sequence[str]) -> bool:
