@@ -87,7 +87,7 @@ def _dct_factor(w: int, h: int, dw: int, dh: int) -> float:
 def _simplejpeg_scaled(data: bytes, need_w: int, need_h: int) -> Image.Image | None:
     """simplejpeg's DCT-scaled decode to at least (need_w, need_h); None when unavailable or refused."""
     try:
-        import simplejpeg  # type: ignore[import-untyped]
+        import simplejpeg
     except ImportError:
         return None
     try:
