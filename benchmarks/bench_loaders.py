@@ -49,10 +49,10 @@ DATA = REPO / "examples" / "data"
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from reference_transforms import reference_clip, reference_image
+from reference_transforms import reference_clip, reference_image  # noqa: E402
 
-from fgdata.loaders import ImageWDSLoader, VideoWDSLoader, WDSLoader
-from fgdata.shards import ShardWriter
+from fgdata.loaders import ImageWDSLoader, VideoWDSLoader, WDSLoader  # noqa: E402
+from fgdata.shards import ShardWriter  # noqa: E402
 
 warnings.filterwarnings("ignore", message="deterministic mode")
 IMAGE_RES = (256, 128, 64)
