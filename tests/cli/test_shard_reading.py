@@ -194,3 +194,12 @@ def test_s3_path_forms(s3_bucket):
     out = fg("count-shards", f"{dest}/00002.tar", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["shards"][0]["samples"] == 1
+
+
+def test_counting_does_not_import_the_writer():
+    """``fgdata.shards`` loads its modules on first use: count-shards does not pay for the writer's imports."""
+    code = ("import sys; import fgdata.shards as s; from fgdata.shards import count_shards, resolve_shards; "
+            "assert sorted(s.__all__) == sorted(s._WHERE); print('fgdata.shards.writer' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.stdout.strip() == "False", out.stderr
