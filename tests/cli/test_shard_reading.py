@@ -203,3 +203,22 @@ def test_counting_does_not_import_the_writer():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.stdout.strip() == "False", out.stderr
+
+
+@pytest.mark.parametrize("tamper", ["negative-size", "overlap", "outside"])
+def test_an_index_with_impossible_ranges_is_not_trusted(dataset, tamper):
+    from fgdata.shards import ShardFile, index_path, load_index
+
+    shard = str(dataset / "00000.tar")
+    doc = json.loads(Path(index_path(shard)).read_text())
+    first, second = doc["samples"]
+    if tamper == "negative-size":
+        first[3]["txt"][1] = -1536
+    elif tamper == "overlap":
+        second[1] = first[1]
+    else:
+        first[3]["txt"][0] = doc["size"] + 512
+    Path(index_path(shard)).write_text(json.dumps(doc))
+    assert load_index(shard) is None  # the reader scans the shard instead
+    with ShardFile(shard) as sf:
+        assert [sf.sample(i).members["txt"] for i in range(len(sf))] == [b"caption 0", b"caption 1"]
