@@ -93,13 +93,13 @@ def reference(src: Path, out: Path, vae_dir: Path, size: int, device: str) -> fl
 
 
 def fgdata_encode(src: Path, out: Path, vae_dir: Path, size: int, device: str, batch: int, dtype: str) -> float:
-    from fgdata.encode.latents import encode_latents
+    from fgdata.encode.latents import LatentOptions, encode_latents
 
     shutil.rmtree(out, ignore_errors=True)
     sync(device)
     t0 = time.perf_counter()
-    s = encode_latents(str(src), str(out), vae=str(vae_dir), size=size, batch_size=batch, device=device, dtype=dtype,
-                       workers=min(8, os.cpu_count() or 2))
+    s = encode_latents(str(src), str(out), LatentOptions(vae=str(vae_dir), size=size, batch_size=batch, dtype=dtype),
+                       device=device, decode_workers=min(8, os.cpu_count() or 2))
     sync(device)
     return s.written / (time.perf_counter() - t0)
 
