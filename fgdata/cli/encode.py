@@ -83,8 +83,11 @@ def _run(fn: Callable[..., Any], args: dict[str, Any], flags: dict[str, Any], *,
         gpus = 1.0 if str(args.get("device", "cpu")).startswith("cuda") else 0.0
         summary = run_job(lambda: run_on_ray(fn, args, settings, flags["workers"], gpus))
     elif flags["engine"] == "local":
-        with _progress(label, total, not quiet) as advance:
-            summary = run_job(lambda: fn(**args, run=replace(settings, progress=advance)))
+        def local() -> Any:
+            with _progress(label, total, not quiet) as advance:
+                return fn(**args, run=replace(settings, progress=advance))
+
+        summary = run_job(local)  # the bar is closed before an interrupt line is printed
     else:
         raise FgdataError(f"--engine {flags['engine']!r} is not one of local, ray")
     out = Console()

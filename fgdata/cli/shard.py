@@ -53,19 +53,22 @@ def _run(job, json_out: bool, show_progress: bool) -> None:  # noqa: ANN001 - a 
 
     started = time.perf_counter()
     state = {"done": 0, "bytes": 0, "task": None}
-    with progress(enabled=show_progress and not json_out) as bar:
+    def shard():  # noqa: ANN202 - a JobReport
+        with progress(enabled=show_progress and not json_out) as bar:
 
-        def on_start(total: int) -> None:
-            state["task"] = bar.add_task(f"shard {job.options.kind}", total=total, rate="")
+            def on_start(total: int) -> None:
+                state["task"] = bar.add_task(f"shard {job.options.kind}", total=total, rate="")
 
-        def tick(inputs: int, nbytes: int) -> None:
-            state["done"] += inputs
-            state["bytes"] += nbytes
-            dt = max(time.perf_counter() - started, 1e-9)
-            bar.update(state["task"], advance=inputs,
-                       rate=f"{state['done'] / dt:,.0f} samples/s  {state['bytes'] / dt / 1e6:,.1f} MB/s")
+            def tick(inputs: int, nbytes: int) -> None:
+                state["done"] += inputs
+                state["bytes"] += nbytes
+                dt = max(time.perf_counter() - started, 1e-9)
+                bar.update(state["task"], advance=inputs,
+                           rate=f"{state['done'] / dt:,.0f} samples/s  {state['bytes'] / dt / 1e6:,.1f} MB/s")
 
-        report = run_job(lambda: run_shard_job(job, progress=tick, on_start=on_start, notify=notify))
+            return run_shard_job(job, progress=tick, on_start=on_start, notify=notify)
+
+    report = run_job(shard)  # the bar is closed before an interrupt line is printed
     elapsed = time.perf_counter() - started
     if json_out:
         print_json({k: v for k, v in vars(report).items() if k != "failures"} | {"seconds": round(elapsed, 3)})

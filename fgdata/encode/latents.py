@@ -95,7 +95,7 @@ class LatentOptions:
     vae: str
     vae_subfolder: str | None = None
     kind: str = "image"
-    size: int | tuple[int, int] = 256
+    size: int | tuple[int, int] | str = 256  # "N" or "WxH" become int / (w, h)
     frames: int | None = None
     fps: float | None = None
     media_ext: str | None = None
@@ -125,7 +125,8 @@ class LatentEncoder:
 
     def __init__(self, options: LatentOptions, device: str = "cpu", channels_last: bool | None = None):
         o = options
-        self.kind, self.size, self.frames, self.fps = o.kind, o.size, o.frames, o.fps
+        self.kind, self.frames, self.fps = o.kind, o.frames, o.fps
+        self.size = parse_size(o.size)
         self.device = resolve_device(device)
         self.dtype, self.use_autocast = o.dtype, o.use_autocast
         self.posterior, self.seed, self.save_dtype = o.posterior, o.seed, o.save_dtype
