@@ -13,6 +13,8 @@ from typing import Any, Callable, Iterator, Optional
 
 import typer
 
+from fgdata.cli import options
+
 encode_app = typer.Typer(help="Precompute latents and text embeddings into shards.", no_args_is_help=True)
 kd_app = typer.Typer(help="Knowledge-distillation shards from a diffusers teacher.", no_args_is_help=True)
 
@@ -22,10 +24,10 @@ AUTOCAST = typer.Option(False, "--autocast", help="Keep float32 weights and run 
 SAVE_DTYPE = typer.Option("float32", "--save-dtype", help="dtype of the stored .pth tensors.")
 ENGINE = typer.Option("local", "--engine", help="local (one process, or torchrun ranks) or ray.")
 WORKERS = typer.Option(1, "--workers", help="With --engine ray: number of Ray workers (ranks).")
-RESUME = typer.Option(True, "--resume/--no-resume", help="Keep output shards finished by an earlier run of the same job (--no-resume redoes them).")
-OVERWRITE = typer.Option(False, "--overwrite", help="Remove files in DST that fgdata did not write (listed first) instead of refusing.")
+RESUME = options.RESUME
+OVERWRITE = options.OVERWRITE
 WAIT = typer.Option(None, "--wait-timeout", help="Seconds the finishing rank waits for the other ranks' shards (default 3600).")
-QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.")
+QUIET = options.QUIET
 
 
 @contextmanager
@@ -98,6 +100,7 @@ def _run(fn: Callable[..., Any], args: dict[str, Any], flags: dict[str, Any], *,
                   f"{summary.rate:.1f} samples/s)")
         if summary.failed:
             out.print(f"  failures: {summary.failures_path}")
+        options.exit_if_all_failed(summary.written, summary.failed, summary.failures_path)
     else:
         out.print(f"rank {summary.rank}: {summary.written} written, {summary.failed} failed "
                   f"({summary.shards_done} shards, {summary.shards_skipped} resumed; {summary.rate:.1f} samples/s)")

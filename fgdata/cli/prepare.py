@@ -132,6 +132,11 @@ def prepare(
 
     summaries = run_job(build)  # the bar is closed before an interrupt line is printed
     _report(summaries)
+    from fgdata.cli.options import exit_if_all_failed
+
+    for s in summaries:
+        if not s.get("skipped"):
+            exit_if_all_failed(s.get("written") or 0, s.get("failed") or 0, s.get("path"))
 
 
 def register(app: typer.Typer) -> None:

@@ -7,15 +7,19 @@ from typing import Any, Optional
 
 import typer
 
-from fgdata.cli.render import console, err_console, human_bytes, print_json, progress
+from fgdata.cli.options import JSON, PROGRESS, QUIET, show_progress
+from fgdata.cli.render import console, err_console, human_bytes, print_json, progress, wrap_tokens
+from fgdata.report.format import dtype_shape, number
 
 
 def count_shards_cmd(
     paths: list[str] = typer.Argument(..., help="A folder or s3:// prefix of .tar shards, shards, or a brace pattern like 'data/{00000..00099}.tar'."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the counts here (local or s3://) instead of shard_count.json beside the shards."),
-    json_out: bool = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table."),
     workers: int = typer.Option(8, "--workers", "-w", min=1, help="Shards counted in parallel."),
     write: bool = typer.Option(True, "--write/--no-write", help="Write the shard-count file."),
+    json_out: bool = JSON,
+    progress_flag: Optional[bool] = PROGRESS,
+    quiet: bool = QUIET,
 ) -> None:
     """Count the samples in every shard, reading tar headers only, and write shard_count.json.
 
@@ -31,7 +35,7 @@ def count_shards_cmd(
     selection = resolve_shards(paths)
     shards = selection.shards
     started = time.perf_counter()
-    with progress(enabled=not json_out and len(shards) > 1) as bar:
+    with progress(enabled=show_progress(progress_flag, quiet=quiet, json_out=json_out) and len(shards) > 1) as bar:
         task = bar.add_task("counting", total=len(shards), rate="")
 
         def tick(_row: object) -> None:
@@ -66,7 +70,8 @@ def count_shards_cmd(
             table.add_row(r.name, "?" if r.error else f"{r.samples:,}", human_bytes(r.bytes), status)
         console.print(table)
         for u in updates:
-            console.print(f"wrote {u.path}")
+            if not quiet:
+                console.print(f"wrote {u.path}")
     for u in updates:
         for name, n in u.kept.items():
             err_console.print(f"[red]{name}: could not be read; {u.path} keeps its old count ({n:,})[/]")
@@ -81,8 +86,9 @@ def inspect_cmd(
     paths: list[str] = typer.Argument(..., help="A .tar shard (local or s3://), several, a folder, or a brace pattern."),
     limit: int = typer.Option(5, "--limit", "-n", min=0, help="How many samples to show (across all shards)."),
     key: Optional[str] = typer.Option(None, "--key", "-k", help="Show only this sample, in full."),
-    json_out: bool = typer.Option(False, "--json", help="Print machine-readable JSON (one shard: its report; several: {\"shards\": [...]})."),
     preview: Optional[str] = typer.Option(None, "--preview", help="Write a contact sheet PNG of the images and first video frames."),
+    json_out: bool = JSON,
+    quiet: bool = QUIET,
 ) -> None:
     """Show what a shard holds: samples, extension sets, bytes per extension and decoded members.
 
@@ -102,7 +108,7 @@ def inspect_cmd(
     else:
         for report in reports:
             _render_report(report)
-        if preview:
+        if preview and not quiet:
             console.print(f"wrote preview {preview} ({drawn} tiles)")
     damaged = [r for r in reports if r.damage]
     for report in damaged:
