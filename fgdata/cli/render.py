@@ -37,6 +37,35 @@ def progress(*, enabled: bool = True) -> "Progress":
     )
 
 
+def number(v: float) -> str:
+    """4 significant digits for floats (``-4.603``, ``1.013e-06``), integers as they are."""
+    if isinstance(v, bool) or not isinstance(v, float):
+        return str(v)
+    return f"{v:.4g}"
+
+
+def dtype_shape(dtype: str, shape: list[int] | tuple[int, ...]) -> str:
+    """``float32[3,17,29]``: one token that never wraps."""
+    return f"{dtype}[{','.join(str(d) for d in shape)}]"
+
+
+def wrap_tokens(tokens: list[str], width: int) -> list[str]:
+    """Pack tokens into lines of at most ``width`` characters, two spaces apart, never splitting a token;
+    a token longer than a line is cut with an ellipsis."""
+    lines: list[str] = []
+    line = ""
+    for token in tokens:
+        if len(token) > width:
+            token = token[: max(width - 1, 1)] + "…"
+        if line and len(line) + 2 + len(token) > width:
+            lines.append(line)
+            line = ""
+        line = f"{line}  {token}" if line else token
+    if line:
+        lines.append(line)
+    return lines
+
+
 def human_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1000 or unit == "TB":
