@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "fgdata.cli.prepare",
     "fgdata.cli.encode",
     "fgdata.cli.verify",
+    "fgdata.cli.report",
     "fgdata.cli.shard",
 ]
 

@@ -8,6 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from fgdata.report.format import human_bytes
+
+__all__ = ["console", "err_console", "human_bytes", "print_json", "progress", "wrap_tokens"]
+
 if TYPE_CHECKING:
     from rich.progress import Progress
 
@@ -37,18 +41,6 @@ def progress(*, enabled: bool = True) -> "Progress":
     )
 
 
-def number(v: float) -> str:
-    """4 significant digits for floats (``-4.603``, ``1.013e-06``), integers as they are."""
-    if isinstance(v, bool) or not isinstance(v, float):
-        return str(v)
-    return f"{v:.4g}"
-
-
-def dtype_shape(dtype: str, shape: list[int] | tuple[int, ...]) -> str:
-    """``float32[3,17,29]``: one token that never wraps."""
-    return f"{dtype}[{','.join(str(d) for d in shape)}]"
-
-
 def wrap_tokens(tokens: list[str], width: int) -> list[str]:
     """Pack tokens into lines of at most ``width`` characters, two spaces apart, never splitting a token;
     a token longer than a line is cut with an ellipsis."""
@@ -64,11 +56,3 @@ def wrap_tokens(tokens: list[str], width: int) -> list[str]:
     if line:
         lines.append(line)
     return lines
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n} B"

@@ -8,7 +8,8 @@ from typing import Any, Optional
 import typer
 
 from fgdata.cli.options import JSON, PROGRESS, QUIET, show_progress
-from fgdata.cli.render import console, dtype_shape, err_console, human_bytes, number, print_json, progress, wrap_tokens
+from fgdata.cli.render import console, err_console, human_bytes, print_json, progress, wrap_tokens
+from fgdata.report.format import dtype_shape, number
 
 
 def count_shards_cmd(
