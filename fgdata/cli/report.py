@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 
 from fgdata.cli.options import JSON, OVERWRITE, PROGRESS, QUIET, say_removed, show_progress
-from fgdata.cli.render import console, print_json, progress
+from fgdata.cli.render import console, err_console, print_json, progress
 
 
 def _thresholds(items: list[str]) -> dict[str, float]:
@@ -69,7 +69,7 @@ def _summary_table(doc: dict[str, Any]) -> None:
     table.add_row("size", f"{human_bytes(doc['total_bytes'])}, {human_bytes(doc['total_bytes'] / total) if total else '–'}"
                   " per sample")
     sets = list(doc["extension_sets"].items())
-    table.add_row("members", "; ".join(f"{k or '(none)'} ×{n:,}" for k, n in sets[:3])
+    table.add_row("members", ("; ".join(f"{k or '(none)'} ×{n:,}" for k, n in sets[:3]) or "–")
                   + (f"; {len(sets) - 3} more sets" if len(sets) > 3 else ""))
     if "images" in doc:
         im = doc["images"]
@@ -163,6 +163,8 @@ def report_cmd(
             console.print(f"wrote {output}" + (f" and {contact_sheet}" if contact_sheet else ""), highlight=False,
                           soft_wrap=True)
     if doc["problems"]:
+        found = "; ".join(f"{p['count']:,} × {p['kind']}" for p in doc["problems"])
+        err_console.print(f"[red]problems found: {found}[/]", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
 
 

@@ -102,7 +102,8 @@ def assert_counts_match(doc: dict, path: Path | str) -> None:
 @pytest.fixture(scope="module")
 def image_shards(tmp_path_factory, sample_data) -> Path:
     """fgdata's own image shards (json with width and height), two shards, a numeric score per photo."""
-    from fgdata.engine import ShardJob, ShardOptions, run_shard_job
+    from fgdata.jobs.shard import ShardJob, run_shard_job
+    from fgdata.producers.media import ShardOptions
 
     src = tmp_path_factory.mktemp("photos")
     photos = [p for p in sorted(sample_data.iterdir()) if p.suffix in (".jpg", ".png")]
@@ -118,7 +119,8 @@ def image_shards(tmp_path_factory, sample_data) -> Path:
 @pytest.fixture(scope="module")
 def video_shards(tmp_path_factory, sample_video, clip_encoder) -> Path:
     """fgdata's video shards: the bundled clip (6-channel audio), a stereo clip and a silent one."""
-    from fgdata.engine import ShardJob, ShardOptions, run_shard_job
+    from fgdata.jobs.shard import ShardJob, run_shard_job
+    from fgdata.producers.media import ShardOptions
 
     src = tmp_path_factory.mktemp("clips")
     shutil.copyfile(sample_video, src / "bunny.mp4")
@@ -150,7 +152,8 @@ def latent_shards(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def prompt_shards(tmp_path_factory) -> Path:
-    from fgdata.engine import ShardJob, ShardOptions, run_shard_job
+    from fgdata.jobs.shard import ShardJob, run_shard_job
+    from fgdata.producers.media import ShardOptions
 
     prompts = tmp_path_factory.mktemp("prompts") / "prompts.txt"
     prompts.write_text("\n".join(["a red fox in the snow", "the skyline of a city at night", "a bowl of ramen",
