@@ -153,8 +153,12 @@ def _open(path: str, stats: Stats) -> tuple[int | None, Iterator[_Entry]]:
                 for sample in iter_samples(path):
                     members = sample.members
                     count += 1
-                    yield _Entry(sample.key, {e: len(d) for e, d in members.items()},
-                                 lambda ext, limit, m=members: m[ext] if limit is None else m[ext][:limit])
+
+
+                    def read(ext: str, limit: int | None, members: dict[str, bytes] = members) -> bytes:
+                        return members[ext] if limit is None else members[ext][:limit]
+
+                    yield _Entry(sample.key, {e: len(d) for e, d in members.items()}, read)
             except DamagedShardError as exc:
                 stats.problem("damaged shard", f"{name}: {exc.reason} (after {exc.good} samples)")
                 row["damage"] = exc.reason

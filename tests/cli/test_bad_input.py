@@ -112,7 +112,7 @@ def test_every_command_fails_cleanly_on_bad_input(bad_inputs, tmp_path):
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = list(pool.map(lambda j: _run(j[2], j[3]), jobs))
     problems = []
-    for (path, kind, argv, _), res in zip(jobs, results):
+    for (_path, kind, argv, _out), res in zip(jobs, results):
         text = res.stdout + res.stderr
         where = f"fgdata {' '.join(argv)} [{kind}] -> {res.returncode}"
         if res.returncode == 0:

@@ -212,8 +212,8 @@ def test_score_filter_numbers_match_the_loader(image_shards):
     field = doc["numeric_fields"]["aesthetic_score"]
     spec = field["score_filter"]["presets_filter"]
     assert spec == {"score": {"score_key": "aesthetic_score", "threshold": 5.2}}
-    [(_, check)] = build_filters(spec)
-    kept = sum(check(s.members) is None for shard in require_shards(str(image_shards)) for s in iter_samples(shard))
+    [score] = build_filters(spec)
+    kept = sum(score.check(s.members) is None for shard in require_shards(str(image_shards)) for s in iter_samples(shard))
     assert field["score_filter"]["kept"] == kept and 0 < kept < 7
     assert "tag" not in doc["numeric_fields"] and "width" not in doc["numeric_fields"]
 
@@ -309,7 +309,7 @@ def test_bad_threshold_is_a_usage_error(image_shards, tmp_path):
 def test_report_on_s3(image_shards, s3_bucket, tmp_path):
     from fgdata import storage
 
-    for p in sorted(image_shards.iterdir()):
+    for p in sorted(x for x in image_shards.iterdir() if x.is_file()):
         storage.upload(str(p), f"{s3_bucket}/photos/{p.name}")
     doc, res = report(f"{s3_bucket}/photos", tmp_path / "r.html")
     assert res.returncode == 0, res.stderr
