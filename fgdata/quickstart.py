@@ -18,7 +18,7 @@ from fgdata.errors import FgdataError
 SAMPLE_DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
 
 #: What a quickstart run writes under its folder; ``--overwrite`` removes exactly these.
-OUTPUTS = ("image_shards", "video_shards", "video-src", "class_conditional")
+OUTPUTS = ("image_shards", "video_shards", "video-src", "class_conditional", "report.html", "contact_sheet.png")
 
 
 @dataclass
@@ -35,7 +35,7 @@ def default_outdir() -> str:
 
 
 def existing_outputs(outdir: str) -> list[str]:
-    """The quickstart outputs already under ``outdir`` (what ``--overwrite`` would remove)."""
+    """The quickstart outputs already under ``outdir`` (what ``--overwrite`` removes)."""
     return [str(Path(outdir) / name) for name in OUTPUTS if (Path(outdir) / name).exists()]
 
 
@@ -43,7 +43,7 @@ def _shapes(shapes: dict[str, Any]) -> str:
     """``real_raw [2,3,64,64] + 5 more keys``: the tensors, then how many other batch keys."""
     tensors = [f"{k} [{','.join(map(str, v))}]" for k, v in shapes.items() if len(v) > 1]
     rest = len(shapes) - len(tensors)
-    return ", ".join(tensors) + (f" + {rest} more keys" if rest else "")
+    return ", ".join(tensors) + (f" + {rest} more key{'s' if rest > 1 else ''}" if rest else "")
 
 
 def steps(outdir: str) -> list[Step]:
@@ -84,15 +84,30 @@ def steps(outdir: str) -> list[Step]:
 
     def shard_videos() -> tuple[dict[str, Any], str]:
         r = quickstart_videos(out)
-        return r, f"{r['written']} of {r['seen']} videos written as {r['samples']} samples, {r['failed']} failed"
+        return r, f"{r['written']} of {r['seen']} videos written ({r['samples']} samples), {r['failed']} failed"
 
     def class_zip() -> tuple[dict[str, Any], str]:
         r = quickstart_demo(out / "class_conditional")
         return r, f"{r['images']} images in {Path(r['zips'][-1]).name}; ImageLoader batch: {_shapes(r['batch'])}"
 
+    def report() -> tuple[dict[str, Any], str]:
+        from fgdata.report.build import build_report, write_contact_sheet
+        from fgdata.shards import require_shards
+
+        shards = require_shards(images) + require_shards(str(out / "video_shards"))
+        r = build_report(shards, name="fgdata quickstart", paths=[images, str(out / "video_shards")], workers=1)
+        html, sheet = out / "report.html", out / "contact_sheet.png"
+        html.write_text(r.html, encoding="utf-8")
+        write_contact_sheet(r, str(sheet))
+        problems = sum(p["count"] for p in r.doc["problems"])
+        return ({"html": str(html), "contact_sheet": str(sheet), "samples": r.doc["total_samples"],
+                 "problems": problems},
+                f"report.html and contact_sheet.png: {r.doc['total_samples']} samples, {len(r.stats.tiles)} tiles, "
+                f"{problems} problems")
+
     return [Step("shard images", shard_images), Step("count-shards", count), Step("inspect", inspect),
             Step("load a batch", load_batch), Step("shard videos", shard_videos),
-            Step("class-conditional zip", class_zip)]
+            Step("class-conditional zip", class_zip), Step("report", report)]
 
 
 def quickstart_demo(outdir: str | os.PathLike[str]) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 
@@ -26,12 +27,12 @@ def quickstart_cmd(
     progress_flag: bool | None = PROGRESS,
     quiet: bool = QUIET,
 ) -> None:
-    """Shard the bundled photos and clip, count, inspect and load them, and build a dataset zip.
+    """Shard the bundled photos and clip, count, inspect and load them, build a dataset zip and a report.
 
     Example: fgdata quickstart /tmp/fgdata-demo
 
     Needs no network: it uses the sample media under examples/data. Ends with a table of what each step did and
-    the paths of what it wrote.
+    the paths of the contact sheet and the report page it wrote.
     """
     from fgdata.errors import FgdataError
     from fgdata.quickstart import default_outdir, existing_outputs, steps
@@ -44,7 +45,10 @@ def quickstart_cmd(
             raise FgdataError(f"{outdir}: holds the outputs of an earlier quickstart ({', '.join(stale)}); "
                               "pass --overwrite to replace them")
         for path in say_removed(stale, quiet=quiet or json_out):
-            shutil.rmtree(path)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
     plan = steps(outdir)
     results: dict[str, dict] = {}
     rows: list[tuple[str, str, float]] = []
@@ -75,9 +79,9 @@ def quickstart_cmd(
     for name, summary, seconds in rows:
         table.add_row(name, summary, f"{seconds:.1f} s")
     console.print(table)
-    console.print(f"outputs: {outdir}", highlight=False, soft_wrap=True)
-    if not quiet:
-        console.print(f"next: fgdata inspect {outdir}/image_shards/00000.tar", highlight=False, soft_wrap=True)
+    console.print(f"outputs:       {outdir}", highlight=False, soft_wrap=True)
+    console.print(f"contact sheet: {results['report']['contact_sheet']}", highlight=False, soft_wrap=True)
+    console.print(f"report:        {results['report']['html']}", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -70,7 +70,7 @@ def _summary_table(doc: dict[str, Any]) -> None:
                   " per sample")
     sets = list(doc["extension_sets"].items())
     table.add_row("members", ("; ".join(f"{k or '(none)'} ×{n:,}" for k, n in sets[:3]) or "–")
-                  + (f"; {len(sets) - 3} more sets" if len(sets) > 3 else ""))
+                  + (f"; {len(sets) - 3} more set{'s' if len(sets) > 4 else ''}" if len(sets) > 3 else ""))
     if "images" in doc:
         im = doc["images"]
         table.add_row("images", f"{im['members']:,}; width {dist(im['width'], ' px')}, height {dist(im['height'], ' px')}")
@@ -123,10 +123,7 @@ def report_cmd(
     """
     from fgdata import storage
     from fgdata.errors import FgdataError
-    from fgdata.report import html as page
-    from fgdata.report.collect import collect
-    from fgdata.report.plots import contact_sheet as draw_sheet
-    from fgdata.report.summary import summarise
+    from fgdata.report.build import build_report, write_contact_sheet
 
     wanted = _thresholds(threshold)
     outputs = [p for p in (output, contact_sheet) if p]
@@ -141,18 +138,17 @@ def report_cmd(
         def tick(_shard: str) -> None:
             done = bar.tasks[task].completed + 1
             bar.update(task, advance=1, rate=f"{done / max(time.perf_counter() - started, 1e-9):.1f} shards/s")
+            if done == len(shards):
+                bar.update(task, description="drawing")
 
-        stats = collect(shards, sample=sample, tiles=tiles, workers=workers, progress=tick)
-        doc = summarise(stats, name=name or _dataset_name(paths), paths=paths, thresholds=wanted, sample=sample)
-        bar.update(task, description="drawing")
-        text = page.render(doc, stats)
+        report = build_report(shards, name=name or _dataset_name(paths), paths=paths, sample=sample, tiles=tiles,
+                              workers=workers, thresholds=wanted, progress=tick)
+    doc = report.doc
     say_removed(existing, quiet=quiet or json_out)
-    storage.write_bytes(output, text.encode())
+    storage.write_bytes(output, report.html.encode())
     doc["html"] = output
     if contact_sheet:
-        if not stats.tiles:
-            raise FgdataError(f"{contact_sheet}: no images or videos to put in a contact sheet")
-        storage.write_bytes(contact_sheet, draw_sheet(stats.tiles))
+        write_contact_sheet(report, contact_sheet)
         doc["contact_sheet_png"] = contact_sheet
     doc["seconds"] = round(time.perf_counter() - started, 3)
     if json_out:

@@ -62,9 +62,23 @@ def _thin_bars(ax: Any, n: int, slots: int = 8) -> None:
 
 def _bins(values: Sequence[float], integer: bool = False) -> Any:
     lo, hi = min(values), max(values)
-    if integer and hi - lo < 40:
+    if integer and hi - lo <= 20:
         return [x - 0.5 for x in range(int(lo), int(hi) + 2)]
-    return min(40, max(5, int(math.sqrt(len(values))) + 1)) if hi > lo else 1
+    if hi == lo:  # one value: a narrow bar, not one spanning the axes
+        pad = abs(lo) * 0.05 or 0.5
+        return [lo - pad, lo + pad]
+    return min(40, max(5, int(math.sqrt(len(values))) + 1))
+
+
+def _category_bars(ax: Any, counts: list[tuple[str, int]], colour: str = ACCENT, slots: int = 8) -> None:
+    """Horizontal bars for a few named categories, largest on top, with their counts."""
+    items = counts[::-1]
+    bars = ax.barh([k for k, _ in items], [v for _, v in items], color=colour, height=0.6)
+    ax.bar_label(bars, labels=[f"{v:,}" for _, v in items], padding=3, fontsize=8, color="#30353c")
+    ax.grid(axis="y", visible=False)
+    ax.set_xlim(0, max(v for _, v in items) * 1.2)
+    _counts_axis(ax, "x")
+    _thin_bars(ax, len(items), slots)
 
 
 def per_shard(shards: list[dict[str, Any]]) -> bytes:
@@ -137,26 +151,23 @@ def images(widths: Sequence[int], heights: Sequence[int]) -> bytes:
 
 
 def videos(duration: Sequence[float], fps: Sequence[float], frames: Sequence[int], resolutions: dict[str, int]) -> bytes:
-    """Duration, frame rate, frame count and resolution, in a 2×2 grid."""
+    """Duration and frame count histograms; frame rates and resolutions as counts per value, in a 2×2 grid."""
+    from collections import Counter
+
     plt = _plt()
     fig, axes = plt.subplots(2, 2, figsize=(9, 5.2), layout="constrained")
     for ax, values, title, xlabel, integer in ((axes[0][0], duration, "duration", "seconds", False),
-                                               (axes[0][1], fps, "frame rate", "frames per second", False),
                                                (axes[1][0], frames, "frame count", "frames", True)):
         ax.hist(values, bins=_bins(values, integer), color=ACCENT, edgecolor="white", linewidth=0.5)
         ax.set_title(title)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("videos")
         _counts_axis(ax)
-    res = list(resolutions.items())[:10][::-1]
-    ax = axes[1][1]
-    bars = ax.barh([k for k, _ in res], [v for _, v in res], color=ACCENT, height=0.6)
-    ax.bar_label(bars, labels=[f"{v:,}" for _, v in res], padding=3, fontsize=8)
-    ax.set_title("resolution (width×height)")
-    ax.grid(axis="y", visible=False)
-    ax.set_xlim(0, max(v for _, v in res) * 1.2)
-    _counts_axis(ax, "x")
-    _thin_bars(ax, len(res), 5)
+    rates = Counter(f"{r:.4g} fps" for r in fps).most_common(8)
+    _category_bars(axes[0][1], rates, slots=5)
+    axes[0][1].set_title("frame rate")
+    _category_bars(axes[1][1], list(resolutions.items())[:8], slots=5)
+    axes[1][1].set_title("resolution (width×height)")
     return _png(fig)
 
 
@@ -169,14 +180,8 @@ def captions(words: Sequence[int], first_words: list[tuple[str, int]]) -> bytes:
     a.set_xlabel("words")
     a.set_ylabel("captions")
     _counts_axis(a)
-    top = first_words[:12][::-1]
-    bars = b.barh([f"“{w}”" for w, _ in top], [n for _, n in top], color=SECOND, height=0.6)
-    b.bar_label(bars, labels=[f"{n:,}" for _, n in top], padding=3, fontsize=8)
+    _category_bars(b, [(f"“{w}”", n) for w, n in first_words[:12]], SECOND)
     b.set_title("most common first words")
-    b.grid(axis="y", visible=False)
-    b.set_xlim(0, max(n for _, n in top) * 1.2)
-    _counts_axis(b, "x")
-    _thin_bars(b, len(top))
     return _png(fig)
 
 
@@ -193,14 +198,12 @@ def numeric_field(name: str, values: Sequence[float], threshold: float, kept_sha
     dropped = [v for v in values if v < threshold]
     ax.hist([dropped, kept], bins=edges, stacked=True, color=[DROPPED, KEPT], edgecolor="white", linewidth=0.5,
             label=["below threshold", "kept"])
-    ax.axvline(threshold, color="#30353c", lw=1, ls="--")
-    share = f"keeps {kept_share:.1%} of samples" if kept_share is not None else ""
-    ax.annotate(f" threshold {threshold:g}\n {share}", (threshold, 0.97), xycoords=("data", "axes fraction"),
-                va="top", fontsize=8, color="#30353c")
-    ax.set_title(name)
+    share = f", keeps {kept_share:.1%} of samples" if kept_share is not None else ""
+    ax.axvline(threshold, color="#30353c", lw=1, ls="--", label=f"threshold {threshold:g}{share}")
+    ax.set_xlabel(name)
     ax.set_ylabel("samples")
     _counts_axis(ax)
-    ax.legend(frameon=False, fontsize=8, loc="upper left")
+    ax.legend(frameon=False, fontsize=8, loc="lower right", bbox_to_anchor=(1, 1), ncols=3)
     return _png(fig)
 
 

@@ -54,7 +54,7 @@ def _threshold(values: Sequence[float], chosen: float | None) -> float:
     lo, hi = min(values), max(values)
     if lo < t <= hi:
         return t
-    return float(distribution(values)["p50"])  # type: ignore[index]
+    return float(f"{distribution(values)['p50']:.3g}")  # type: ignore[index]  # the median, to 3 digits
 
 
 def summarise(stats: Stats, *, name: str, paths: Sequence[str], thresholds: dict[str, float] | None = None,

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 FGDATA = str(Path(sys.executable).with_name("fgdata"))
-STEPS = ("shard images", "count-shards", "inspect", "load a batch", "shard videos", "class-conditional zip")
+STEPS = ("shard images", "count-shards", "inspect", "load a batch", "shard videos", "class-conditional zip", "report")
 
 
 def fg(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -32,6 +32,14 @@ def test_quickstart_end_to_end(tmp_path):
     assert report["seen"] == report["written"] + report["failed"] == 7
     assert (tmp_path / "demo" / "video_shards" / "00000.tar").exists()
     assert (tmp_path / "demo" / "class_conditional" / "imagenet-64" / "imagenet-64x64.zip").exists()
+    sheet, page = tmp_path / "demo" / "contact_sheet.png", tmp_path / "demo" / "report.html"
+    lines = out.stdout.splitlines()
+    assert lines[-2].split() == ["contact", "sheet:", str(sheet)] and lines[-1].split() == ["report:", str(page)]
+    from PIL import Image
+
+    with Image.open(sheet) as im:
+        assert im.format == "PNG" and im.width > 400
+    assert page.read_text().startswith("<!doctype html>")
 
     # a second run into the same folder refuses, naming what is there; --overwrite says what it removes
     again = fg("quickstart", str(tmp_path / "demo"))
@@ -42,6 +50,7 @@ def test_quickstart_end_to_end(tmp_path):
     doc = json.loads(again.stdout)
     assert list(doc["steps"]) == list(STEPS)
     assert doc["steps"]["count-shards"]["samples"] == 7
+    assert doc["steps"]["report"]["samples"] == 8 and doc["steps"]["report"]["problems"] == 0
 
 
 def test_quickstart_defaults_to_a_fresh_temp_folder(tmp_path):
