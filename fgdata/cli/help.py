@@ -30,10 +30,12 @@ def _is_argument(param: Any) -> bool:
 
 
 def _upper_arguments(params: list[Any]) -> None:
-    """Arguments show and report as their upper-case names (``PATH``), in usage, help and errors."""
+    """Arguments show and report as their upper-case names (``PATH``), in usage, help and errors; a list
+    argument named in the plural reads as one item repeated (``paths`` -> ``PATH...``)."""
     for p in params:
         if _is_argument(p) and p.metavar is None and p.name:
-            p.metavar = p.name.upper()
+            name = p.name[:-1] if p.nargs != 1 and p.name.endswith("s") and len(p.name) > 2 else p.name
+            p.metavar = name.upper()
 
 
 def _usage_pieces(cmd: Any, ctx: Any) -> list[str]:
@@ -57,6 +59,8 @@ def _metavar(param: Any, ctx: Any) -> str:
     else:
         choices = getattr(param.type, "choices", None)
         label = "|".join(map(str, choices)) if choices else str(getattr(param.type, "name", "text"))
+    if label.startswith("list[") and label.endswith("]"):  # a repeatable option: its item type
+        label = label[5:-1]
     if "|" in label:
         return f"[{label}]"
     return _TYPE_NAMES.get(label, label.upper())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Optional
 
@@ -23,23 +22,6 @@ def _thresholds(items: list[str]) -> dict[str, float]:
         if not sep or not name.strip():
             raise typer.BadParameter(f"{item!r} is not FIELD=NUMBER, e.g. aesthetic_score=5.5")
     return out
-
-
-def _shards(paths: list[str]) -> list[str]:
-    """Every shard the arguments name: folders or s3:// prefixes of .tar shards, or .tar shards."""
-    from fgdata import storage
-    from fgdata.errors import FgdataError
-    from fgdata.shards import require_shards
-
-    out: list[str] = []
-    for p in paths:
-        if p.endswith(".tar"):
-            if not storage.is_s3(p) and not os.path.isfile(p):
-                raise FgdataError(f"{p}: shard not found")
-            out.append(p)
-        else:
-            out.extend(require_shards(p))
-    return list(dict.fromkeys(out))
 
 
 def _dataset_name(paths: list[str]) -> str:
@@ -97,13 +79,14 @@ def _summary_table(doc: dict[str, Any]) -> None:
 
 
 def report_cmd(
-    paths: list[str] = typer.Argument(..., help="Folders or s3:// prefixes of .tar shards, or shards."),
-    output: str = typer.Option("report.html", "--output", "-o", help="The HTML page to write (local or s3://)."),
-    sample: int = typer.Option(1000, "--sample", min=0, help="Decode the media of at most N samples (image headers "
+    paths: list[str] = typer.Argument(..., help="A folder or s3:// prefix of .tar shards, shards, or a brace pattern "
+                                      "like 'data/{00000..00099}.tar'."),
+    output: str = typer.Option("report.html", "--output", "-o", metavar="FILE", help="The HTML page to write (local or s3://)."),
+    sample: int = typer.Option(1000, "--sample", min=0, metavar="N", help="Decode the media of at most N samples (image headers "
                                "without json sizes, video probes, tensors), spread evenly over the dataset."),
-    tiles: int = typer.Option(24, "--tiles", min=0, help="Samples in the contact sheet."),
-    contact_sheet: Optional[str] = typer.Option(None, "--contact-sheet", help="Also write the contact sheet as a PNG."),
-    threshold: list[str] = typer.Option([], "--threshold", help="FIELD=VALUE: the score threshold shown for a numeric "
+    tiles: int = typer.Option(24, "--tiles", min=0, metavar="N", help="Samples in the contact sheet."),
+    contact_sheet: Optional[str] = typer.Option(None, "--contact-sheet", metavar="PNG", help="Also write the contact sheet as a PNG."),
+    threshold: list[str] = typer.Option([], "--threshold", metavar="FIELD=VALUE", help="The score threshold shown for a numeric "
                                         "json field (repeatable; default: the score filter's, else the median)."),
     name: Optional[str] = typer.Option(None, "--name", help="The dataset's name in the report (default: its folder)."),
     workers: int = typer.Option(4, "--workers", "-w", min=1, help="Shards read in parallel."),
@@ -130,7 +113,9 @@ def report_cmd(
     existing = [p for p in outputs if storage.exists(p)]
     if existing and not overwrite:
         raise FgdataError(f"{existing[0]} exists; pass --overwrite to replace it")
-    shards = _shards(paths)
+    from fgdata.shards import resolve_shards
+
+    shards = resolve_shards(paths).shards
     started = time.perf_counter()
     with progress(enabled=show_progress(progress_flag, quiet=quiet, json_out=json_out)) as bar:
         task = bar.add_task("reading shards", total=len(shards), rate="")

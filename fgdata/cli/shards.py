@@ -169,9 +169,14 @@ def _count(n: int, noun: str) -> str:
 
 def _facts(summary: dict) -> list[str]:
     """What ``fgdata inspect`` says about one member, as short tokens that are never split across lines."""
-    s = {k: v for k, v in summary.items() if k != "bytes"}
+    s = {k: v for k, v in summary.items() if k not in ("bytes", "not_loaded")}
+    note = [f"(not loaded: {summary['not_loaded']})"] if "not_loaded" in summary else []
     if "error" in s:
-        return [f"error: {s['error']}"]
+        return [f"error: {s['error']}", *note]
+    return ((_member_facts(s) if s else []) + note) or ["–"]
+
+
+def _member_facts(s: dict) -> list[str]:
     if "tensor" in s:
         return _tensor_facts(s["tensor"])
     if "codec" in s:  # a video probe

@@ -139,7 +139,7 @@ def test_help_reads_well_at_80_columns(name):
 def test_argument_errors_name_arguments_in_upper_case():
     out = subprocess.run([FGDATA, "verify"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
-    assert "'PATH'" in out.stderr and "Usage: fgdata verify [OPTIONS] PATH" in out.stderr
+    assert "'PATH'" in out.stderr and "Usage: fgdata verify [OPTIONS] PATH..." in out.stderr
 
 
 def test_shell_completion():
