@@ -19,16 +19,16 @@ from fgdata.cli.main import app
 
 FGDATA = str(Path(sys.executable).with_name("fgdata"))
 REPO = Path(__file__).resolve().parents[2]
-# A requirement label is one or two capitals, a hyphen and one or two digits, standing alone; "CIFAR-10", "x-1"
-# or "H-264x" do not match. A section sign followed by a number is the other form.
-CODE = re.compile(r"(?<![\w-])[A-Z]{1,2}-\d{1,2}(?![\w-])|§\s?\d")
+# A requirement label is one or two capitals, a hyphen and one or two digits, standing alone; "CIFAR-10", "x-1",
+# "H-264x" or a range end like "0..N-1" do not match. A section sign followed by a number is the other form.
+CODE = re.compile(r"(?<![\w.-])[A-Z]{1,2}-\d{1,2}(?![\w-])|§\s?\d")
 
 
 def test_the_pattern_finds_codes_and_spares_ordinary_words():
     for text in ("converted to RGB (Z-9)", "error (QZ-42)", "Z-1: crop", "see §9.9"):
         assert CODE.search(text), text
     for text in ("CIFAR-10", "imagenet-64", "a 4-D tensor", "UTF-8", "sd-vae-ft-mse", "-1 last hidden state",
-                 "x-12", "H-264x"):
+                 "x-12", "H-264x", "ranks 0..N-1"):
         assert not CODE.search(text), text
 
 
