@@ -372,11 +372,13 @@ class WDSLoader(BaseWDSLoader):
 
 
 def _resize_mode(resize: str) -> str:
-    from fgdata.media.pixels import RESIZE_MODES
+    """The media functions' check, as a loader configuration error."""
+    from fgdata.media.pixels import check_resize
 
-    if resize not in RESIZE_MODES:
-        raise LoaderConfigError(f"resize={resize!r}: choose 'fast' (the default) or 'reference' (bit-identical to the reference loaders)")
-    return resize
+    try:
+        return check_resize(resize)
+    except ValueError as exc:
+        raise LoaderConfigError(f"{exc} ('reference': bit-identical to the reference loaders)") from None
 
 
 class ImageWDSLoader(WDSLoader):
