@@ -1,10 +1,11 @@
 """The reference loaders' pixel transforms, re-implemented from their description with nothing of
 fgdata's code, so the tests can hold fgdata's ``resize="reference"`` mode to them bit for bit.
 
-Images: full Pillow decode, RGB (fgdata converts before resizing; for RGB and greyscale sources
-this is the same as the reference, which converts after), shorter side to ``input_res`` with
-Pillow BICUBIC (long side ``int(res*long/short)``), centre crop at ``int(round((dim-res)/2))``,
-then a tensor conversion ``x/255`` and ``(x - mean)/std`` per channel, in float32.
+Images: full Pillow decode, shorter side to ``input_res`` with Pillow BICUBIC (long side
+``int(res*long/short)``), centre crop at ``int(round((dim-res)/2))``, RGB conversion, then a
+tensor conversion ``x/255`` and ``(x - mean)/std`` per channel, in float32. The reference
+converts to RGB after resizing; fgdata converts first (on purpose), which gives the same pixels
+for RGB and greyscale sources only: ``rgb_first=True`` follows fgdata's order for the others.
 
 Video: every frame from the start as PyAV ``rgb24``, the chosen frames stacked ``[T,H,W,C]`` and
 viewed as ``[T,C,H,W]``, cast to float32, resized with torch's antialiased bicubic to
@@ -32,11 +33,13 @@ def reference_image(
     input_res: int | tuple[int, int],
     mean: Sequence[float] = (0.5, 0.5, 0.5),
     std: Sequence[float] = (0.5, 0.5, 0.5),
+    rgb_first: bool = False,
 ) -> np.ndarray:
     """float32 [3, H, W]."""
     im = Image.open(io.BytesIO(data))
     im.load()
-    im = im.convert("RGB")
+    if rgb_first:
+        im = im.convert("RGB")
     w, h = im.size
     if isinstance(input_res, tuple):
         th, tw = input_res
@@ -48,6 +51,7 @@ def reference_image(
         im = im.resize((nw, nh), Image.BICUBIC)
         top, left = _centre(nh, input_res), _centre(nw, input_res)
         im = im.crop((left, top, left + input_res, top + input_res))
+    im = im.convert("RGB")
     x = torch.from_numpy(np.array(im, copy=True)).permute(2, 0, 1).contiguous().to(torch.float32).div(255)
     m = torch.as_tensor(mean, dtype=torch.float32)[:, None, None]
     s = torch.as_tensor(std, dtype=torch.float32)[:, None, None]

@@ -25,6 +25,15 @@ from fgdata.shards import ShardWriter
 from .conftest import camera_track, npy_bytes
 
 
+def expected_image(path, res) -> np.ndarray:
+    """The reference transform; for a photo with alpha in fgdata's order (RGB before resizing)."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        mode = im.mode
+    return reference_image(path.read_bytes(), res, rgb_first=mode not in ("RGB", "L"))
+
+
 @pytest.fixture(scope="module")
 def photo_shards(tmp_path_factory, sample_images) -> str:
     """The bundled photos as they are (JPEG and PNG, RGB, RGBA and greyscale), each with another
@@ -65,12 +74,12 @@ def _configured(cfg, datatag: str, **fields):
 def test_image_configs_reference_mode_bit_exact(photo_shards, sample_images, input_res):
     n = len(sample_images)
     batch = next(iter(_configured(ImageLoaderConfig, photo_shards, batch_size=n, input_res=input_res, resize="reference")))
-    expect = np.stack([reference_image(p.read_bytes(), input_res) for p in sample_images])
+    expect = np.stack([expected_image(p, input_res) for p in sample_images])
     assert batch["fname"] == [f"photo_{i:06d}" for i in range(n)]
     assert float((batch["real_raw"].numpy() - expect).__abs__().max()) == 0.0
 
     edit = next(iter(_configured(ImageEditLoaderConfig, photo_shards, batch_size=n, input_res=input_res, resize="reference")))
-    sources = np.stack([reference_image(sample_images[(i + 1) % n].read_bytes(), input_res) for i in range(n)])
+    sources = np.stack([expected_image(sample_images[(i + 1) % n], input_res) for i in range(n)])
     np.testing.assert_array_equal(edit["real_raw"].numpy(), expect)
     np.testing.assert_array_equal(edit["condition_image_raw"].numpy(), sources)
 
@@ -86,7 +95,7 @@ def test_image_reference_mode_in_a_worker_and_partial(photo_shards, sample_image
     batches = list(loader)
     assert [len(b["fname"]) for b in batches] == [4, 3]
     got = torch.cat([b["real_raw"] for b in batches]).numpy()
-    np.testing.assert_array_equal(got, np.stack([reference_image(p.read_bytes(), 32) for p in sample_images]))
+    np.testing.assert_array_equal(got, np.stack([expected_image(p, 32) for p in sample_images]))
 
 
 @pytest.mark.parametrize("cfg, key", [(VideoLoaderConfig, None), (VideoAudioLoaderConfig, "video"), (CameraVideoLoaderConfig, None)])
