@@ -83,7 +83,7 @@ def reference(src: Path, out: Path, vae_dir: Path, size: int, device: str) -> fl
     for shard in discover_shards(str(src)):
         for s in iter_samples(shard):
             ext = next(e for e in s.members if e in ("jpg", "png"))
-            x = torch.from_numpy(load_image_for_training(s.members[ext], size, fast=False))[None].to(device)
+            x = torch.from_numpy(load_image_for_training(s.members[ext], size, simplejpeg=False))[None].to(device)
             with torch.no_grad():
                 z = vae.encode(x).latent_dist.sample() * 0.18215
             torch.save(z[0].cpu().clone(), out / f"{s.key}.pth")
@@ -93,13 +93,13 @@ def reference(src: Path, out: Path, vae_dir: Path, size: int, device: str) -> fl
 
 
 def fgdata_encode(src: Path, out: Path, vae_dir: Path, size: int, device: str, batch: int, dtype: str) -> float:
-    from fgdata.encode.latents import encode_latents
+    from fgdata.encode.latents import LatentOptions, encode_latents
 
     shutil.rmtree(out, ignore_errors=True)
     sync(device)
     t0 = time.perf_counter()
-    s = encode_latents(str(src), str(out), vae=str(vae_dir), size=size, batch_size=batch, device=device, dtype=dtype,
-                       workers=min(8, os.cpu_count() or 2))
+    s = encode_latents(str(src), str(out), LatentOptions(vae=str(vae_dir), size=size, batch_size=batch, dtype=dtype),
+                       device=device, decode_workers=min(8, os.cpu_count() or 2))
     sync(device)
     return s.written / (time.perf_counter() - t0)
 

@@ -13,6 +13,8 @@ from typing import Any, Callable, Iterator, Optional
 
 import typer
 
+from fgdata.cli import options
+
 encode_app = typer.Typer(help="Precompute latents and text embeddings into shards.", no_args_is_help=True)
 kd_app = typer.Typer(help="Knowledge-distillation shards from a diffusers teacher.", no_args_is_help=True)
 
@@ -22,15 +24,17 @@ AUTOCAST = typer.Option(False, "--autocast", help="Keep float32 weights and run 
 SAVE_DTYPE = typer.Option("float32", "--save-dtype", help="dtype of the stored .pth tensors.")
 ENGINE = typer.Option("local", "--engine", help="local (one process, or torchrun ranks) or ray.")
 WORKERS = typer.Option(1, "--workers", help="With --engine ray: number of Ray workers (ranks).")
-OVERWRITE = typer.Option(False, "--overwrite", help="Redo shards finished by an earlier run (default: resume).")
-QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.")
+RESUME = options.RESUME
+OVERWRITE = options.OVERWRITE
+WAIT = typer.Option(None, "--wait-timeout", help="Seconds the finishing rank waits for the other ranks' shards (default 3600).")
+QUIET = options.QUIET
 
 
 @contextmanager
 def _progress(label: str, total: int | None, enabled: bool) -> Iterator[Callable[[int], None]]:
     """A rich bar with samples/s; under torchrun each rank draws its own, labelled with its rank."""
     from fgdata.cli.render import progress
-    from fgdata.encode.jobs import dist_env
+    from fgdata.jobs.ranks import dist_env
 
     rank, world = dist_env()
     if world > 1:
@@ -61,30 +65,42 @@ def _total(src: str) -> int | None:
         return None
 
 
-def _run(fn: Callable[..., Any], kwargs: dict[str, Any], *, engine: str, workers: int, device: str, label: str,
-         total: int | None, quiet: bool) -> None:
+def _run(fn: Callable[..., Any], args: dict[str, Any], flags: dict[str, Any], *, label: str,
+         total: int | None) -> None:
+    """Run a library job with the shared flags (engine, workers, resume, overwrite, quiet, wait timeout)."""
+    from dataclasses import replace
+
     from rich.console import Console
 
+    from fgdata.cli.jobrun import notify, run_job
     from fgdata.errors import FgdataError
+    from fgdata.jobs.tasks import RunSettings, run_on_ray
 
     console = Console(stderr=True)
+    quiet = flags["quiet"]
     log = (lambda msg: None) if quiet else (lambda msg: console.print(msg, highlight=False))
-    if engine == "ray":
-        from fgdata.encode.jobs import run_ray
+    settings = RunSettings(resume=flags["resume"], overwrite=flags["overwrite"], wait_timeout=flags["wait_timeout"],
+                           log=log, notify=notify)
+    if flags["engine"] == "ray":
+        gpus = 1.0 if str(args.get("device", "cpu")).startswith("cuda") else 0.0
+        summary = run_job(lambda: run_on_ray(fn, args, settings, flags["workers"], gpus))
+    elif flags["engine"] == "local":
+        def local() -> Any:
+            with _progress(label, total, not quiet) as advance:
+                return fn(**args, run=replace(settings, progress=advance))
 
-        summary = run_ray(fn, kwargs, workers, 1.0 if device.startswith("cuda") else 0.0, log=log)
-    elif engine == "local":
-        with _progress(label, total, not quiet) as advance:
-            summary = fn(**kwargs, progress=advance, log=log)
+        summary = run_job(local)  # the bar is closed before an interrupt line is printed
     else:
-        raise FgdataError(f"--engine {engine!r} is not one of local, ray")
+        raise FgdataError(f"--engine {flags['engine']!r} is not one of local, ray")
     out = Console()
     if summary.finalized:
-        out.print(f"[green]wrote[/] {summary.dest}: {summary.written} written, {summary.failed} failed "
+        kept = f", {summary.not_updated} not updated (kept as they were)" if summary.not_updated else ""
+        out.print(f"[green]wrote[/] {summary.dest}: {summary.written} written, {summary.failed} failed{kept} "
                   f"({summary.shards_done} shards encoded, {summary.shards_skipped} resumed; "
                   f"{summary.rate:.1f} samples/s)")
         if summary.failed:
             out.print(f"  failures: {summary.failures_path}")
+        options.exit_if_all_failed(summary.written, summary.failed, summary.failures_path)
     else:
         out.print(f"rank {summary.rank}: {summary.written} written, {summary.failed} failed "
                   f"({summary.shards_done} shards, {summary.shards_skipped} resumed; {summary.rate:.1f} samples/s)")
@@ -112,7 +128,9 @@ def latents(
     save_dtype: str = SAVE_DTYPE,
     engine: str = ENGINE,
     workers: int = WORKERS,
+    resume: bool = RESUME,
     overwrite: bool = OVERWRITE,
+    wait_timeout: Optional[float] = WAIT,
     quiet: bool = QUIET,
 ) -> None:
     """Encode media into latent.pth (model space, scaling from the VAE config); txt and json are kept.
@@ -121,14 +139,15 @@ def latents(
 
     Video: --kind video --frames 81 --size 832x480 with a video VAE. Under torchrun each rank owns disjoint input shards.
     """
-    from fgdata.encode.latents import encode_latents
+    from fgdata.encode.latents import LatentOptions, encode_latents
 
-    kwargs = dict(src=src, dst=dst, vae=vae, vae_subfolder=vae_subfolder, kind=kind, size=size, frames=frames, fps=fps,
-                  media_ext=media_ext, keep_media=keep_media, posterior=posterior, seed=seed, batch_size=batch_size,
-                  workers=decode_workers, device=device, dtype=dtype, use_autocast=use_autocast, save_dtype=save_dtype,
-                  overwrite=overwrite)
-    _run(encode_latents, kwargs, engine=engine, workers=workers, device=device, label="latents", total=_total(src),
-         quiet=quiet)
+    options = LatentOptions(vae=vae, vae_subfolder=vae_subfolder, kind=kind, size=size, frames=frames, fps=fps,
+                            media_ext=media_ext, keep_media=keep_media, posterior=posterior, seed=seed,
+                            dtype=dtype, use_autocast=use_autocast, save_dtype=save_dtype, batch_size=batch_size)
+    args = {"src": src, "dst": dst, "options": options, "device": device, "decode_workers": decode_workers}
+    flags = {"engine": engine, "workers": workers, "resume": resume, "overwrite": overwrite,
+             "wait_timeout": wait_timeout, "quiet": quiet}
+    _run(encode_latents, args, flags, label="latents", total=_total(src))
 
 
 @encode_app.command("text")
@@ -150,7 +169,9 @@ def text(
     save_dtype: str = SAVE_DTYPE,
     engine: str = ENGINE,
     workers: int = WORKERS,
+    resume: bool = RESUME,
     overwrite: bool = OVERWRITE,
+    wait_timeout: Optional[float] = WAIT,
     quiet: bool = QUIET,
 ) -> None:
     """Add txt_emb.pth (the encoder's hidden states per prompt) to every sample, keeping the other members.
@@ -159,14 +180,15 @@ def text(
 
     T5/umT5: padded to --max-length, zero past the prompt's tokens; CLIP: 77 tokens. --into LATENTS merges by key.
     """
-    from fgdata.encode.text import encode_text
+    from fgdata.encode.text import TextOptions, encode_text
 
-    kwargs = dict(src=src, dst=dst, encoder=encoder, into=into, subfolder=subfolder,
-                  tokenizer_subfolder=tokenizer_subfolder, max_length=max_length, padding=padding,
-                  hidden_layer=hidden_layer, text_ext=text_ext, batch_size=batch_size, device=device, dtype=dtype,
-                  use_autocast=use_autocast, save_dtype=save_dtype, overwrite=overwrite)
-    _run(encode_text, kwargs, engine=engine, workers=workers, device=device, label="text",
-         total=_total(into or src), quiet=quiet)
+    options = TextOptions(encoder=encoder, into=into, subfolder=subfolder, tokenizer_subfolder=tokenizer_subfolder,
+                          text_ext=text_ext, max_length=max_length, padding=padding, hidden_layer=hidden_layer,
+                          dtype=dtype, use_autocast=use_autocast, save_dtype=save_dtype)
+    args = {"src": src, "dst": dst, "options": options, "batch_size": batch_size, "device": device}
+    flags = {"engine": engine, "workers": workers, "resume": resume, "overwrite": overwrite,
+             "wait_timeout": wait_timeout, "quiet": quiet}
+    _run(encode_text, args, flags, label="text", total=_total(into or src))
 
 
 @encode_app.command("neg-prompt")
@@ -197,22 +219,15 @@ def neg_prompt(
     Console().print(f"[green]wrote[/] {out}: {record['shape']} float32 ({record['source']}); record in {out}.json")
 
 
-def _kd(mode: str, prompts: str, dst: str, teacher: str, steps: int, guidance_scale: float,
-        negative_prompt: Optional[str], negative_preset: Optional[str], record_steps: Optional[str], path_steps: int,
-        seed: int, latent_shape: Optional[str], size: Optional[str], frames: Optional[int], max_length: Optional[int],
-        per_shard: int, batch_size: int, device: str, dtype: str, save_dtype: str, engine: str, workers: int,
-        overwrite: bool, quiet: bool) -> None:
+def _kd(prompts: str, dst: str, options: Any, device: str, flags: dict[str, Any]) -> None:
+    """Both kd commands: the CLI built the options; the library does the rest."""
     import os
 
     from fgdata.encode.kd import kd_run
 
-    kwargs = dict(mode=mode, prompts=prompts, dst=dst, teacher=teacher, steps=steps, guidance_scale=guidance_scale,
-                  negative_prompt=negative_prompt, negative_preset=negative_preset, record_steps=record_steps,
-                  path_steps=path_steps, seed=seed, latent_shape_spec=latent_shape, size=size, frames=frames,
-                  max_length=max_length, per_shard=per_shard, batch_size=batch_size, device=device, dtype=dtype,
-                  save_dtype=save_dtype, overwrite=overwrite)
     total = _total(prompts) if os.path.isdir(prompts) or prompts.startswith("s3://") else None
-    _run(kd_run, kwargs, engine=engine, workers=workers, device=device, label=f"kd {mode}", total=total, quiet=quiet)
+    args = {"prompts": prompts, "dst": dst, "options": options, "device": device}
+    _run(kd_run, args, flags, label=f"kd {options.mode}", total=total)
 
 
 _PROMPTS = typer.Option(..., "--prompts", help="Prompt shards (txt members; keys kept) or a text file, one per line.")
@@ -238,7 +253,8 @@ def pairs(
     latent_shape: Optional[str] = _SHAPE, size: Optional[str] = _SIZE, frames: Optional[int] = _FRAMES,
     max_length: Optional[int] = _MAXLEN, per_shard: int = _PER_SHARD, batch_size: int = typer.Option(8, "--batch-size"),
     device: str = DEVICE, dtype: str = DTYPE, save_dtype: str = SAVE_DTYPE, engine: str = ENGINE,
-    workers: int = WORKERS, overwrite: bool = OVERWRITE, quiet: bool = QUIET,
+    workers: int = WORKERS, resume: bool = RESUME, overwrite: bool = OVERWRITE,
+    wait_timeout: Optional[float] = WAIT, quiet: bool = QUIET,
 ) -> None:
     """Single-step KD pairs: the teacher's x0 (latent.pth) from exactly the stored noise (noise.pth).
 
@@ -246,9 +262,14 @@ def pairs(
 
     Per-sample seeds derive from --seed and the sample key, so any subset can be regenerated.
     """
-    _kd("pairs", prompts, dst, teacher, steps, guidance_scale, negative_prompt, negative_preset, None, 1, seed,
-        latent_shape, size, frames, max_length, per_shard, batch_size, device, dtype, save_dtype, engine, workers,
-        overwrite, quiet)
+    from fgdata.encode.kd import KdOptions
+
+    options = KdOptions(mode="pairs", teacher=teacher, steps=steps, guidance_scale=guidance_scale,
+                        negative_prompt=negative_prompt, negative_preset=negative_preset, seed=seed,
+                        latent_shape=latent_shape, size=size, frames=frames, max_length=max_length,
+                        per_shard=per_shard, batch_size=batch_size, dtype=dtype, save_dtype=save_dtype)
+    _kd(prompts, dst, options, device, {"engine": engine, "workers": workers, "resume": resume,
+                                        "overwrite": overwrite, "wait_timeout": wait_timeout, "quiet": quiet})
 
 
 @kd_app.command("paths")
@@ -261,8 +282,8 @@ def paths(
     seed: int = _SEED, latent_shape: Optional[str] = _SHAPE, size: Optional[str] = _SIZE,
     frames: Optional[int] = _FRAMES, max_length: Optional[int] = _MAXLEN, per_shard: int = _PER_SHARD,
     batch_size: int = typer.Option(8, "--batch-size"), device: str = DEVICE, dtype: str = DTYPE,
-    save_dtype: str = SAVE_DTYPE, engine: str = ENGINE, workers: int = WORKERS, overwrite: bool = OVERWRITE,
-    quiet: bool = QUIET,
+    save_dtype: str = SAVE_DTYPE, engine: str = ENGINE, workers: int = WORKERS, resume: bool = RESUME,
+    overwrite: bool = OVERWRITE, wait_timeout: Optional[float] = WAIT, quiet: bool = QUIET,
 ) -> None:
     """Multi-step KD paths: the teacher's states by decreasing t (path[0] = start), clean end in latent.pth.
 
@@ -270,9 +291,15 @@ def paths(
 
     The recorded timesteps go into each sample's json (path_timesteps) and into provenance.json.
     """
-    _kd("paths", prompts, dst, teacher, steps, guidance_scale, negative_prompt, negative_preset, record_steps,
-        path_steps, seed, latent_shape, size, frames, max_length, per_shard, batch_size, device, dtype, save_dtype,
-        engine, workers, overwrite, quiet)
+    from fgdata.encode.kd import KdOptions
+
+    options = KdOptions(mode="paths", teacher=teacher, steps=steps, guidance_scale=guidance_scale,
+                        negative_prompt=negative_prompt, negative_preset=negative_preset, record_steps=record_steps,
+                        path_steps=path_steps, seed=seed, latent_shape=latent_shape, size=size, frames=frames,
+                        max_length=max_length, per_shard=per_shard, batch_size=batch_size, dtype=dtype,
+                        save_dtype=save_dtype)
+    _kd(prompts, dst, options, device, {"engine": engine, "workers": workers, "resume": resume,
+                                        "overwrite": overwrite, "wait_timeout": wait_timeout, "quiet": quiet})
 
 
 def register(app: typer.Typer) -> None:

@@ -13,6 +13,7 @@ import sys
 import typer
 
 from fgdata import __version__
+from fgdata.cli.help import FgdataGroup, use_fgdata_help
 
 # Each module defines ``register(app)`` and adds its commands to the app.
 COMMAND_MODULES = [
@@ -21,6 +22,7 @@ COMMAND_MODULES = [
     "fgdata.cli.prepare",
     "fgdata.cli.encode",
     "fgdata.cli.verify",
+    "fgdata.cli.report",
     "fgdata.cli.shard",
 ]
 
@@ -28,7 +30,9 @@ app = typer.Typer(
     name="fgdata",
     help="Prepare, shard, precompute, verify and load data for fast diffusion generators.",
     no_args_is_help=True,
-    add_completion=False,
+    cls=FgdataGroup,
+    # --install-completion / --show-completion: Typer's completion for bash, zsh, fish and PowerShell.
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -53,6 +57,7 @@ def _root(
 
 for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
+use_fgdata_help(app)
 
 
 def run() -> None:

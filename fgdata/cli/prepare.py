@@ -118,21 +118,28 @@ def prepare(
     if dtype not in ("float32", "bfloat16"):
         raise typer.BadParameter("--dtype must be float32 or bfloat16")
     import fgdata.prepare as lib
+    from fgdata.cli.jobrun import run_job
 
-    with _progress() as update:
-        if dataset == "cifar10":
-            summaries = lib.prepare_cifar10(data_root, source=source, skip_md5=skip_md5, workers=workers,
-                                            force=force, max_images=max_images, progress=update)
-        elif dataset == "imagenet-64":
-            summaries = lib.prepare_imagenet64(imagenet_source, data_root, max_images=max_images, workers=workers,
-                                               force=force, strict=strict, progress=update,
-                                               allow_any_tree=allow_any_tree)
-        else:
-            summaries = lib.prepare_imagenet256(imagenet_source, data_root, vae=vae, device=device,
-                                                batch_size=batch_size, dtype=dtype, max_images=max_images,
-                                                workers=workers, force=force, strict=strict, progress=update,
-                                                allow_any_tree=allow_any_tree)
+    def build() -> list[dict]:
+        with _progress() as update:
+            if dataset == "cifar10":
+                return lib.prepare_cifar10(data_root, source=source, skip_md5=skip_md5, workers=workers, force=force,
+                                           max_images=max_images, progress=update)
+            if dataset == "imagenet-64":
+                return lib.prepare_imagenet64(imagenet_source, data_root, max_images=max_images, workers=workers,
+                                              force=force, strict=strict, progress=update,
+                                              allow_any_tree=allow_any_tree)
+            return lib.prepare_imagenet256(imagenet_source, data_root, vae=vae, device=device, batch_size=batch_size,
+                                           dtype=dtype, max_images=max_images, workers=workers, force=force,
+                                           strict=strict, progress=update, allow_any_tree=allow_any_tree)
+
+    summaries = run_job(build)  # the bar is closed before an interrupt line is printed
     _report(summaries)
+    from fgdata.cli.options import exit_if_all_failed
+
+    for s in summaries:
+        if not s.get("skipped"):
+            exit_if_all_failed(s.get("written") or 0, s.get("failed") or 0, s.get("path"))
 
 
 def register(app: typer.Typer) -> None:

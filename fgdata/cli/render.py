@@ -8,6 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from fgdata.report.format import human_bytes
+
+__all__ = ["console", "err_console", "human_bytes", "print_json", "progress", "wrap_tokens"]
+
 if TYPE_CHECKING:
     from rich.progress import Progress
 
@@ -37,9 +41,18 @@ def progress(*, enabled: bool = True) -> "Progress":
     )
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n} B"
+def wrap_tokens(tokens: list[str], width: int) -> list[str]:
+    """Pack tokens into lines of at most ``width`` characters, two spaces apart, never splitting a token;
+    a token longer than a line is cut with an ellipsis."""
+    lines: list[str] = []
+    line = ""
+    for token in tokens:
+        if len(token) > width:
+            token = token[: max(width - 1, 1)] + "…"
+        if line and len(line) + 2 + len(token) > width:
+            lines.append(line)
+            line = ""
+        line = f"{line}  {token}" if line else token
+    if line:
+        lines.append(line)
+    return lines

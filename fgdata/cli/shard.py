@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from fgdata.cli import options
 from fgdata.cli.render import console, err_console, human_bytes, print_json, progress
 
 shard_app = typer.Typer(
@@ -37,40 +38,44 @@ CAPTION_COLUMN = typer.Option("caption", "--caption-column", help="Manifest colu
 MAXCOUNT = typer.Option(1000, "--maxcount", min=1, help="Samples per shard at most.")
 MAXSIZE = typer.Option(None, "--maxsize", help="Bytes per shard at most (e.g. 1GB).")
 WORKERS = typer.Option(1, "--workers", "-w", min=1, help="Local worker processes (the output does not depend on it).")
-RESUME = typer.Option(True, "--resume/--no-resume", help="Keep complete shards from an earlier run of the same job (--no-resume deletes them first, and says so).")
-OVERWRITE = typer.Option(False, "--overwrite", help="Remove files in DST that fgdata did not write (listed first) instead of refusing.")
+RESUME = options.RESUME
+OVERWRITE = options.OVERWRITE
 SHUFFLE = typer.Option(None, "--shuffle-seed", help="Write the inputs in a seeded random order.")
 ENGINE = typer.Option("local", "--engine", help="local (process pool) or ray.")
 RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster address (default: start or join a local one).")
 UNIT_SIZE = typer.Option(None, "--unit-size", min=1, help="Ray: inputs per work unit (default: --maxcount).")
-JSON_OUT = typer.Option(False, "--json", help="Print the report as JSON.")
-PROGRESS = typer.Option(True, "--progress/--no-progress", help="Show a progress bar.")
+JSON_OUT = options.JSON
+PROGRESS = options.PROGRESS
 FOLLOW = typer.Option(False, "--follow-symlinks",
                       help="Read media and sidecars that are symlinks to files outside SRC (refused per input otherwise).")
 
 
-def _run(job, json_out: bool, show_progress: bool) -> None:  # noqa: ANN001 - a fgdata.jobs.shard.ShardJob
+def _run(job, json_out: bool, show_progress: Optional[bool]) -> None:  # noqa: ANN001 - a fgdata.jobs.shard.ShardJob
     from fgdata.cli.jobrun import notify, run_job
     from fgdata.jobs.shard import run_shard_job
 
     started = time.perf_counter()
     state = {"done": 0, "bytes": 0, "task": None}
-    with progress(enabled=show_progress and not json_out) as bar:
+    def shard():  # noqa: ANN202 - a JobReport
+        with progress(enabled=options.show_progress(show_progress, json_out=json_out)) as bar:
 
-        def on_start(total: int) -> None:
-            state["task"] = bar.add_task(f"shard {job.options.kind}", total=total, rate="")
+            def on_start(total: int) -> None:
+                state["task"] = bar.add_task(f"shard {job.options.kind}", total=total, rate="")
 
-        def tick(inputs: int, nbytes: int) -> None:
-            state["done"] += inputs
-            state["bytes"] += nbytes
-            dt = max(time.perf_counter() - started, 1e-9)
-            bar.update(state["task"], advance=inputs,
-                       rate=f"{state['done'] / dt:,.0f} samples/s  {state['bytes'] / dt / 1e6:,.1f} MB/s")
+            def tick(inputs: int, nbytes: int) -> None:
+                state["done"] += inputs
+                state["bytes"] += nbytes
+                dt = max(time.perf_counter() - started, 1e-9)
+                bar.update(state["task"], advance=inputs,
+                           rate=f"{state['done'] / dt:,.0f} samples/s  {state['bytes'] / dt / 1e6:,.1f} MB/s")
 
-        report = run_job(lambda: run_shard_job(job, progress=tick, on_start=on_start, notify=notify))
+            return run_shard_job(job, progress=tick, on_start=on_start, notify=notify)
+
+    report = run_job(shard)  # the bar is closed before an interrupt line is printed
     elapsed = time.perf_counter() - started
     if json_out:
         print_json({k: v for k, v in vars(report).items() if k != "failures"} | {"seconds": round(elapsed, 3)})
+        options.exit_if_all_failed(report.written, report.failed, report.failures_path)
         return
     from rich.table import Table
 
@@ -89,6 +94,7 @@ def _run(job, json_out: bool, show_progress: bool) -> None:  # noqa: ANN001 - a 
         table.add_row("resumed after", f"{report.resumed:,} inputs")
     table.add_row("read", f"{human_bytes(report.nbytes)} in {elapsed:.1f} s")
     console.print(table)
+    options.exit_if_all_failed(report.written, report.failed, report.failures_path)
     if report.failed:
         err_console.print(f"failures: {report.failures_path}")
 
@@ -123,7 +129,7 @@ def images_cmd(
     unit_size: Optional[int] = UNIT_SIZE,
     follow_symlinks: bool = FOLLOW,
     json_out: bool = JSON_OUT,
-    show_progress: bool = PROGRESS,
+    show_progress: Optional[bool] = PROGRESS,
 ) -> None:
     """Shard images with captions (NAME.txt) and metadata (NAME.json); original bytes by default.
 
@@ -162,7 +168,7 @@ def videos_cmd(
     unit_size: Optional[int] = UNIT_SIZE,
     follow_symlinks: bool = FOLLOW,
     json_out: bool = JSON_OUT,
-    show_progress: bool = PROGRESS,
+    show_progress: Optional[bool] = PROGRESS,
 ) -> None:
     """Shard videos (audio kept) with probe metadata, captions and camera tracks.
 
@@ -193,7 +199,7 @@ def prompts_cmd(
     overwrite: bool = OVERWRITE,
     shuffle_seed: Optional[int] = SHUFFLE,
     json_out: bool = JSON_OUT,
-    show_progress: bool = PROGRESS,
+    show_progress: Optional[bool] = PROGRESS,
 ) -> None:
     """Write prompts as txt-only shards, for prompt-only (data-free) training.
 

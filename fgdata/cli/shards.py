@@ -7,15 +7,19 @@ from typing import Any, Optional
 
 import typer
 
-from fgdata.cli.render import console, err_console, human_bytes, print_json, progress
+from fgdata.cli.options import JSON, PROGRESS, QUIET, show_progress
+from fgdata.cli.render import console, err_console, human_bytes, print_json, progress, wrap_tokens
+from fgdata.report.format import dtype_shape, number
 
 
 def count_shards_cmd(
     paths: list[str] = typer.Argument(..., help="A folder or s3:// prefix of .tar shards, shards, or a brace pattern like 'data/{00000..00099}.tar'."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Write the counts here (local or s3://) instead of shard_count.json beside the shards."),
-    json_out: bool = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table."),
     workers: int = typer.Option(8, "--workers", "-w", min=1, help="Shards counted in parallel."),
     write: bool = typer.Option(True, "--write/--no-write", help="Write the shard-count file."),
+    json_out: bool = JSON,
+    progress_flag: Optional[bool] = PROGRESS,
+    quiet: bool = QUIET,
 ) -> None:
     """Count the samples in every shard, reading tar headers only, and write shard_count.json.
 
@@ -31,7 +35,7 @@ def count_shards_cmd(
     selection = resolve_shards(paths)
     shards = selection.shards
     started = time.perf_counter()
-    with progress(enabled=not json_out and len(shards) > 1) as bar:
+    with progress(enabled=show_progress(progress_flag, quiet=quiet, json_out=json_out) and len(shards) > 1) as bar:
         task = bar.add_task("counting", total=len(shards), rate="")
 
         def tick(_row: object) -> None:
@@ -66,7 +70,8 @@ def count_shards_cmd(
             table.add_row(r.name, "?" if r.error else f"{r.samples:,}", human_bytes(r.bytes), status)
         console.print(table)
         for u in updates:
-            console.print(f"wrote {u.path}")
+            if not quiet:
+                console.print(f"wrote {u.path}")
     for u in updates:
         for name, n in u.kept.items():
             err_console.print(f"[red]{name}: could not be read; {u.path} keeps its old count ({n:,})[/]")
@@ -81,8 +86,9 @@ def inspect_cmd(
     paths: list[str] = typer.Argument(..., help="A .tar shard (local or s3://), several, a folder, or a brace pattern."),
     limit: int = typer.Option(5, "--limit", "-n", min=0, help="How many samples to show (across all shards)."),
     key: Optional[str] = typer.Option(None, "--key", "-k", help="Show only this sample, in full."),
-    json_out: bool = typer.Option(False, "--json", help="Print machine-readable JSON (one shard: its report; several: {\"shards\": [...]})."),
     preview: Optional[str] = typer.Option(None, "--preview", help="Write a contact sheet PNG of the images and first video frames."),
+    json_out: bool = JSON,
+    quiet: bool = QUIET,
 ) -> None:
     """Show what a shard holds: samples, extension sets, bytes per extension and decoded members.
 
@@ -102,7 +108,7 @@ def inspect_cmd(
     else:
         for report in reports:
             _render_report(report)
-        if preview:
+        if preview and not quiet:
             console.print(f"wrote preview {preview} ({drawn} tiles)")
     damaged = [r for r in reports if r.damage]
     for report in damaged:
@@ -114,7 +120,7 @@ def inspect_cmd(
 def _render_report(report) -> None:
     from rich.table import Table
 
-    console.print(f"[bold]{report.shard}[/]: {report.samples:,} samples")
+    console.print(f"[bold]{report.shard}[/]: {report.samples:,} samples", highlight=False, soft_wrap=True)
     sets = Table(title="extension sets")
     sets.add_column("extensions")
     sets.add_column("samples", justify="right")
@@ -127,29 +133,73 @@ def _render_report(report) -> None:
     for ext, n in report.bytes_per_ext.items():
         sizes.add_row(ext, human_bytes(n))
     console.print(sizes)
-    samples = Table(title="samples")
-    samples.add_column("key")
-    samples.add_column("member")
-    samples.add_column("bytes", justify="right")
-    samples.add_column("summary", overflow="fold")
+    if not report.shown:
+        return
+    # One block per sample; each member on a line of its own, facts wrapped whole under the summary column.
+    member_w = max(len(ext) for s in report.shown for ext in s["members"])
+    indent = 2 + member_w + 2 + 9 + 2
+    width = max(console.width - indent, 24)
+    console.print("[bold]samples[/]")
     for s in report.shown:
-        for i, (ext, summary) in enumerate(s["members"].items()):
-            detail = {k: v for k, v in summary.items() if k != "bytes"}
-            samples.add_row(s["key"] if i == 0 else "", ext, human_bytes(summary["bytes"]), _one_line(detail))
-    console.print(samples)
+        console.print(f"[bold cyan]{s['key']}[/]", highlight=False, soft_wrap=True)
+        for ext, summary in s["members"].items():
+            lines = wrap_tokens(_facts(summary), width) or [""]
+            head = f"  {ext:<{member_w}}  {human_bytes(summary['bytes']):>9}  "
+            console.print(head + lines[0], highlight=False, markup=False, soft_wrap=True)
+            for line in lines[1:]:
+                console.print(" " * indent + line, highlight=False, markup=False, soft_wrap=True)
 
 
-def _one_line(detail: dict) -> str:
-    parts = []
-    for k, v in detail.items():
-        if isinstance(v, dict):
-            v = "{" + ", ".join(f"{a}={b}" for a, b in v.items()) + "}"
-        elif isinstance(v, float):
-            v = f"{v:.4g}"
-        elif isinstance(v, list) and len(v) > 8:
-            v = f"[{len(v)} values]"
-        parts.append(f"{k}={v}")
-    return " ".join(parts)
+def _tensor_facts(t: Any, name: str = "") -> list[str]:
+    """``float32[3,17,29]  min -4.603  max 3.676  mean 0.003121`` for a tensor summary, recursively."""
+    prefix = f"{name}: " if name else ""
+    if isinstance(t, dict) and "dtype" in t and "shape" in t:
+        facts = [prefix + dtype_shape(t["dtype"], t["shape"])]
+        return facts + [f"{k} {number(t[k])}" for k in ("min", "max", "mean") if k in t]
+    if isinstance(t, dict):
+        return [f for k, v in t.items() for f in _tensor_facts(v, f"{name}.{k}" if name else str(k))]
+    if isinstance(t, list):
+        return [f for i, v in enumerate(t) for f in _tensor_facts(v, f"{name}[{i}]")]
+    return [f"{prefix}{t}"]
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def _facts(summary: dict) -> list[str]:
+    """What ``fgdata inspect`` says about one member, as short tokens that are never split across lines."""
+    s = {k: v for k, v in summary.items() if k not in ("bytes", "not_loaded")}
+    note = [f"(not loaded: {summary['not_loaded']})"] if "not_loaded" in summary else []
+    if "error" in s:
+        return [f"error: {s['error']}", *note]
+    return ((_member_facts(s) if s else []) + note) or ["–"]
+
+
+def _member_facts(s: dict) -> list[str]:
+    if "tensor" in s:
+        return _tensor_facts(s["tensor"])
+    if "codec" in s:  # a video probe
+        facts = [f"{s['codec']} {s['width']}×{s['height']}", f"{number(float(s['duration']))} s",
+                 f"{number(float(s['fps']))} fps", _count(s["frame_count"], "frame"),
+                 _count(len(s.get("keyframe_times") or []), "keyframe")]
+        if s.get("rotation"):
+            facts.append(f"rotated {s['rotation']}°")
+        if s.get("audio_codec"):
+            facts.append(f"audio {s['audio_codec']} {number((s.get('audio_sample_rate') or 0) / 1000)} kHz "
+                         f"{s.get('audio_channels')} ch")
+        else:
+            facts.append("no audio")
+        return facts
+    if "format" in s and "width" in s:  # an image header
+        return [f"{s['format']} {s['width']}×{s['height']}", str(s.get("mode", ""))]
+    if "chars" in s:
+        text = " ".join(str(s.get("text", "")).split())
+        more = "…" if s["chars"] > len(s.get("text", "")) else ""
+        return [_count(s["chars"], "char"), f'"{text}{more}"']
+    if "keys" in s:
+        return [f"keys: {', '.join(s['keys'])}" if s["keys"] else "no keys"]
+    return [f"{k} {number(v) if isinstance(v, (int, float)) else v}" for k, v in s.items()]
 
 
 def register(app: typer.Typer) -> None:

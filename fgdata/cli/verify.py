@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from fgdata.cli.options import JSON, PROGRESS, QUIET, show_progress
 from fgdata.cli.render import console, err_console, human_bytes, print_json, progress
 
 _TABLE_ROWS = 50
@@ -63,7 +64,9 @@ def verify_cmd(
     write_counts: bool = typer.Option(False, "--write-counts", help="Rewrite shard_count.json with the readable samples of each shard."),
     counts_output: Optional[str] = typer.Option(None, "--counts-output", help="Write the readable counts here instead (implies --write-counts)."),
     count_file: Optional[str] = typer.Option(None, "--count-file", help="Check this shard-count file instead of PATH/shard_count.json."),
-    json_out: bool = typer.Option(False, "--json", help="Print machine-readable JSON instead of a table."),
+    json_out: bool = JSON,
+    progress_flag: Optional[bool] = PROGRESS,
+    quiet: bool = QUIET,
 ) -> None:
     """Check every shard: tar integrity, truncation, duplicate or non-adjacent keys, the key rule, required members,
     and whether shard_count.json and the offset indexes agree; with --decode, decode every member too.
@@ -79,7 +82,7 @@ def verify_cmd(
 
     exts = [e for e in (require or "").split(",") if e.strip()]
     started = time.perf_counter()
-    with progress(enabled=not json_out) as bar:
+    with progress(enabled=show_progress(progress_flag, quiet=quiet, json_out=json_out)) as bar:
         task = bar.add_task("verifying", total=None, rate="")
 
         def tick(_result: object) -> None:
@@ -101,7 +104,8 @@ def verify_cmd(
     else:
         _render(report)
         for what, where in written.items():
-            console.print(f"wrote {what}: {where}")
+            if not quiet:
+                console.print(f"wrote {what}: {where}")
     if not report.ok:
         err_console.print(f"[red]{report.bad_samples} bad sample(s), {sum(report.by_reason.values())} problem(s)[/]")
         raise typer.Exit(1)

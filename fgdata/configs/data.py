@@ -40,6 +40,8 @@ from fgdata.loaders.decoders import IMAGE_MEMBERS, VIDEO_MEMBERS, prefixed
 # sample has. A sample without its caption is dropped (missing_text="drop"); set missing_text="empty"
 # for datasets without captions.
 _RAW = {"real_raw": IMAGE_MEMBERS, "condition_raw": "txt"}
+# Every media config has resize="fast"; set "reference" for tensors bit-identical to the reference
+# loaders' (full-size decode and their resampler; slower).
 # What the three raw-video presets share (81 frames at 832x480, two workers, trainer-filled resume).
 _VIDEO: dict[str, Any] = {
     "sequence_length": 81,
@@ -47,6 +49,7 @@ _VIDEO: dict[str, Any] = {
     "video_keys": ("real_raw",),
     "decoder_type": "segment",
     "target_fps": None,
+    "resize": "fast",
     "num_workers": 2,
     "sampler_start_idx": None,
 }
@@ -60,6 +63,7 @@ ImageLoaderConfig: LazyConfig = LazyCall(ImageWDSLoader)(
     key_map=dict(_RAW),
     presets_map={"neg_condition_raw": "empty_string"},
     input_res=512,
+    resize="fast",
     sampler_start_idx=None,
 )
 
@@ -71,6 +75,7 @@ ImageEditLoaderConfig: LazyConfig = LazyCall(ImageWDSLoader)(
     key_map={"real_raw": IMAGE_MEMBERS, "condition_image_raw": prefixed("src.", IMAGE_MEMBERS), "condition_raw": "txt"},
     presets_map={"neg_condition_raw": "empty_string"},
     input_res=512,
+    resize="fast",
     sampler_start_idx=None,
 )
 

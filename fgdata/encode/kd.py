@@ -20,12 +20,13 @@ Per sample:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from fgdata import storage
-from fgdata.encode.jobs import JobSummary, Result, Task, batched_results, merged_json, run_job, sample_seed, shard_tasks, task_samples
+from fgdata.encode.jobs import batched_results, merged_json, sample_seed, task_samples
+from fgdata.jobs.tasks import JobSummary, Result, RunSettings, Task, TaskJob, run_tasks, same_place, shard_tasks
 from fgdata.encode.models import check_model, load_pretrained, resolve_device, tensor_bytes, torch_dtype
 from fgdata.encode.text import TextEncoder, load_text_encoder
 from fgdata.errors import FgdataError
@@ -200,65 +201,64 @@ def _task_prompts(task: Task, text_ext: str) -> Iterator[tuple[int, str, dict[st
             yield s.index, s.key, {}, None, f".{text_ext} is not UTF-8"
 
 
-def kd_run(
-    mode: str,
-    prompts: str,
-    dst: str,
-    *,
-    teacher: str,
-    steps: int,
-    guidance_scale: float = 1.0,
-    negative_prompt: str | None = None,
-    negative_preset: str | None = None,
-    record_steps: str | None = None,
-    path_steps: int = DEFAULT_PATH_STEPS,
-    seed: int = 0,
-    latent_shape_spec: str | None = None,
-    size: str | None = None,
-    frames: int | None = None,
-    max_length: int | None = None,
-    text_ext: str = "txt",
-    per_shard: int = 1000,
-    batch_size: int = 8,
-    device: str = "cpu",
-    dtype: str = "float32",
-    save_dtype: str = "float32",
-    rank: int | None = None,
-    world: int | None = None,
-    role: str = "all",
-    overwrite: bool = False,
-    progress: Callable[[int], None] | None = None,
-    log: Callable[[str], None] | None = None,
-    wait_timeout: float | None = None,
-) -> JobSummary:
+@dataclass(frozen=True)
+class KdOptions:
+    """``kd pairs|paths``: every option that changes the output bytes (the resume fingerprint)."""
+
+    mode: str
+    teacher: str
+    steps: int
+    guidance_scale: float = 1.0
+    negative_prompt: str | None = None
+    negative_preset: str | None = None
+    record_steps: str | None = None
+    path_steps: int = DEFAULT_PATH_STEPS
+    seed: int = 0
+    latent_shape: str | None = None
+    size: str | None = None
+    frames: int | None = None
+    max_length: int | None = None
+    text_ext: str = "txt"
+    per_shard: int = 1000
+    batch_size: int = 8
+    dtype: str = "float32"
+    save_dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise FgdataError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.steps < 1 or self.batch_size < 1 or self.per_shard < 1:
+            raise FgdataError("--steps, --batch-size and --per-shard must be at least 1")
+        torch_dtype(self.save_dtype)
+        if self.mode == "pairs":  # path options mean nothing for pairs: one value, one fingerprint
+            object.__setattr__(self, "record_steps", None)
+            object.__setattr__(self, "path_steps", DEFAULT_PATH_STEPS)
+
+
+def kd_run(prompts: str, dst: str, options: KdOptions, *, device: str = "cpu",
+           run: RunSettings | None = None) -> JobSummary:
     """Write pair (noise, latent) or path (path, latent) shards with txt_emb, one output shard per prompt shard."""
-    if mode not in MODES:
-        raise FgdataError(f"mode {mode!r} is not one of {', '.join(MODES)}")
-    if steps < 1 or batch_size < 1 or per_shard < 1:
-        raise FgdataError("--steps, --batch-size and --per-shard must be at least 1")
-    record = record_indices(steps, record_steps, path_steps) if mode == "paths" else []
-    torch_dtype(save_dtype)
-    check_model(teacher, "teacher", "--teacher", ("scheduler", "text_encoder", "tokenizer"))
+    o = options
+    mode, teacher, steps, guidance_scale, seed = o.mode, o.teacher, o.steps, o.guidance_scale, o.seed
+    text_ext, batch_size, save_dtype = o.text_ext, o.batch_size, o.save_dtype
+    record = record_indices(steps, o.record_steps, o.path_steps) if mode == "paths" else []
+    check_model(teacher, "teacher", "--teacher", ("scheduler", "text_encoder", "tokenizer"))  # before any output
     neg_text = None
     if guidance_scale != 1.0:
         from fgdata.encode.text import neg_prompt_text
 
-        neg_text = "" if negative_prompt is None and negative_preset is None else \
-            neg_prompt_text(negative_preset, negative_prompt)[0]
-    tasks = _prompt_tasks(prompts, per_shard)
-    options = {"mode": mode, "teacher": teacher, "steps": steps, "guidance_scale": guidance_scale,
-               "negative_prompt": neg_text, "record": record, "seed": seed, "latent_shape": latent_shape_spec,
-               "size": size, "frames": frames, "max_length": max_length, "text_ext": text_ext, "per_shard": per_shard,
-               "dtype": dtype, "save_dtype": save_dtype, "batch_size": batch_size}
+        neg_text = "" if o.negative_prompt is None and o.negative_preset is None else \
+            neg_prompt_text(o.negative_preset, o.negative_prompt)[0]
+    tasks = _prompt_tasks(prompts, o.per_shard)
     state: dict[str, Any] = {}
 
     def setup() -> dict[str, Any]:
         if not state:
             import torch
 
-            t = load_teacher(teacher, device=device, dtype=dtype, max_length=max_length)
+            t = load_teacher(teacher, device=device, dtype=o.dtype, max_length=o.max_length)
             state["teacher"] = t
-            state["shape"] = latent_shape(t, latent_shape_spec, size, frames)
+            state["shape"] = latent_shape(t, o.latent_shape, o.size, o.frames)
             state["uncond"] = t.text.encode([neg_text]) if neg_text is not None else None
             t.scheduler.set_timesteps(steps, device="cpu")
             state["timesteps"] = [float(v) for v in t.scheduler.timesteps]
@@ -276,7 +276,7 @@ def kd_run(
             for pos, key, kept, text, reason in _task_prompts(task, text_ext):
                 yield Result(pos, key, None, reason) if text is None else (pos, key, kept, text)
 
-        def run(batch: list[tuple[int, str, dict[str, bytes], str]]) -> Iterator[Result]:
+        def run_batch(batch: list[tuple[int, str, dict[str, bytes], str]]) -> Iterator[Result]:
             seeds = [sample_seed(seed, key) for _, key, _, _ in batch]
             noise = torch.stack([torch.randn(st["shape"], generator=torch.Generator().manual_seed(s)) for s in seeds])
             cond = t.text.encode([text for *_, text in batch])
@@ -298,7 +298,7 @@ def kd_run(
                 members["json"] = merged_json(kept.get("json"), fields)
                 yield Result(pos, key, members)
 
-        yield from batched_results(items(), batch_size, run)
+        yield from batched_results(items(), batch_size, run_batch)
 
     def provenance() -> dict[str, Any]:
         st = setup()
@@ -311,6 +311,6 @@ def kd_run(
                 "seed_rule": "sha256(f'{seed}:{key}')[:8] little-endian & (2**63-1), torch CPU generator",
                 "noise": "unit Gaussian; the sampler starts from noise * init_noise_sigma", "save_dtype": save_dtype}
 
-    return run_job(dest=dst, command=f"kd-{mode}", tasks=tasks, options=options, produce=produce,
-                   provenance=provenance, rank=rank, world=world, role=role, overwrite=overwrite, progress=progress,
-                   log=log, wait_timeout=wait_timeout)
+    job = TaskJob(dest=dst, command=f"kd {mode}", tasks=tasks, options=o, produce=produce, provenance=provenance,
+                  in_place=same_place(prompts, dst))
+    return run_tasks(job, run)

@@ -15,14 +15,15 @@ transforms (the reference image and video geometry, no flip): nothing random is 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from fgdata.encode.jobs import (JobSummary, Result, Task, batched_results, merged_json, prefetch_map, run_job,
-                                sample_seed, shard_tasks, task_samples)
-from fgdata.encode.models import autocast, check_model, resolve_device, tensor_bytes, torch_dtype
+from fgdata.encode.jobs import batched_results, merged_json, prefetch_map, sample_seed, task_samples
+from fgdata.encode.models import autocast, resolve_device, tensor_bytes, torch_dtype
 from fgdata.encode.vae import load_vae
 from fgdata.errors import FgdataError
+from fgdata.jobs.tasks import JobSummary, Result, RunSettings, Task, TaskJob, run_tasks, same_place, shard_tasks
 
 KINDS = ("image", "video")
 POSTERIORS = ("mode", "sample")
@@ -87,28 +88,53 @@ def _media_ext(members: dict[str, bytes], kind: str, wanted: str | None) -> str 
     return next((e for e in sorted(members) if member_kind(e) == kind), None)
 
 
+@dataclass(frozen=True)
+class LatentOptions:
+    """``encode latents``: every option that changes the output bytes (the resume fingerprint)."""
+
+    vae: str
+    vae_subfolder: str | None = None
+    kind: str = "image"
+    size: int | tuple[int, int] | str = 256  # "N" or "WxH" become int / (w, h)
+    frames: int | None = None
+    fps: float | None = None
+    media_ext: str | None = None
+    keep_media: bool = False
+    posterior: str = "mode"
+    seed: int = 0
+    dtype: str = "float32"
+    use_autocast: bool = False
+    save_dtype: str = "float32"
+    batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", parse_size(self.size))
+        if self.kind not in KINDS:
+            raise FgdataError(f"--kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.posterior not in POSTERIORS:
+            raise FgdataError(f"--posterior {self.posterior!r} is not one of {', '.join(POSTERIORS)}")
+        if self.kind == "video" and not self.frames:
+            raise FgdataError("--kind video needs --frames (e.g. 81 for Wan 2.1)")
+        if self.batch_size < 1:
+            raise FgdataError("--batch-size must be at least 1")
+        torch_dtype(self.save_dtype)
+
+
 class LatentEncoder:
     """A loaded VAE plus the pixel transform: decode in threads, encode in batches."""
 
-    def __init__(self, vae_id: str, *, kind: str = "image", size: int | tuple[int, int] = 256, frames: int | None = None,
-                 fps: float | None = None, device: str = "cpu", dtype: str = "float32", use_autocast: bool = False,
-                 channels_last: bool | None = None, posterior: str = "mode", seed: int = 0, save_dtype: str = "float32",
-                 vae_subfolder: str | None = None):
-        if kind not in KINDS:
-            raise FgdataError(f"--kind {kind!r} is not one of {', '.join(KINDS)}")
-        if posterior not in POSTERIORS:
-            raise FgdataError(f"--posterior {posterior!r} is not one of {', '.join(POSTERIORS)}")
-        if kind == "video" and not frames:
-            raise FgdataError("--kind video needs --frames (e.g. 81 for Wan 2.1)")
-        torch_dtype(save_dtype)
-        self.kind, self.size, self.frames, self.fps = kind, parse_size(size), frames, fps
+    def __init__(self, options: LatentOptions, device: str = "cpu", channels_last: bool | None = None):
+        o = options
+        self.kind, self.frames, self.fps = o.kind, o.frames, o.fps
+        self.size = parse_size(o.size)
         self.device = resolve_device(device)
-        self.dtype, self.use_autocast = dtype, use_autocast
-        self.posterior, self.seed, self.save_dtype = posterior, seed, save_dtype
-        self.vae_id = vae_id
-        self.vae = load_vae(vae_id, self.device, "float32" if use_autocast else dtype, kind=kind, subfolder=vae_subfolder)
+        self.dtype, self.use_autocast = o.dtype, o.use_autocast
+        self.posterior, self.seed, self.save_dtype = o.posterior, o.seed, o.save_dtype
+        self.vae_id = o.vae
+        self.vae = load_vae(o.vae, self.device, "float32" if o.use_autocast else o.dtype, kind=o.kind,
+                            subfolder=o.vae_subfolder)
         if channels_last is None:
-            channels_last = self.device.startswith("cuda") and kind == "image"
+            channels_last = self.device.startswith("cuda") and o.kind == "image"
         self.channels_last = channels_last
         if channels_last:
             import torch
@@ -124,7 +150,7 @@ class LatentEncoder:
             from fgdata.media.image import load_image_for_training
 
             res = self.size if isinstance(self.size, int) else (self.size[1], self.size[0])
-            return load_image_for_training(data, res, fast=False), {}
+            return load_image_for_training(data, res, simplejpeg=False), {}
         from fgdata.media.video import decode_clip
 
         w, h = (self.size, self.size) if isinstance(self.size, int) else self.size
@@ -183,51 +209,17 @@ class LatentEncoder:
         }
 
 
-def encode_latents(
-    src: str,
-    dst: str,
-    *,
-    vae: str,
-    kind: str = "image",
-    size: str | int | tuple[int, int] = 256,
-    frames: int | None = None,
-    fps: float | None = None,
-    media_ext: str | None = None,
-    keep_media: bool = False,
-    batch_size: int = 16,
-    workers: int = 4,
-    device: str = "cpu",
-    dtype: str = "float32",
-    use_autocast: bool = False,
-    channels_last: bool | None = None,
-    posterior: str = "mode",
-    seed: int = 0,
-    save_dtype: str = "float32",
-    vae_subfolder: str | None = None,
-    rank: int | None = None,
-    world: int | None = None,
-    role: str = "all",
-    overwrite: bool = False,
-    progress: Callable[[int], None] | None = None,
-    log: Callable[[str], None] | None = None,
-    wait_timeout: float | None = None,
-) -> JobSummary:
+def encode_latents(src: str, dst: str, options: LatentOptions, *, device: str = "cpu", decode_workers: int = 4,
+                   channels_last: bool | None = None, run: RunSettings | None = None) -> JobSummary:
     """Encode the media of every sample of ``src``'s shards into ``dst`` (same shard names, same keys)."""
-    if batch_size < 1:
-        raise FgdataError("--batch-size must be at least 1")
-    check_model(vae, "VAE", "--vae", (vae_subfolder,))
-    tasks = shard_tasks(src)
-    size = parse_size(size)
-    options = {"vae": vae, "vae_subfolder": vae_subfolder, "kind": kind, "size": size, "frames": frames, "fps": fps,
-               "media_ext": media_ext, "keep_media": keep_media, "dtype": dtype, "autocast": use_autocast,
-               "posterior": posterior, "seed": seed, "save_dtype": save_dtype, "batch_size": batch_size}
+    from fgdata.encode.models import check_model
+
+    check_model(options.vae, "VAE", "--vae", (options.vae_subfolder,))  # before any output
     state: dict[str, LatentEncoder] = {}
 
     def encoder() -> LatentEncoder:
         if "enc" not in state:
-            state["enc"] = LatentEncoder(vae, kind=kind, size=size, frames=frames, fps=fps, device=device, dtype=dtype,
-                                         use_autocast=use_autocast, channels_last=channels_last, posterior=posterior,
-                                         seed=seed, save_dtype=save_dtype, vae_subfolder=vae_subfolder)
+            state["enc"] = LatentEncoder(options, device=device, channels_last=channels_last)
         return state["enc"]
 
     def produce(task: Task) -> Iterator[Result]:
@@ -236,17 +228,17 @@ def encode_latents(
         def decode(sample: Any) -> Any:
             if isinstance(sample, Result):
                 return sample
-            ext = _media_ext(sample.members, kind, media_ext)
+            ext = _media_ext(sample.members, options.kind, options.media_ext)
             if ext is None:
-                raise FgdataError(f"no {media_ext or kind} member")
+                raise FgdataError(f"no {options.media_ext or options.kind} member")
             return ext, *enc.pixels(sample.members[ext])
 
-        decoded = prefetch_map(decode, task_samples(task), workers, ahead=2 * batch_size)
-        yield from _encode_batches(enc, decoded, batch_size, keep_media)
+        decoded = prefetch_map(decode, task_samples(task), decode_workers, ahead=2 * options.batch_size)
+        yield from _encode_batches(enc, decoded, options.batch_size, options.keep_media)
 
-    return run_job(dest=dst, command="latents", tasks=tasks, options=options, produce=produce,
-                   provenance=lambda: encoder().info(), rank=rank, world=world, role=role, overwrite=overwrite,
-                   progress=progress, log=log, wait_timeout=wait_timeout)
+    job = TaskJob(dest=dst, command="encode latents", tasks=shard_tasks(src), options=options, produce=produce,
+                  provenance=lambda: encoder().info(), in_place=same_place(src, dst))
+    return run_tasks(job, run)
 
 
 def _encode_batches(enc: LatentEncoder, decoded: Iterable[tuple[Any, Any]], batch_size: int,
@@ -258,7 +250,8 @@ def _encode_batches(enc: LatentEncoder, decoded: Iterable[tuple[Any, Any]], batc
             if isinstance(sample, Result):
                 yield sample
             elif isinstance(value, BaseException):
-                yield Result(sample.index, sample.key, None, str(value).splitlines()[0] or type(value).__name__)
+                yield Result(sample.index, sample.key, None, str(value).splitlines()[0] or type(value).__name__,
+                             original=sample.members)
             else:
                 yield sample, value
 

@@ -146,56 +146,52 @@ def _prompt(members: dict[str, bytes], text_ext: str) -> str:
         raise FgdataError(f".{text_ext} is not UTF-8 ({exc.reason})") from None
 
 
-def encode_text(
-    src: str,
-    dst: str,
-    *,
-    encoder: str,
-    into: str | None = None,
-    text_ext: str = "txt",
-    max_length: int | None = None,
-    padding: str | None = None,
-    hidden_layer: int = -1,
-    subfolder: str | None = None,
-    tokenizer_subfolder: str | None = None,
-    batch_size: int = 32,
-    device: str = "cpu",
-    dtype: str = "float32",
-    use_autocast: bool = False,
-    save_dtype: str = "float32",
-    rank: int | None = None,
-    world: int | None = None,
-    role: str = "all",
-    overwrite: bool = False,
-    progress: Any = None,
-    log: Any = None,
-    wait_timeout: float | None = None,
-) -> Any:
+@dataclass(frozen=True)
+class TextOptions:
+    """``encode text``: every option that changes the output bytes (the resume fingerprint)."""
+
+    encoder: str
+    into: str | None = None
+    subfolder: str | None = None
+    tokenizer_subfolder: str | None = None
+    text_ext: str = "txt"
+    max_length: int | None = None
+    padding: str | None = None
+    hidden_layer: int = -1
+    dtype: str = "float32"
+    use_autocast: bool = False
+    save_dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        torch_dtype(self.save_dtype)
+
+
+def encode_text(src: str, dst: str, options: TextOptions, *, batch_size: int = 32, device: str = "cpu",
+                run: Any = None) -> Any:
     """Add ``txt_emb.pth`` to every sample of ``src`` (all other members kept) and write the shards to ``dst``.
 
-    With ``into``, the samples (and shard names) come from the existing shards in ``into`` (e.g. latent
-    shards), and each sample's prompt is looked up by key in ``src``'s shard of the same name; ``dst`` may be
-    ``into`` itself (each shard is replaced atomically).
+    With ``options.into``, the samples (and shard names) come from the existing shards in ``into`` (e.g.
+    latent shards), and each sample's prompt is looked up by key in ``src``'s shard of the same name;
+    ``dst`` may be ``into`` itself: each shard is replaced atomically, and a sample without a prompt keeps
+    every member it had (reported as not updated).
     """
     from fgdata import storage
-    from fgdata.encode.jobs import Result, Task, batched_results, merged_json, run_job, shard_tasks, task_samples
+    from fgdata.encode.jobs import batched_results, merged_json, task_samples
     from fgdata.encode.models import tensor_bytes
+    from fgdata.jobs.tasks import Result, Task, TaskJob, run_tasks, same_place, shard_tasks
 
     if batch_size < 1:
         raise FgdataError("--batch-size must be at least 1")
-    torch_dtype(save_dtype)
-    check_model(encoder, "text encoder", "--encoder", (subfolder, tokenizer_subfolder))
-    tasks = shard_tasks(into or src)
-    options = {"encoder": encoder, "subfolder": subfolder, "into": into, "text_ext": text_ext, "max_length": max_length,
-               "padding": padding, "hidden_layer": hidden_layer, "dtype": dtype, "autocast": use_autocast,
-               "save_dtype": save_dtype}
+    o = options
+    into = o.into
+    check_model(o.encoder, "text encoder", "--encoder", (o.subfolder, o.tokenizer_subfolder))  # before any output
     state: dict[str, TextEncoder] = {}
 
     def model() -> TextEncoder:
         if "enc" not in state:
-            state["enc"] = load_text_encoder(encoder, device=device, dtype=dtype, use_autocast=use_autocast,
-                                             max_length=max_length, padding=padding, hidden_layer=hidden_layer,
-                                             subfolder=subfolder, tokenizer_subfolder=tokenizer_subfolder)
+            state["enc"] = load_text_encoder(o.encoder, device=device, dtype=o.dtype, use_autocast=o.use_autocast,
+                                             max_length=o.max_length, padding=o.padding, hidden_layer=o.hidden_layer,
+                                             subfolder=o.subfolder, tokenizer_subfolder=o.tokenizer_subfolder)
         return state["enc"]
 
     def prompts_by_key(task: Task) -> dict[str, str] | None:
@@ -209,7 +205,7 @@ def encode_text(
         found: dict[str, str] = {}
         for s in iter_samples(path):
             try:
-                found[s.key] = _prompt(s.members, text_ext)
+                found[s.key] = _prompt(s.members, o.text_ext)
             except FgdataError:
                 continue
         return found
@@ -225,35 +221,37 @@ def encode_text(
                     continue
                 try:
                     if lookup is None:
-                        item = s, _prompt(s.members, text_ext)
+                        item = s, _prompt(s.members, o.text_ext)
                     elif s.key in lookup:
                         item = s, lookup[s.key]
                     else:
                         raise FgdataError(f"no prompt for this key in {storage.join(src, task.name)}")
                 except FgdataError as exc:
-                    item = Result(s.index, s.key, None, str(exc))
+                    item = Result(s.index, s.key, None, str(exc), original=s.members)
                 yield item
 
-        def run(batch: list[Any]) -> Any:
+        def run_batch(batch: list[Any]) -> Any:
             embs = enc.encode([t for _, t in batch])
             for (s, text), emb in zip(batch, embs):
                 members = dict(s.members)
                 if lookup is not None:
-                    members.setdefault(text_ext, text.encode())
-                members[TXT_EMB_EXT] = tensor_bytes(emb, save_dtype)
+                    members.setdefault(o.text_ext, text.encode())
+                members[TXT_EMB_EXT] = tensor_bytes(emb, o.save_dtype)
                 members["json"] = merged_json(s.members.get("json"), {"txt_emb": {
-                    "encoder": encoder, "shape": list(emb.shape), "dtype": save_dtype, "padding": enc.padding,
+                    "encoder": o.encoder, "shape": list(emb.shape), "dtype": o.save_dtype, "padding": enc.padding,
                     "max_length": enc.max_length, "hidden_layer": enc.hidden_layer}})
                 yield Result(s.index, s.key, members)
 
-        yield from batched_results(prompts(), batch_size, run)
+        yield from batched_results(prompts(), batch_size, run_batch)
 
     def provenance() -> dict[str, Any]:
-        return {**model().info(), "save_dtype": save_dtype}
+        return {**model().info(), "save_dtype": o.save_dtype}
 
-    return run_job(dest=dst, command="text", tasks=tasks, options=options, produce=produce, provenance=provenance,
-                   rank=rank, world=world, role=role, overwrite=overwrite, base=into if into and into != dst else None,
-                   progress=progress, log=log, wait_timeout=wait_timeout)
+    samples_from = into or src
+    job = TaskJob(dest=dst, command="encode text", tasks=shard_tasks(samples_from), options=o, produce=produce,
+                  provenance=provenance, base=into if into and not same_place(into, dst) else None,
+                  in_place=same_place(samples_from, dst))
+    return run_tasks(job, run)
 
 
 def neg_prompt_text(preset: str | None, text: str | None) -> tuple[str, str]:

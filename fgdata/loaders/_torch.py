@@ -11,7 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
+from fgdata.errors import FgdataError
 from fgdata.loaders.ranks import worker_slot
+
+# A worker's FgdataError travels to the main process as a batch under this key, so the user
+# gets the one-line message instead of torch's wrapped traceback text.
+WORKER_ERROR = "__fgdata_error__"
 
 if TYPE_CHECKING:
     from fgdata.loaders.wds import BaseWDSLoader
@@ -28,7 +33,25 @@ class WorkerBatches(IterableDataset):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         worker, workers = worker_slot()
-        yield from self.loader.worker_batches(self.start, self.epoch, worker, workers)
+        try:
+            yield from self.loader.worker_batches(self.start, self.epoch, worker, workers)
+        except FgdataError as exc:
+            if self.loader.num_workers == 0:
+                raise
+            yield {WORKER_ERROR: (type(exc), str(exc))}
+
+
+def _raise_worker_errors(batches: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Re-raise a worker's FgdataError in this process, as its own class when that takes one message."""
+    for batch in batches:
+        if WORKER_ERROR in batch:
+            cls, message = batch[WORKER_ERROR]
+            try:
+                error = cls(message)
+            except TypeError:  # a class with another constructor: the message is what matters
+                error = FgdataError(message)
+            raise error
+        yield batch
 
 
 def _unchanged(batch: Any) -> Any:
@@ -45,4 +68,4 @@ def iterate(loader: BaseWDSLoader, start: int, epoch: int) -> Iterator[dict[str,
     dataset = WorkerBatches(loader, start, epoch)
     if loader.num_workers == 0:
         return iter(dataset)
-    return iter(DataLoader(dataset, batch_size=None, num_workers=loader.num_workers, collate_fn=_unchanged))
+    return _raise_worker_errors(iter(DataLoader(dataset, batch_size=None, num_workers=loader.num_workers, collate_fn=_unchanged)))

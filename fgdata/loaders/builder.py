@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from fgdata.errors import ShardError
-from fgdata.loaders.collate import collate_samples
+from fgdata.loaders.collate import BatchSlots, collate_samples
 from fgdata.loaders.decoders import Decoder, MemberDecoder
 from fgdata.loaders.presets import MemberFilter
 from fgdata.loaders.selection import LoaderConfigError, ShardRef
@@ -73,11 +73,17 @@ class RawSample:
 @dataclass
 class SampleContext:
     """Per-sample decode inputs: the RNG for random crops and segments, the global position
-    (deterministic mode) and the clips decoded so far (a camera track is sliced to its clip)."""
+    (deterministic mode), the clips decoded so far (a camera track is sliced to its clip) and
+    the batch's slots, where fixed-shape pixels are written in place."""
 
     rng: np.random.Generator
     position: int | None = None
     clips: dict[str, Any] = field(default_factory=dict)
+    slots: BatchSlots | None = None
+
+    def out(self, key: str, shape: tuple[int, ...]) -> np.ndarray | None:
+        """Where to write ``key``'s float32 ``shape`` value: its row of the batch tensor, or None (a new array)."""
+        return None if self.slots is None else self.slots.row(key, shape)
 
 
 def parse_key_map(key_map: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
@@ -276,12 +282,12 @@ class SampleBuilder:
                 decoder.decode(items, ctx, out, self._warn_once)
         return out
 
-    def collate(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+    def collate(self, samples: list[dict[str, Any]], slots: BatchSlots | None = None) -> dict[str, Any]:
         """The batch dict; a decoder may keep a field that cannot stack as a per-sample list."""
         loose: dict[tuple[str, str], list] = {}
         for decoder in self.decoders:
             loose.update(decoder.unstackable(samples, self._warn_once))
-        batch = collate_samples(samples)
+        batch = collate_samples(samples, slots)
         for (key, sub), values in loose.items():
             batch[key][sub] = values
         return batch

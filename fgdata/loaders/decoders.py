@@ -77,16 +77,23 @@ class ImageDecoder(Decoder):
     norm_std: tuple[float, ...]
     fast_jpeg: bool = True
     txt_extensions: Sequence[str] = ("txt",)
+    resize: str = "fast"
 
     def claims(self, key: str, ext: str) -> bool:
         return member_kind(ext, self.txt_extensions) == "image"
+
+    def _shape(self) -> tuple[int, int, int]:
+        if isinstance(self.input_res, tuple):
+            return (3, *self.input_res)
+        return (3, self.input_res, self.input_res)
 
     def decode(self, items: Items, ctx: Any, out: dict[str, Any], warn: WarnOnce) -> None:
         from fgdata.media.image import load_image_for_training
 
         for key, (ext, data) in items.items():
             pixels = unwrap_gz(ext, data)[1]
-            out[key] = load_image_for_training(pixels, self.input_res, self.norm_mean, self.norm_std, fast=self.fast_jpeg)
+            out[key] = load_image_for_training(pixels, self.input_res, self.norm_mean, self.norm_std, resize=self.resize,
+                                               simplejpeg=self.fast_jpeg, out=ctx.out(key, self._shape()))
 
 
 def is_video_spec(alternatives: Sequence[str]) -> bool:
@@ -110,6 +117,7 @@ class VideoDecoder(Decoder):
     target_fps: float | None = None
     with_audio: bool = False
     target_sample_rate: int | None = None
+    resize: str = "fast"
 
     def claims(self, key: str, ext: str) -> bool:
         return key in self.video_keys
@@ -139,6 +147,8 @@ class VideoDecoder(Decoder):
                     with_audio=self.with_audio,
                     target_sample_rate=self.target_sample_rate,
                     info=info,
+                    resize=self.resize,
+                    out=ctx.out(key, (3, self.sequence_length, self.img_size[1], self.img_size[0])),
                 )
             except ClipTooShort as exc:
                 raise ClipTooShort(self._too_short(info)) from exc

@@ -36,7 +36,7 @@ from fgdata.loaders.builder import (
     SampleContext,
     SampleDropped,
 )
-from fgdata.loaders.collate import Delivered
+from fgdata.loaders.collate import BatchSlots, Delivered
 from fgdata.loaders.plan import SamplePlan, Split
 from fgdata.loaders.selection import COUNT_FIX, Dataset, ShardRef, count_mismatch
 from fgdata.media.errors import ClipTooShort
@@ -169,6 +169,7 @@ class Reading:
     cache_path: str | None
     max_consecutive_errors: int
     warned_counts: set[str]
+    slots: BatchSlots | None = None
 
     def stream(self, ref: ShardRef, ignored: frozenset[str]) -> Iterator[RawSample]:
         """One shard in tar order without ignored samples, reading only the members the builder needs.
@@ -261,7 +262,7 @@ class DeterministicSource:
                 r.builder.audit.sample_read(raw)
                 where = f"{ref.path} key {raw.key!r} (position {q})"
                 entropy = [r.seed, position] + ([attempt] if attempt else [])
-                sample = r.builder.build(raw, SampleContext(np.random.default_rng(entropy), position))
+                sample = r.builder.build(raw, SampleContext(np.random.default_rng(entropy), position, slots=r.slots))
                 return Delivered(sample, position, attempt)
             except DROPPABLE as exc:
                 r.drops.fail(where, exc)
@@ -297,7 +298,7 @@ class TrainingSource:
             for raw in r.stream(ref, ignored[ref.path]):
                 read += 1
                 for sample, src in buffer.push(raw, ref):
-                    out = r.use(sample, SampleContext(rng))
+                    out = r.use(sample, SampleContext(rng, slots=r.slots))
                     failures = 0 if out is not None else failures + 1
                     if failures > r.max_consecutive_errors:
                         raise FgdataError(f"{failures} consecutive unusable samples (last from {src.path}); run `fgdata verify`")
@@ -328,7 +329,7 @@ class ValidationSource:
         for i in self.mine(worker, num_workers):
             ref = r.dataset.shards[i]
             for raw in r.stream(ref, r.dataset.ignored_keys[i]):
-                out = r.use(raw, SampleContext(rng))
+                out = r.use(raw, SampleContext(rng, slots=r.slots))
                 if out is not None:
                     yield Delivered(out)
 

@@ -50,7 +50,7 @@ import numpy as np
 
 from fgdata.errors import FgdataError
 from fgdata.loaders.builder import AUDIT_FIRST_SAMPLES, SampleBuilder, parse_key_map
-from fgdata.loaders.collate import batch_loop
+from fgdata.loaders.collate import BatchSlots, batch_loop
 from fgdata.loaders.decoders import (
     VIDEO_MEMBERS,
     CameraDecoder,
@@ -306,8 +306,9 @@ class BaseWDSLoader:
         """The batches worker ``worker`` of ``num_workers`` builds for this rank, in its delivery order."""
         builder = self._builder
         builder.audit.reset()
+        slots = BatchSlots(self.batch_size)
         reading = Reading(self._dataset, builder, Drops(self.strict), self.seed, self.rank, self.world_size,
-                          self.batch_size, self.cache_path, self.max_consecutive_errors, set())
+                          self.batch_size, self.cache_path, self.max_consecutive_errors, set(), slots)
         source: DeterministicSource | TrainingSource | ValidationSource
         if self.deterministic:
             assert self._plan is not None
@@ -317,7 +318,8 @@ class BaseWDSLoader:
         else:
             source = ValidationSource(reading, self.partial)
         produced = False
-        for batch in batch_loop(source.items(start, epoch, worker, num_workers), self.batch_size, self.partial, builder.collate):
+        for batch in batch_loop(source.items(start, epoch, worker, num_workers), self.batch_size, self.partial,
+                                builder.collate, slots):
             produced = True
             yield batch
         message = None if produced or not self.empty_check else source.empty_message(start, worker, num_workers)
@@ -369,11 +371,23 @@ class WDSLoader(BaseWDSLoader):
         return []
 
 
+def _resize_mode(resize: str) -> str:
+    """The media functions' check, as a loader configuration error."""
+    from fgdata.media.pixels import check_resize
+
+    try:
+        return check_resize(resize)
+    except ValueError as exc:
+        raise LoaderConfigError(f"{exc} ('reference': bit-identical to the reference loaders)") from None
+
+
 class ImageWDSLoader(WDSLoader):
     """Images resized (short side ``input_res``) and centre-cropped, normalised to [-1, 1] by default.
 
-    ``fast_jpeg`` allows simplejpeg when installed; pass False for results that
-    depend on Pillow alone.
+    ``resize="reference"`` decodes at full size and resizes as the reference loader does, for
+    bit-identical tensors; the default ``"fast"`` decodes JPEGs DCT-scaled and resamples only
+    the crop (docs/DIFFERENCES.md gives its PSNR). ``fast_jpeg`` allows simplejpeg in the fast
+    mode when installed; pass False for results that depend on Pillow alone.
     """
 
     def __init__(
@@ -384,6 +398,7 @@ class ImageWDSLoader(WDSLoader):
         norm_mean: Sequence[float] = (0.5, 0.5, 0.5),
         norm_std: Sequence[float] = (0.5, 0.5, 0.5),
         fast_jpeg: bool = True,
+        resize: str = "fast",
         **kwargs: Any,
     ):
         if not isinstance(input_res, int) and len(input_res) != 2:
@@ -391,11 +406,14 @@ class ImageWDSLoader(WDSLoader):
         self.input_res = input_res if isinstance(input_res, int) else (int(input_res[0]), int(input_res[1]))
         self.norm_mean = tuple(norm_mean)
         self.norm_std = tuple(norm_std)
+        if len(self.norm_mean) != 3 or len(self.norm_std) != 3 or 0 in self.norm_std:
+            raise LoaderConfigError(f"norm_mean={norm_mean!r}, norm_std={norm_std!r}: three values each, no zero std")
         self.fast_jpeg = fast_jpeg
+        self.resize = _resize_mode(resize)
         super().__init__(datatags, batch_size, **kwargs)
 
     def _media_decoders(self, keys: dict[str, tuple[str, ...]]) -> list[Decoder]:
-        return [ImageDecoder(self.input_res, self.norm_mean, self.norm_std, self.fast_jpeg, self.txt_extensions)]
+        return [ImageDecoder(self.input_res, self.norm_mean, self.norm_std, self.fast_jpeg, self.txt_extensions, self.resize)]
 
 
 class VideoWDSLoader(WDSLoader):
@@ -403,6 +421,9 @@ class VideoWDSLoader(WDSLoader):
 
     ``video_keys`` defaults to the ``key_map`` entries whose extensions are all video
     extensions (``{"real": "mp4", ...}`` works without naming ``video_keys``).
+    ``resize="reference"`` resizes full-size frames as the reference loader does, for
+    bit-identical tensors; the default ``"fast"`` resizes inside libswscale (docs/DIFFERENCES.md
+    gives its PSNR).
     """
 
     default_key_map: Mapping[str, str] = {"real_raw": VIDEO_MEMBERS, "condition_raw": "txt"}
@@ -417,8 +438,10 @@ class VideoWDSLoader(WDSLoader):
         video_keys: Sequence[str] | None = None,
         decoder_type: str = "segment",
         target_fps: float | None = None,
+        resize: str = "fast",
         **kwargs: Any,
     ):
+        self.resize = _resize_mode(resize)
         if decoder_type not in ("segment", "full"):
             raise LoaderConfigError(f"decoder_type={decoder_type!r}: choose 'segment' or 'full'")
         if sequence_length < 1:
@@ -445,7 +468,7 @@ class VideoWDSLoader(WDSLoader):
         if missing:
             raise LoaderConfigError(f"video_keys {missing} are not key_map keys ({sorted(keys)})")
         return VideoDecoder(self.video_keys, self.sequence_length, self.img_size, self.decoder_type, self.target_fps,
-                            with_audio=self._with_audio, target_sample_rate=target_sample_rate)
+                            with_audio=self._with_audio, target_sample_rate=target_sample_rate, resize=self.resize)
 
     def _media_decoders(self, keys: dict[str, tuple[str, ...]]) -> list[Decoder]:
         return [self._video_decoder(keys)]

@@ -20,12 +20,18 @@ from fgdata.media.errors import (
     MemberDecodeError,
     VideoDecodeError,
 )
-from fgdata.media.geometry import ImageGeometry, image_transform_geometry, video_transform_geometry
-from fgdata.media.image import describe_image, load_image_for_training, reference_image_transform
-from fgdata.media.video import Clip, VideoInfo, decode_clip, probe_video, reference_decode_clip
+from fgdata.media.geometry import (
+    ImageGeometry,
+    image_transform_geometry,
+    video_transform_geometry,
+)
+from fgdata.media.image import describe_image, load_image_for_training
+from fgdata.media.pixels import RESIZE_MODES, check_resize
+from fgdata.media.video import Clip, VideoInfo, decode_clip, probe_video
 
 __all__ = [
     "IMAGE_EXTS",
+    "RESIZE_MODES",
     "TENSOR_EXTS",
     "VIDEO_EXTS",
     "Clip",
@@ -37,6 +43,7 @@ __all__ = [
     "VideoDecodeError",
     "VideoInfo",
     "check_member",
+    "check_resize",
     "decode_clip",
     "decode_member",
     "describe_image",
@@ -45,8 +52,6 @@ __all__ = [
     "load_image_for_training",
     "member_kind",
     "probe_video",
-    "reference_decode_clip",
-    "reference_image_transform",
     "slice_camera",
     "transform_intrinsics",
     "validate_camera",

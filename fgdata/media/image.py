@@ -1,9 +1,15 @@
-"""Image decode and the reference training transform: fast path plus the slow reference it is tested against.
+"""Image decode and the reference training transform, in two modes.
 
-The fast path gets its speed from never producing pixels it will throw away: JPEG DCT scaling
-(Pillow ``draft`` or simplejpeg) decodes a smaller image when the target is much smaller than
-the source, and ``Image.resize(box=...)`` resamples only the centre crop. Geometry (sizes and
-crop offsets) is identical to the reference; pixels stay within PSNR >= 35 dB of it.
+``resize="reference"`` is the reference's pipeline: full Pillow decode, RGB, a full BICUBIC
+resize, the centre crop, then ``x/255`` and per-channel normalisation in float32. Tensors are
+bit-identical to the reference loader's for RGB and greyscale sources (palette and alpha
+images are converted to RGB before resizing, where the reference resizes first).
+
+``resize="fast"`` (the default) gets its speed from never producing pixels it will throw away:
+JPEG DCT scaling (Pillow ``draft`` or simplejpeg) decodes a smaller image when the target is
+much smaller than the source, and ``Image.resize(box=...)`` resamples only the centre crop.
+Geometry (sizes and crop offsets) is identical; pixels differ slightly (docs/DIFFERENCES.md
+gives the measured PSNR). Both modes share the geometry and the float conversion.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from PIL import Image
 
 from fgdata.media.errors import ImageDecodeError
 from fgdata.media.geometry import ImageGeometry, image_transform_geometry
+from fgdata.media.pixels import check_resize, image_to_float
 
 __all__ = [
     "ImageGeometry",
@@ -28,7 +35,6 @@ __all__ = [
     "image_transform_geometry",
     "load_image_for_training",
     "open_image",
-    "reference_image_transform",
     "to_rgb",
 ]
 
@@ -84,19 +90,6 @@ def to_rgb(im: Image.Image) -> Image.Image:
     return im if im.mode == "RGB" else im.convert("RGB")
 
 
-def _normalise(rgb: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
-    """HWC uint8 -> CHW float32 ``(x/255 - mean)/std``, folded into one multiply-add per channel."""
-    scale = (1.0 / (255.0 * np.asarray(std, dtype=np.float64))).astype(np.float32)
-    offset = (-np.asarray(mean, dtype=np.float64) / np.asarray(std, dtype=np.float64)).astype(
-        np.float32
-    )
-    # Transpose as uint8 first: converting a strided view to float is several times slower.
-    out = np.ascontiguousarray(rgb.transpose(2, 0, 1)).astype(np.float32)
-    out *= scale[:, None, None]
-    out += offset[:, None, None]
-    return out
-
-
 def _load(im: Image.Image) -> Image.Image:
     """Force the pixel decode so truncated or corrupt files fail here, as ImageDecodeError."""
     try:
@@ -106,21 +99,13 @@ def _load(im: Image.Image) -> Image.Image:
     return im
 
 
-def reference_image_transform(
-    data: bytes,
-    input_res: int | tuple[int, int],
-    norm_mean: Sequence[float] = (0.5, 0.5, 0.5),
-    norm_std: Sequence[float] = (0.5, 0.5, 0.5),
-) -> np.ndarray:
-    """The slow, obviously-correct the reference path: full decode, RGB, full BICUBIC resize, centre crop.
-
-    Kept for tests and benchmarks: it is what the fast path is measured against.
-    """
+def _reference_rgb_crop(data: bytes, input_res: int | tuple[int, int]) -> np.ndarray:
+    """HWC uint8 the reference's way: full decode, RGB, full BICUBIC resize, centre crop."""
     im = to_rgb(_load(open_image(data)))
     g = image_transform_geometry(im.width, im.height, input_res)
-    im = im.resize((g.resize_w, g.resize_h), Image.BICUBIC)
+    im = im.resize((g.resize_w, g.resize_h), Image.Resampling.BICUBIC)
     im = im.crop((g.crop_x0, g.crop_y0, g.crop_x0 + g.crop_w, g.crop_y0 + g.crop_h))
-    return _normalise(np.asarray(im), norm_mean, norm_std)
+    return np.asarray(im)
 
 
 def _dct_factor(w: int, h: int, dw: int, dh: int) -> float:
@@ -152,7 +137,7 @@ def _fast_rgb_crop(
     frame header gives the size, simplejpeg decodes DCT-scaled, Pillow only resamples.
     """
     head = _checked_jpeg_header(data)
-    src: Image.Image | None = None
+    src = None
     if head is not None:
         w, h = head["width"], head["height"]
     else:
@@ -183,7 +168,7 @@ def _fast_rgb_crop(
         (g.crop_x0 + g.crop_w) * sx,
         (g.crop_y0 + g.crop_h) * sy,
     )
-    out = im.resize((g.crop_w, g.crop_h), Image.BICUBIC, box=box, reducing_gap=RESIZE_REDUCING_GAP)
+    out = im.resize((g.crop_w, g.crop_h), Image.Resampling.BICUBIC, box=box, reducing_gap=RESIZE_REDUCING_GAP)
     return np.asarray(to_rgb(out))
 
 
@@ -193,14 +178,22 @@ def load_image_for_training(
     norm_mean: Sequence[float] = (0.5, 0.5, 0.5),
     norm_std: Sequence[float] = (0.5, 0.5, 0.5),
     *,
-    fast: bool = True,
+    resize: str = "fast",
+    simplejpeg: bool = True,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Image bytes -> float32 ``[3, H, W]`` normalised, the reference geometry, RGB conversion first.
 
-    ``fast=False`` skips simplejpeg so the result depends on Pillow alone (bit-reproducible on
-    machines with and without the ``fastjpeg`` extra); Pillow's DCT scaling is still used.
+    ``resize="reference"`` gives the reference loader's tensor bit for bit (see the module
+    docstring); ``"fast"`` is several times faster. ``simplejpeg=False`` keeps the fast path
+    off simplejpeg so its result depends on Pillow alone (the same on machines with and
+    without the ``fastjpeg`` extra). ``out`` is where to write (e.g. a batch slot); else a new array.
     """
-    return _normalise(_fast_rgb_crop(data, input_res, fast), norm_mean, norm_std)
+    if check_resize(resize) == "reference":
+        rgb = _reference_rgb_crop(data, input_res)
+    else:
+        rgb = _fast_rgb_crop(data, input_res, simplejpeg)
+    return image_to_float(rgb, norm_mean, norm_std, out)
 
 
 _JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})

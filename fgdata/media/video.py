@@ -1,10 +1,17 @@
-"""Video probe and clip decode.
+"""Video probe and clip decode, in two modes that share frame choice, geometry and float conversion.
 
-Speed comes from two things the reference does not do: seek to the keyframe before the clip
-instead of decoding from the start, and let libswscale resize while converting
-YUV to RGB (``frame.reformat``) instead of converting full-resolution frames and resizing
-tensors. Frame choice is pure arithmetic on the demuxed presentation timestamps, so the chosen
-source indices (for camera slicing) are known before anything is decoded.
+``resize="fast"`` (the default) gets its speed from three things the reference does not do:
+seek to the keyframe before the clip instead of decoding from the start; let libswscale
+resize while converting YUV to planar RGB (``gbrp``, several times cheaper than packed
+``rgb24`` at these sizes) instead of converting full-resolution frames and resizing tensors;
+and convert each frame once, straight into its place in the clip (or batch) tensor.
+
+``resize="reference"`` is the reference's transform: full-size ``rgb24`` frames, torch's
+antialiased BICUBIC resize in float32, clamped and rounded back to uint8, the centre crop,
+``x/127.5 - 1``. Its tensors are bit-identical to the reference loader's for the same frames.
+
+Frame choice is pure arithmetic on the demuxed presentation timestamps, so the chosen source
+indices (for camera slicing) are known before anything is decoded.
 """
 
 from __future__ import annotations
@@ -13,15 +20,20 @@ import bisect
 import io
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from fgdata.media.audio import decode_audio
 from fgdata.media.errors import ClipTooShort, VideoDecodeError
 from fgdata.media.geometry import ImageGeometry, video_transform_geometry
+from fgdata.media.pixels import check_resize, video_frame_to_float
+
+if TYPE_CHECKING:
+    import av
 
 __all__ = [
     "Clip",
@@ -29,12 +41,14 @@ __all__ = [
     "VideoInfo",
     "decode_clip",
     "probe_video",
-    "reference_decode_clip",
     "select_frames",
 ]
 
 # Timestamps are compared with this slack so a frame at 0.04 s counts as "at" t = 1/25.
 _EPS = 1e-6
+# Frames per torch resize call in reference mode: bounds memory (a whole 81-frame 720p clip
+# in float32 is 900 MB) without changing a value (each frame is resized on its own).
+REFERENCE_CHUNK = 8
 
 
 @dataclass(frozen=True)
@@ -131,7 +145,7 @@ def probe_video(data_or_path: bytes | str | Path) -> VideoInfo:
             duration = container.duration / av.time_base
         else:
             duration = len(pts) / fps if fps else 0.0
-        rotation = int(round(first.rotation)) % 360 if first is not None else 0
+        rotation = round(first.rotation) % 360 if first is not None else 0
         audio = container.streams.audio[0] if container.streams.audio else None
         return VideoInfo(
             duration=float(duration),
@@ -183,56 +197,124 @@ def _display_geometry(info: VideoInfo, img_size: tuple[int, int]) -> ImageGeomet
     return video_transform_geometry(w, h, img_size[0], img_size[1])
 
 
-def _to_clip_array(frames: list[np.ndarray]) -> np.ndarray:
-    """[T, H, W, C] uint8 -> float32 [C, T, H, W] = x/127.5 - 1."""
-    x = np.stack(frames).transpose(3, 0, 1, 2).astype(np.float32)
-    x *= 1.0 / 127.5
-    x -= 1.0
-    return x
-
-
-def _decode_selected(
-    data: bytes, info: VideoInfo, indices: list[int], geom: ImageGeometry, seek: bool
-) -> dict[int, np.ndarray]:
-    """Decode the frames at ``indices`` resized+cropped in libswscale; seek first when allowed."""
+def _decoded_frames(
+    data: bytes, info: VideoInfo, wanted: set[int], seek: bool
+) -> Iterator[tuple[int, av.VideoFrame]]:
+    """(source index, frame) for each wanted frame, in presentation order; seek first when allowed."""
     import av
-    from av.video.reformatter import VideoReformatter
 
-    wanted = {info.frame_pts[i]: i for i in indices}
-    first_pts = info.frame_pts[min(indices)]
-    last_pts = info.frame_pts[max(indices)]
-    rot_k = info.rotation // 90
-    # libswscale works on coded pixels, so a 90/270 rotation swaps the resize target.
-    rw, rh = (geom.resize_h, geom.resize_w) if rot_k % 2 else (geom.resize_w, geom.resize_h)
-    out: dict[int, np.ndarray] = {}
-    # One reformatter for the whole clip keeps its SwsContext: building one per frame costs
-    # more than the scaling itself (about 10 ms vs 2.5 ms at 720p).
-    reformatter = VideoReformatter()
+    by_pts = {info.frame_pts[i]: i for i in wanted}
+    first_pts = info.frame_pts[min(wanted)]
+    last_pts = info.frame_pts[max(wanted)]
     with _open(data) as container:
         vs = container.streams.video[0]
         try:
             if seek and first_pts > info.frame_pts[0]:
                 container.seek(first_pts, stream=vs, backward=True, any_frame=False)
             for frame in container.decode(vs):
-                if frame.pts is None or frame.pts > last_pts:
-                    if frame.pts is not None:
-                        break
+                if frame.pts is None:
                     continue
-                i = wanted.get(frame.pts)
-                if i is None:
-                    continue
-                rgb = reformatter.reformat(
-                    frame, width=rw, height=rh, format="rgb24", interpolation="BICUBIC"
-                ).to_ndarray()
-                if rot_k:
-                    rgb = np.rot90(rgb, k=rot_k)
-                out[i] = rgb[
-                    geom.crop_y0 : geom.crop_y0 + geom.crop_h,
-                    geom.crop_x0 : geom.crop_x0 + geom.crop_w,
-                ]
+                if frame.pts > last_pts:
+                    break
+                i = by_pts.get(frame.pts)
+                if i is not None:
+                    yield i, frame
         except av.error.FFmpegError as e:
             raise VideoDecodeError(f"cannot decode video: {e}") from e
-    return out
+
+
+def _plane(frame: av.VideoFrame, k: int) -> np.ndarray:
+    """Plane ``k`` of a planar 8-bit frame as an (h, w) uint8 view (row padding cut off)."""
+    p = frame.planes[k]
+    return np.frombuffer(memoryview(p), np.uint8).reshape(p.height, p.line_size)[:, : p.width]
+
+
+def _crop(a: np.ndarray, g: ImageGeometry) -> np.ndarray:
+    return a[g.crop_y0 : g.crop_y0 + g.crop_h, g.crop_x0 : g.crop_x0 + g.crop_w]
+
+
+def _place(out: np.ndarray, targets: list[int], planes: list[np.ndarray]) -> None:
+    """Convert one frame into ``out[:, t]`` for its first output position; copy to repeats."""
+    first = out[:, targets[0]]
+    video_frame_to_float(planes, first)
+    for t in targets[1:]:
+        out[:, t] = first
+
+
+def _fill_fast(
+    frames: Iterator[tuple[int, av.VideoFrame]],
+    geom: ImageGeometry,
+    rot_k: int,
+    targets: dict[int, list[int]],
+    out: np.ndarray,
+) -> set[int]:
+    """libswscale resizes and converts to planar RGB in one call; each plane is cropped and
+    converted straight into ``out``. Returns the source indices written."""
+    from av.video.reformatter import VideoReformatter
+
+    # libswscale works on coded pixels, so a 90/270 rotation swaps the resize target.
+    rw, rh = (geom.resize_h, geom.resize_w) if rot_k % 2 else (geom.resize_w, geom.resize_h)
+    # One reformatter for the whole clip keeps its SwsContext: building one per frame costs
+    # more than the scaling itself.
+    reformatter = VideoReformatter()
+    done: set[int] = set()
+    for i, frame in frames:
+        rgb = reformatter.reformat(frame, width=rw, height=rh, format="gbrp", interpolation="BICUBIC")
+        g, b, r = (_plane(rgb, k) for k in range(3))  # gbrp stores G, B, R
+        planes = [r, g, b]
+        if rot_k:
+            planes = [np.rot90(p, k=rot_k) for p in planes]
+        _place(out, targets[i], [_crop(p, geom) for p in planes])
+        done.add(i)
+    return done
+
+
+def _fill_reference(
+    frames: Iterator[tuple[int, av.VideoFrame]],
+    geom: ImageGeometry,
+    rot_k: int,
+    targets: dict[int, list[int]],
+    out: np.ndarray,
+) -> set[int]:
+    """Full-size rgb24 frames, resized as the reference does: a [T, H, W, C] uint8 tensor viewed
+    as [T, C, H, W], cast to float32, antialiased bicubic, clamped to [0, 255], rounded, uint8;
+    then the crop and ``x/127.5 - 1``. Returns the source indices written."""
+    import torch
+    import torch.nn.functional as F
+
+    done: set[int] = set()
+    chunk: list[tuple[int, np.ndarray]] = []
+
+    def flush() -> None:
+        x = torch.from_numpy(np.stack([f for _, f in chunk])).permute(0, 3, 1, 2).to(torch.float32)
+        if tuple(x.shape[-2:]) != (geom.resize_h, geom.resize_w):  # an equal size is left as is
+            x = F.interpolate(
+                x, size=(geom.resize_h, geom.resize_w), mode="bicubic", align_corners=False, antialias=True
+            )
+        pixels = x.clamp_(0, 255).round_().to(torch.uint8).numpy()
+        for k, (i, _) in enumerate(chunk):
+            _place(out, targets[i], [_crop(p, geom) for p in pixels[k]])
+            done.add(i)
+        chunk.clear()
+
+    for i, frame in frames:
+        rgb = frame.to_ndarray(format="rgb24")
+        chunk.append((i, np.rot90(rgb, k=rot_k) if rot_k else rgb))
+        if len(chunk) == REFERENCE_CHUNK:
+            flush()
+    if chunk:
+        flush()
+    return done
+
+
+def _decode_into(
+    data: bytes, info: VideoInfo, indices: list[int], geom: ImageGeometry, resize: str, out: np.ndarray, seek: bool
+) -> set[int]:
+    targets: dict[int, list[int]] = {}
+    for t, i in enumerate(indices):
+        targets.setdefault(i, []).append(t)
+    fill = _fill_reference if resize == "reference" else _fill_fast
+    return fill(_decoded_frames(data, info, set(targets), seek), geom, info.rotation // 90, targets, out)
 
 
 def _choose_start(
@@ -266,16 +348,21 @@ def decode_clip(
     with_audio: bool = False,
     target_sample_rate: int | None = None,
     info: VideoInfo | None = None,
+    resize: str = "fast",
+    out: np.ndarray | None = None,
 ) -> Clip:
-    """Decode one training clip: ``sequence_length`` frames at ``img_size`` = (W, H),.
+    """Decode one training clip: ``sequence_length`` frames at ``img_size`` = (W, H).
 
     ``segment`` seeks to the keyframe before a (random or given) start; ``full`` decodes from
     the beginning and takes the first frames (after fps resampling). Both limit work by frame
     count, never by wall-clock. Pass ``info`` to reuse a probe. Audio starts at the
-    same time and lasts ``sequence_length / fps`` s.
+    same time and lasts ``sequence_length / fps`` s. ``resize`` picks the mode (module
+    docstring). ``out`` (float32 ``[3, T, H, W]``, e.g. a slot of a preallocated batch) receives
+    the pixels, so each frame is converted once, in place; ``Clip.video`` is then ``out``.
     """
     if decoder_type not in ("segment", "full"):
         raise ValueError(f"decoder_type must be 'segment' or 'full', not {decoder_type!r}")
+    check_resize(resize)
     info = info or probe_video(data)
     if not info.fps:
         raise VideoDecodeError("video has no frame rate")
@@ -285,14 +372,19 @@ def decode_clip(
     if target_fps is None:
         t0 = info.frame_time(indices[0])  # the clip starts at its first frame, audio with it
     geom = _display_geometry(info, img_size)
-    frames = _decode_selected(data, info, indices, geom, seek=decoder_type == "segment")
-    if len(frames) < len(set(indices)) and decoder_type == "segment":
-        frames = _decode_selected(data, info, indices, geom, seek=False)  # inexact seek: retry
-    missing = sorted(set(indices) - frames.keys())
+    shape = (3, sequence_length, geom.crop_h, geom.crop_w)
+    if out is None:
+        out = np.empty(shape, np.float32)
+    elif out.shape != shape or out.dtype != np.float32:
+        raise ValueError(f"out is {out.dtype} {tuple(out.shape)}, need float32 {shape}")
+    done = _decode_into(data, info, indices, geom, resize, out, seek=decoder_type == "segment")
+    if len(done) < len(set(indices)) and decoder_type == "segment":
+        done = _decode_into(data, info, indices, geom, resize, out, seek=False)  # inexact seek: retry
+    missing = sorted(set(indices) - done)
     if missing:
         raise VideoDecodeError(f"could not decode frames {missing[:5]} of {info.frame_count}")
     clip = Clip(
-        video=_to_clip_array([frames[i] for i in indices]),
+        video=out,
         cropping_params=geom.as_dict(),
         frame_indices=indices,
         start_time=t0,
@@ -303,42 +395,3 @@ def decode_clip(
         if decoded is not None:
             clip.audio, clip.sample_rate = decoded
     return clip
-
-
-def reference_decode_clip(
-    data: bytes,
-    *,
-    sequence_length: int,
-    img_size: tuple[int, int],
-    start_time: float = 0.0,
-    target_fps: float | None = None,
-) -> np.ndarray:
-    """The slow reference: decode from the start, full-size rgb24 for every frame, torch resize.
-
-    Same frame choice and geometry as :func:`decode_clip`; antialiased BICUBIC in torch on
-    full-resolution tensors, as the reference loader does. For tests and benchmarks.
-    """
-    import av
-    import torch
-    import torch.nn.functional as F
-
-    info = probe_video(data)
-    indices = select_frames(info, sequence_length, start_time, target_fps)
-    geom = _display_geometry(info, img_size)
-    frames: list[np.ndarray] = []
-    with _open(data) as container:
-        try:
-            for frame in container.decode(video=0):
-                frames.append(np.rot90(frame.to_ndarray(format="rgb24"), k=info.rotation // 90))
-                if len(frames) > max(indices):
-                    break
-        except av.error.FFmpegError as e:
-            raise VideoDecodeError(f"cannot decode video: {e}") from e
-    x = torch.from_numpy(np.stack([frames[i] for i in indices])).permute(0, 3, 1, 2).float()
-    x = F.interpolate(
-        x, size=(geom.resize_h, geom.resize_w), mode="bicubic", antialias=True, align_corners=False
-    )
-    x = x.round().clamp(0, 255)[
-        :, :, geom.crop_y0 : geom.crop_y0 + geom.crop_h, geom.crop_x0 : geom.crop_x0 + geom.crop_w
-    ]
-    return (x / 127.5 - 1.0).permute(1, 0, 2, 3).contiguous().numpy()

@@ -34,7 +34,8 @@ def prepare_imagenet256(imagenet_source: str | os.PathLike[str], data_root: str 
     """
     from fgdata.encode.models import check_model
     from fgdata.encode.vae import load_vae
-    from fgdata.prepare.latents import dist_env, encode_latent_zip, wait_for
+    from fgdata.jobs.ranks import dist_env, wait_for
+    from fgdata.prepare.latents import encode_latent_zip, prepare_wait_s
     from fgdata.prepare.zipwriter import provenance_path
 
     root = resolve_data_root(data_root)
@@ -48,8 +49,8 @@ def prepare_imagenet256(imagenet_source: str | os.PathLike[str], data_root: str 
                                            force=force, strict=strict, progress=progress,
                                            allow_any_tree=allow_any_tree)
     else:
-        wait_for(lambda: provenance_path(rgb).exists() and not rgb.with_name(rgb.name + ".partial").exists(),
-                 f"rank 0 to finish {rgb}")
+        wait_for(lambda: [] if provenance_path(rgb).exists() and not rgb.with_name(rgb.name + ".partial").exists()
+                 else [f"{rgb.name} (rank 0)"], f"{root}: the RGB zip", prepare_wait_s(), poll=5.0, log=print)
     results.append(encode_latent_zip(rgb, root / IMAGENET256_SD_ZIP, vae=vae, device=device, batch_size=batch_size,
                                      dtype=dtype, force=force, workers=workers, progress=progress))
     return results

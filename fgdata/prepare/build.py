@@ -1,7 +1,11 @@
-"""The prepare engine: decode and transform inputs in a process pool, write one or more EDM zips in order.
+"""Preparing dataset zips on the job core: decode and transform inputs in a process pool, write EDM zips in order.
 
-Inputs are addressed by position, so workers receive ranges instead of data and return PNG bytes in order. A side log records, per input position, conversions and failures; with it a killed run resumes
-at the exact input after the last complete member and reports every input as written or failed.
+Task model: one block of input positions per task (the zip member range it adds). Workers receive ranges
+instead of data and return PNG bytes in order. A side log records, per input position, conversions and
+failures; with it a killed run resumes at the exact input after the last complete member and reports every
+input as written or failed. The job holds the lock of the zip's folder, runs under the signal handling of
+:mod:`fgdata.jobs.signals` (a stop keeps the partial zip for the rerun) and writes the one failure report,
+``failures.json``, beside the zip.
 """
 
 from __future__ import annotations
@@ -13,8 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fgdata.jobs import testhook
+from fgdata.jobs.dest import claimed
 from fgdata.jobs.local import ordered_map
-from fgdata.prepare.zipwriter import EdmZipWriter, dataset_json_bytes, member_name, provenance_path, validate_zip
+from fgdata.jobs.report import FAILURES_FILE, write_failures
+from fgdata.jobs.signals import Interrupted, stop_on_signals
+from fgdata.prepare.zipwriter import (EdmZipWriter, dataset_json_bytes, member_name, open_nofollow, provenance_path,
+                                      validate_zip)
 
 #: One input's outcome: a member per target (None when it failed) and a note (source mode or failure reason).
 Result = tuple[list[bytes] | None, str | None]
@@ -42,7 +51,9 @@ def default_workers() -> int:
 def _read_log(path: Path) -> dict[int, dict]:
     entries: dict[int, dict] = {}
     if path.exists():
-        for line in path.read_text().splitlines():
+        with open_nofollow(path, "r") as fh:
+            text = fh.read()
+        for line in text.splitlines():
             try:
                 item = json.loads(line)
                 entries[int(item["i"])] = item
@@ -51,20 +62,43 @@ def _read_log(path: Path) -> dict[int, dict]:
     return entries
 
 
-def build_zips(targets: list[ZipTarget], n_inputs: int, work: Work, *, fingerprint: dict, workers: int,
-               describe: Callable[[int], str], block: int = 64, force: bool = False,
-               progress: ProgressFn | None = None, phase: str = "convert",
-               initializer: Callable[..., None] | None = None, initargs: tuple = ()) -> list[dict]:
+@dataclass(frozen=True)
+class ZipJob:
+    """One prepare pass: the zips it writes, its inputs and the work function (a module-level function)."""
+
+    command: str
+    targets: list[ZipTarget]
+    n_inputs: int
+    work: Work
+    fingerprint: dict
+    describe: Callable[[int], str]
+    block: int = 64
+    phase: str = "convert"
+    initializer: Callable[..., None] | None = None
+    initargs: tuple = ()
+
+
+def build_zips(job: ZipJob, *, workers: int, force: bool = False, progress: ProgressFn | None = None) -> list[dict]:
     """Write every target zip from inputs ``0..n_inputs-1``; ``work`` returns one member per target per input.
 
-    Complete outputs are kept unless ``force`` (validated, not merely present:). Returns one summary per
-    target: path, images written, failures, converted inputs and whether it was skipped.
+    Complete outputs are kept unless ``force`` (validated, not merely present). Returns one summary per
+    target: path, images written, failures, converted inputs and whether it was skipped. SIGINT/SIGTERM
+    raise :class:`~fgdata.jobs.signals.Interrupted` with the inputs done; the partial zip stays for the rerun.
     """
+    folder = job.targets[0].dest.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    with stop_on_signals(), claimed(str(folder)):
+        return _build(job, workers, force, progress)
+
+
+def _build(job: ZipJob, workers: int, force: bool, progress: ProgressFn | None) -> list[dict]:
+    targets, n_inputs, fingerprint = job.targets, job.n_inputs, job.fingerprint
     if not force and all(_is_complete(t, fingerprint) for t in targets):
         return [{**_read_provenance(t.dest), "path": str(t.dest), "skipped": True} for t in targets]
     writers = [EdmZipWriter(t.dest, {**fingerprint, "transform": t.transform, "dest": t.dest.name}, resume=not force)
                for t in targets]
     log_path = targets[0].dest.with_name(targets[0].dest.name + ".partial.log")
+    done = 0
     try:
         stems = [(t.stem, t.ext) for t in targets]
         log = _read_log(log_path) if all(w.count for w in writers) else {}
@@ -81,17 +115,21 @@ def build_zips(targets: list[ZipTarget], n_inputs: int, work: Work, *, fingerpri
             w.keep_valid_prefix(lambda i, s=s: member_name(i, *s), limit=kept)
         start = pos
         log = {i: e for i, e in log.items() if i < start}
-        with open(log_path, "w") as fh:
+        with open_nofollow(log_path, "w") as fh:
             fh.writelines(json.dumps(e) + "\n" for e in log.values())
-        ranges = [(a, min(a + block, n_inputs)) for a in range(start, n_inputs, block)]
+        ranges = [(a, min(a + job.block, n_inputs)) for a in range(start, n_inputs, job.block)]
         began, done = time.monotonic(), start
+        phase = job.phase
         if progress:
             progress(phase, done, n_inputs)
-        with open(log_path, "a") as logfh:
-            for (a, _b), results in zip(ranges, ordered_map(work, ranges, workers if len(ranges) > 1 else 1, initializer=initializer, initargs=initargs)):
+        blocks = 0
+        with open_nofollow(log_path, "a") as logfh:
+            results_in_order = ordered_map(job.work, ranges, workers if len(ranges) > 1 else 1,
+                                           initializer=job.initializer, initargs=job.initargs)
+            for (a, _b), results in zip(ranges, results_in_order):
                 for j, (members, note) in enumerate(results, start=a):
                     if members is None or note is not None:
-                        entry = {"i": j, "input": describe(j), ("failed" if members is None else "mode"): note}
+                        entry = {"i": j, "input": job.describe(j), ("failed" if members is None else "mode"): note}
                         log[j] = entry
                         logfh.write(json.dumps(entry) + "\n")
                         logfh.flush()
@@ -102,8 +140,12 @@ def build_zips(targets: list[ZipTarget], n_inputs: int, work: Work, *, fingerpri
                         w.add(member_name(index, stem, ext), data)
                     written_inputs.append(j)
                 done += len(results)
+                for w in writers:
+                    w.flush()  # the block's members are complete on disk before the test hook may pause here
                 if progress:
                     progress(phase, done, n_inputs)
+                blocks += 1
+                testhook.output_done(blocks)
         seconds = time.monotonic() - began
         failures = [{"input": e["input"], "reason": e["failed"]} for e in log.values() if "failed" in e]
         converted = [{"input": e["input"], "mode": e["mode"]} for e in log.values() if "mode" in e]
@@ -117,11 +159,13 @@ def build_zips(targets: list[ZipTarget], n_inputs: int, work: Work, *, fingerpri
                     "converted_modes": converted}
             w.finish(dataset_json_bytes(labels), info)
             summaries.append({**info, "path": str(t.dest), "skipped": False, "seconds": seconds})
-        if failures:
-            failures_path = targets[0].dest.with_name(targets[0].dest.name + ".failures.json")
-            failures_path.write_text(json.dumps(failures, indent=1) + "\n")
+        write_failures(str(targets[0].dest.parent / FAILURES_FILE), job.command, n_inputs, len(written_inputs),
+                       failures, {"outputs": [t.dest.name for t in targets]})
         log_path.unlink(missing_ok=True)
         return summaries
+    except Interrupted as stop:
+        stop.done = done
+        raise
     finally:
         for w in writers:
             w.close()

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 
 from fgdata.errors import FgdataError
-from fgdata.prepare.build import ProgressFn, ZipTarget, build_zips, default_workers
+from fgdata.prepare.build import ProgressFn, ZipJob, ZipTarget, build_zips, default_workers
 from fgdata.prepare.paths import CIFAR10_ZIP, resolve_data_root
 from fgdata.prepare.transforms import png_bytes
 from fgdata.sources.cifar import CIFAR10_MD5, CIFAR10_TARBALL, download_cifar10, file_md5, read_cifar10
 
-_ROWS: np.ndarray | None = None  # the decoded rows, inherited by forked workers
+_ROWS: np.ndarray | None = None  # the decoded rows, set once per worker by _init_rows
 
 
 def _init_rows(rows: np.ndarray) -> None:
@@ -48,6 +48,10 @@ def prepare_cifar10(data_root: str | os.PathLike[str] | None = None, source: str
     n = len(images) if max_images is None else min(len(images), max_images)
     fingerprint = {"dataset": "cifar10", "source": str(Path(source).resolve()), "source_md5": md5, "inputs": n}
     target = ZipTarget(dest, labels[:n], transform="none (CIFAR rows as 32x32 RGB)")
-    return build_zips([target], n, _encode_rows, fingerprint=fingerprint, workers=workers or default_workers(),
-                      describe=lambda j: f"row {j}", block=500, force=force, progress=progress,
-                      initializer=_init_rows, initargs=(images[:n],))
+    job = ZipJob("prepare cifar10", [target], n, _encode_rows, fingerprint, describe=_row_name, block=500,
+                 initializer=_init_rows, initargs=(images[:n],))
+    return build_zips(job, workers=workers or default_workers(), force=force, progress=progress)
+
+
+def _row_name(j: int) -> str:
+    return f"row {j}"

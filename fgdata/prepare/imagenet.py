@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from PIL import Image
 
 from fgdata.media.errors import ImageDecodeError
-from fgdata.prepare.build import ProgressFn, ZipTarget, build_zips, default_workers
+from fgdata.prepare.build import ProgressFn, ZipJob, ZipTarget, build_zips, default_workers
 from fgdata.prepare.paths import IMAGENET64_EDMV2_ZIP, IMAGENET64_ZIP, IMAGENET256_RGB_ZIP, resolve_data_root
 from fgdata.prepare.transforms import CROPS, open_rgb, png_bytes
 from fgdata.sources.folder import printable_name
@@ -42,13 +43,13 @@ def _convert(span: tuple[int, int]) -> list[tuple[list[bytes] | None, str | None
     return out
 
 
-def _run(targets: list[ZipTarget], root: Path, names: list[str], kinds: list[tuple[str, int]], dataset: str,
+def _run(targets: list[ZipTarget], root: Path, names: list[str], kinds: list[tuple[str, int]], *, dataset: str,
          workers: int, force: bool, strict: bool, progress: ProgressFn | None, phase: str) -> list[dict]:
     paths = [str(root / name) for name in names]
     fingerprint = {"dataset": dataset, "source": str(root), "inputs": len(names), "strict": strict}
-    return build_zips(targets, len(names), _convert, fingerprint=fingerprint, workers=workers,
-                      describe=lambda j: printable_name(paths[j]), block=16, force=force, progress=progress, phase=phase,
-                      initializer=_init, initargs=(paths, kinds, strict))
+    job = ZipJob(f"prepare {dataset}", targets, len(names), _convert, fingerprint, describe=lambda j: printable_name(paths[j]),
+                 block=16, phase=phase, initializer=_init, initargs=(paths, kinds, strict))
+    return build_zips(job, workers=workers, force=force, progress=progress)
 
 
 def _labelled_images(imagenet_source: str | os.PathLike[str],
@@ -70,11 +71,11 @@ def prepare_imagenet64(imagenet_source: str | os.PathLike[str], data_root: str |
     workers = workers or default_workers()
     edm = ZipTarget(out / IMAGENET64_ZIP, [labels.get(n) for n in edm_names], "edm center-crop 64 LANCZOS")
     edm2 = ZipTarget(out / IMAGENET64_EDMV2_ZIP, [labels.get(n) for n in edm2_names], "adm center-crop 64")
+    common: dict[str, Any] = {"dataset": "imagenet-64", "workers": workers, "force": force, "strict": strict, "progress": progress}
     if edm_names == edm2_names:
-        return _run([edm, edm2], root, edm_names, [("edm", 64), ("adm", 64)], "imagenet-64", workers, force,
-                    strict, progress, "imagenet-64")
-    return (_run([edm], root, edm_names, [("edm", 64)], "imagenet-64", workers, force, strict, progress, "edm")
-            + _run([edm2], root, edm2_names, [("adm", 64)], "imagenet-64", workers, force, strict, progress, "edm2"))
+        return _run([edm, edm2], root, edm_names, [("edm", 64), ("adm", 64)], phase="imagenet-64", **common)
+    return (_run([edm], root, edm_names, [("edm", 64)], phase="edm", **common)
+            + _run([edm2], root, edm2_names, [("adm", 64)], phase="edm2", **common))
 
 
 def prepare_imagenet256_rgb(imagenet_source: str | os.PathLike[str], data_root: str | os.PathLike[str] | None = None,
@@ -86,5 +87,5 @@ def prepare_imagenet256_rgb(imagenet_source: str | os.PathLike[str], data_root: 
     root, names, labels = _labelled_images(imagenet_source, allow_any_tree)
     ordered = edm2_order(names)[:max_images]
     target = ZipTarget(out / IMAGENET256_RGB_ZIP, [labels.get(n) for n in ordered], "adm center-crop 256")
-    return _run([target], root, ordered, [("adm", 256)], "imagenet-256", workers or default_workers(), force,
-                strict, progress, "imagenet-256 rgb")
+    return _run([target], root, ordered, [("adm", 256)], dataset="imagenet-256", workers=workers or default_workers(),
+                force=force, strict=strict, progress=progress, phase="imagenet-256 rgb")

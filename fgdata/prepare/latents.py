@@ -19,6 +19,7 @@ import numpy as np
 from PIL import Image
 
 from fgdata.errors import FgdataError
+from fgdata.jobs.ranks import dist_env, wait_for
 from fgdata.prepare.build import ProgressFn, default_workers
 from fgdata.prepare.zipwriter import (EdmZipWriter, dataset_json_bytes, member_name, provenance_path,
                                       validate_zip)
@@ -26,16 +27,9 @@ from fgdata.prepare.zipwriter import (EdmZipWriter, dataset_json_bytes, member_n
 LATENT_STEM, LATENT_EXT = "img-mean-std-", "npy"
 
 
-def dist_env() -> tuple[int, int]:
-    """(rank, world size) as torchrun sets them; (0, 1) otherwise."""
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def wait_for(check, what: str, poll: float = 5.0) -> None:
-    """Block until ``check()`` is true: how non-zero ranks wait for rank 0's files and vice versa."""
-    while not check():
-        print(f"waiting for {what}", flush=True)
-        time.sleep(poll)
+def prepare_wait_s() -> float:
+    """How long a rank waits for another's files: ``FGDATA_WAIT_TIMEOUT`` seconds, default 24 h (an ImageNet pass)."""
+    return float(os.environ.get("FGDATA_WAIT_TIMEOUT", 86400))
 
 
 def _read_rgb_index(rgb_zip: Path) -> tuple[list[str], dict[str, int]]:
@@ -100,7 +94,8 @@ def encode_latent_zip(rgb_zip: str | os.PathLike[str], dest: str | os.PathLike[s
     if rank != 0:
         return {"path": str(part), "rank": rank, "start": start, "stop": stop, "skipped": False}
     parts = [dest.with_name(f"{dest.name}.rank{r:05d}-of-{world:05d}.zip") for r in range(world)]
-    wait_for(lambda: all(p.exists() for p in parts), f"{world} rank part files next to {dest}")
+    wait_for(lambda: [f"{p.name} (rank {r})" for r, p in enumerate(parts) if not p.exists()],
+             f"{dest}: the other ranks' part files", prepare_wait_s(), poll=5.0, log=print)
     return _merge(parts, dest, names, labels, fingerprint, info, progress)
 
 

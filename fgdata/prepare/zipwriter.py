@@ -8,6 +8,7 @@ on the members, so reruns and resumed runs produce identical archives.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import struct
@@ -15,6 +16,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fgdata import __version__
 from fgdata.errors import FgdataError
@@ -29,6 +31,22 @@ _DOS_TIME = 0  # 00:00:00
 _UNIX_MODE = (0o100644 << 16)  # regular file, rw-r--r--
 _MADE_BY_UNIX = 3 << 8
 _LIMIT32 = 0xFFFFFFFF
+
+
+_MODES = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+          "wb": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "r+b": os.O_RDWR}
+
+
+def open_nofollow(path: Path, mode: str) -> Any:
+    """``open(path, mode)`` that refuses a symbolic link: the resumable partial files have fixed names in the
+    output folder (a rerun must find them), so a planted link there must never redirect a write."""
+    try:
+        fd = os.open(path, _MODES[mode] | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FgdataError(f"{path}: is a symbolic link; refusing to write through it") from None
+        raise
+    return os.fdopen(fd, mode)
 
 
 def member_name(index: int, stem: str = "img", ext: str = "png") -> str:
@@ -89,14 +107,26 @@ class EdmZipWriter:
         self.dest.parent.mkdir(parents=True, exist_ok=True)
         state_text = json.dumps(fingerprint, sort_keys=True)
         entries: list[_Entry] = []
-        if resume and self.partial.exists() and self.state.exists() and self.state.read_text() == state_text:
+        if resume and self.partial.is_file() and not self.partial.is_symlink() and self._state_text() == state_text:
             entries = _scan_local_entries(self.partial)
         else:
             self.partial.unlink(missing_ok=True)
-            self.state.write_text(state_text)
+            with open_nofollow(self.state, "w") as fh:
+                fh.write(state_text)
         self._entries = entries
-        self._fh = open(self.partial, "r+b" if entries else "wb")
+        self._fh = open_nofollow(self.partial, "r+b" if entries else "wb")
         self._truncate_at(len(entries))
+
+    def _state_text(self) -> str | None:
+        try:
+            with open_nofollow(self.state, "r") as fh:
+                return str(fh.read())
+        except (OSError, FgdataError):
+            return None
+
+    def flush(self) -> None:
+        """Push the members written so far to the file (a resumed run finds them complete)."""
+        self._fh.flush()
 
     @property
     def count(self) -> int:
@@ -180,10 +210,11 @@ class EdmZipWriter:
 
 def write_provenance(dest: Path, info: dict) -> Path:
     """Write the provenance sibling atomically."""
+    from fgdata import storage
+
     path = provenance_path(dest)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"tool": f"fgdata {__version__}", **info}, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    text = json.dumps({"tool": f"fgdata {__version__}", **info}, indent=2, sort_keys=True) + "\n"
+    storage.write_bytes(str(path), text.encode())
     return path
 
 

@@ -9,7 +9,6 @@ entry in the count file is left as it was.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from fgdata import storage
@@ -75,6 +74,8 @@ def count_shards(
 
     if workers <= 1 or len(selection.shards) <= 1:
         return [work(s) for s in selection.shards]
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(work, selection.shards))
 

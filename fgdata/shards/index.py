@@ -50,9 +50,23 @@ def parse_index(shard: str, data: bytes) -> tuple[ShardScan, dict[str, Any] | No
         if doc.get("format") != INDEX_FORMAT or doc.get("version") != INDEX_VERSION:
             raise ValueError("unknown format or version")
         samples = [SampleEntry(k, int(a), int(b), {e: (int(o), int(n)) for e, (o, n) in m.items()}) for k, a, b, m in doc["samples"]]
-        return ShardScan(shard=shard, size=int(doc["size"]), samples=samples), doc.get("job")
+        scan = ShardScan(shard=shard, size=int(doc["size"]), samples=samples)
+        _check_ranges(scan)
+        return scan, doc.get("job")
     except (ValueError, KeyError, TypeError) as exc:
         raise ShardError(f"{index_path(shard)}: not a valid shard index ({exc})") from exc
+
+
+def _check_ranges(scan: ShardScan) -> None:
+    """Byte ranges a reader can trust: samples in order inside the shard, members inside their sample."""
+    last = 0
+    for s in scan.samples:
+        if not last <= s.start <= s.end <= scan.size:
+            raise ValueError(f"sample {s.key!r} spans bytes {s.start}-{s.end}, after byte {last} of {scan.size}")
+        for ext, (off, size) in s.members.items():
+            if size < 0 or not s.start <= off <= off + size <= s.end:
+                raise ValueError(f"member {s.key}.{ext} at {off}+{size} is outside its sample")
+        last = s.end
 
 
 def write_index(scan: ShardScan, dest_shard: str, job: dict[str, Any] | None = None) -> None:

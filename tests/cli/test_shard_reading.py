@@ -194,3 +194,31 @@ def test_s3_path_forms(s3_bucket):
     out = fg("count-shards", f"{dest}/00002.tar", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["shards"][0]["samples"] == 1
+
+
+def test_counting_does_not_import_the_writer():
+    """``fgdata.shards`` loads its modules on first use: count-shards does not pay for the writer's imports."""
+    code = ("import sys; import fgdata.shards as s; from fgdata.shards import count_shards, resolve_shards; "
+            "assert sorted(s.__all__) == sorted(s._WHERE); print('fgdata.shards.writer' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.stdout.strip() == "False", out.stderr
+
+
+@pytest.mark.parametrize("tamper", ["negative-size", "overlap", "outside"])
+def test_an_index_with_impossible_ranges_is_not_trusted(dataset, tamper):
+    from fgdata.shards import ShardFile, index_path, load_index
+
+    shard = str(dataset / "00000.tar")
+    doc = json.loads(Path(index_path(shard)).read_text())
+    first, second = doc["samples"]
+    if tamper == "negative-size":
+        first[3]["txt"][1] = -1536
+    elif tamper == "overlap":
+        second[1] = first[1]
+    else:
+        first[3]["txt"][0] = doc["size"] + 512
+    Path(index_path(shard)).write_text(json.dumps(doc))
+    assert load_index(shard) is None  # the reader scans the shard instead
+    with ShardFile(shard) as sf:
+        assert [sf.sample(i).members["txt"] for i in range(len(sf))] == [b"caption 0", b"caption 1"]

@@ -7,9 +7,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +19,9 @@ import torch
 from fgdata.shards import iter_samples, read_shard_counts
 
 from .conftest import PROMPTS, write_shards
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
+from faultkit import leftovers, stop_and_signal  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -102,7 +105,7 @@ def test_image_latents_members_provenance_and_loader(image_latents, image_shards
 
     src = next(iter_samples(str(image_shards / "00000.tar")))
     ext = next(e for e in src.members if e in ("png", "jpg"))
-    x = torch.from_numpy(load_image_for_training(src.members[ext], 64, fast=False))[None]
+    x = torch.from_numpy(load_image_for_training(src.members[ext], 64, simplejpeg=False))[None]
     with torch.inference_mode():
         mean = AutoencoderKL.from_pretrained(str(models["vae"])).encode(x).latent_dist.mean[0]
     torch.testing.assert_close(load(first["latent.pth"]), mean * 0.18215, rtol=1e-4, atol=1e-5)
@@ -112,8 +115,11 @@ def test_image_latents_members_provenance_and_loader(image_latents, image_shards
                                                "scaling_factor": 0.18215, "shift_factor": 0.0}
     assert prov["latents"]["samples"] == 6 and prov["latents"]["failed"] == 1
     assert prov["text"]["shape"] == [24, 32] and "zero" in prov["text"]["padding_semantics"]
-    failures = json.loads((image_latents / "failures-latents.json").read_text())
-    assert [f["input"].rsplit("#", 1)[1] for f in failures] == ["sample_000006"]
+    report = json.loads((image_latents / "failures.json").read_text())
+    assert report["command"] == "encode text" and report["failed"] == 0 and report["not_updated"] == 0
+    markers = sorted((image_latents / ".fgdata" / "latents").glob("0*.tar.json"))  # the latents job's own record
+    failed = [f["input"].rsplit("#", 1)[1] for m in markers for f in json.loads(m.read_text())["failures"]]
+    assert failed == ["sample_000006"]
     assert read_shard_counts(str(image_latents / "shard_count.json")) == {"00000.tar": 3, "00001.tar": 3}
 
     neg = np.load(image_latents.parent / "neg_prompt_emb.npy", allow_pickle=False)
@@ -129,7 +135,7 @@ def test_image_latents_members_provenance_and_loader(image_latents, image_shards
 
 
 def test_text_padding_semantics(tmp_path, models, image_shards):
-    from fgdata.encode.text import encode_text, load_text_encoder
+    from fgdata.encode.text import TextOptions, encode_text, load_text_encoder
 
     t5 = load_text_encoder(str(models["t5"]), max_length=24)
     emb = t5.encode(["ab", ""])
@@ -137,7 +143,7 @@ def test_text_padding_semantics(tmp_path, models, image_shards):
     assert emb[0, :3].abs().sum() > 0 and emb[0, 3:].abs().sum() == 0
     assert emb[1, :1].abs().sum() > 0 and emb[1, 1:].abs().sum() == 0
 
-    encode_text(str(image_shards), str(tmp_path / "clip"), encoder=str(models["clip"]), batch_size=3)
+    encode_text(str(image_shards), str(tmp_path / "clip"), TextOptions(encoder=str(models["clip"])), batch_size=3)
     got = samples(tmp_path / "clip")
     assert sorted(got["sample_000000"]) == ["json", "png", "txt", "txt_emb.pth"] or "jpg" in got["sample_000000"]
     emb = load(got["sample_000001"]["txt_emb.pth"])
@@ -148,14 +154,15 @@ def test_text_padding_semantics(tmp_path, models, image_shards):
 
 def test_video_latents_per_channel_space(tmp_path, models, video_shards):
     from fgdata.configs import VideoLatentLoaderConfig
-    from fgdata.encode.latents import encode_latents
-    from fgdata.encode.text import encode_neg_prompt, encode_text
+    from fgdata.encode.latents import LatentOptions, encode_latents
+    from fgdata.encode.text import TextOptions, encode_neg_prompt, encode_text
 
     dst = tmp_path / "vid"
-    s = encode_latents(str(video_shards), str(dst), vae=str(models["wan_vae"]), kind="video", size="32x24", frames=9,
-                       batch_size=2, save_dtype="bfloat16")
+    s = encode_latents(str(video_shards), str(dst), LatentOptions(vae=str(models["wan_vae"]), kind="video",
+                                                                   size="32x24", frames=9, batch_size=2,
+                                                                   save_dtype="bfloat16"))
     assert (s.written, s.failed) == (2, 0)
-    encode_text(str(dst), str(dst), encoder=str(models["t5"]), max_length=16)
+    encode_text(str(dst), str(dst), TextOptions(encoder=str(models["t5"]), max_length=16))
     encode_neg_prompt(str(tmp_path / "neg_prompt_emb.npy"), encoder=str(models["t5"]), text="blurry", max_length=16)
     got = samples(dst)["vid_000"]
     lat = load(got["latent.pth"])
@@ -180,7 +187,7 @@ KD_ARGS = ["--latent-shape", "4,8,8", "--steps", "6", "--guidance-scale", "2.0",
 
 def test_kd_pairs_and_paths_load_and_regenerate(tmp_path, models, prompt_shards):
     from fgdata.configs import PairLoaderConfig, PathLoaderConfig, PromptLoaderConfig
-    from fgdata.encode.kd import kd_run
+    from fgdata.encode.kd import KdOptions, kd_run
 
     teacher = str(models["teacher_unet"])
     r = cli("kd", "pairs", str(tmp_path / "pairs"), "--prompts", str(prompt_shards), "--teacher", teacher,
@@ -208,8 +215,9 @@ def test_kd_pairs_and_paths_load_and_regenerate(tmp_path, models, prompt_shards)
 
     # Any subset regenerates: one prompt alone, another batch size, same noise and x0.
     write_shards(tmp_path / "one", [("p_003", {"txt": PROMPTS[3].encode()})], per_shard=1)
-    kd_run("pairs", str(tmp_path / "one"), str(tmp_path / "one_out"), teacher=teacher, steps=6, guidance_scale=2.0,
-           latent_shape_spec="4,8,8", max_length=16, batch_size=1)
+    kd_run(str(tmp_path / "one"), str(tmp_path / "one_out"),
+           KdOptions(mode="pairs", teacher=teacher, steps=6, guidance_scale=2.0, latent_shape="4,8,8", max_length=16,
+                     batch_size=1))
     again = samples(tmp_path / "one_out")["p_003"]
     assert again["noise.pth"] == pairs["p_003"]["noise.pth"]
     torch.testing.assert_close(load(again["latent.pth"]), load(pairs["p_003"]["latent.pth"]), rtol=1e-4, atol=1e-4)
@@ -224,11 +232,12 @@ def test_kd_pairs_and_paths_load_and_regenerate(tmp_path, models, prompt_shards)
 
 
 def test_kd_prompt_file_and_shape_from_size(tmp_path, models):
-    from fgdata.encode.kd import kd_run
+    from fgdata.encode.kd import KdOptions, kd_run
 
     (tmp_path / "p.txt").write_text("a cat\n\na dog\na bird\n")
-    s = kd_run("paths", str(tmp_path / "p.txt"), str(tmp_path / "out"), teacher=str(models["teacher_unet"]), steps=4,
-               size="64", path_steps=2, per_shard=2, max_length=16)
+    s = kd_run(str(tmp_path / "p.txt"), str(tmp_path / "out"),
+               KdOptions(mode="paths", teacher=str(models["teacher_unet"]), steps=4, size="64", path_steps=2,
+                         per_shard=2, max_length=16))
     assert (s.written, s.failed) == (3, 0)
     assert read_shard_counts(str(tmp_path / "out" / "shard_count.json")) == {"00000.tar": 2, "00001.tar": 1}
     got = samples(tmp_path / "out")
@@ -251,56 +260,57 @@ def test_torchrun_two_ranks_match_one_process(tmp_path, models, image_shards):
     assert sorted(a) == sorted(b) and len(a) == 6
     for key in a:
         torch.testing.assert_close(load(a[key]["latent.pth"]), load(b[key]["latent.pth"]), rtol=1e-4, atol=1e-5)
-    for name in ("shard_count.json", "failures-latents.json"):
+    for name in ("shard_count.json", "failures.json"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
     # Each rank encoded only its own shards (i mod 2), and both reported.
     markers = sorted(p.name for p in (tmp_path / "two" / ".fgdata" / "latents").glob("0*.json"))
     assert markers == ["00000.tar.json", "00001.tar.json", "00002.tar.json"]
 
 
-def test_killed_job_resumes_to_identical_output(tmp_path, models):
-    from fgdata.encode.kd import kd_run
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_stopped_job_resumes_to_identical_output(tmp_path, models, sig):
+    """Stopped after its 2nd output shard (the job pauses there itself), signalled, rerun: identical bytes."""
+    from fgdata.encode.kd import KdOptions, kd_run
 
     prompts = tmp_path / "p.txt"
     prompts.write_text("\n".join(f"prompt number {i}" for i in range(8)) + "\n")
-    opts = dict(teacher=str(models["teacher_unet"]), steps=6, guidance_scale=2.0, latent_shape_spec="4,8,8",
-                max_length=16, per_shard=2, batch_size=1)
-    kd_run("pairs", str(prompts), str(tmp_path / "ref"), **opts)
+    options = KdOptions(mode="pairs", teacher=str(models["teacher_unet"]), steps=6, guidance_scale=2.0,
+                        latent_shape="4,8,8", max_length=16, per_shard=2, batch_size=1)
+    kd_run(str(prompts), str(tmp_path / "ref"), options)
 
     out = tmp_path / "out"
-    markers = out / ".fgdata" / "kd-pairs"
-    proc = subprocess.Popen([sys.executable, "-m", "fgdata.cli.main", "kd", "pairs", str(out), "--prompts", str(prompts),
-                             "--teacher", opts["teacher"], "--per-shard", "2", "--batch-size", "1", *KD_ARGS],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    deadline = time.monotonic() + 200
-    while proc.poll() is None and time.monotonic() < deadline and not list(markers.glob("*.tar.json")):
-        time.sleep(0.01)
-    proc.kill()
-    proc.wait()
-    done_before = len(list(markers.glob("*.tar.json")))
-    summary = kd_run("pairs", str(prompts), str(out), **opts)
-    assert summary.shards_skipped == done_before >= 1
-    assert summary.shards_done == 4 - done_before
-    assert not [p for p in out.iterdir() if ".tmp-" in p.name]
+    cmd = [sys.executable, "-m", "fgdata.cli.main", "kd", "pairs", str(out), "--prompts", str(prompts),
+           "--teacher", options.teacher, "--per-shard", "2", "--batch-size", "1", *KD_ARGS]
+    stopped = stop_and_signal(cmd, after=2, sig=sig, cwd=REPO, env={"HF_HUB_OFFLINE": "1"})
+    assert stopped.returncode == (-9 if sig == signal.SIGKILL else 143), stopped.stderr
+    if sig == signal.SIGTERM:
+        assert stopped.stderr.strip().splitlines()[-1] == \
+            "interrupted: 4 inputs done; rerun the same command to resume"
+    summary = kd_run(str(prompts), str(out), options)
+    assert (summary.shards_skipped, summary.shards_done) == (2, 2)
+    assert leftovers(out) == []
     ref_s, out_s = samples(tmp_path / "ref"), samples(out)
     assert sorted(ref_s) == sorted(out_s) and len(out_s) == 8
     for key in ref_s:
         assert ref_s[key]["noise.pth"] == out_s[key]["noise.pth"]
-    assert (tmp_path / "ref" / "shard_count.json").read_bytes() == (out / "shard_count.json").read_bytes()
+    for name in ("shard_count.json", "00000.tar", "00003.tar"):
+        assert (tmp_path / "ref" / name).read_bytes() == (out / name).read_bytes(), name
 
 
 def test_rerun_with_other_options_is_refused(tmp_path, models, prompt_shards):
-    from fgdata.encode.kd import kd_run
+    from fgdata.encode.kd import KdOptions, kd_run
     from fgdata.errors import FgdataError
 
-    common = dict(teacher=str(models["teacher_unet"]), latent_shape_spec="4,8,8", max_length=16)
-    kd_run("pairs", str(prompt_shards), str(tmp_path / "o"), steps=2, **common)
+    def options(steps: int) -> KdOptions:
+        return KdOptions(mode="pairs", teacher=str(models["teacher_unet"]), steps=steps, latent_shape="4,8,8",
+                         max_length=16)
+
+    kd_run(str(prompt_shards), str(tmp_path / "o"), options(2))
     before = (tmp_path / "o" / "00000.tar").read_bytes()
-    kd_run("pairs", str(prompt_shards), str(tmp_path / "o"), steps=2, **common)  # same options: all resumed
+    kd_run(str(prompt_shards), str(tmp_path / "o"), options(2))  # same options: all resumed
     assert (tmp_path / "o" / "00000.tar").read_bytes() == before
-    with pytest.raises(FgdataError, match="other options"):
-        kd_run("pairs", str(prompt_shards), str(tmp_path / "o"), steps=3, **common)
+    with pytest.raises(FgdataError, match="--steps was 2, now 3"):
+        kd_run(str(prompt_shards), str(tmp_path / "o"), options(3))
 
 
 def test_offline_hub_id_is_one_line(tmp_path, prompt_shards):
@@ -326,12 +336,46 @@ def test_neg_prompt_refuses_bad_input(tmp_path, models):
 
 def test_ray_engine_matches_local(tmp_path, models, image_shards):
     pytest.importorskip("ray")
-    from fgdata.encode.latents import encode_latents
+    from fgdata.encode.latents import LatentOptions, encode_latents
 
     r = cli("encode", "latents", str(image_shards), str(tmp_path / "ray"), "--vae", str(models["vae"]), "--size", "32",
             "--engine", "ray", "--workers", "2")
     assert r.returncode == 0, r.stderr
-    encode_latents(str(image_shards), str(tmp_path / "local"), vae=str(models["vae"]), size=32)
+    encode_latents(str(image_shards), str(tmp_path / "local"), LatentOptions(vae=str(models["vae"]), size=32))
     a, b = samples(tmp_path / "local"), samples(tmp_path / "ray")
     assert sorted(a) == sorted(b) and len(a) == 6
     assert (tmp_path / "local" / "shard_count.json").read_bytes() == (tmp_path / "ray" / "shard_count.json").read_bytes()
+
+
+def test_text_into_in_place_keeps_every_sample_and_member(tmp_path, models):
+    """`encode text CAPTIONS L --into L` where some samples have no caption: nothing lost, nothing hidden."""
+    latents = tmp_path / "latents"
+    items = [(f"s_{i:03d}", {"latent.pth": bytes([i]) * 64, "json": json.dumps({"i": i}).encode(),
+                             "cls": str(i % 3).encode()}) for i in range(8)]
+    write_shards(latents, items, per_shard=4)  # 00000.tar: s_000..s_003, 00001.tar: s_004..s_007
+    captions = [(key, {"txt": f"caption {key}".encode()}) for key, _ in items if key not in ("s_001", "s_004", "s_005")]
+    # the caption shards must share the latent shards' names: split them the same way
+    write_shards(tmp_path / "captions", [c for c in captions if c[0] < "s_004"], per_shard=100)
+    write_shards(tmp_path / "captions" / "b", [c for c in captions if c[0] >= "s_004"], per_shard=100)
+    (tmp_path / "captions" / "b" / "00000.tar").rename(tmp_path / "captions" / "00001.tar")
+    before = samples(latents)
+
+    r = cli("encode", "text", str(tmp_path / "captions"), str(latents), "--into", str(latents),
+            "--encoder", str(models["t5"]), "--max-length", "16", "-q")
+    assert r.returncode == 0, r.stderr
+    assert "5 written, 3 failed, 3 not updated" in " ".join(r.stdout.split())
+    after = samples(latents)
+    assert sorted(after) == sorted(before)  # every sample is still there
+    for key, members in before.items():
+        for ext, data in members.items():
+            if ext != "json":
+                assert after[key][ext] == data, (key, ext)  # every member it had, byte for byte
+        assert json.loads(after[key]["json"])["i"] == json.loads(members["json"])["i"]
+        assert ("txt_emb.pth" in after[key]) == (key not in ("s_001", "s_004", "s_005"))
+    assert read_shard_counts(str(latents / "shard_count.json")) == {"00000.tar": 4, "00001.tar": 4}
+    report = json.loads((latents / "failures.json").read_text())
+    assert (report["seen"], report["written"], report["failed"], report["not_updated"]) == (8, 5, 3, 3)
+    assert sorted(f["input"].rsplit("#", 1)[1] for f in report["failures"]) == ["s_001", "s_004", "s_005"]
+    assert all(f["kept"] for f in report["failures"])
+    prov = json.loads((latents / "provenance.json").read_text())["jobs"]["text"]
+    assert (prov["samples"], prov["written"], prov["not_updated"]) == (8, 5, 3)

@@ -348,3 +348,30 @@ def leftovers(root: Path) -> list[str]:
     """Temporary or staging files fgdata may leave: none after a completed rerun."""
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
                   if ".fgtmp-" in p.name or ".tmp-" in p.name or p.name.endswith((".partial", ".partial.log")))
+
+
+def stop_trials(cmd: Sequence[str], *, out: Path, clean: Path, stops: Sequence[tuple[int, int]],
+                env: dict | None = None, skip: Callable[[str], bool] = lambda rel: rel.startswith(".fgdata/")) -> None:
+    """The kill/resume check at job-signalled points: for each ``(after, signal)``, stop the job once it paused after
+    its ``after``-th output, signal it, rerun it, and compare the whole tree byte for byte with an uninterrupted run;
+    no temporary or staging file may be left. ``cmd`` holds ``{out}``, replaced by each run's output folder."""
+    def argv(dest: Path) -> list[str]:
+        return [a.replace("{out}", str(dest)) for a in cmd]
+
+    full_env = {**os.environ, **(env or {})}
+    done = subprocess.run(argv(clean), env=full_env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    reference = tree(clean, skip)
+    for t, (after, sig) in enumerate(stops):
+        dest = out / f"stop{t}"
+        stopped = stop_and_signal(argv(dest), after=after, sig=sig, env=env)
+        expected = -signal.SIGKILL if sig == signal.SIGKILL else 128 + sig
+        assert stopped.returncode == expected, f"stop {t}: exit {stopped.returncode}: {stopped.stderr[-2000:]}"
+        if sig != signal.SIGKILL:
+            last = stopped.stderr.strip().splitlines()[-1]
+            assert last.startswith("interrupted: ") and last.endswith(" inputs done; rerun the same command to resume"), \
+                stopped.stderr[-2000:]
+        again = subprocess.run(argv(dest), env=full_env, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, f"stop {t}: {again.stderr[-3000:]}"
+        assert tree(dest, skip) == reference, f"stop {t} (after {after}, signal {sig}): output differs"
+        assert leftovers(dest) == [], f"stop {t}: {leftovers(dest)}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from reference_transforms import reference_image
 
 from fgdata.loaders import (
     AudioVideoWDSLoader,
@@ -14,7 +15,6 @@ from fgdata.loaders import (
     VideoWDSLoader,
     quickstart_batch,
 )
-from fgdata.media.image import reference_image_transform
 from fgdata.shards import ShardWriter
 
 from .conftest import camera_track
@@ -51,7 +51,7 @@ def test_image_edit_pixels_match_the_reference_transform(image_shards):
     assert batch["real_raw"].shape == batch["condition_image_raw"].shape == (3, 3, 48, 48)
     with ShardFile(image_shards + "/00000.tar") as f:
         for b in range(3):
-            ref = reference_image_transform(f.sample(b).members["jpg"], 48)
+            ref = reference_image(f.sample(b).members["jpg"], 48)
             mse = float(((batch["real_raw"][b].numpy() - ref) ** 2).mean()) / 4  # range 2 -> 1
             assert 10 * np.log10(1 / max(mse, 1e-12)) >= 35
 

@@ -93,13 +93,15 @@ def test_default_image_config_in_training_and_validation_modes(mixed_shards):
     assert batch["real_raw"].shape == (4, 3, 32, 32) and all(batch["condition_raw"])
 
 
+@pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("mode", [{"deterministic": True}, {}, {"train": False}])
-def test_wrong_extension_is_an_error_in_the_first_batch(tmp_path, sample_data, mode):
+def test_wrong_extension_is_an_error_in_the_first_batch(tmp_path, sample_data, mode, workers):
     shards = shard_images(mixed_folder(tmp_path / "photos", sample_data, only=("png",)), tmp_path / "shards")
-    loader = instantiate(image_config(shards, key_map={"real_raw": "jpg", "condition_raw": "txt"}, **mode))
+    loader = instantiate(image_config(shards, key_map={"real_raw": "jpg", "condition_raw": "txt"}, num_workers=workers, **mode))
     with pytest.raises(LoaderConfigError) as info:
         next(iter(loader))
     message = str(info.value)
+    assert "\n" not in message and message.startswith("key_map['real_raw']")  # one line, also from a worker process
     assert "key_map['real_raw'] = 'jpg'" in message
     assert re.search(r"they have (png|txt|json) in ([48]), (png|txt|json) in \2, (png|txt|json) in \2\.", message), message
     assert "Set key_map['real_raw']" in message

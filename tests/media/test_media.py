@@ -1,5 +1,6 @@
-"""fgdata.media: geometry, image fast path vs reference, clip decode,
-camera, member decode and verify checks."""
+"""fgdata.media: geometry, image and clip decode in both modes (the reference mode equal to the
+re-implementation in tests/reference_transforms.py, the fast one within a PSNR of it), camera,
+member decode and verify checks."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from reference_transforms import reference_clip, reference_image
 
 from fgdata.errors import FgdataError
 from fgdata.media import (
@@ -18,6 +20,7 @@ from fgdata.media import (
     ImageDecodeError,
     MemberDecodeError,
     check_member,
+    check_resize,
     decode_clip,
     decode_member,
     describe_image,
@@ -25,8 +28,6 @@ from fgdata.media import (
     image_transform_geometry,
     load_image_for_training,
     probe_video,
-    reference_decode_clip,
-    reference_image_transform,
     slice_camera,
     transform_intrinsics,
     validate_camera,
@@ -67,7 +68,7 @@ def test_image_geometry(w, h, res, expect):
 
 def test_video_geometry_bunny_case():
     g = video_transform_geometry(1280, 720, 320, 192)
-    assert g.as_dict() == dict(resize_w=341, resize_h=192, crop_x0=10, crop_y0=0, crop_w=320, crop_h=192)
+    assert g.as_dict() == {"resize_w": 341, "resize_h": 192, "crop_x0": 10, "crop_y0": 0, "crop_w": 320, "crop_h": 192}
     # floor(scale*dim + 0.5), not int(): 832x480 from 1920x1080 -> 853.33 -> 853
     assert video_transform_geometry(1920, 1080, 832, 480).resize_w == 853
 
@@ -77,8 +78,8 @@ def test_d5_crop_cuts_where_it_reports(fast):
     """A 7x4 image with one distinct column each, cropped to 4: columns 2..5 are kept."""
     cols = np.array([0, 40, 80, 120, 160, 200, 240], np.uint8)
     img = np.broadcast_to(cols[None, :, None], (4, 7, 3)).copy()
-    out = load_image_for_training(png_bytes(Image.fromarray(img)), 4, fast=fast)
-    ref = reference_image_transform(png_bytes(Image.fromarray(img)), 4)
+    out = load_image_for_training(png_bytes(Image.fromarray(img)), 4, simplejpeg=fast)
+    ref = reference_image(png_bytes(Image.fromarray(img)), 4)
     kept = np.round((out[0, 0] + 1) * 127.5).astype(int)
     assert kept.tolist() == [80, 120, 160, 200]
     np.testing.assert_array_equal(out, ref)
@@ -93,12 +94,65 @@ def test_fast_path_psnr_vs_reference(sample_images, res):
     assert len(sample_images) >= 7
     for path in sample_images:
         data = path.read_bytes()
-        ref = reference_image_transform(data, res)
+        ref = reference_image(data, res, rgb_first=True)
         for fast in (True, False):
-            out = load_image_for_training(data, res, fast=fast)
+            out = load_image_for_training(data, res, simplejpeg=fast)
             assert out.shape == ref.shape == (3, res, res) and out.dtype == np.float32
             assert out.min() >= -1.0 and out.max() <= 1.0
             assert psnr(out, ref) >= 35.0, (path.name, res, fast, psnr(out, ref))
+
+
+@pytest.mark.parametrize("res", [64, 256, (96, 160)])
+def test_reference_mode_is_the_reference_bit_for_bit(sample_images, res):
+    """Every bundled RGB and greyscale photo (JPEG, PNG): max abs difference 0. The RGBA photo
+    equals the reference transform applied in fgdata's order (alpha dropped before resizing,
+    where the reference resizes with it)."""
+    modes = set()
+    for path in sample_images:
+        data = path.read_bytes()
+        mode = describe_image(data)["mode"]
+        modes.add(mode)
+        out = load_image_for_training(data, res, resize="reference")
+        np.testing.assert_array_equal(out, reference_image(data, res, rgb_first=mode not in ("RGB", "L")), err_msg=path.name)
+    assert {"RGB", "L", "RGBA"} <= modes
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet constants: awkward floats
+    data = sample_images[0].read_bytes()
+    out = load_image_for_training(data, 64, mean, std, resize="reference")
+    np.testing.assert_array_equal(out, reference_image(data, 64, mean, std))
+
+
+def test_float_conversion_matches_torch_for_every_pixel_value():
+    """All 256 values through both conversions, against the reference's torch arithmetic."""
+    import torch
+
+    from fgdata.media.pixels import image_to_float, video_frame_to_float
+
+    values = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    rgb = np.stack([values, values[::-1], values.T], axis=-1)
+    for mean, std in [((0.5,) * 3, (0.5,) * 3), ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)), ((0, 0, 0), (1, 1, 1))]:
+        t = torch.from_numpy(rgb).permute(2, 0, 1).contiguous().to(torch.float32).div(255)
+        t.sub_(torch.as_tensor(mean, dtype=torch.float32)[:, None, None])
+        t.div_(torch.as_tensor(std, dtype=torch.float32)[:, None, None])
+        np.testing.assert_array_equal(image_to_float(rgb, mean, std), t.numpy())
+    out = np.empty((3, 16, 16), np.float32)
+    video_frame_to_float([rgb[:, :, c] for c in range(3)], out)
+    expect = torch.from_numpy(rgb).permute(2, 0, 1).float() / 127.5 - 1
+    np.testing.assert_array_equal(out, expect.numpy())
+    # a multiplication by the reciprocal would not do: it rounds differently
+    assert (values.astype(np.float32) * np.float32(2 / 255) - 1 != image_to_float(rgb, (0.5,) * 3, (0.5,) * 3)[0]).any()
+
+
+def test_resize_option_validated_and_out_slot(sample_data):
+    with pytest.raises(ValueError, match="'fast', 'reference'"):
+        load_image_for_training((sample_data / "rocket.jpg").read_bytes(), 64, resize="exact")
+    with pytest.raises(ValueError):
+        check_resize("bilinear")
+    batch = np.zeros((2, 3, 64, 64), np.float32)
+    data = (sample_data / "rocket.jpg").read_bytes()
+    got = load_image_for_training(data, 64, resize="reference", out=batch[1])
+    assert np.shares_memory(got, batch[1])
+    np.testing.assert_array_equal(batch[1], reference_image(data, 64))
+    assert not batch[0].any()
 
 
 def test_tuple_input_res_and_custom_norm(sample_data):
@@ -112,8 +166,8 @@ def test_modes_converted_before_resize(sample_data):
     rgba = (sample_data / "horse.png").read_bytes()
     assert describe_image(rgba)["mode"] == "RGBA"
     rgb_first = Image.open(io.BytesIO(rgba)).convert("RGB")
-    expect = reference_image_transform(png_bytes(rgb_first), 64)
-    np.testing.assert_array_equal(reference_image_transform(rgba, 64), expect)
+    expect = reference_image(png_bytes(rgb_first), 64)
+    np.testing.assert_array_equal(load_image_for_training(rgba, 64, resize="reference"), expect)
     assert psnr(load_image_for_training(rgba, 64), expect) >= 35
 
     # Palette image: two colours alternating per column. Resizing indices (or nearest) would
@@ -130,7 +184,7 @@ def test_modes_converted_before_resize(sample_data):
     out = load_image_for_training(grey, 64)
     np.testing.assert_array_equal(out[0], out[1])
     np.testing.assert_array_equal(out[0], out[2])
-    np.testing.assert_allclose(out, reference_image_transform(grey, 64), atol=0.05)
+    np.testing.assert_allclose(out, reference_image(grey, 64), atol=0.05)
 
 
 def test_image_errors_and_describe(sample_data):
@@ -139,7 +193,7 @@ def test_image_errors_and_describe(sample_data):
     with pytest.raises(ImageDecodeError):
         load_image_for_training(b"not an image", 64)
     with pytest.raises(FgdataError):
-        load_image_for_training(data[: len(data) // 3], 64, fast=False)
+        load_image_for_training(data[: len(data) // 3], 64, simplejpeg=False)
 
 
 # ---------------------------------------------------------------- video
@@ -166,10 +220,41 @@ def test_segment_decode_matches_reference(bunny):
     assert (cp["crop_w"], cp["crop_h"]) == (160, 96) and cp["crop_x0"] + 160 <= cp["resize_w"]
     assert clip.frame_indices == list(range(50, 58)) and clip.start_time == pytest.approx(2.0)
     assert clip.fps == 25.0 and clip.audio is None
-    ref = reference_decode_clip(bunny, sequence_length=8, img_size=(160, 96), start_time=2.0)
+    ref = reference_clip(bunny, clip.frame_indices, (160, 96))
     assert ref.shape == clip.video.shape
     assert np.abs(ref - clip.video).mean() < 0.03
     assert psnr(ref, clip.video) > 30
+
+
+@pytest.mark.parametrize("decoder_type, start", [("full", None), ("segment", 2.0)])
+def test_reference_mode_clip_is_the_reference_bit_for_bit(bunny, decoder_type, start):
+    """The real 720p clip, 12 frames (more than one resize chunk), max abs difference 0."""
+    from fgdata.media.video import REFERENCE_CHUNK
+
+    n = REFERENCE_CHUNK + 4
+    clip = decode_clip(bunny, sequence_length=n, img_size=(160, 96), decoder_type=decoder_type,
+                       start_time=start, resize="reference")
+    assert clip.frame_indices == list(range(n) if start is None else range(50, 50 + n))
+    np.testing.assert_array_equal(clip.video, reference_clip(bunny, clip.frame_indices, (160, 96)))
+    fast = decode_clip(bunny, sequence_length=n, img_size=(160, 96), decoder_type=decoder_type, start_time=start)
+    assert fast.frame_indices == clip.frame_indices and fast.cropping_params == clip.cropping_params
+    assert 35 < psnr(fast.video, clip.video) < 99
+
+
+@pytest.mark.parametrize("resize", ["fast", "reference"])
+def test_clip_written_into_a_batch_slot(silent_clip, resize):
+    """``out`` receives the clip in place; repeated frames (target_fps) are copies; shape is checked."""
+    batch = np.full((2, 3, 8, 32, 32), 7.0, np.float32)
+    clip = decode_clip(silent_clip, sequence_length=8, img_size=(32, 32), start_time=0.5, target_fps=48,
+                       resize=resize, out=batch[1])
+    assert np.shares_memory(clip.video, batch) and (batch[0] == 7).all()
+    alone = decode_clip(silent_clip, sequence_length=8, img_size=(32, 32), start_time=0.5, target_fps=48, resize=resize)
+    np.testing.assert_array_equal(batch[1], alone.video)
+    np.testing.assert_array_equal(batch[1][:, 0], batch[1][:, 1])
+    if resize == "reference":
+        np.testing.assert_array_equal(batch[1], reference_clip(silent_clip, clip.frame_indices, (32, 32)))
+    with pytest.raises(ValueError, match="need float32"):
+        decode_clip(silent_clip, sequence_length=8, img_size=(32, 32), out=batch[1][:, :4])
 
 
 def test_seek_lands_on_right_frames(silent_clip):
@@ -180,12 +265,12 @@ def test_seek_lands_on_right_frames(silent_clip):
     assert clip.frame_indices == [27, 28, 29, 30]  # 1.1 s * 24 = 26.4 -> first frame at/after: 27
     grey = np.round((clip.video[0, :, 24, 40] + 1) * 127.5)
     np.testing.assert_allclose(grey, [4 * i for i in clip.frame_indices], atol=3)
-    ref = reference_decode_clip(silent_clip, sequence_length=4, img_size=(64, 48), start_time=1.1)
+    ref = reference_clip(silent_clip, clip.frame_indices, (64, 48))
     assert np.abs(ref - clip.video).mean() < 0.02
 
 
 def test_random_start_in_range_and_reproducible(silent_clip):
-    kw = dict(sequence_length=8, img_size=(32, 32))
+    kw = {"sequence_length": 8, "img_size": (32, 32)}
     a = decode_clip(silent_clip, rng=np.random.default_rng(7), **kw)
     b = decode_clip(silent_clip, rng=np.random.default_rng(7), **kw)
     assert a.frame_indices == b.frame_indices
@@ -317,7 +402,7 @@ def test_decode_member_each_ext(sample_data, bunny):
     im = decode_member("jpg", jpg)
     assert im.size == (640, 427)
     assert decode_member("png", (sample_data / "horse.png").read_bytes()).mode == "RGBA"
-    assert decode_member("txt", "  a caption \n".encode()) == "a caption"
+    assert decode_member("txt", b"  a caption \n") == "a caption"
     assert decode_member("caption", b" x ", txt_extensions=("txt", "caption")) == "x"
     assert decode_member("json", b'{"score": 1.5}') == {"score": 1.5}
     assert decode_member("cls", b"7") == 7

@@ -78,8 +78,9 @@ def test_strict_refuses_non_rgb_and_damaged_inputs_are_counted(imagenet_root, tm
     (tree / "n01440764" / "broken.JPEG").write_bytes(b"\xff\xd8\xff not a jpeg")
     edm, edm2 = prepare_imagenet64(tree, tmp_path / "out", workers=2)
     assert edm["written"] + edm["failed"] == 11 and edm["failed"] == 1
-    failures = json.loads((tmp_path / "out" / "imagenet-64" / "imagenet-64x64.zip.failures.json").read_text())
-    assert failures[0]["input"].endswith("broken.JPEG")
+    report = json.loads((tmp_path / "out" / "imagenet-64" / "failures.json").read_text())
+    assert report["command"] == "prepare imagenet-64" and (report["seen"], report["written"], report["failed"]) == (11, 10, 1)
+    assert report["failures"][0]["input"].endswith("broken.JPEG")
 
 
 def test_imagenet256_rgb_and_latents(imagenet_root, tiny_vae_dir, tmp_path):

@@ -87,6 +87,29 @@ def test_inspect_summarises_without_loading(big_shard):
     assert doc["samples_shown"][1]["members"]["txt"]["text"] == "hello"
 
 
+# VmHWM is this process's own peak (ru_maxrss would include the parent's, which it keeps across exec).
+MAXRSS = """
+import runpy, sys
+sys.argv = ["fgdata", *sys.argv[1:]]
+try:
+    runpy.run_module("fgdata", run_name="__main__")
+except SystemExit:
+    pass
+hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print("maxrss_kb", hwm.split()[1], file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("args", [["inspect", "--json"], ["verify", "--decode", "--json", "--workers", "1"]])
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc for the peak memory")
+def test_large_members_are_never_loaded_whole(big_shard, args):
+    """inspect and verify --decode stay far below one big member in memory (it was 3.6 GB for a 1.9 GB member)."""
+    out = subprocess.run([sys.executable, "-c", MAXRSS, args[0], str(big_shard), *args[1:]], capture_output=True,
+                         text=True, timeout=300)
+    maxrss_kb = int(out.stderr.rsplit("maxrss_kb", 1)[1])
+    assert maxrss_kb * 1024 < BIG // 4, maxrss_kb
+
+
 def test_tmp_is_sparse_aware(big_shard):
     """The fixture's premise: the shard claims gigabytes and occupies kilobytes."""
     assert os.path.getsize(big_shard) > BIG * 2 and big_shard.stat().st_blocks * 512 < 1 << 20

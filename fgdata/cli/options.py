@@ -1,0 +1,69 @@
+"""The flags every fgdata command shares: one definition each, so names and help text never drift.
+
+Use them as parameter defaults (``show: Optional[bool] = PROGRESS``) and turn the values into behaviour with
+the helpers below, never by hand:
+
+- ``--progress/--no-progress`` (``PROGRESS``) and ``-q/--quiet`` (``QUIET``): pass both, with ``--json``, to
+  :func:`show_progress`; it decides whether bars are drawn (auto: only when stderr is a terminal).
+  ``-q`` also drops notes such as "wrote ..." lines; errors and the result itself are always printed.
+- ``--json`` (``JSON``): the result as one JSON document on stdout through ``fgdata.cli.render.print_json``;
+  nothing else may go to stdout then (bars and notes go to stderr).
+- Writing commands: ``--resume/--no-resume`` (``RESUME``) keeps the complete outputs of an earlier run of the
+  same job and continues after them; ``--no-resume`` starts the job from its first input. ``--overwrite``
+  (``OVERWRITE``) is how a command may replace outputs it did not write in this run: without it, existing
+  outputs are an error that names them; with it, the command says what it removes (:func:`say_removed`)
+  before removing it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+
+import typer
+
+PROGRESS = typer.Option(
+    None, "--progress/--no-progress", show_default=False,
+    help="Draw progress bars on stderr (default: only when stderr is a terminal).",
+)
+QUIET = typer.Option(False, "--quiet", "-q", help="Print only the result and errors: no progress bars, no notes.")
+JSON = typer.Option(False, "--json", help="Print the result as one JSON document on stdout, and nothing else there.")
+RESUME = typer.Option(
+    True, "--resume/--no-resume", show_default=False,
+    help="Keep complete outputs of an earlier run of the same job and continue after them (default: resume).",
+)
+OVERWRITE = typer.Option(False, "--overwrite", help="Replace existing outputs, listing what is removed.")
+
+#: Flag spelling -> the one definition, for the tests and for anyone adding a command.
+SHARED = {"--progress": PROGRESS, "--quiet": QUIET, "--json": JSON, "--resume": RESUME, "--overwrite": OVERWRITE}
+
+
+def show_progress(progress: bool | None, *, quiet: bool = False, json_out: bool = False) -> bool:
+    """Whether to draw bars: never with -q or --json, as asked with --progress/--no-progress, else only on a tty."""
+    if quiet or json_out:
+        return False
+    if progress is not None:
+        return progress
+    return sys.stderr.isatty()
+
+
+def say_removed(paths: Iterable[str], *, quiet: bool = False) -> list[str]:
+    """Tell the user, on stderr, which outputs ``--overwrite`` is about to remove; returns them."""
+    from fgdata.cli.render import err_console
+
+    paths = list(paths)
+    if not quiet:
+        for path in paths:
+            err_console.print(f"removing {path} (--overwrite)", highlight=False, markup=False)
+    return paths
+
+
+def exit_if_all_failed(written: int, failed: int, failures: str | None = None) -> None:
+    """A job whose every input failed wrote nothing useful: say so and exit 1 (after its report was printed)."""
+    if written == 0 and failed > 0:
+        from fgdata.cli.render import err_console
+
+        where = f"; reasons in {failures}" if failures else ""
+        err_console.print(f"[red]error: nothing written: all {failed} input(s) failed{where}[/]", highlight=False,
+                          soft_wrap=True)
+        raise typer.Exit(1)

@@ -1,0 +1,153 @@
+"""``fgdata report``: a dataset at a glance, as one self-contained HTML page, a terminal summary and JSON."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+import typer
+
+from fgdata.cli.options import JSON, OVERWRITE, PROGRESS, QUIET, say_removed, show_progress
+from fgdata.cli.render import console, err_console, print_json, progress
+
+
+def _thresholds(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise typer.BadParameter(f"{item!r} is not FIELD=NUMBER, e.g. aesthetic_score=5.5") from None
+        if not sep or not name.strip():
+            raise typer.BadParameter(f"{item!r} is not FIELD=NUMBER, e.g. aesthetic_score=5.5")
+    return out
+
+
+def _dataset_name(paths: list[str]) -> str:
+    from fgdata import storage
+
+    first = paths[0].rstrip("/")
+    base = storage.basename(first)
+    if first.endswith(".tar") or len(paths) > 1:
+        base = storage.basename(storage.parent(first).rstrip("/")) or base
+    return base or first
+
+
+def _summary_table(doc: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from fgdata.report.format import human_bytes, number
+
+    def dist(d: Optional[dict], unit: str = "") -> str:
+        return f"{number(float(d['p50']))}{unit} median ({number(float(d['min']))}–{number(float(d['max']))})" if d else "–"
+
+    total = doc["total_samples"]
+    table = Table(title=f"{doc['dataset']}", title_justify="left", show_header=False, box=None, padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    damaged = sum(1 for s in doc["shards"] if s["damage"])
+    table.add_row("samples", f"{total:,} in {len(doc['shards']):,} shards" + (f" ({damaged} damaged)" if damaged else ""))
+    table.add_row("size", f"{human_bytes(doc['total_bytes'])}, {human_bytes(doc['total_bytes'] / total) if total else '–'}"
+                  " per sample")
+    sets = list(doc["extension_sets"].items())
+    table.add_row("members", ("; ".join(f"{k or '(none)'} ×{n:,}" for k, n in sets[:3]) or "–")
+                  + (f"; {len(sets) - 3} more set{'s' if len(sets) > 4 else ''}" if len(sets) > 3 else ""))
+    if "images" in doc:
+        im = doc["images"]
+        table.add_row("images", f"{im['members']:,}; width {dist(im['width'], ' px')}, height {dist(im['height'], ' px')}")
+    if "videos" in doc:
+        v = doc["videos"]
+        audio = f", {v['audio_share']:.0%} with audio" if v["audio_share"] is not None else ""
+        table.add_row("videos", f"{v['members']:,}; {dist(v['duration_s'], ' s')}, {dist(v['fps'], ' fps')}{audio}")
+    if "captions" in doc:
+        c = doc["captions"]
+        first = ", ".join(f"“{w}”" for w, _ in c["first_words"][:3])
+        table.add_row("captions", f"{c['samples']:,}; {dist(c['words'], ' words')}; often starting {first}")
+    for name, f in doc.get("numeric_fields", {}).items():
+        sf = f["score_filter"]
+        t = sf["presets_filter"]["score"]["threshold"]
+        share = f" ({sf['kept_share']:.1%})" if sf["kept_share"] is not None else ""
+        table.add_row(name, f"{number(f['p50'])} median ({number(f['min'])}–{number(f['max'])}); "
+                            f"≥ {t:g} keeps {sf['kept']:,}{share}")
+    for key, n in list(doc.get("tensors", {}).items())[:3]:
+        table.add_row("tensors", f"{key} ×{n:,}")
+    problems = doc["problems"]
+    table.add_row("problems", "[green]none[/]" if not problems else
+                  "[red]" + "; ".join(f"{p['count']:,} × {p['kind']}" for p in problems[:4]) + "[/]")
+    console.print(table)
+
+
+def report_cmd(
+    paths: list[str] = typer.Argument(..., help="A folder or s3:// prefix of .tar shards, shards, or a brace pattern "
+                                      "like 'data/{00000..00099}.tar'."),
+    output: str = typer.Option("report.html", "--output", "-o", metavar="FILE", help="The HTML page to write (local or s3://)."),
+    sample: int = typer.Option(1000, "--sample", min=0, metavar="N", help="Decode the media of at most N samples (image headers "
+                               "without json sizes, video probes, tensors), spread evenly over the dataset."),
+    tiles: int = typer.Option(24, "--tiles", min=0, metavar="N", help="Samples in the contact sheet."),
+    contact_sheet: Optional[str] = typer.Option(None, "--contact-sheet", metavar="PNG", help="Also write the contact sheet as a PNG."),
+    threshold: list[str] = typer.Option([], "--threshold", metavar="FIELD=VALUE", help="The score threshold shown for a numeric "
+                                        "json field (repeatable; default: the score filter's, else the median)."),
+    name: Optional[str] = typer.Option(None, "--name", help="The dataset's name in the report (default: its folder)."),
+    workers: int = typer.Option(4, "--workers", "-w", min=1, help="Shards read in parallel."),
+    overwrite: bool = OVERWRITE,
+    json_out: bool = JSON,
+    progress_flag: Optional[bool] = PROGRESS,
+    quiet: bool = QUIET,
+) -> None:
+    """Describe a dataset of WebDataset shards (fgdata's or anyone's) in one self-contained HTML page.
+
+    Example: fgdata report /data/photos-wds -o photos.html --sample 2000
+
+    The page shows samples and bytes per shard, extension sets, image sizes and aspect ratios, video durations,
+    frame rates and audio, caption lengths and first words, numeric json fields with what a score filter would
+    keep, a contact sheet, and any damaged shards or missing members. Tar headers, json and captions are read for
+    every sample; media are decoded only for --sample samples. Exit code 1 when problems were found.
+    """
+    from fgdata import storage
+    from fgdata.errors import FgdataError
+    from fgdata.report.build import build_report, write_contact_sheet
+
+    wanted = _thresholds(threshold)
+    outputs = [p for p in (output, contact_sheet) if p]
+    existing = [p for p in outputs if storage.exists(p)]
+    if existing and not overwrite:
+        raise FgdataError(f"{existing[0]} exists; pass --overwrite to replace it")
+    from fgdata.shards import resolve_shards
+
+    shards = resolve_shards(paths).shards
+    started = time.perf_counter()
+    with progress(enabled=show_progress(progress_flag, quiet=quiet, json_out=json_out)) as bar:
+        task = bar.add_task("reading shards", total=len(shards), rate="")
+
+        def tick(_shard: str) -> None:
+            done = bar.tasks[task].completed + 1
+            bar.update(task, advance=1, rate=f"{done / max(time.perf_counter() - started, 1e-9):.1f} shards/s")
+            if done == len(shards):
+                bar.update(task, description="drawing")
+
+        report = build_report(shards, name=name or _dataset_name(paths), paths=paths, sample=sample, tiles=tiles,
+                              workers=workers, thresholds=wanted, progress=tick)
+    doc = report.doc
+    say_removed(existing, quiet=quiet or json_out)
+    storage.write_bytes(output, report.html.encode())
+    doc["html"] = output
+    if contact_sheet:
+        write_contact_sheet(report, contact_sheet)
+        doc["contact_sheet_png"] = contact_sheet
+    doc["seconds"] = round(time.perf_counter() - started, 3)
+    if json_out:
+        print_json(doc)
+    else:
+        _summary_table(doc)
+        if not quiet:
+            console.print(f"wrote {output}" + (f" and {contact_sheet}" if contact_sheet else ""), highlight=False,
+                          soft_wrap=True)
+    if doc["problems"]:
+        found = "; ".join(f"{p['count']:,} × {p['kind']}" for p in doc["problems"])
+        err_console.print(f"[red]problems found: {found}[/]", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report_cmd)

@@ -1,0 +1,40 @@
+"""Read the shards, summarise them and draw the page: what ``fgdata report`` and ``fgdata quickstart`` run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fgdata.report.collect import Stats
+
+
+@dataclass
+class Report:
+    doc: dict[str, Any]  # the JSON document (see fgdata.report.summary.summarise)
+    stats: Stats
+    html: str  # the self-contained page
+
+
+def build_report(shards: Sequence[str], *, name: str, paths: Sequence[str], sample: int = 1000, tiles: int = 24,
+                 workers: int = 4, thresholds: dict[str, float] | None = None,
+                 progress: Callable[[str], None] | None = None) -> Report:
+    """The report on ``shards``; ``paths`` are what the user named (shown on the page)."""
+    from fgdata.report import html
+    from fgdata.report.collect import collect
+    from fgdata.report.summary import summarise
+
+    stats = collect(list(shards), sample=sample, tiles=tiles, workers=workers, progress=progress)
+    doc = summarise(stats, name=name, paths=paths, thresholds=thresholds, sample=sample)
+    return Report(doc, stats, html.render(doc, stats))
+
+
+def write_contact_sheet(report: Report, path: str) -> None:
+    """The contact sheet as one PNG (local or s3://)."""
+    from fgdata import storage
+    from fgdata.errors import FgdataError
+    from fgdata.report.plots import contact_sheet
+
+    if not report.stats.tiles:
+        raise FgdataError(f"{path}: no images or videos to put in a contact sheet")
+    storage.write_bytes(path, contact_sheet(report.stats.tiles))

@@ -1,0 +1,431 @@
+"""One pass over a dataset's shards, gathering what the report shows.
+
+Every sample's tar headers, ``json`` and caption members are read (they are small); the
+bigger members are touched only when needed: image sizes and video facts come from
+fgdata's own json metadata when it is there, else from the member's header (images) or a
+probe (videos), and those decodes, like the tensor summaries and the contact-sheet tiles,
+are bounded by a budget spread evenly over the dataset. Shards are independent, so they
+are read in parallel processes and merged in shard order: the result does not depend on
+the number of workers.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fgdata import storage
+from fgdata.errors import DamagedShardError, FgdataError
+
+#: Members read as captions, in order of preference.
+CAPTION_EXTS = ("txt", "caption", "prompt", "text")
+#: json fields that describe the media (shown in the image and video sections, not as numeric fields).
+MEDIA_FIELDS = frozenset({"width", "height", "duration", "fps", "frame_count", "rotation", "audio_sample_rate",
+                          "audio_channels", "original_width", "original_height"})
+_HEADER_BYTES = 1 << 16  # enough for an image's size in its header, nearly always
+_EXAMPLES = 5  # example keys kept per kind of problem
+_MAX_FIELDS = 64  # numeric json fields tracked at most (the most frequent are shown)
+
+
+@dataclass
+class Problem:
+    """One kind of problem with how many samples or shards it affects and a few examples."""
+
+    kind: str
+    count: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def add(self, example: str, n: int = 1) -> None:
+        self.count += n
+        if len(self.examples) < _EXAMPLES:
+            self.examples.append(example)
+
+    def merge(self, other: Problem) -> None:
+        self.count += other.count
+        self.examples.extend(other.examples[: _EXAMPLES - len(self.examples)])
+
+
+@dataclass
+class Tile:
+    """A contact-sheet tile: a small RGB thumbnail (PNG bytes) and its label."""
+
+    key: str
+    shard: str
+    png: bytes
+    caption: str
+
+
+@dataclass
+class Stats:
+    """Everything the report needs; one per shard, then merged into one for the dataset."""
+
+    shards: list[dict[str, Any]] = field(default_factory=list)  # {"shard", "samples", "bytes", "damage"}
+    ext_sets: Counter[str] = field(default_factory=Counter)
+    ext_examples: dict[str, str] = field(default_factory=dict)  # ext set -> one example key
+    ext_counts: Counter[str] = field(default_factory=Counter)
+    ext_bytes: Counter[str] = field(default_factory=Counter)
+    image_w: array = field(default_factory=lambda: array("i"))
+    image_h: array = field(default_factory=lambda: array("i"))
+    image_members: int = 0
+    image_sizes_from_json: int = 0
+    video_members: int = 0
+    video_duration: array = field(default_factory=lambda: array("d"))
+    video_fps: array = field(default_factory=lambda: array("d"))
+    video_frames: array = field(default_factory=lambda: array("i"))
+    video_res: Counter[str] = field(default_factory=Counter)
+    video_audio: int = 0
+    video_facts_from_json: int = 0
+    captions: int = 0
+    caption_words: array = field(default_factory=lambda: array("i"))
+    caption_chars: array = field(default_factory=lambda: array("i"))
+    first_words: Counter[str] = field(default_factory=Counter)
+    json_members: int = 0
+    numeric: dict[str, array] = field(default_factory=dict)
+    non_numeric: Counter[str] = field(default_factory=Counter)  # field present with a non-numeric value
+    tensors: Counter[str] = field(default_factory=Counter)  # "latent.pth float32[4,32,32]" -> samples
+    decoded: int = 0
+    tiles: list[Tile] = field(default_factory=list)
+    problems: dict[str, Problem] = field(default_factory=dict)
+
+    @property
+    def samples(self) -> int:
+        return sum(s["samples"] for s in self.shards)
+
+    @property
+    def bytes(self) -> int:
+        return sum(s["bytes"] for s in self.shards)
+
+    def problem(self, kind: str, example: str, n: int = 1) -> None:
+        self.problems.setdefault(kind, Problem(kind)).add(example, n)
+
+    def merge(self, other: Stats) -> None:
+        """Add another shard's statistics (call in shard order)."""
+        self.shards += other.shards
+        for name in ("ext_sets", "ext_counts", "ext_bytes", "video_res", "first_words", "non_numeric", "tensors"):
+            getattr(self, name).update(getattr(other, name))
+        for k, v in other.ext_examples.items():
+            self.ext_examples.setdefault(k, v)
+        for name in ("image_w", "image_h", "video_duration", "video_fps", "video_frames", "caption_words",
+                     "caption_chars"):
+            getattr(self, name).extend(getattr(other, name))
+        for name in ("image_members", "image_sizes_from_json", "video_members", "video_audio",
+                     "video_facts_from_json", "captions", "json_members", "decoded"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for k, values in other.numeric.items():
+            if k in self.numeric:
+                self.numeric[k].extend(values)
+            elif len(self.numeric) < _MAX_FIELDS:
+                self.numeric[k] = array("d", values)
+        self.tiles += other.tiles
+        for kind, p in other.problems.items():
+            self.problems.setdefault(kind, Problem(kind)).merge(p)
+
+
+# -- reading one shard ---------------------------------------------------------
+
+
+@dataclass
+class _Entry:
+    """A sample as the collector sees it: member sizes, and a way to read a member (or its first bytes)."""
+
+    key: str
+    sizes: dict[str, int]
+    read: Callable[[str, int | None], bytes]
+
+
+def _open(path: str, stats: Stats) -> tuple[int | None, Iterator[_Entry]]:
+    """The shard's sample count when known before reading (a local header scan, an index on s3://), and its
+    samples: positioned reads of the members needed locally, one streamed pass on s3://."""
+    from fgdata.shards import ShardFile, iter_samples, load_index, scan_shard
+
+    name = storage.basename(path)
+    row = stats.shards[-1]
+    if storage.is_s3(path):
+        index = load_index(path, expected_size=row["bytes"])
+
+        def stream() -> Iterator[_Entry]:
+            count = 0
+            try:
+                for sample in iter_samples(path):
+                    members = sample.members
+                    count += 1
+
+
+                    def read(ext: str, limit: int | None, members: dict[str, bytes] = members) -> bytes:
+                        return members[ext] if limit is None else members[ext][:limit]
+
+                    yield _Entry(sample.key, {e: len(d) for e, d in members.items()}, read)
+            except DamagedShardError as exc:
+                stats.problem("damaged shard", f"{name}: {exc.reason} (after {exc.good} samples)")
+                row["damage"] = exc.reason
+            row["samples"] = count
+
+        return (len(index.samples) if index is not None else None), stream()
+    scan = scan_shard(path)
+    row["samples"] = len(scan.samples)
+    if scan.damage:
+        row["damage"] = scan.damage
+        stats.problem("damaged shard", f"{name}: {scan.damage} (after {len(scan.samples)} samples)")
+    for p in scan.problems:
+        stats.problem("key problem", f"{name}: {p}")
+
+    def local() -> Iterator[_Entry]:
+        if not scan.samples:
+            return
+        with ShardFile(path, scan=scan) as sf:
+            for entry in scan.samples:
+
+                def read(ext: str, limit: int | None, members: dict = entry.members) -> bytes:
+                    off, size = members[ext]
+                    return sf.read_range(off, off + (size if limit is None else min(size, limit)))
+
+                yield _Entry(entry.key, {e: size for e, (_, size) in entry.members.items()}, read)
+
+    return len(scan.samples), local()
+
+
+def _spread(total: int, parts: int, i: int) -> int:
+    """Part ``i`` of ``total`` items split as evenly as possible over ``parts``."""
+    return (i + 1) * total // parts - i * total // parts
+
+
+def _picks(n: int, k: int) -> set[int]:
+    """``k`` indices spread evenly over ``range(n)`` (centred in their strides)."""
+    k = min(k, n)
+    return {(2 * j + 1) * n // (2 * k) for j in range(k)} if k else set()
+
+
+def _json(entry: _Entry, stats: Stats, name: str) -> dict[str, Any] | None:
+    ext = "json" if "json" in entry.sizes else "json.gz" if "json.gz" in entry.sizes else None
+    if ext is None:
+        return None
+    stats.json_members += 1
+    try:
+        from fgdata.media.decode import unwrap_gz
+
+        doc = json.loads(unwrap_gz(ext, entry.read(ext, None))[1])
+    except (ValueError, UnicodeDecodeError, FgdataError):
+        stats.problem("invalid json", f"{name} {entry.key}")
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _numeric_fields(doc: dict[str, Any], stats: Stats) -> None:
+    for k, v in doc.items():
+        if k in MEDIA_FIELDS:
+            continue
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if v != v:  # NaN: the score filter drops it like a non-numeric value
+                stats.non_numeric[k] += 1
+                continue
+            if k not in stats.numeric:
+                if len(stats.numeric) >= _MAX_FIELDS:
+                    continue
+                stats.numeric[k] = array("d")
+            stats.numeric[k].append(float(v))
+        elif k in stats.numeric:
+            stats.non_numeric[k] += 1
+
+
+def _caption(entry: _Entry, stats: Stats, name: str) -> str | None:
+    ext = next((e for e in CAPTION_EXTS if e in entry.sizes), None)
+    if ext is None:
+        return None
+    try:
+        text = entry.read(ext, None).decode("utf-8")
+    except UnicodeDecodeError:
+        stats.problem("caption not UTF-8", f"{name} {entry.key}.{ext}")
+        return None
+    words = text.split()
+    stats.captions += 1
+    stats.caption_words.append(len(words))
+    stats.caption_chars.append(len(text.strip()))
+    if words:
+        stats.first_words[words[0].strip(".,:;!?\"'()[]").lower() or words[0]] += 1
+    return text
+
+
+def _image_size(entry: _Entry, ext: str, doc: dict | None, decode: bool, stats: Stats, name: str) -> None:
+    stats.image_members += 1
+    if doc and isinstance(doc.get("width"), int) and isinstance(doc.get("height"), int):
+        stats.image_w.append(doc["width"])
+        stats.image_h.append(doc["height"])
+        stats.image_sizes_from_json += 1
+        return
+    if not decode:
+        return
+    from fgdata.media.image import describe_image
+
+    stats.decoded += 1
+    try:
+        try:
+            facts = describe_image(entry.read(ext, _HEADER_BYTES))
+        except FgdataError:
+            facts = describe_image(entry.read(ext, None))  # a header beyond the first bytes
+    except FgdataError as exc:
+        stats.problem("undecodable image", f"{name} {entry.key}.{ext}: {str(exc).splitlines()[0]}")
+        return
+    stats.image_w.append(int(facts["width"]))
+    stats.image_h.append(int(facts["height"]))
+
+
+_VIDEO_JSON = ("duration", "fps", "frame_count", "width", "height")
+
+
+def _video_facts(entry: _Entry, ext: str, doc: dict | None, decode: bool, stats: Stats, name: str) -> None:
+    stats.video_members += 1
+    if doc and all(isinstance(doc.get(k), (int, float)) for k in _VIDEO_JSON) and "audio_codec" in doc:
+        facts = doc
+        stats.video_facts_from_json += 1
+    elif decode:
+        from fgdata.media.video import probe_video
+
+        stats.decoded += 1
+        try:
+            facts = probe_video(entry.read(ext, None)).to_dict()
+        except FgdataError as exc:
+            stats.problem("undecodable video", f"{name} {entry.key}.{ext}: {str(exc).splitlines()[0]}")
+            return
+    else:
+        return
+    stats.video_duration.append(float(facts["duration"]))
+    stats.video_fps.append(float(facts["fps"]))
+    stats.video_frames.append(int(facts["frame_count"]))
+    stats.video_res[f"{facts['width']}×{facts['height']}"] += 1
+    stats.video_audio += bool(facts.get("audio_codec"))
+
+
+def _tensor(entry: _Entry, ext: str, stats: Stats, name: str) -> None:
+    from fgdata.media.decode import describe_member
+    from fgdata.report.format import dtype_shape
+
+    stats.decoded += 1
+    summary = describe_member(ext, entry.read(ext, None))
+    if "error" in summary:
+        stats.problem("undecodable tensor", f"{name} {entry.key}.{ext}: {summary['error']}")
+        return
+    t = summary.get("tensor")
+    if isinstance(t, dict) and "dtype" in t:
+        stats.tensors[f"{ext} {dtype_shape(t['dtype'], t['shape'])}"] += 1
+    elif isinstance(t, dict):
+        parts = [f"{k}: {dtype_shape(v['dtype'], v['shape'])}" for k, v in t.items() if isinstance(v, dict) and "dtype" in v]
+        stats.tensors[f"{ext} {{{', '.join(parts)}}}"] += 1
+    else:
+        stats.tensors[f"{ext} {type(t).__name__}"] += 1
+
+
+def _tile(entry: _Entry, ext: str, kind: str, caption: str | None, stats: Stats, name: str, size: int) -> None:
+    """A thumbnail of an image, or of a video's first frame."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    try:
+        data = entry.read(ext, None)
+        if kind == "image":
+            from fgdata.media.image import open_image, to_rgb
+
+            im = open_image(data)
+            im.draft("RGB", (size, size))
+            im = to_rgb(im)
+        else:
+            from fgdata.media.video import decode_clip, probe_video
+
+            info = probe_video(data)
+            w, h = (info.height, info.width) if info.rotation in (90, 270) else (info.width, info.height)
+            scale = size / max(w, h)
+            clip = decode_clip(data, sequence_length=1, img_size=(max(int(w * scale), 1), max(int(h * scale), 1)),
+                               decoder_type="full")
+            im = Image.fromarray(((clip.video[:, 0].transpose(1, 2, 0) + 1) * 127.5).clip(0, 255).astype(np.uint8))
+        im.thumbnail((size, size))
+    except (FgdataError, OSError, ValueError):
+        return
+    buf = io.BytesIO()
+    im.save(buf, format="PNG")
+    stats.tiles.append(Tile(entry.key, name, buf.getvalue(), " ".join((caption or "").split())[:200]))
+
+
+def collect_shard(path: str, budget: int, tiles: int, thumb: int = 192) -> Stats:
+    """Statistics of one shard; ``budget`` samples get their media decoded, ``tiles`` become thumbnails."""
+    from fgdata.media.decode import member_kind
+
+    stats = Stats()
+    name = storage.basename(path)
+    stats.shards.append({"shard": name, "samples": 0, "bytes": 0, "damage": None})
+    try:
+        size = storage.size(path)
+    except FgdataError as exc:
+        stats.shards[-1]["damage"] = str(exc).splitlines()[0]
+        stats.problem("unreadable shard", f"{name}: {stats.shards[-1]['damage']}")
+        return stats
+    stats.shards[-1]["bytes"] = size
+    try:
+        known, entries = _open(path, stats)
+        decode_at = _picks(known, budget) if known is not None else set(range(budget))
+        tile_at = _picks(known, tiles) if known is not None else set(range(tiles))
+        for i, entry in enumerate(entries):
+            exts = ",".join(sorted(entry.sizes))
+            stats.ext_sets[exts] += 1
+            stats.ext_examples.setdefault(exts, f"{name} {entry.key}")
+            stats.ext_counts.update(entry.sizes.keys())
+            for ext, n in entry.sizes.items():
+                stats.ext_bytes[ext] += n
+                if n == 0:
+                    stats.problem("empty member", f"{name} {entry.key}.{ext}")
+            doc = _json(entry, stats, name)
+            if doc is not None:
+                _numeric_fields(doc, stats)
+            caption = _caption(entry, stats, name)
+            decode = i in decode_at
+            media = None
+            for ext in sorted(entry.sizes):
+                kind = member_kind(ext)
+                if kind == "image":
+                    _image_size(entry, ext, doc, decode, stats, name)
+                elif kind == "video":
+                    _video_facts(entry, ext, doc, decode, stats, name)
+                elif kind in ("pth", "npy", "npz") and decode:
+                    _tensor(entry, ext, stats, name)
+                else:
+                    continue
+                media = media or ((ext, kind) if kind in ("image", "video") else None)
+            if media and i in tile_at:
+                _tile(entry, media[0], media[1], caption, stats, name, thumb)
+    except FgdataError as exc:
+        stats.shards[-1]["damage"] = str(exc).splitlines()[0]
+        stats.problem("unreadable shard", f"{name}: {stats.shards[-1]['damage']}")
+    return stats
+
+
+# -- the dataset ---------------------------------------------------------------
+
+
+def collect(shards: list[str], *, sample: int = 1000, tiles: int = 24, workers: int = 4,
+            progress: Callable[[str], None] | None = None) -> Stats:
+    """Statistics of all ``shards`` (in order); ``sample`` bounds decoded members, ``tiles`` the contact sheet."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    if not shards:
+        raise FgdataError("no shards to report on")
+    jobs = [(path, _spread(sample, len(shards), i), _spread(tiles, len(shards), i)) for i, path in enumerate(shards)]
+    total = Stats()
+    if workers <= 1 or len(shards) == 1:
+        results: Iterator[Stats] = (collect_shard(*job) for job in jobs)
+        for path, stats in zip(shards, results):
+            total.merge(stats)
+            if progress:
+                progress(path)
+        return total
+    import fgdata.media.decode  # noqa: F401 - imported once here, inherited by forked workers
+
+    with ProcessPoolExecutor(max_workers=min(workers, len(shards))) as pool:
+        for path, stats in zip(shards, pool.map(collect_shard, *zip(*jobs))):
+            total.merge(stats)
+            if progress:
+                progress(path)
+    return total

@@ -1,0 +1,233 @@
+"""The report page: one HTML file with its styles inline and every picture a PNG data URI, so it opens
+offline, can be mailed or attached to an issue, and shows the same thing everywhere."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from typing import Any
+
+from fgdata.report import plots
+from fgdata.report.collect import Stats
+from fgdata.report.format import human_bytes, number
+
+_CSS = """
+:root { --bg:#f5f6f8; --card:#fff; --ink:#1f242b; --muted:#5d6570; --line:#e3e6eb; --accent:#3b6fd4;
+        --good:#2e9e6a; --bad:#c8463d; --warn:#e8833a; }
+* { box-sizing:border-box; }
+body { margin:0; background:var(--bg); color:var(--ink); font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,
+       "Helvetica Neue",Arial,sans-serif; }
+main { max-width:1080px; margin:0 auto; padding:28px 24px 64px; }
+header .eyebrow { text-transform:uppercase; letter-spacing:.08em; font-size:12px; color:var(--accent);
+                  font-weight:600; }
+h1 { font-size:30px; margin:2px 0 6px; }
+h2 { font-size:20px; margin:0 0 4px; }
+h3 { font-size:16px; margin:18px 0 4px; }
+.meta { color:var(--muted); font-size:13px; margin:0; overflow-wrap:anywhere; }
+.meta code { font-size:12px; }
+nav { margin:18px 0 8px; display:flex; flex-wrap:wrap; gap:6px; }
+nav a { font-size:13px; color:var(--accent); text-decoration:none; padding:3px 10px; border-radius:999px;
+        background:#e9effb; }
+nav a:hover { background:#d8e3f8; }
+.cards { display:grid; grid-template-columns:repeat(auto-fit,minmax(150px,1fr)); gap:12px; margin:20px 0; }
+.card { background:var(--card); border-radius:12px; padding:14px 16px; box-shadow:0 1px 2px rgba(20,30,50,.06),
+        0 0 0 1px var(--line); }
+.card .v { font-size:24px; font-weight:650; font-variant-numeric:tabular-nums; }
+.card .l { font-size:12px; color:var(--muted); text-transform:uppercase; letter-spacing:.05em; }
+.card.good .v { color:var(--good); } .card.bad .v { color:var(--bad); }
+section { background:var(--card); border-radius:14px; padding:20px 22px; margin:16px 0;
+          box-shadow:0 1px 2px rgba(20,30,50,.06), 0 0 0 1px var(--line); }
+section > p.lead { color:var(--muted); margin:0 0 12px; }
+img.plot { width:100%; height:auto; display:block; margin:8px 0; }
+table { border-collapse:collapse; width:100%; font-size:13.5px; margin:8px 0; font-variant-numeric:tabular-nums; }
+th, td { text-align:left; padding:6px 10px; border-bottom:1px solid var(--line); vertical-align:top; }
+th { font-weight:600; color:var(--muted); font-size:12px; text-transform:uppercase; letter-spacing:.04em; }
+td.n, th.n { text-align:right; }
+tr.damaged td { color:var(--bad); }
+code, pre { font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; }
+pre { background:#f3f5f8; border:1px solid var(--line); border-radius:8px; padding:10px 12px; overflow-x:auto;
+      font-size:12.5px; }
+.chips { display:flex; flex-wrap:wrap; gap:8px; margin:6px 0 4px; }
+.chip { background:#f0f3f7; border-radius:8px; padding:5px 10px; font-size:13px; }
+.chip b { font-variant-numeric:tabular-nums; }
+details summary { cursor:pointer; color:var(--accent); font-size:14px; margin-top:6px; }
+.sheet { display:grid; grid-template-columns:repeat(auto-fill,minmax(150px,1fr)); gap:14px; margin-top:10px; }
+.sheet figure { margin:0; }
+.sheet .thumb { aspect-ratio:1; background:#eef0f3; border-radius:8px; display:flex; align-items:center;
+                justify-content:center; overflow:hidden; }
+.sheet img { max-width:100%; max-height:100%; display:block; }
+.sheet figcaption { font-size:12px; color:var(--muted); margin-top:5px; line-height:1.35; overflow:hidden;
+                    display:-webkit-box; -webkit-line-clamp:3; -webkit-box-orient:vertical; }
+.sheet figcaption b { color:var(--ink); font-weight:600; font-family:ui-monospace,Menlo,monospace; font-size:11px; }
+.problems li { margin:6px 0; } .problems .count { font-weight:650; color:var(--bad); }
+.problems ul.ex { margin:4px 0 0; padding-left:18px; color:var(--muted); font-size:13px; }
+.ok { color:var(--good); font-weight:600; }
+footer { color:var(--muted); font-size:12.5px; text-align:center; margin-top:28px; }
+"""
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _img(png: bytes, alt: str, cls: str = "plot") -> str:
+    return f'<img class="{cls}" alt="{_e(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def _chips(items: list[tuple[str, str]]) -> str:
+    return '<div class="chips">' + "".join(f'<span class="chip">{_e(k)} <b>{_e(v)}</b></span>' for k, v in items) + "</div>"
+
+
+def _dist(d: dict[str, float] | None, unit: str = "") -> str:
+    if not d:
+        return "–"
+    return f"{number(float(d['min']))}–{number(float(d['max']))}{unit}, median {number(float(d['p50']))}{unit}"
+
+
+def _share(n: int, total: int) -> str:
+    return f"{n / total:.1%}" if total else "–"
+
+
+def _table(headers: list[str], rows: list[list[str]], numeric: set[int], row_class: list[str] | None = None) -> str:
+    head = "".join(f'<th class="n">{_e(h)}</th>' if i in numeric else f"<th>{_e(h)}</th>" for i, h in enumerate(headers))
+    body = []
+    for r, row in enumerate(rows):
+        cls = f' class="{row_class[r]}"' if row_class and row_class[r] else ""
+        body.append(f"<tr{cls}>" + "".join(f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>"
+                                          for i, c in enumerate(row)) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def render(doc: dict[str, Any], stats: Stats) -> str:
+    """The page for a report document (see ``summarise``) and the statistics it came from."""
+    total = doc["total_samples"]
+    problems = doc["problems"]
+    n_problems = sum(p["count"] for p in problems)
+    sections: list[tuple[str, str, str]] = []  # (id, title, body)
+
+    shards = doc["shards"]
+    damaged = [s for s in shards if s["damage"]]
+    rows = [[_e(s["shard"]), f"{s['samples']:,}", _e(human_bytes(s["bytes"])), _e(s["damage"] or "ok")]
+            for s in shards]
+    body = (f'<p class="lead">{len(shards):,} shards, {total:,} samples, {_e(human_bytes(doc["total_bytes"]))}'
+            f"{f'; {len(damaged)} damaged (in orange)' if damaged else ''}.</p>"
+            + _img(plots.per_shard(shards), "samples and bytes per shard")
+            + f"<details><summary>all {len(shards):,} shards</summary>"
+            + _table(["shard", "samples", "bytes", "status"], rows, {1, 2},
+                     ["damaged" if s["damage"] else "" for s in shards]) + "</details>")
+    sections.append(("shards", "Shards", body))
+
+    exts = doc["extensions"]
+    rows = [[f"<code>.{_e(ext)}</code>", f"{e['samples']:,}", _share(e["samples"], total),
+             _e(human_bytes(e["bytes"])), _e(human_bytes(e["bytes"] / e["samples"])) if e["samples"] else "–"]
+            for ext, e in exts.items()]
+    sets = doc["extension_sets"]
+    body = ('<p class="lead">Which members the samples carry. A sample\'s extension set lists what follows the '
+            "first dot of its member names" + (f": every sample has <code>{_e(next(iter(sets)))}</code>." if len(sets) == 1
+                                               else f"; {len(sets):,} different sets.") + "</p>")
+    if len(doc["extension_sets"]) > 1:
+        body += _img(plots.extension_sets(doc["extension_sets"]), "samples per extension set")
+    body += _table(["member", "samples", "share", "bytes", "per sample"], rows, {1, 2, 3, 4})
+    sections.append(("members", "Members", body))
+
+    if "images" in doc and stats.image_w:
+        im = doc["images"]
+        source = (f"{im['sizes_from_json']:,} from fgdata's json metadata, {im['sized'] - im['sizes_from_json']:,} "
+                  "from image headers")
+        body = (f'<p class="lead">{im["members"]:,} image members; sizes of {im["sized"]:,} ({source}).</p>'
+                + _chips([("width", _dist(im["width"], " px")), ("height", _dist(im["height"], " px")),
+                          ("aspect ratio", _dist(im["aspect_ratio"]))])
+                + _img(plots.images(stats.image_w, stats.image_h), "image sizes and aspect ratios"))
+        sections.append(("images", "Images", body))
+
+    if "videos" in doc and stats.video_duration:
+        v = doc["videos"]
+        audio = f"{v['audio_share']:.0%}" if v["audio_share"] is not None else "–"
+        body = (f'<p class="lead">{v["members"]:,} video members; {v["described"]:,} described '
+                f"({v['facts_from_json']:,} from fgdata's json metadata, the rest probed).</p>"
+                + _chips([("duration", _dist(v["duration_s"], " s")), ("frame rate", _dist(v["fps"], " fps")),
+                          ("frames", _dist(v["frames"])), ("with audio", audio)])
+                + _img(plots.videos(stats.video_duration, stats.video_fps, stats.video_frames, v["resolutions"]),
+                       "video duration, frame rate, frame count and resolution"))
+        sections.append(("videos", "Videos", body))
+
+    if "captions" in doc and stats.caption_words:
+        c = doc["captions"]
+        body = (f'<p class="lead">{c["samples"]:,} captions ({_share(c["samples"], total)} of samples).</p>'
+                + _chips([("words", _dist(c["words"])), ("characters", _dist(c["chars"]))])
+                + _img(plots.captions(stats.caption_words, [tuple(x) for x in c["first_words"]]),
+                       "caption lengths and first words"))
+        sections.append(("captions", "Captions", body))
+
+    if "numeric_fields" in doc:
+        body = ('<p class="lead">Numeric fields of the json member. The loaders\' <code>score</code> filter keeps a '
+                "sample whose field is at least the threshold, and samples without the field; the green part is "
+                "what it would keep. Choose the threshold with <code>--threshold FIELD=VALUE</code>.</p>")
+        for name, f in doc["numeric_fields"].items():
+            sf = f["score_filter"]
+            t = sf["presets_filter"]["score"]["threshold"]
+            share = f"{sf['kept_share']:.1%}" if sf["kept_share"] is not None else "–"
+            body += (f"<h3><code>{_e(name)}</code></h3>"
+                     + _chips([("samples", f"{f['count']:,}"), ("range", f"{number(f['min'])}–{number(f['max'])}"),
+                               ("median", number(f["p50"])), ("mean", number(f["mean"])),
+                               ("without it", f"{f['missing']:,}"), (f"kept at ≥ {t:g}", f"{sf['kept']:,} ({share})")])
+                     + _img(plots.numeric_field(name, stats.numeric[name], t, sf["kept_share"]), f"{name} histogram")
+                     + f"<pre>presets_filter={_e(json.dumps(sf['presets_filter']))}</pre>")
+        sections.append(("fields", "Numeric fields", body))
+
+    if "tensors" in doc:
+        rows = [[f"<code>{_e(k)}</code>", f"{n:,}"] for k, n in doc["tensors"].items()]
+        body = ('<p class="lead">Tensor members of the sampled samples (decoded safely: weights-only '
+                "<code>.pth</code>, no pickle in <code>.npy</code>/<code>.npz</code>).</p>"
+                + _table(["member dtype[shape]", "samples"], rows, {1}))
+        sections.append(("tensors", "Tensors", body))
+
+    if stats.tiles:
+        figures = []
+        for t in stats.tiles:
+            figures.append(f'<figure title="{_e(t.shard)} {_e(t.key)}: {_e(t.caption)}"><div class="thumb">'
+                           + _img(t.png, f"{t.key}", cls="tile") + f"</div><figcaption><b>{_e(t.key)}</b> "
+                           f"{_e(t.caption[:140])}</figcaption></figure>")
+        body = (f'<p class="lead">{len(stats.tiles)} samples spread evenly over the dataset (images, and the first '
+                "frame of videos).</p>" + f'<div class="sheet">{"".join(figures)}</div>')
+        sections.append(("samples", "Samples", body))
+
+    if problems:
+        items = []
+        for p in problems:
+            ex = "".join(f"<li>{_e(e)}</li>" for e in p["examples"])
+            items.append(f'<li><span class="count">{p["count"]:,}</span> × {_e(p["kind"])}'
+                         + (f'<ul class="ex">{ex}</ul>' if ex else "") + "</li>")
+        body = f'<ul class="problems">{"".join(items)}</ul>'
+    else:
+        body = '<p class="ok">No problems found: every shard read to its end, and every sample has the same members.</p>'
+    sections.append(("problems", "Problems", body))
+
+    cards = [(f"{total:,}", "samples", ""), (f"{len(shards):,}", "shards", ""),
+             (human_bytes(doc["total_bytes"]), "on disk", ""),
+             (human_bytes(doc["total_bytes"] / total) if total else "–", "per sample", ""),
+             (f"{len(doc['extension_sets']):,}", "extension sets", ""),
+             (f"{n_problems:,}", "problems", "bad" if n_problems else "good")]
+    card_html = "".join(f'<div class="card {c}"><div class="v">{_e(v)}</div><div class="l">{_e(label)}</div></div>'
+                        for v, label, c in cards)
+    nav = "".join(f'<a href="#{sid}">{_e(title)}</a>' for sid, title, _ in sections)
+    paths = ", ".join(f"<code>{_e(p)}</code>" for p in doc["paths"][:3]) + (
+        f" and {len(doc['paths']) - 3} more" if len(doc["paths"]) > 3 else "")
+    sampled = (f"{doc['decoded_members']:,} members decoded (budget {doc['sample_budget']:,}); headers, json and "
+               "captions read for every sample")
+    body = "".join(f'<section id="{sid}"><h2>{_e(title)}</h2>{content}</section>' for sid, title, content in sections)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<meta name="generator" content="fgdata {_e(doc['fgdata_version'])}">
+<title>{_e(doc['dataset'])} · fgdata report</title><style>{_CSS}</style></head>
+<body><main>
+<header><div class="eyebrow">fgdata dataset report</div><h1>{_e(doc['dataset'])}</h1>
+<p class="meta">{paths}</p>
+<p class="meta">generated {_e(doc['generated'])} by fgdata {_e(doc['fgdata_version'])} · {_e(sampled)}</p></header>
+<div class="cards">{card_html}</div>
+<nav>{nav}</nav>
+{body}
+<footer>fgdata report · {_e(doc['dataset'])} · {_e(doc['generated'])}</footer>
+</main></body></html>
+"""

@@ -1,0 +1,243 @@
+"""The report's figures, drawn with matplotlib (Agg, no display) and returned as PNG bytes.
+
+One look for all of them: a light grid, no top or right frame, one accent colour per section.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from fgdata.errors import FgdataError
+from fgdata.report.collect import Tile
+from fgdata.report.format import human_bytes
+
+ACCENT = "#3b6fd4"
+SECOND = "#e8833a"
+KEPT = "#2e9e6a"
+DROPPED = "#c9ced6"
+_DPI = 110
+
+
+def _plt() -> Any:
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise FgdataError("fgdata report draws its plots with matplotlib: pip install 'fgdata[report]'") from exc
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({
+        "font.size": 9, "axes.titlesize": 10, "axes.titleweight": "bold", "axes.titlelocation": "left",
+        "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.color": "#e6e8ec",
+        "grid.linewidth": 0.8, "axes.axisbelow": True, "axes.edgecolor": "#9aa1ab", "xtick.color": "#4a5059",
+        "ytick.color": "#4a5059", "axes.labelcolor": "#30353c", "figure.facecolor": "white",
+        "svg.hashsalt": "fgdata", "path.simplify": True,
+    })
+    return plt
+
+
+def _png(fig: Any) -> bytes:
+    plt = _plt()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=_DPI, metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _counts_axis(ax: Any, axis: str = "y") -> None:
+    """Whole-number ticks on an axis that counts things."""
+    from matplotlib.ticker import MaxNLocator
+
+    (ax.yaxis if axis == "y" else ax.xaxis).set_major_locator(MaxNLocator(integer=True))
+
+
+def _thin_bars(ax: Any, n: int, slots: int = 8) -> None:
+    """Keep a few horizontal bars as thin as many would be, at the top of the axes."""
+    if n < slots:
+        ax.set_ylim(-0.5 - (slots - n), n - 0.5)
+
+
+def _bins(values: Sequence[float], integer: bool = False) -> Any:
+    lo, hi = min(values), max(values)
+    if integer and hi - lo <= 20:
+        return [x - 0.5 for x in range(int(lo), int(hi) + 2)]
+    if hi == lo:  # one value: a narrow bar, not one spanning the axes
+        pad = abs(lo) * 0.05 or 0.5
+        return [lo - pad, lo + pad]
+    return min(40, max(5, int(math.sqrt(len(values))) + 1))
+
+
+def _category_bars(ax: Any, counts: list[tuple[str, int]], colour: str = ACCENT, slots: int = 8) -> None:
+    """Horizontal bars for a few named categories, largest on top, with their counts."""
+    items = counts[::-1]
+    bars = ax.barh([k for k, _ in items], [v for _, v in items], color=colour, height=0.6)
+    ax.bar_label(bars, labels=[f"{v:,}" for _, v in items], padding=3, fontsize=8, color="#30353c")
+    ax.grid(axis="y", visible=False)
+    ax.set_xlim(0, max(v for _, v in items) * 1.2)
+    _counts_axis(ax, "x")
+    _thin_bars(ax, len(items), slots)
+
+
+def per_shard(shards: list[dict[str, Any]]) -> bytes:
+    """Samples and bytes per shard, side by side; damaged shards in the second colour."""
+    plt = _plt()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 2.8), layout="constrained")
+    x = range(len(shards))
+    colours = [SECOND if s.get("damage") else ACCENT for s in shards]
+    width = 0.8 if len(shards) > 1 else 0.4
+    a.bar(x, [s["samples"] for s in shards], color=colours, width=width)
+    _counts_axis(a)
+    b.bar(x, [s["bytes"] for s in shards], color=colours, width=width)
+    a.set_title("samples per shard")
+    b.set_title("bytes per shard")
+    b.yaxis.set_major_formatter(lambda v, _pos: human_bytes(v))
+    for ax in (a, b):
+        ax.set_xlabel("shard index")
+        ax.grid(axis="x", visible=False)
+        if len(shards) <= 12:
+            ax.set_xticks(list(x))
+    return _png(fig)
+
+
+def extension_sets(ext_sets: dict[str, int], top: int = 12) -> bytes:
+    """How many samples have each exact set of extensions (most common first)."""
+    plt = _plt()
+    items = list(ext_sets.items())[:top]
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(items) + 0.9), layout="constrained")
+    labels = [k or "(no extension)" for k, _ in items][::-1]
+    values = [v for _, v in items][::-1]
+    bars = ax.barh(labels, values, color=ACCENT, height=0.6)
+    ax.bar_label(bars, labels=[f"{v:,}" for v in values], padding=3, fontsize=8, color="#30353c")
+    ax.set_title("samples per extension set" + (f" (top {top} of {len(ext_sets)})" if len(ext_sets) > top else ""))
+    ax.grid(axis="y", visible=False)
+    ax.set_xlim(0, max(values) * 1.15)
+    _counts_axis(ax, "x")
+    return _png(fig)
+
+
+def images(widths: Sequence[int], heights: Sequence[int]) -> bytes:
+    """Width/height scatter (hexbin when dense) and the aspect-ratio histogram with common ratios marked."""
+    plt = _plt()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4), layout="constrained")
+    if len(widths) > 3000:
+        hb = a.hexbin(widths, heights, gridsize=40, cmap="Blues", mincnt=1, bins="log")
+        fig.colorbar(hb, ax=a, label="images")
+    else:
+        a.scatter(widths, heights, s=10 if len(widths) > 200 else 28, alpha=0.5 if len(widths) > 200 else 0.85,
+                  color=ACCENT, edgecolors="none")
+    top = max(max(widths), max(heights)) * 1.05
+    a.plot([0, top], [0, top], color="#9aa1ab", lw=0.8, ls="--")
+    a.set_xlim(0, top)
+    a.set_ylim(0, top)
+    a.set_aspect("equal", adjustable="box")
+    a.set_xlabel("width (px)")
+    a.set_ylabel("height (px)")
+    a.set_title("image sizes")
+    ratios = [w / h for w, h in zip(widths, heights) if h]
+    b.hist(ratios, bins=_bins(ratios), color=ACCENT, edgecolor="white", linewidth=0.5)
+    for r, label in ((9 / 16, "9:16"), (3 / 4, "3:4"), (1.0, "1:1"), (4 / 3, "4:3"), (16 / 9, "16:9")):
+        if min(ratios) - 0.1 <= r <= max(ratios) + 0.1:
+            b.axvline(r, color=SECOND, lw=0.9, ls=":")
+            b.annotate(label, (r, 1), xycoords=("data", "axes fraction"), ha="center", va="bottom", fontsize=7,
+                       color=SECOND)
+    b.set_xlabel("aspect ratio (width / height)")
+    b.set_ylabel("images")
+    _counts_axis(b)
+    b.set_title("aspect ratios", pad=14)
+    return _png(fig)
+
+
+def videos(duration: Sequence[float], fps: Sequence[float], frames: Sequence[int], resolutions: dict[str, int]) -> bytes:
+    """Duration and frame count histograms; frame rates and resolutions as counts per value, in a 2×2 grid."""
+    from collections import Counter
+
+    plt = _plt()
+    fig, axes = plt.subplots(2, 2, figsize=(9, 5.2), layout="constrained")
+    for ax, values, title, xlabel, integer in ((axes[0][0], duration, "duration", "seconds", False),
+                                               (axes[1][0], frames, "frame count", "frames", True)):
+        ax.hist(values, bins=_bins(values, integer), color=ACCENT, edgecolor="white", linewidth=0.5)
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("videos")
+        _counts_axis(ax)
+    rates = Counter(f"{r:.4g} fps" for r in fps).most_common(8)
+    _category_bars(axes[0][1], rates, slots=5)
+    axes[0][1].set_title("frame rate")
+    _category_bars(axes[1][1], list(resolutions.items())[:8], slots=5)
+    axes[1][1].set_title("resolution (width×height)")
+    return _png(fig)
+
+
+def captions(words: Sequence[int], first_words: list[tuple[str, int]]) -> bytes:
+    """Caption length in words, and the most common first words."""
+    plt = _plt()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [3, 2]}, layout="constrained")
+    a.hist(words, bins=_bins(words, integer=True), color=ACCENT, edgecolor="white", linewidth=0.5)
+    a.set_title("caption length")
+    a.set_xlabel("words")
+    a.set_ylabel("captions")
+    _counts_axis(a)
+    _category_bars(b, [(f"“{w}”", n) for w, n in first_words[:12]], SECOND)
+    b.set_title("most common first words")
+    return _png(fig)
+
+
+def numeric_field(name: str, values: Sequence[float], threshold: float, kept_share: float | None) -> bytes:
+    """A json field's histogram, split at the score threshold: the part a ``score`` filter keeps in green."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 2.8), layout="constrained")
+    bins = _bins(values)
+    lo, hi = min(values), max(values)
+    edges = [lo + (hi - lo) * i / bins for i in range(bins + 1)] if isinstance(bins, int) and hi > lo else bins
+    if isinstance(edges, list) and lo < threshold < hi:
+        edges = sorted(set(edges) | {threshold})
+    kept = [v for v in values if v >= threshold]
+    dropped = [v for v in values if v < threshold]
+    ax.hist([dropped, kept], bins=edges, stacked=True, color=[DROPPED, KEPT], edgecolor="white", linewidth=0.5,
+            label=["below threshold", "kept"])
+    share = f", keeps {kept_share:.1%} of samples" if kept_share is not None else ""
+    ax.axvline(threshold, color="#30353c", lw=1, ls="--", label=f"threshold {threshold:g}{share}")
+    ax.set_xlabel(name)
+    ax.set_ylabel("samples")
+    _counts_axis(ax)
+    ax.legend(frameon=False, fontsize=8, loc="lower right", bbox_to_anchor=(1, 1), ncols=3)
+    return _png(fig)
+
+
+def contact_sheet(tiles: list[Tile], columns: int = 6, tile: int = 192) -> bytes:
+    """The sampled images and first video frames in a grid, each with its key and the start of its caption."""
+    from PIL import Image
+
+    plt = _plt()
+    if not tiles:
+        raise FgdataError("no images or videos to show")
+    columns = min(columns, len(tiles))
+    rows = math.ceil(len(tiles) / columns)
+    inch = tile / _DPI
+    fig, axes = plt.subplots(rows, columns, figsize=(columns * inch * 1.05, rows * inch * 1.32), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, t in zip(axes.flat, tiles):
+        im = Image.open(io.BytesIO(t.png)).convert("RGB")
+        side = max(im.width, im.height)
+        square = Image.new("RGB", (side, side), "white")  # centred, so every tile has the same footprint
+        square.paste(im, ((side - im.width) // 2, (side - im.height) // 2))
+        ax.imshow(square)
+        ax.set_title(t.key if len(t.key) <= 26 else t.key[:25] + "…", fontsize=7, loc="center", color="#30353c",
+                     fontweight="normal")
+        caption = t.caption if len(t.caption) <= 60 else t.caption[:59] + "…"
+        words, lines, line = caption.split(), [], ""
+        for w in words:
+            if len(line) + len(w) + 1 > 30 and line:
+                lines.append(line)
+                line = w
+            else:
+                line = f"{line} {w}".strip()
+        lines.append(line)
+        ax.text(0.5, -0.03, "\n".join(lines[:2]), transform=ax.transAxes, ha="center", va="top", fontsize=6.5,
+                color="#5a616b")
+    fig.subplots_adjust(wspace=0.05, hspace=0.45, left=0.01, right=0.99, top=0.97, bottom=0.03)
+    return _png(fig)
