@@ -22,8 +22,9 @@ def test_every_decode_path_refuses_a_bomb(ext, bombs, tmp_path):
         lambda: describe_image(data),
         lambda: image_size(data),
         lambda: open_image(data),
-        lambda: load_image_for_training(data, 64, fast=True),  # JPEG frame header + simplejpeg
-        lambda: load_image_for_training(data, 64, fast=False),
+        lambda: load_image_for_training(data, 64),  # JPEG frame header + simplejpeg
+        lambda: load_image_for_training(data, 64, simplejpeg=False),
+        lambda: load_image_for_training(data, 64, resize="reference"),
         lambda: decode_member(ext, data),
     ]
     for call in calls:
