@@ -33,6 +33,8 @@ def fid_refs(
     chunk_size: int = typer.Option(50_000, "--chunk-size", help="Images per resumable chunk (shards: whole shards)."),
     work_dir: str | None = typer.Option(None, "--work-dir", help="Chunk files (default OUT.chunks; must be "
                                            "shared by all ranks)."),
+    wait_timeout: float | None = typer.Option(None, "--wait-timeout", help="Rank 0's limit in seconds for the other "
+                                              "ranks' chunks (default 3600)."),
     force: bool = typer.Option(False, "--force", help="Recompute even when the output or chunks are complete."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
 ) -> None:
@@ -66,7 +68,8 @@ def fid_refs(
     if dataset is not None and dataset not in NAMES:
         raise typer.BadParameter(f"unknown dataset {dataset!r}; choose one of {', '.join(NAMES)}")
     options = RefOptions(trust_pickle=trust_pickle, device=device, batch_size=batch_size, workers=workers,
-                         chunk_size=chunk_size, work_dir=work_dir, force=force)
+                         chunk_size=chunk_size, work_dir=work_dir, force=force,
+                         wait_timeout=wait_timeout)
     if inception:
         options.inception = inception
     if dinov2:

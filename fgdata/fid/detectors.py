@@ -157,7 +157,7 @@ def load_inception(source: str = INCEPTION_DEFAULT, device: str = "cpu", trust_p
 
         with open(path, "rb") as fh:
             try:
-                net = pickle.load(fh)  # only with --trust-pickle, the user's explicit choice
+                net = pickle.load(fh)  # noqa: S301 - only with --trust-pickle, the user's explicit choice
             except Exception as exc:  # noqa: BLE001 - whatever the pickle raised, in one line
                 raise FgdataError(f"{path}: cannot unpickle the detector ({type(exc).__name__}: {exc})") from None
         net = _eval_on(net, device)

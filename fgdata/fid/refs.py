@@ -68,6 +68,7 @@ class RefOptions:
     chunk_size: int = CHUNK_SIZE
     work_dir: str | None = None
     force: bool = False
+    wait_timeout: float | None = None
 
 
 def metrics_for(out: str) -> tuple[str, ...]:
@@ -114,12 +115,6 @@ def work_dir(out: str, given: str | None) -> str:
     from fgdata.storage.cache import cache_root
 
     return os.path.join(cache_root(), "fid-refs", hashlib.sha256(out.encode()).hexdigest()[:20])
-
-
-def _fingerprint(doc: dict[str, Any]) -> str:
-    from fgdata.encode.jobs import fingerprint
-
-    return fingerprint(doc)
 
 
 def _chunk_path(work: str, chunk: Chunk) -> str:
@@ -221,8 +216,10 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     ``detectors`` maps metric -> :class:`Detector` (tests pass tiny ones) or is a shared cache; by default they
     load from ``options``. Returns a summary; on ranks other than 0 it covers only that rank's chunks.
     """
-    from fgdata.encode.jobs import dist_env
     from fgdata.encode.models import resolve_device
+    from fgdata.jobs.options import fingerprint
+    from fgdata.jobs.ranks import dist_env, owned, owner, wait_for
+    from fgdata.jobs.testhook import output_done
     from fgdata.prepare.build import default_workers
 
     options = options or RefOptions()
@@ -230,8 +227,6 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     env_rank, env_world = dist_env()
     rank = env_rank if rank is None else rank
     world = env_world if world_size is None else world_size
-    if not 0 <= rank < world:
-        raise FgdataError(f"rank {rank} is outside world size {world}")
     if options.batch_size < 1 or options.chunk_size < 1:
         raise FgdataError("--batch-size and --chunk-size must be positive")
     device = resolve_device(options.device)
@@ -242,7 +237,7 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     identity = {"job": JOB_FORMAT, "source": source.identity(), "metrics": list(metrics),
                 "detectors": {m: d.identity for m, d in dets.items()}, "batch_size": options.batch_size,
                 "chunk_size": options.chunk_size, "device_type": device.split(":")[0]}
-    fp = _fingerprint(identity)
+    fp = fingerprint(identity)
     label = name or storage.basename(out)
     if not options.force and (kept := _kept(out, fp)) is not None:
         return {**kept, "path": out, "skipped": True}
@@ -250,9 +245,9 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     work = work_dir(out, options.work_dir)
     storage.make_dirs(work)
     chunks = source.chunks(options.chunk_size)
-    mine = [c for c in chunks if c.index % world == rank]
+    mine = owned(chunks, rank, world)
     total = sum(c.size for c in mine)
-    done, computed, reused, began = 0, 0, 0, time.monotonic()
+    done, computed, reused, computed_chunks, began = 0, 0, 0, 0, time.monotonic()
     phase = label if world == 1 else f"{label} rank {rank}"
 
     def tick(n: int) -> None:
@@ -261,7 +256,7 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
         if progress:
             progress(phase, done, total)
 
-    chunk_fp = {c.index: _fingerprint({**identity, "chunk": [c.start, c.stop]}) for c in chunks}
+    chunk_fp = {c.index: fingerprint({**identity, "chunk": [c.start, c.stop]}) for c in chunks}
     for chunk in mine:
         path = _chunk_path(work, chunk)
         if not options.force and _load_chunk(path, chunk_fp[chunk.index], metrics, chunk.size) is not None:
@@ -270,6 +265,8 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
             continue
         _write_chunk(path, chunk_fp[chunk.index], _compute_chunk(source, chunk, dets, options, device, tick))
         computed += chunk.size
+        computed_chunks += 1
+        output_done(computed_chunks)
     seconds = time.monotonic() - began
     summary = {"path": out, "rank": rank, "world_size": world, "images": total, "computed": computed,
                "reused": reused, "seconds": round(seconds, 3),
@@ -277,10 +274,9 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     if rank != 0:
         return {**summary, "skipped": False}
 
-    from fgdata.prepare.latents import wait_for
-
-    wait_for(lambda: all(_chunk_ready(_chunk_path(work, c), chunk_fp[c.index]) for c in chunks),
-             f"the other ranks' chunk files in {work}")
+    wait_for(lambda: [f"chunk-{c.index:05d}.npz (rank {owner(c.index, world)})" for c in chunks
+                      if not _chunk_ready(_chunk_path(work, c), chunk_fp[c.index])],
+             f"{work}", timeout=options.wait_timeout, log=print)
     totals = {m: Moments.zeros(d.dim) for m, d in dets.items()}
     for chunk in chunks:
         part = _load_chunk(_chunk_path(work, chunk), chunk_fp[chunk.index], metrics, chunk.size)

@@ -82,7 +82,7 @@ def test_edm2_pickle_is_a_dict_of_dicts(edm_zip, tmp_path, tiny_net, tiny_incept
     dets = {"fid": _fid(tiny_net, tiny_inception_weights), "fd_dinov2": load_dinov2(str(tiny_dinov2), "cpu")}
     compute_refs(str(zip_path), str(out), RefOptions(chunk_size=5, **CPU), detectors=dets)
     with open(out, "rb") as fh:
-        stats = pickle.load(fh)
+        stats = pickle.load(fh)  # noqa: S301 - the reference's own reader, on a file this test wrote
     assert type(stats) is dict and sorted(stats) == ["fd_dinov2", "fid"]
     for metric, dim in (("fid", 2048), ("fd_dinov2", 32)):
         assert type(stats[metric]) is dict and sorted(stats[metric]) == ["mu", "sigma"]
@@ -134,7 +134,7 @@ def test_shards_equal_the_zip_and_fid_with_itself_is_zero(edm_zip, tmp_path, tin
     compute_refs(str(zip_path), str(a), RefOptions(chunk_size=4, **CPU), detectors=dets)
     summary = compute_refs(f"WDS:{shards}", str(b), RefOptions(chunk_size=4, **CPU), detectors=dets)
     assert summary["images"] == len(images) and summary["source"]["kind"] == "shards"
-    sa, sb = (pickle.loads(p.read_bytes()) for p in (a, b))
+    sa, sb = (pickle.loads(p.read_bytes()) for p in (a, b))  # noqa: S301 - files this test wrote
     for metric in ("fid", "fd_dinov2"):
         assert _rel(sb[metric]["mu"], sa[metric]["mu"]) < 1e-12
         assert _rel(sb[metric]["sigma"], sa[metric]["sigma"]) < 1e-12
@@ -144,7 +144,7 @@ def test_shards_equal_the_zip_and_fid_with_itself_is_zero(edm_zip, tmp_path, tin
     other = write_edm_zip(tmp_path / "other.zip", random_images(11, seed=1))
     c = tmp_path / "other.pkl"
     compute_refs(str(other), str(c), RefOptions(chunk_size=4, **CPU), detectors=dets)
-    sc = pickle.loads(c.read_bytes())
+    sc = pickle.loads(c.read_bytes())  # noqa: S301 - a file this test wrote
     differ = frechet_distance(sa["fd_dinov2"]["mu"], sa["fd_dinov2"]["sigma"], sc["fd_dinov2"]["mu"], sc["fd_dinov2"]["sigma"])
     assert differ > 1e-3 * np.trace(sa["fd_dinov2"]["sigma"])
 
@@ -241,18 +241,23 @@ def _cli(args: list[str], env: dict[str, str] | None = None, **kw) -> subprocess
                             stderr=subprocess.PIPE, text=True, **kw)
 
 
-def test_cli_named_output_and_two_ranks_equal_one(tmp_path, tiny_net):
-    """Three processes through the CLI; the detector is the stand-in, given as a trusted pickle to keep it cheap."""
+def _cli_setup(tmp_path: Path, tiny_net) -> tuple[dict[str, str], list[str]]:
+    """The stand-in detector as a trusted pickle (cheap in a subprocess) and the options every run shares."""
     import torch
 
-    root = tmp_path / "root"
-    zip_path = write_edm_zip(root / "cifar10" / "cifar10-32x32.zip", random_images(7, size=8))
     detector = tmp_path / "stand-in.pkl"
     torch.manual_seed(0)
     detector.write_bytes(pickle.dumps(tiny_net()))
     env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), str(Path(__file__).parent)])}
-    common = ["--inception", str(detector), "--trust-pickle", "--device", "cpu", "--chunk-size", "2",
-              "--batch-size", "2", "--workers", "1", "--no-progress"]
+    return env, ["--inception", str(detector), "--trust-pickle", "--device", "cpu", "--chunk-size", "2",
+                 "--batch-size", "2", "--workers", "1", "--no-progress"]
+
+
+def test_cli_named_output_and_two_ranks_equal_one(tmp_path, tiny_net):
+    """Three processes through the CLI: one writes the named output, two ranks write the same bytes."""
+    root = tmp_path / "root"
+    zip_path = write_edm_zip(root / "cifar10" / "cifar10-32x32.zip", random_images(7, size=8))
+    env, common = _cli_setup(tmp_path, tiny_net)
     one = _cli(["fid-refs", "all", "--data-root", str(root), *common], env=env)
     out, err = one.communicate(timeout=240)
     assert one.returncode == 0, err
@@ -268,6 +273,31 @@ def test_cli_named_output_and_two_ranks_equal_one(tmp_path, tiny_net):
     assert two.read_bytes() == named.read_bytes()
     prov = json.loads(Path(f"{two}.provenance.json").read_text())
     assert prov["world_size"] == 2 and prov["images"] == 7 and prov["chunks"] == 4
+
+
+def test_cli_killed_after_a_chunk_resumes_to_the_same_bytes(edm_zip, tmp_path, tiny_net):
+    import signal
+
+    from fgdata.jobs.testhook import MARK, STOP_ENV
+
+    zip_path, _ = edm_zip
+    env, common = _cli_setup(tmp_path, tiny_net)
+    clean, out = tmp_path / "clean.npz", tmp_path / "out.npz"
+    p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(clean), *common], env=env)
+    assert p.wait(timeout=240) == 0
+    p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(out), *common], env={**env, STOP_ENV: "2"})
+    assert p.stderr is not None
+    for line in p.stderr:
+        if MARK in line:
+            break
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=60)
+    assert not out.exists() and len(list(Path(f"{out}.chunks").glob("chunk-*.npz"))) == 2
+    p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(out), *common], env=env)
+    stdout, err = p.communicate(timeout=240)
+    assert p.returncode == 0, err
+    assert "7 computed here" in stdout.replace("\n", " ")  # 11 images, the first two chunks of 2 kept
+    assert out.read_bytes() == clean.read_bytes()
 
 
 def test_offline_without_weights_names_the_flag(edm_zip, tmp_path, monkeypatch):
