@@ -37,6 +37,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 DOWNLOAD_TIMEOUT_S = 30.0
 
 _HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?$")
+_NAME_HASH = re.compile(r"-([0-9a-f]{8,64})\.[a-z]+$")
 
 
 @dataclass
@@ -85,6 +86,14 @@ def _download(url: str, flag: str) -> Path:
         reason = getattr(exc, "reason", None) or exc
         raise FgdataError(f"{url}: cannot download it ({reason}); pass {flag} PATH to a local copy") from None
     return dest
+
+
+def check_name_hash(path: Path) -> None:
+    """Files named ``<stem>-<hex>.<ext>`` (the torch hub convention) must have a SHA-256 starting with ``<hex>``."""
+    match = _NAME_HASH.search(path.name)
+    if match and not sha256_file(path).startswith(match.group(1)):
+        raise FgdataError(f"{path}: its SHA-256 does not start with {match.group(1)}, as its name says (damaged "
+                          "or replaced; delete it and rerun)")
 
 
 def _hub_file(source: str, default_file: str, flag: str) -> Path:
@@ -151,6 +160,8 @@ def load_inception(source: str = INCEPTION_DEFAULT, device: str = "cpu", trust_p
         raise FgdataError(f"{source}: a pickle runs code when loaded; pass --trust-pickle if you trust its origin, "
                           "or --inception with a plain state dict or safetensors file")
     path, found = resolve_weights(source, "--inception")
+    if found == "url":
+        check_name_hash(path)
     files = {path.name: sha256_file(path)}
     if is_pickle:
         import pickle

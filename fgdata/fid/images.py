@@ -10,6 +10,7 @@ boundaries, so a chunk never needs random access into a remote tar.
 from __future__ import annotations
 
 import os
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -91,6 +92,8 @@ class ZipSource(ImageSource):
         self.kind = "folder" if os.path.isdir(local) else "zip"
         try:
             self._data = ImageZipDataset(local, use_labels=False)
+        except zipfile.BadZipFile:
+            raise FgdataError(f"{path}: not a zip file or an image folder") from None
         except OSError as exc:
             raise FgdataError(f"{path}: {exc.strerror or exc}") from None
         _check_pixels(self._data.image(0), path)

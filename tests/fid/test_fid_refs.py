@@ -175,7 +175,7 @@ def test_s3_zip_and_shards(edm_zip, tmp_path, s3_bucket, tiny_net, tiny_inceptio
     assert _rel(np.load(tmp_path / "wds.npz")["sigma"], np.load(local)["sigma"]) < 1e-12
 
 
-def test_latent_zip_is_refused(tmp_path, tiny_net, tiny_inception_weights):
+def test_latent_zip_and_non_zip_are_refused(tmp_path, tiny_net, tiny_inception_weights):
     import io
     import zipfile
 
@@ -188,12 +188,17 @@ def test_latent_zip_is_refused(tmp_path, tiny_net, tiny_inception_weights):
     with pytest.raises(FgdataError, match="pixel space"):
         compute_refs(str(path), str(tmp_path / "x.npz"), RefOptions(**CPU),
                      detectors={"fid": _fid(tiny_net, tiny_inception_weights)})
+    not_zip = tmp_path / "notes.zip"
+    not_zip.write_text("hello")
+    with pytest.raises(FgdataError, match="not a zip file"):
+        compute_refs(str(not_zip), str(tmp_path / "y.npz"), RefOptions(**CPU),
+                     detectors={"fid": _fid(tiny_net, tiny_inception_weights)})
 
 
 def test_detector_loading_is_safe(tmp_path, tiny_net, tiny_inception_weights):
     import torch
 
-    from fgdata.fid.detectors import load_inception
+    from fgdata.fid.detectors import check_name_hash, load_inception
 
     pkl = tmp_path / "detector.pkl"
     torch.manual_seed(0)
@@ -211,6 +216,11 @@ def test_detector_loading_is_safe(tmp_path, tiny_net, tiny_inception_weights):
         load_inception(str(evil), "cpu")
     with pytest.raises(FgdataError, match="Inception-v3 layout"):
         load_inception(str(tiny_inception_weights), "cpu")  # the stand-in's weights do not fit the real layout
+    # A downloaded file whose name carries a hash prefix (torch hub convention) must match it.
+    named = tmp_path / "weights-deadbeef.pth"
+    named.write_bytes(b"not the weights")
+    with pytest.raises(FgdataError, match="does not start with deadbeef"):
+        check_name_hash(named)
 
 
 def test_real_inception_architecture(inception_weights):
@@ -316,3 +326,20 @@ def test_offline_without_weights_names_the_flag(edm_zip, tmp_path, monkeypatch):
              env={"TORCH_HOME": str(tmp_path / "torch-home")})
     _, err = p.communicate(timeout=120)
     assert p.returncode == 1 and len(err.strip().splitlines()) == 1 and "--inception" in err, err
+
+
+def test_named_datasets_read_and_write_the_exact_paths(tmp_path):
+    from fgdata.fid.refs import FID_REFS, metrics_for, named_paths
+
+    expected = {
+        "cifar10": ("cifar10/cifar10-32x32.zip", "fid-refs/cifar10-32x32.npz", ("fid",)),
+        "imagenet-64": ("imagenet-64/imagenet-64x64.zip", "fid-refs/imagenet-64x64.npz", ("fid",)),
+        "imagenet-64-edmv2": ("imagenet-64/imagenet-64x64-edmv2.zip", "fid-refs/imagenet-64x64-edmv2.pkl",
+                              ("fid", "fd_dinov2")),
+        "imagenet-256": ("imagenet-256/imagenet_256_rgb.zip", "fid-refs/imagenet_256.pkl", ("fid", "fd_dinov2")),
+    }
+    assert sorted(FID_REFS) == sorted(expected)
+    for name, (zip_rel, out_rel, metrics) in expected.items():
+        zip_path, out = named_paths(name, tmp_path)
+        assert zip_path == tmp_path / zip_rel and out == tmp_path / out_rel
+        assert metrics_for(str(out)) == metrics
