@@ -145,10 +145,10 @@ class ShardSource(ImageSource):
         counts = count_shards(path, workers=workers)
         if not counts:
             raise FgdataError(f"{path}: no .tar shards")
-        damaged = [c for c in counts if c.damage]
-        if damaged:
-            raise FgdataError(f"{damaged[0].shard}: damaged ({damaged[0].damage}); FID references need every image "
-                              "(run fgdata verify)")
+        bad = [c for c in counts if c.damage or c.error]
+        if bad:
+            raise FgdataError(f"{bad[0].shard}: unreadable or damaged ({bad[0].error or bad[0].damage}); FID references "
+                              "need every image (run fgdata verify)")
         self._counts = [(c.shard, c.samples, c.bytes) for c in counts]
         self.count = sum(c.samples for c in counts)
         if not self.count:
