@@ -9,6 +9,8 @@ from pathlib import Path
 
 import typer
 
+from fgdata.cli.options import PROGRESS, QUIET
+
 NAMES = ("cifar10", "imagenet-64", "imagenet-64-edmv2", "imagenet-256", "all")
 
 
@@ -36,7 +38,8 @@ def fid_refs(
     wait_timeout: float | None = typer.Option(None, "--wait-timeout", help="Rank 0's limit in seconds for the other "
                                               "ranks' chunks (default 3600)."),
     force: bool = typer.Option(False, "--force", help="Recompute even when the output or chunks are complete."),
-    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+    progress: bool | None = PROGRESS,
+    quiet: bool = QUIET,
 ) -> None:
     """Compute FID reference statistics (Inception-v3 mu/sigma; DINOv2 too for EDM2 .pkl files).
 
@@ -94,13 +97,16 @@ def fid_refs(
     from fgdata.cli.render import console
     from fgdata.encode.models import resolve_device
 
-    for skipped in missing:
+    from fgdata.cli.options import show_progress
+
+    bars = show_progress(progress, quiet=quiet)
+    for skipped in [] if quiet else missing:
         console.print(f"[yellow]skipped[/] {skipped}")
     cache = DetectorCache(options, resolve_device(options.device))
     with _progress() as update:
-        results = [compute_refs(src, out, options, detectors=cache, name=name, progress=None if no_progress else update)
+        results = [compute_refs(src, out, options, detectors=cache, name=name, progress=update if bars else None)
                    for name, src, out in jobs]
-    for r in results:
+    for r in [] if quiet else results:
         if r.get("skipped"):
             console.print(f"[green]kept[/] {r['path']} (complete; --force recomputes)")
         elif r.get("rank", 0) != 0:
