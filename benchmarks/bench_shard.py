@@ -118,7 +118,8 @@ def main() -> None:
         r1 = lambda: run_fgdata(root / "re", root / "r1", workers=1, max_side=args.max_side)  # noqa: E731
         r2 = lambda: run_fgdata(root / "re", root / "r2", workers=2, max_side=args.max_side)  # noqa: E731
         t1, t2 = best(r1, args.repeats), best(r2, args.repeats)
-        same = all((root / "r1" / f).read_bytes() == (root / "r2" / f).read_bytes() for f in os.listdir(root / "r1"))
+        same = all((root / "r1" / f).read_bytes() == (root / "r2" / f).read_bytes()
+                   for f in os.listdir(root / "r1") if (root / "r1" / f).is_file())
         print(f"re-encode to --max-side {args.max_side}, {m} images, cpus={os.cpu_count()}")
         print(f"  1 worker   {t1:7.3f} s  {m / t1:7.1f} samples/s  cpu {CPU[id(r1)]:6.3f} s")
         print(f"  2 workers  {t2:7.3f} s  {m / t2:7.1f} samples/s  cpu {CPU[id(r2)]:6.3f} s"

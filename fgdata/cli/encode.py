@@ -24,6 +24,7 @@ AUTOCAST = typer.Option(False, "--autocast", help="Keep float32 weights and run 
 SAVE_DTYPE = typer.Option("float32", "--save-dtype", help="dtype of the stored .pth tensors.")
 ENGINE = typer.Option("local", "--engine", help="local (one process, or torchrun ranks) or ray.")
 WORKERS = typer.Option(1, "--workers", help="With --engine ray: number of Ray workers (ranks).")
+RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster address (default: RAY_ADDRESS, or start a local one).")
 RESUME = options.RESUME
 OVERWRITE = options.OVERWRITE
 WAIT = typer.Option(None, "--wait-timeout", help="Seconds the finishing rank waits for the other ranks' shards (default 3600).")
@@ -83,7 +84,7 @@ def _run(fn: Callable[..., Any], args: dict[str, Any], flags: dict[str, Any], *,
                            log=log, notify=notify)
     if flags["engine"] == "ray":
         gpus = 1.0 if str(args.get("device", "cpu")).startswith("cuda") else 0.0
-        summary = run_job(lambda: run_on_ray(fn, args, settings, flags["workers"], gpus))
+        summary = run_job(lambda: run_on_ray(fn, args, settings, flags["workers"], gpus, flags.get("ray_address")))
     elif flags["engine"] == "local":
         def local() -> Any:
             with _progress(label, total, not quiet) as advance:
@@ -128,6 +129,7 @@ def latents(
     save_dtype: str = SAVE_DTYPE,
     engine: str = ENGINE,
     workers: int = WORKERS,
+    ray_address: Optional[str] = RAY_ADDRESS,
     resume: bool = RESUME,
     overwrite: bool = OVERWRITE,
     wait_timeout: Optional[float] = WAIT,
@@ -145,7 +147,7 @@ def latents(
                             media_ext=media_ext, keep_media=keep_media, posterior=posterior, seed=seed,
                             dtype=dtype, use_autocast=use_autocast, save_dtype=save_dtype, batch_size=batch_size)
     args = {"src": src, "dst": dst, "options": options, "device": device, "decode_workers": decode_workers}
-    flags = {"engine": engine, "workers": workers, "resume": resume, "overwrite": overwrite,
+    flags = {"engine": engine, "workers": workers, "ray_address": ray_address, "resume": resume, "overwrite": overwrite,
              "wait_timeout": wait_timeout, "quiet": quiet}
     _run(encode_latents, args, flags, label="latents", total=_total(src))
 
@@ -169,6 +171,7 @@ def text(
     save_dtype: str = SAVE_DTYPE,
     engine: str = ENGINE,
     workers: int = WORKERS,
+    ray_address: Optional[str] = RAY_ADDRESS,
     resume: bool = RESUME,
     overwrite: bool = OVERWRITE,
     wait_timeout: Optional[float] = WAIT,
@@ -186,7 +189,7 @@ def text(
                           text_ext=text_ext, max_length=max_length, padding=padding, hidden_layer=hidden_layer,
                           dtype=dtype, use_autocast=use_autocast, save_dtype=save_dtype)
     args = {"src": src, "dst": dst, "options": options, "batch_size": batch_size, "device": device}
-    flags = {"engine": engine, "workers": workers, "resume": resume, "overwrite": overwrite,
+    flags = {"engine": engine, "workers": workers, "ray_address": ray_address, "resume": resume, "overwrite": overwrite,
              "wait_timeout": wait_timeout, "quiet": quiet}
     _run(encode_text, args, flags, label="text", total=_total(into or src))
 
@@ -253,7 +256,7 @@ def pairs(
     latent_shape: Optional[str] = _SHAPE, size: Optional[str] = _SIZE, frames: Optional[int] = _FRAMES,
     max_length: Optional[int] = _MAXLEN, per_shard: int = _PER_SHARD, batch_size: int = typer.Option(8, "--batch-size"),
     device: str = DEVICE, dtype: str = DTYPE, save_dtype: str = SAVE_DTYPE, engine: str = ENGINE,
-    workers: int = WORKERS, resume: bool = RESUME, overwrite: bool = OVERWRITE,
+    workers: int = WORKERS, ray_address: Optional[str] = RAY_ADDRESS, resume: bool = RESUME, overwrite: bool = OVERWRITE,
     wait_timeout: Optional[float] = WAIT, quiet: bool = QUIET,
 ) -> None:
     """Single-step KD pairs: the teacher's x0 (latent.pth) from exactly the stored noise (noise.pth).
@@ -268,7 +271,7 @@ def pairs(
                         negative_prompt=negative_prompt, negative_preset=negative_preset, seed=seed,
                         latent_shape=latent_shape, size=size, frames=frames, max_length=max_length,
                         per_shard=per_shard, batch_size=batch_size, dtype=dtype, save_dtype=save_dtype)
-    _kd(prompts, dst, options, device, {"engine": engine, "workers": workers, "resume": resume,
+    _kd(prompts, dst, options, device, {"engine": engine, "workers": workers, "ray_address": ray_address, "resume": resume,
                                         "overwrite": overwrite, "wait_timeout": wait_timeout, "quiet": quiet})
 
 
@@ -282,7 +285,8 @@ def paths(
     seed: int = _SEED, latent_shape: Optional[str] = _SHAPE, size: Optional[str] = _SIZE,
     frames: Optional[int] = _FRAMES, max_length: Optional[int] = _MAXLEN, per_shard: int = _PER_SHARD,
     batch_size: int = typer.Option(8, "--batch-size"), device: str = DEVICE, dtype: str = DTYPE,
-    save_dtype: str = SAVE_DTYPE, engine: str = ENGINE, workers: int = WORKERS, resume: bool = RESUME,
+    save_dtype: str = SAVE_DTYPE, engine: str = ENGINE, workers: int = WORKERS, ray_address: Optional[str] = RAY_ADDRESS,
+    resume: bool = RESUME,
     overwrite: bool = OVERWRITE, wait_timeout: Optional[float] = WAIT, quiet: bool = QUIET,
 ) -> None:
     """Multi-step KD paths: the teacher's states by decreasing t (path[0] = start), clean end in latent.pth.
@@ -298,7 +302,7 @@ def paths(
                         path_steps=path_steps, seed=seed, latent_shape=latent_shape, size=size, frames=frames,
                         max_length=max_length, per_shard=per_shard, batch_size=batch_size, dtype=dtype,
                         save_dtype=save_dtype)
-    _kd(prompts, dst, options, device, {"engine": engine, "workers": workers, "resume": resume,
+    _kd(prompts, dst, options, device, {"engine": engine, "workers": workers, "ray_address": ray_address, "resume": resume,
                                         "overwrite": overwrite, "wait_timeout": wait_timeout, "quiet": quiet})
 
 

@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "fgdata.cli.verify",
     "fgdata.cli.report",
     "fgdata.cli.shard",
+    "fgdata.cli.fid",
 ]
 
 app = typer.Typer(

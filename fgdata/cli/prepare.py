@@ -18,10 +18,12 @@ PREPARES = ("cifar10", "imagenet-64", "imagenet-256")
 @contextmanager
 def _progress() -> Iterator:
     """The shared progress display with one bar per phase, showing items/s (or MiB/s) and ETA."""
+    from rich.progress import TaskID
+
     from fgdata.cli.render import progress
 
     with progress() as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def update(phase: str, done: int, total: int) -> None:
             if phase not in tasks:
@@ -125,6 +127,7 @@ def prepare(
             if dataset == "cifar10":
                 return lib.prepare_cifar10(data_root, source=source, skip_md5=skip_md5, workers=workers, force=force,
                                            max_images=max_images, progress=update)
+            assert imagenet_source is not None  # refused above
             if dataset == "imagenet-64":
                 return lib.prepare_imagenet64(imagenet_source, data_root, max_images=max_images, workers=workers,
                                               force=force, strict=strict, progress=update,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -55,7 +55,7 @@ def _run(job, json_out: bool, show_progress: Optional[bool]) -> None:  # noqa: A
     from fgdata.jobs.shard import run_shard_job
 
     started = time.perf_counter()
-    state = {"done": 0, "bytes": 0, "task": None}
+    state: dict[str, Any] = {"done": 0, "bytes": 0, "task": None}
     def shard():  # noqa: ANN202 - a JobReport
         with progress(enabled=options.show_progress(show_progress, json_out=json_out)) as bar:
 

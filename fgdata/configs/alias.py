@@ -18,7 +18,7 @@ from fgdata.errors import FgdataError
 def _module(name: str, package: bool = False, **attrs: Any) -> types.ModuleType:
     mod = types.ModuleType(name, f"fgdata alias for {name}")
     if package:
-        mod.__path__ = []  # type: ignore[attr-defined]
+        mod.__path__ = []
     mod.__dict__.update(attrs)
     return mod
 

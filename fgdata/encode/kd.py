@@ -108,7 +108,9 @@ def latent_shape(teacher: Teacher, shape: str | None, size: str | None, frames: 
     w, h = (px, px) if isinstance(px, int) else px
     cfg = teacher.vae_config
     spatial = cfg.get("scale_factor_spatial") or 2 ** (len(cfg.get("block_out_channels") or [0] * 4) - 1)
-    channels = int(teacher.denoiser.config.get("in_channels") or cfg.get("z_dim") or cfg.get("latent_channels"))
+    channels = int(teacher.denoiser.config.get("in_channels") or cfg.get("z_dim") or cfg.get("latent_channels") or 0)
+    if not channels:
+        raise FgdataError("the teacher declares no latent channel count (in_channels, z_dim or latent_channels)")
     if h % spatial or w % spatial:
         raise FgdataError(f"--size {w}x{h} is not a multiple of the VAE's {spatial}x downsampling")
     if frames:
@@ -144,7 +146,7 @@ def sample(teacher: Teacher, noise: Any, cond: Any, uncond: Any | None, *, steps
     timesteps = sched.timesteps
     x = noise.to(dev) * float(getattr(sched, "init_noise_sigma", 1.0))
     cfg = uncond is not None and guidance != 1.0
-    context = torch.cat([uncond.expand_as(cond), cond]) if cfg else cond
+    context = torch.cat([uncond.expand_as(cond), cond]) if uncond is not None and cfg else cond
     context = context.to(dev, wdtype)
     states = []
     with torch.inference_mode():

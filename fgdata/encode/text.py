@@ -219,6 +219,7 @@ def encode_text(src: str, dst: str, options: TextOptions, *, batch_size: int = 3
                 if isinstance(s, Result):
                     yield s
                     continue
+                item: Any
                 try:
                     if lookup is None:
                         item = s, _prompt(s.members, o.text_ext)

@@ -13,7 +13,7 @@ Each guarantee lives in exactly one module here:
 - :mod:`fgdata.jobs.signals`: SIGINT/SIGTERM stop the workers, leave only complete outputs and
   end with ``interrupted: N inputs done; rerun the same command to resume`` (exit 130/143);
 - :mod:`fgdata.jobs.local`, :mod:`fgdata.jobs.ranks`, :mod:`fgdata.jobs.ray_executor`: the three
-  executors (process pool, torchrun ranks, Ray); ``ray.remote`` appears in that last module only;
+  executors (process pool, torchrun ranks, Ray); Ray tasks are declared in that last module only;
 - :mod:`fgdata.jobs.testhook`: ``FGDATA_TEST_STOP_AFTER``, the point kill tests stop a job at;
 - :mod:`fgdata.jobs.shard`: ``fgdata shard images|videos|prompts`` on top of all of that.
 

@@ -92,6 +92,15 @@ class ImageZipDataset(torch.utils.data.Dataset):
                           f"in each worker process{over}", stacklevel=2)
 
     @property
+    def names(self) -> list[str]:
+        """File names in item order (sorted, as EDM's dataset class)."""
+        return self._names
+
+    def image(self, raw: int) -> np.ndarray:
+        """The stored array of file ``raw`` (CHW, uint8 for images), unflipped and unscaled: for pixel-space users."""
+        return self._load_raw(raw)
+
+    @property
     def label_dim(self) -> int:
         return self.labels.shape[1]
 

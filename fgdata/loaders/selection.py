@@ -18,6 +18,7 @@ import numpy as np
 from fgdata import storage
 from fgdata.errors import FgdataError
 from fgdata.media.decode import decode_member
+from fgdata.shards.scan import BLOCK
 from fgdata.shards import (
     count_one,
     load_ignore_index,
@@ -254,7 +255,8 @@ def resolve_dataset(
             scan = load_index(r.path, expected_size=r.size)
             if scan is None:
                 try:
-                    scan = scans[r.path] = scan_shard(r.path)
+                    # Headers only: the workers read the payloads later, so a read-ahead would read them twice.
+                    scan = scans[r.path] = scan_shard(r.path, read_ahead=BLOCK)
                 except (FgdataError, OSError) as exc:  # unreadable: no samples, said once
                     scan = ShardScan(r.path, r.size or 0, [], damage=str(exc).splitlines()[0])
             if scan.damage:

@@ -41,6 +41,7 @@ from fgdata.loaders.plan import SamplePlan, Split
 from fgdata.loaders.selection import COUNT_FIX, Dataset, ShardRef, count_mismatch
 from fgdata.media.errors import ClipTooShort
 from fgdata.shards import ShardFile, scan_shard
+from fgdata.shards.scan import BLOCK
 from fgdata.shards.scan import TarDamage, group_samples, iter_members
 
 log = logging.getLogger("fgdata.loaders")
@@ -95,7 +96,7 @@ class ShardReaders:
             f = ShardFile(local, scan=self.dataset.scans.get(ref.path))
             if len(f) != promised:
                 f.close()
-                f = ShardFile(local, scan=scan_shard(local))
+                f = ShardFile(local, scan=scan_shard(local, read_ahead=BLOCK))
             if len(f) != promised:
                 f.close()
                 raise FgdataError(

@@ -22,7 +22,7 @@ def decode_audio(
     import av
 
     try:
-        with av.open(io.BytesIO(data)) as container:
+        with av.open(io.BytesIO(data), "r") as container:
             if not container.streams.audio:
                 return None
             stream = container.streams.audio[0]
@@ -33,7 +33,7 @@ def decode_audio(
             )
             n = round(duration * rate)
             if start > 0:
-                container.seek(int(start / stream.time_base), stream=stream)
+                container.seek(int(start / (stream.time_base or 1)), stream=stream)
             chunks: list[np.ndarray] = []
             first_time: float | None = None
             have = 0

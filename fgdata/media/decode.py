@@ -138,7 +138,7 @@ def _tensor_summary(x: Any) -> Any:
         arr = x.detach().cpu().double().numpy()
     else:
         arr = np.asarray(x)
-    out = {"dtype": str(getattr(x, "dtype", arr.dtype)).removeprefix("torch."), "shape": list(arr.shape)}
+    out: dict[str, object] = {"dtype": str(getattr(x, "dtype", arr.dtype)).removeprefix("torch."), "shape": list(arr.shape)}
     if arr.size and arr.dtype.kind in "biuf":
         a = arr.astype(np.float64)
         out.update(min=float(a.min()), max=float(a.max()), mean=float(a.mean()))
@@ -191,7 +191,7 @@ def _check_video(data: bytes) -> str | None:
 
     try:
         info = probe_video(data)
-        with av.open(io.BytesIO(data)) as container:
+        with av.open(io.BytesIO(data), "r") as container:
             vs = container.streams.video[0]
             declared = vs.frames
             decoded = 0

@@ -32,6 +32,11 @@ Work = Callable[[tuple[int, int]], list[Result]]
 ProgressFn = Callable[[str, int, int], None]
 
 
+
+def _namer(stem_ext: tuple[str, str]) -> Callable[[int], str]:
+    """The member name of the i-th input for one target (stem, extension)."""
+    return lambda i: member_name(i, *stem_ext)
+
 @dataclass
 class ZipTarget:
     """One output zip and the label of every input (None: unlabelled)."""
@@ -103,7 +108,7 @@ def _build(job: ZipJob, workers: int, force: bool, progress: ProgressFn | None) 
         stems = [(t.stem, t.ext) for t in targets]
         log = _read_log(log_path) if all(w.count for w in writers) else {}
         # Walk inputs to map each writer's member count back to an input position.
-        kept = min(w.keep_valid_prefix(lambda i, s=s: member_name(i, *s)) for w, s in zip(writers, stems))
+        kept = min(w.keep_valid_prefix(_namer(s)) for w, s in zip(writers, stems))
         written_inputs: list[int] = []
         pos = 0
         while len(written_inputs) < kept and pos < n_inputs:
@@ -112,7 +117,7 @@ def _build(job: ZipJob, workers: int, force: bool, progress: ProgressFn | None) 
             pos += 1
         kept = len(written_inputs)
         for w, s in zip(writers, stems):
-            w.keep_valid_prefix(lambda i, s=s: member_name(i, *s), limit=kept)
+            w.keep_valid_prefix(_namer(s), limit=kept)
         start = pos
         log = {i: e for i, e in log.items() if i < start}
         with open_nofollow(log_path, "w") as fh:
@@ -151,8 +156,9 @@ def _build(job: ZipJob, workers: int, force: bool, progress: ProgressFn | None) 
         converted = [{"input": e["input"], "mode": e["mode"]} for e in log.values() if "mode" in e]
         summaries = []
         for t, w in zip(targets, writers):
-            labels = [[member_name(k, t.stem, t.ext), t.labels[j]] for k, j in enumerate(written_inputs)]
-            if any(label is None for _, label in labels):
+            labels: list[list[str | int | None]] | None = [
+                [member_name(k, t.stem, t.ext), t.labels[j]] for k, j in enumerate(written_inputs)]
+            if labels is not None and any(label is None for _, label in labels):
                 labels = None
             info = {**fingerprint, "transform": t.transform, **t.extra, "inputs": n_inputs,
                     "written": len(written_inputs), "failed": len(failures), "failures": failures,

@@ -21,7 +21,7 @@ def _init_rows(rows: np.ndarray) -> None:
     _ROWS = rows
 
 
-def _encode_rows(span: tuple[int, int]) -> list[tuple[list[bytes], None]]:
+def _encode_rows(span: tuple[int, int]) -> list[tuple[list[bytes] | None, str | None]]:
     assert _ROWS is not None
     return [([png_bytes(_ROWS[i])], None) for i in range(*span)]
 

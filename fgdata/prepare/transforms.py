@@ -45,7 +45,7 @@ def adm_center_crop(img: Image.Image, size: int) -> Image.Image:
     while min(img.size) >= 2 * size:
         img = img.resize((img.size[0] // 2, img.size[1] // 2), resample=Image.Resampling.BOX)
     scale = size / min(img.size)
-    img = img.resize(tuple(round(x * scale) for x in img.size), resample=Image.Resampling.BICUBIC)
+    img = img.resize((round(img.size[0] * scale), round(img.size[1] * scale)), resample=Image.Resampling.BICUBIC)
     w, h = img.size
     top, left = (h - size) // 2, (w - size) // 2
     return img.crop((left, top, left + size, top + size))

@@ -173,7 +173,7 @@ def _reencode(data: bytes, options: ShardOptions, source_ext: str) -> tuple[byte
         size = (max(1, round(im.width * s)), max(1, round(im.height * s)))
         if im.mode not in ("RGB", "RGBA", "L", "LA"):
             im = im.convert("RGBA" if "A" in im.getbands() or im.mode == "P" else "RGB")
-        im = im.resize(size, Image.BICUBIC, reducing_gap=3.0)
+        im = im.resize(size, Image.Resampling.BICUBIC, reducing_gap=3.0)
     ext = options.image_format or (source_ext if source_ext in IMAGE_FORMATS else "png")
     if ext == "jpg" and im.mode not in ("RGB", "L"):
         im = im.convert("RGB")
@@ -229,7 +229,7 @@ def _camera(item: WorkItem, frame_count: int) -> tuple[Any, Any, int] | None:
     if not item.poses_path and not item.intrinsics_path:
         return None
     if not (item.poses_path and item.intrinsics_path):
-        have = item.poses_path or item.intrinsics_path
+        have = item.poses_path or item.intrinsics_path or ""
         raise _Failed("camera", f"{storage.basename(have)} needs its partner (.poses.npy and .intrinsics.npy)")
     arrays = []
     nbytes = 0

@@ -74,7 +74,7 @@ def copy_clips(data: bytes, info: VideoInfo, bounds: list[tuple[float, float]], 
     starts = [a for a, _ in bounds]
     clips: list[tuple[list, list]] = [([], []) for _ in bounds]
     try:
-        with av.open(io.BytesIO(data)) as src:
+        with av.open(io.BytesIO(data), "r") as src:
             vs = src.streams.video[0]
             aud = src.streams.audio[0] if src.streams.audio else None
             streams = [vs] + ([aud] if aud is not None else [])
@@ -83,12 +83,14 @@ def copy_clips(data: bytes, info: VideoInfo, bounds: list[tuple[float, float]], 
                 if packet.dts is None and packet.pts is None:
                     continue
                 if packet.stream is vs:
-                    t = ((packet.pts if packet.pts is not None else packet.dts) - info.start_pts) * info.time_base
+                    ts = packet.pts if packet.pts is not None else packet.dts
+                    assert ts is not None  # packets with neither were skipped above
+                    t = (ts - info.start_pts) * info.time_base
                     while packet.is_keyframe and current + 1 < len(starts) and t >= starts[current + 1] - _EPS:
                         current += 1
                     if t < bounds[-1][1] - _EPS or current < len(bounds) - 1:
                         clips[current][0].append(packet)
-                else:
+                elif aud is not None and aud.time_base is not None:
                     t = float(((packet.pts or 0) - (aud.start_time or 0)) * aud.time_base)
                     c = bisect.bisect_right(starts, t + _EPS) - 1
                     if 0 <= c < len(bounds) and t < bounds[c][1] - _EPS:
@@ -188,7 +190,7 @@ def encode_clips(
         dst.close()
 
     try:
-        with av.open(io.BytesIO(data)) as src:
+        with av.open(io.BytesIO(data), "r") as src:
             vsrc = src.streams.video[0]
             vsrc.thread_count = 1
             last = max(needed) if needed else -1

@@ -10,7 +10,7 @@ from fgdata import storage
 from fgdata.errors import DamagedShardError, ShardError, StorageError
 from fgdata.shards.index import load_index
 from fgdata.shards.keys import sort_shards
-from fgdata.shards.scan import SampleEntry, ShardScan, TarDamage, group_samples, iter_members, pread_exact, scan_fileobj
+from fgdata.shards.scan import BLOCK, SampleEntry, ShardScan, TarDamage, group_samples, iter_members, pread_exact, scan_fileobj
 
 # A sample up to this size is fetched in one read and sliced (fewer system calls); a larger one
 # member by member, so it is held in memory once.
@@ -68,8 +68,8 @@ class ShardFile:
         if scan is None:
             scan = load_index(path, expected_size=size)
         if scan is None:
-            with open(path, "rb", buffering=0) as f:
-                scan = scan_fileobj(path, f, seekable=True, total=size)
+            with open(path, "rb", buffering=0) as f:  # headers only: the payloads are read on demand
+                scan = scan_fileobj(path, f, seekable=True, total=size, read_ahead=BLOCK)
         self.scan = scan
 
     @property

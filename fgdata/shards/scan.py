@@ -260,14 +260,16 @@ class _PreadSource:
     """Positioned reads of a regular file with a small read-ahead window.
 
     One ``pread`` fetches a header together with the small members behind it (captions,
-    json), and skipping a payload is arithmetic: no seek calls, no page mapping.
+    json), and skipping a payload is arithmetic: no seek calls, no page mapping. A caller
+    that reads the payloads itself later passes ``window=BLOCK``: headers only.
     """
 
     WINDOW = 4096
 
-    def __init__(self, fd: int, total: int):
+    def __init__(self, fd: int, total: int, window: int = WINDOW):
         self.fd = fd
         self.total = total
+        self.window = window
         self.pos = 0
         self.buf = b""
         self.buf_start = 0
@@ -277,8 +279,8 @@ class _PreadSource:
         off = pos - self.buf_start
         if off + n <= len(self.buf):
             data = self.buf[off : off + n]
-        elif n <= self.WINDOW:
-            self.buf = os.pread(self.fd, self.WINDOW, pos)
+        elif n <= self.window:
+            self.buf = os.pread(self.fd, self.window, pos)
             self.buf_start = pos
             data = self.buf[:n]
         else:  # a payload: never ask for more than the file holds
@@ -297,6 +299,7 @@ class _PreadSource:
 def iter_members(
     fileobj: BinaryIO, *, seekable: bool = True, total: int | None = None,
     with_data: bool | Callable[[str], bool] = False, max_data: int | None = None,
+    read_ahead: int = _PreadSource.WINDOW,
 ) -> Iterator[tuple[MemberEntry, bytes | None]]:
     """Yield (member, data-or-None) for every member; raise TarDamage on corruption.
 
@@ -312,7 +315,7 @@ def iter_members(
     src: _Source | _PreadSource = _Source(fileobj, seekable, total)
     if seekable and total is not None:
         try:
-            src = _PreadSource(fileobj.fileno(), total)
+            src = _PreadSource(fileobj.fileno(), total, read_ahead)
         except (AttributeError, OSError):  # io.UnsupportedOperation is an OSError: an in-memory file
             pass
     read, skip = src.read_exact, src.skip
@@ -445,13 +448,14 @@ def group_samples(members: Iterator[tuple[MemberEntry, bytes | None]], problems:
         yield current, data
 
 
-def scan_fileobj(shard: str, fileobj: BinaryIO, *, seekable: bool, total: int | None) -> ShardScan:
+def scan_fileobj(shard: str, fileobj: BinaryIO, *, seekable: bool, total: int | None,
+                 read_ahead: int = _PreadSource.WINDOW) -> ShardScan:
     """Scan an open shard; see :func:`scan_shard`."""
     problems: list[str] = []
     samples: list[SampleEntry] = []
     damage = None
     try:
-        for sample, _ in group_samples(iter_members(fileobj, seekable=seekable, total=total), problems):
+        for sample, _ in group_samples(iter_members(fileobj, seekable=seekable, total=total, read_ahead=read_ahead), problems):
             samples.append(sample)
     except TarDamage as exc:
         damage = str(exc)
@@ -464,8 +468,12 @@ def scan_fileobj(shard: str, fileobj: BinaryIO, *, seekable: bool, total: int | 
     return ShardScan(shard=shard, size=size, samples=samples, damage=damage, problems=problems)
 
 
-def scan_shard(path: str) -> ShardScan:
-    """Header-only scan of a local shard or an s3:// shard (streamed, payloads discarded)."""
+def scan_shard(path: str, read_ahead: int = _PreadSource.WINDOW) -> ShardScan:
+    """Header-only scan of a local shard or an s3:// shard (streamed, payloads discarded).
+
+    ``read_ahead``: bytes fetched per header read of a local shard; ``BLOCK`` reads exactly the
+    headers (for a caller that reads the payloads itself afterwards).
+    """
     from fgdata import storage
 
     if storage.is_s3(path):
@@ -480,4 +488,4 @@ def scan_shard(path: str) -> ShardScan:
         raise StorageError(f"{path}: {exc.strerror or exc}") from exc
     with f:
         total = os.fstat(f.fileno()).st_size
-        return scan_fileobj(path, f, seekable=True, total=total)
+        return scan_fileobj(path, f, seekable=True, total=total, read_ahead=read_ahead)

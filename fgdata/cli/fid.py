@@ -1,0 +1,120 @@
+"""``fgdata fid-refs``: FID reference statistics of the prepared datasets.
+
+Only typer and the standard library load at import; torch, transformers and the readers load inside the command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from fgdata.cli.options import PROGRESS, QUIET
+
+NAMES = ("cifar10", "imagenet-64", "imagenet-64-edmv2", "imagenet-256", "all")
+
+
+def fid_refs(
+    dataset: str | None = typer.Argument(None, help=f"{', '.join(NAMES)}; or use --dataset-zip with -o."),
+    data_root: Path | None = typer.Option(None, "--data-root", help="Data root (default $DATA_ROOT_DIR); "
+                                             "zips are read from it, references written to its fid-refs/."),
+    dataset_zip: str | None = typer.Option(None, "--dataset-zip", help="Any EDM zip or image folder (local or "
+                                              "s3://), or WDS:<shard dir or s3 prefix>."),
+    output: str | None = typer.Option(None, "-o", "--output", help="With --dataset-zip: the reference file, "
+                                         ".npz (EDM, Inception) or .pkl (EDM2, Inception + DINOv2); local or s3://."),
+    inception: str | None = typer.Option(None, "--inception", help="Inception-v3 FID weights: a .pth state dict "
+                                            "or .safetensors (path, URL or hub id owner/repo/file). Default: the "
+                                            "ported TF weights pytorch-fid uses."),
+    dinov2: str | None = typer.Option(None, "--dinov2", help="DINOv2 hub id or save_pretrained directory "
+                                         "(default facebook/dinov2-large)."),
+    trust_pickle: bool = typer.Option(False, "--trust-pickle", help="Allow a pickled detector for --inception "
+                                      "(the official .pkl); unpickling runs code from the file."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda (this rank's LOCAL_RANK GPU under torchrun)."),
+    batch_size: int = typer.Option(128, "--batch-size", help="Images per detector call."),
+    workers: int | None = typer.Option(None, "--workers", help="Decode threads (default: all cores)."),
+    chunk_size: int = typer.Option(50_000, "--chunk-size", help="Images per resumable chunk (shards: whole shards)."),
+    work_dir: str | None = typer.Option(None, "--work-dir", help="Chunk files (default OUT.chunks; must be "
+                                           "shared by all ranks)."),
+    wait_timeout: float | None = typer.Option(None, "--wait-timeout", help="Rank 0's limit in seconds for the other "
+                                              "ranks' chunks (default 3600)."),
+    force: bool = typer.Option(False, "--force", help="Recompute even when the output or chunks are complete."),
+    progress: bool | None = PROGRESS,
+    quiet: bool = QUIET,
+) -> None:
+    """Compute FID reference statistics (Inception-v3 mu/sigma; DINOv2 too for EDM2 .pkl files).
+
+    Every image once, no flip, features summed in float64. Outputs under $DATA_ROOT_DIR/fid-refs/:
+    cifar10-32x32.npz, imagenet-64x64.npz, imagenet-64x64-edmv2.pkl, imagenet_256.pkl, each with a
+    .provenance.json naming the weights and their SHA-256. Resumes per chunk; under torchrun the ranks split
+    the chunks.
+
+    Example: fgdata fid-refs cifar10 --device cuda ;
+    torchrun --nproc-per-node 8 -m fgdata fid-refs imagenet-256 --device cuda ;
+    fgdata fid-refs --dataset-zip WDS:s3://bucket/shards -o refs.pkl
+    """
+    from fgdata.cli.prepare import _progress
+    from fgdata.fid.refs import (
+        FID_REFS,
+        DetectorCache,
+        RefOptions,
+        compute_refs,
+        metrics_for,
+        named_paths,
+    )
+
+    if (dataset is None) == (dataset_zip is None):
+        raise typer.BadParameter(f"give a dataset name ({', '.join(NAMES)}) or --dataset-zip Z -o OUT")
+    if dataset_zip is not None and output is None:
+        raise typer.BadParameter("--dataset-zip needs -o OUT (.npz or .pkl)")
+    if output is not None:
+        metrics_for(output)  # a wrong extension fails before any model loads
+    if dataset is not None and dataset not in NAMES:
+        raise typer.BadParameter(f"unknown dataset {dataset!r}; choose one of {', '.join(NAMES)}")
+    options = RefOptions(trust_pickle=trust_pickle, device=device, batch_size=batch_size, workers=workers,
+                         chunk_size=chunk_size, work_dir=work_dir, force=force,
+                         wait_timeout=wait_timeout)
+    if inception:
+        options.inception = inception
+    if dinov2:
+        options.dinov2 = dinov2
+
+    jobs: list[tuple[str | None, str, str]] = []
+    missing: list[str] = []
+    if dataset_zip is not None:
+        jobs.append((None, dataset_zip, str(output)))
+    else:
+        names = list(FID_REFS) if dataset == "all" else [str(dataset)]
+        for name in names:
+            zip_path, out = named_paths(name, data_root)
+            if zip_path.is_file():
+                jobs.append((name, str(zip_path), str(out)))
+            else:
+                missing.append(f"{zip_path} (fgdata prepare {FID_REFS[name][1]})")
+        if missing and (dataset != "all" or not jobs):
+            from fgdata.errors import FgdataError
+
+            raise FgdataError(f"dataset zip not found: {'; '.join(missing)}")
+    from fgdata.cli.render import console
+    from fgdata.encode.models import resolve_device
+
+    from fgdata.cli.options import show_progress
+
+    bars = show_progress(progress, quiet=quiet)
+    for skipped in [] if quiet else missing:
+        console.print(f"[yellow]skipped[/] {skipped}")
+    cache = DetectorCache(options, resolve_device(options.device))
+    with _progress() as update:
+        results = [compute_refs(src, out, options, detectors=cache, name=name, progress=update if bars else None)
+                   for name, src, out in jobs]
+    for r in [] if quiet else results:
+        if r.get("skipped"):
+            console.print(f"[green]kept[/] {r['path']} (complete; --force recomputes)")
+        elif r.get("rank", 0) != 0:
+            console.print(f"rank {r['rank']}: {r['images']} images ({r['computed']} computed) for {r['path']}")
+        else:
+            rate = f", {r['images_per_s']:.0f} img/s" if r.get("images_per_s") else ""
+            console.print(f"[green]wrote[/] {r['path']}: {r['images']} images ({r['computed']} computed here{rate})")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fid-refs")(fid_refs)

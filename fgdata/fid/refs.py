@@ -1,0 +1,308 @@
+"""The ``fid-refs`` job: feature moments per chunk, split over ranks, merged into the reference files.
+
+Chunks are fixed ranges of the source's images (``chunk_size`` images, or whole shards), independent of the
+number of ranks: chunk ``c`` belongs to rank ``c mod world``, which writes its moments to
+``<work>/chunk-NNNNN.npz`` atomically, with a fingerprint of everything that changes them (input, weights'
+checksums, input transforms, batch size, device type). A rerun keeps every chunk whose fingerprint matches,
+whatever the world size was. Rank 0 waits for all chunks, adds them in chunk order and writes the output and its
+provenance; so one process, any number of ranks and any resumed run give byte-identical files (the chunk
+sums are the same floats, added in the same order). Ranks coordinate through these files only, as the other
+fgdata jobs do: no process group spans the pass, and the work folder must be visible to every rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fgdata import __version__, storage
+from fgdata.errors import FgdataError
+from fgdata.fid.detectors import DINOV2_DEFAULT, INCEPTION_DEFAULT, Detector
+from fgdata.fid.images import Chunk, ImageSource, open_source
+from fgdata.fid.stats import Moments, edm2_pkl_bytes, edm_npz_bytes, npz_bytes
+from fgdata.prepare.paths import (
+    CIFAR10_ZIP,
+    IMAGENET64_EDMV2_ZIP,
+    IMAGENET64_ZIP,
+    IMAGENET256_RGB_ZIP,
+    resolve_data_root,
+)
+
+FID_REFS_DIR = "fid-refs"
+#: Name -> (dataset zip under the data root, the ``fgdata prepare`` target that makes it, reference file).
+FID_REFS: dict[str, tuple[str, str, str]] = {
+    "cifar10": (CIFAR10_ZIP, "cifar10", f"{FID_REFS_DIR}/cifar10-32x32.npz"),
+    "imagenet-64": (IMAGENET64_ZIP, "imagenet-64", f"{FID_REFS_DIR}/imagenet-64x64.npz"),
+    "imagenet-64-edmv2": (IMAGENET64_EDMV2_ZIP, "imagenet-64", f"{FID_REFS_DIR}/imagenet-64x64-edmv2.pkl"),
+    "imagenet-256": (IMAGENET256_RGB_ZIP, "imagenet-256", f"{FID_REFS_DIR}/imagenet_256.pkl"),
+}
+#: Metrics per output format: EDM's npz holds Inception only, EDM2's pickle both.
+FORMATS = {".npz": ("fid",), ".pkl": ("fid", "fd_dinov2")}
+CHUNK_SIZE = 50_000
+JOB_FORMAT = 1
+ACCUMULATION = ("every image once, no xflip; uint8 RGB NCHW into the detector; features as float64; "
+                "mu = sum(f) / n; sigma = (sum(f^T f) - n mu mu^T) / (n - 1)")
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass
+class RefOptions:
+    """Everything a run takes besides the input and output."""
+
+    inception: str = INCEPTION_DEFAULT
+    dinov2: str = DINOV2_DEFAULT
+    trust_pickle: bool = False
+    device: str = "auto"
+    batch_size: int = 128
+    workers: int | None = None
+    chunk_size: int = CHUNK_SIZE
+    work_dir: str | None = None
+    force: bool = False
+    wait_timeout: float | None = None
+
+
+def metrics_for(out: str) -> tuple[str, ...]:
+    """The statistics an output name asks for: ``.npz`` -> Inception (EDM), ``.pkl`` -> Inception + DINOv2 (EDM2)."""
+    ext = os.path.splitext(out)[1].lower()
+    if ext not in FORMATS:
+        raise FgdataError(f"{out}: name the output .npz (EDM format, Inception) or .pkl (EDM2 format, Inception + DINOv2)")
+    return FORMATS[ext]
+
+
+def named_paths(name: str, data_root: str | os.PathLike[str] | None = None) -> tuple[Path, Path]:
+    """(dataset zip, reference file) of a named dataset; a missing zip says which prepare makes it."""
+    if name not in FID_REFS:
+        raise FgdataError(f"unknown dataset {name!r}; choose one of {', '.join(FID_REFS)} or all")
+    root = resolve_data_root(data_root)
+    zip_rel, _prepare, out_rel = FID_REFS[name]
+    return root / zip_rel, root / out_rel
+
+
+class DetectorCache:
+    """Detectors loaded once per process and shared by every output of a run (``all``)."""
+
+    def __init__(self, options: RefOptions, device: str):
+        self.options, self.device = options, device
+        self._loaded: dict[str, Detector] = {}
+
+    def get(self, metrics: tuple[str, ...]) -> dict[str, Detector]:
+        from fgdata.fid.detectors import load_dinov2, load_inception
+
+        for metric in metrics:
+            if metric not in self._loaded:
+                self._loaded[metric] = (
+                    load_inception(self.options.inception, self.device, self.options.trust_pickle)
+                    if metric == "fid" else load_dinov2(self.options.dinov2, self.device))
+        return {m: self._loaded[m] for m in metrics}
+
+
+def work_dir(out: str, given: str | None) -> str:
+    """Where chunk files live: ``--work-dir``, else beside a local output, else in the node cache (s3 output)."""
+    if given:
+        return given
+    if not storage.is_s3(out):
+        return f"{out}.chunks"
+    from fgdata.storage.cache import cache_root
+
+    return os.path.join(cache_root(), "fid-refs", hashlib.sha256(out.encode()).hexdigest()[:20])
+
+
+def _chunk_path(work: str, chunk: Chunk) -> str:
+    return os.path.join(work, f"chunk-{chunk.index:05d}.npz")
+
+
+def _load_chunk(path: str, fp: str, metrics: tuple[str, ...], size: int) -> dict[str, Moments] | None:
+    """The chunk's moments when the file is whole and its fingerprint and count match; else None."""
+    import zipfile
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if str(z["fingerprint"]) != fp:
+                return None
+            out = {m: Moments(int(z[f"{m}.n"]), z[f"{m}.s1"], z[f"{m}.s2"]) for m in metrics}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+    return out if all(m.n == size for m in out.values()) else None
+
+
+def _chunk_ready(path: str, fp: str) -> bool:
+    """Cheap check for rank 0's wait: the file exists and carries this job's fingerprint."""
+    import zipfile
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return str(z["fingerprint"]) == fp
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return False
+
+
+def _shape_groups(batch: list[np.ndarray]) -> list[list[np.ndarray]]:
+    """Images of one shape per group, in order: shards may mix sizes, and each group runs as one tensor."""
+    groups: dict[tuple[int, ...], list[np.ndarray]] = {}
+    for arr in batch:
+        groups.setdefault(arr.shape, []).append(arr)
+    return list(groups.values())
+
+
+def _compute_chunk(source: ImageSource, chunk: Chunk, detectors: dict[str, Detector], options: RefOptions,
+                   device: str, tick: Callable[[int], None]) -> dict[str, Moments]:
+    """Moments of one chunk's features, accumulated in float64 on the detector's device."""
+    import torch
+
+    from fgdata.encode.jobs import batches
+    from fgdata.prepare.build import default_workers
+
+    sums = {m: [torch.zeros(d.dim, dtype=torch.float64, device=device),
+                torch.zeros(d.dim, d.dim, dtype=torch.float64, device=device)] for m, d in detectors.items()}
+    seen = 0
+    with torch.inference_mode():
+        for batch in batches(source.read(chunk, options.workers or default_workers()), options.batch_size):
+            for group in _shape_groups(batch):
+                images = torch.from_numpy(np.stack(group)).to(device)
+                for metric, detector in detectors.items():
+                    features = detector.run(images).to(torch.float64)
+                    if tuple(features.shape) != (len(group), detector.dim):
+                        raise FgdataError(f"{metric} detector returned features {tuple(features.shape)}, "
+                                          f"expected {(len(group), detector.dim)}")
+                    sums[metric][0] += features.sum(0)
+                    sums[metric][1] += features.T @ features
+            seen += len(batch)
+            tick(len(batch))
+    if seen != chunk.size:
+        raise FgdataError(f"{source.path}: read {seen} images for images {chunk.start}..{chunk.stop - 1}, "
+                          f"expected {chunk.size}")
+    return {m: Moments(seen, s1.cpu().numpy(), s2.cpu().numpy()) for m, (s1, s2) in sums.items()}
+
+
+def _write_chunk(path: str, fp: str, moments: dict[str, Moments]) -> None:
+    arrays: dict[str, np.ndarray] = {"fingerprint": np.array(fp)}
+    for metric, m in moments.items():
+        arrays.update({f"{metric}.n": np.array(m.n, np.int64), f"{metric}.s1": m.s1, f"{metric}.s2": m.s2})
+    with storage.atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(npz_bytes(arrays))
+
+
+def provenance_path(out: str) -> str:
+    return f"{out}.provenance.json"
+
+
+def _kept(out: str, fp: str) -> dict[str, Any] | None:
+    """The provenance of an existing output made by this same job, so a rerun keeps it."""
+    try:
+        if not storage.exists(out):
+            return None
+        info = json.loads(storage.read_text(provenance_path(out)))
+    except (OSError, ValueError, FgdataError):
+        return None
+    return info if info.get("fingerprint") == fp else None
+
+
+def compute_refs(source_path: str, out: str, options: RefOptions | None = None, *,
+                 detectors: dict[str, Detector] | DetectorCache | None = None, name: str | None = None,
+                 rank: int | None = None, world_size: int | None = None,
+                 progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Reference statistics of every image of ``source_path`` into ``out`` (``.npz`` EDM or ``.pkl`` EDM2).
+
+    ``detectors`` maps metric -> :class:`Detector` (tests pass tiny ones) or is a shared cache; by default they
+    load from ``options``. Returns a summary; on ranks other than 0 it covers only that rank's chunks.
+    """
+    from fgdata.encode.models import resolve_device
+    from fgdata.jobs.options import fingerprint
+    from fgdata.jobs.ranks import dist_env, owned, owner, wait_for
+    from fgdata.jobs.testhook import output_done
+    from fgdata.prepare.build import default_workers
+
+    options = options or RefOptions()
+    metrics = metrics_for(out)
+    env_rank, env_world = dist_env()
+    rank = env_rank if rank is None else rank
+    world = env_world if world_size is None else world_size
+    if options.batch_size < 1 or options.chunk_size < 1:
+        raise FgdataError("--batch-size and --chunk-size must be positive")
+    device = resolve_device(options.device)
+    source = open_source(source_path, workers=options.workers or default_workers())
+    if detectors is None:
+        detectors = DetectorCache(options, device)
+    dets = detectors.get(metrics) if isinstance(detectors, DetectorCache) else {m: detectors[m] for m in metrics}
+    identity = {"job": JOB_FORMAT, "source": source.identity(), "metrics": list(metrics),
+                "detectors": {m: d.identity for m, d in dets.items()}, "batch_size": options.batch_size,
+                "chunk_size": options.chunk_size, "device_type": device.split(":")[0]}
+    fp = fingerprint(identity)
+    label = name or storage.basename(out)
+    if not options.force and (kept := _kept(out, fp)) is not None:
+        return {**kept, "path": out, "skipped": True}
+
+    work = work_dir(out, options.work_dir)
+    storage.make_dirs(work)
+    chunks = source.chunks(options.chunk_size)
+    mine = owned(chunks, rank, world)
+    total = sum(c.size for c in mine)
+    done, computed, reused, computed_chunks, began = 0, 0, 0, 0, time.monotonic()
+    phase = label if world == 1 else f"{label} rank {rank}"
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress:
+            progress(phase, done, total)
+
+    chunk_fp = {c.index: fingerprint({**identity, "chunk": [c.start, c.stop]}) for c in chunks}
+    for chunk in mine:
+        path = _chunk_path(work, chunk)
+        if not options.force and _load_chunk(path, chunk_fp[chunk.index], metrics, chunk.size) is not None:
+            reused += chunk.size
+            tick(chunk.size)
+            continue
+        _write_chunk(path, chunk_fp[chunk.index], _compute_chunk(source, chunk, dets, options, device, tick))
+        computed += chunk.size
+        computed_chunks += 1
+        output_done(computed_chunks)
+    seconds = time.monotonic() - began
+    summary = {"path": out, "rank": rank, "world_size": world, "images": total, "computed": computed,
+               "reused": reused, "seconds": round(seconds, 3),
+               "images_per_s": round(computed / seconds, 1) if computed and seconds > 0 else None}
+    if rank != 0:
+        return {**summary, "skipped": False}
+
+    wait_for(lambda: [f"chunk-{c.index:05d}.npz (rank {owner(c.index, world)})" for c in chunks
+                      if not _chunk_ready(_chunk_path(work, c), chunk_fp[c.index])],
+             f"{work}", timeout=options.wait_timeout, log=print)
+    totals = {m: Moments.zeros(d.dim) for m, d in dets.items()}
+    for chunk in chunks:
+        part = _load_chunk(_chunk_path(work, chunk), chunk_fp[chunk.index], metrics, chunk.size)
+        if part is None:
+            raise FgdataError(f"{_chunk_path(work, chunk)}: unreadable or from another job; rerun to recompute it")
+        for metric in metrics:
+            totals[metric].add(part[metric])
+    for metric, m in totals.items():
+        if m.n != source.count:
+            raise FgdataError(f"{source_path}: {metric} saw {m.n} images, the source holds {source.count}")
+    stats = {metric: m.mu_sigma() for metric, m in totals.items()}
+    data = edm_npz_bytes(*stats["fid"]) if metrics == FORMATS[".npz"] else edm2_pkl_bytes(stats)
+    storage.write_bytes(out, data)
+    provenance = {
+        "format": "edm-npz" if metrics == FORMATS[".npz"] else "edm2-pkl",
+        "dataset": name, "source": source.identity(), "images": source.count,
+        "detectors": {m: d.provenance for m, d in dets.items()}, "accumulation": ACCUMULATION,
+        "batch_size": options.batch_size, "device": device, "world_size": world, "chunk_size": options.chunk_size,
+        "chunks": len(chunks), "fingerprint": fp, "sha256": hashlib.sha256(data).hexdigest(),
+        "fgdata_version": __version__, "seconds_rank0": summary["seconds"],
+        "images_per_s_rank0": summary["images_per_s"],
+    }
+    storage.write_bytes(provenance_path(out), json.dumps(provenance, indent=1, sort_keys=True).encode())
+    for chunk in chunks:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(_chunk_path(work, chunk))
+    with contextlib.suppress(OSError):
+        os.rmdir(work)
+    return {**summary, **provenance, "path": out, "skipped": False}

@@ -1,0 +1,345 @@
+"""``fgdata fid-refs``: exact file formats, the reference accumulation, ranks, resume, shards, S3, detectors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fidkit import png, random_images, write_edm_zip
+
+from fgdata.errors import FgdataError
+from fgdata.fid.refs import RefOptions, compute_refs
+from fgdata.fid.stats import frechet_distance
+
+CPU = {"device": "cpu", "batch_size": 3}
+
+
+def _fid(tiny_net, weights):
+    from fgdata.fid.detectors import load_inception
+
+    return load_inception(str(weights), "cpu", build=tiny_net)
+
+
+def _features(net, images: list[np.ndarray]) -> np.ndarray:
+    import torch
+
+    with torch.inference_mode():
+        return net(torch.from_numpy(np.stack(images).transpose(0, 3, 1, 2))).to(torch.float64).numpy()
+
+
+def _tiny_loaded(tiny_net, weights):
+    from safetensors.torch import load_file
+
+    net = tiny_net()
+    net.load_state_dict(load_file(str(weights)))
+    return net.eval()
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def test_edm_npz_exact_format_and_numpy_equality(edm_zip, tmp_path, tiny_net, tiny_inception_weights):
+    zip_path, images = edm_zip
+    out = tmp_path / "refs" / "set.npz"
+    summary = compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, **CPU),
+                           detectors={"fid": _fid(tiny_net, tiny_inception_weights)})
+    with np.load(out, allow_pickle=False) as z:
+        assert sorted(z.files) == ["mu", "sigma"]
+        mu, sigma = z["mu"], z["sigma"]
+    assert mu.dtype == sigma.dtype == np.float64 and mu.shape == (2048,) and sigma.shape == (2048, 2048)
+    f = _features(_tiny_loaded(tiny_net, tiny_inception_weights), images)
+    assert _rel(mu, f.mean(0)) < 1e-10
+    assert _rel(sigma, np.cov(f, rowvar=False)) < 1e-10
+    prov = json.loads(Path(f"{out}.provenance.json").read_text())
+    assert prov["images"] == summary["images"] == len(images)  # every image once
+    assert prov["format"] == "edm-npz" and prov["chunks"] == 3
+    digest = hashlib.sha256(tiny_inception_weights.read_bytes()).hexdigest()
+    assert prov["detectors"]["fid"]["files"] == {tiny_inception_weights.name: digest}
+    assert prov["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+    assert not Path(f"{out}.chunks").exists()
+    again = compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, **CPU),
+                         detectors={"fid": _fid(tiny_net, tiny_inception_weights)})
+    assert again["skipped"]
+
+
+def test_edm2_pickle_is_a_dict_of_dicts(edm_zip, tmp_path, tiny_net, tiny_inception_weights, tiny_dinov2):
+    import torch
+    import torch.nn.functional as F
+    from transformers import Dinov2Model
+
+    from fgdata.fid.detectors import load_dinov2
+
+    zip_path, images = edm_zip
+    out = tmp_path / "set.pkl"
+    dets = {"fid": _fid(tiny_net, tiny_inception_weights), "fd_dinov2": load_dinov2(str(tiny_dinov2), "cpu")}
+    compute_refs(str(zip_path), str(out), RefOptions(chunk_size=5, **CPU), detectors=dets)
+    with open(out, "rb") as fh:
+        stats = pickle.load(fh)  # noqa: S301 - the reference's own reader, on a file this test wrote
+    assert type(stats) is dict and sorted(stats) == ["fd_dinov2", "fid"]
+    for metric, dim in (("fid", 2048), ("fd_dinov2", 32)):
+        assert type(stats[metric]) is dict and sorted(stats[metric]) == ["mu", "sigma"]
+        assert type(stats[metric]["mu"]) is np.ndarray and stats[metric]["mu"].dtype == np.float64
+        assert stats[metric]["mu"].shape == (dim,) and stats[metric]["sigma"].shape == (dim, dim)
+    # DINOv2 as EDM2 runs it: bicubic antialiased resize to 224, ImageNet mean/std, class token after the norm.
+    model = Dinov2Model.from_pretrained(tiny_dinov2).eval()
+    x = torch.from_numpy(np.stack(images).transpose(0, 3, 1, 2)).float()
+    x = F.interpolate(x, size=(224, 224), mode="bicubic", antialias=True) / 255
+    x = (x - torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)) / torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    with torch.inference_mode():
+        f = model(pixel_values=x).last_hidden_state[:, 0].double().numpy()  # already after the final norm
+    assert _rel(stats["fd_dinov2"]["mu"], f.mean(0)) < 1e-5
+    assert _rel(stats["fd_dinov2"]["sigma"], np.cov(f, rowvar=False)) < 1e-4
+
+
+def test_resume_keeps_matching_chunks_from_any_world_size(edm_zip, tmp_path, tiny_net, tiny_inception_weights):
+    zip_path, _ = edm_zip
+    det = {"fid": _fid(tiny_net, tiny_inception_weights)}
+    fresh = tmp_path / "fresh.npz"
+    compute_refs(str(zip_path), str(fresh), RefOptions(chunk_size=4, **CPU), detectors=det)
+    out = tmp_path / "resumed.npz"
+    part = compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, **CPU), detectors=det, rank=1, world_size=2)
+    assert part["computed"] == 4 and not out.exists()  # chunk 1 (images 4..7) only; rank 1 never merges
+    chunk0 = Path(f"{out}.chunks") / "chunk-00000.npz"
+    chunk0.write_bytes(b"torn")  # a damaged chunk file is recomputed, never trusted
+    done = compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, **CPU), detectors=det)
+    assert done["reused"] == 4 and done["computed"] == 7
+    assert out.read_bytes() == fresh.read_bytes()
+
+
+def test_shards_equal_the_zip_and_fid_with_itself_is_zero(edm_zip, tmp_path, tiny_net, tiny_inception_weights,
+                                                         tiny_dinov2):
+    import zipfile
+
+    from fgdata.fid.detectors import load_dinov2
+    from fgdata.shards import ShardWriter
+
+    zip_path, images = edm_zip
+    dets = {"fid": _fid(tiny_net, tiny_inception_weights), "fd_dinov2": load_dinov2(str(tiny_dinov2), "cpu")}
+    shards = tmp_path / "shards"
+    writer = ShardWriter(str(shards), maxcount=3)
+    with zipfile.ZipFile(zip_path) as zf:  # the same PNG bytes as the zip, three per shard
+        names = sorted(n for n in zf.namelist() if n.endswith(".png"))
+        for i, name in enumerate(names):
+            writer.write(f"s{i:04d}", {"png": zf.read(name), "cls": b"1"})
+    writer.close()
+    a, b = tmp_path / "zip.pkl", tmp_path / "wds.pkl"
+    compute_refs(str(zip_path), str(a), RefOptions(chunk_size=4, **CPU), detectors=dets)
+    summary = compute_refs(f"WDS:{shards}", str(b), RefOptions(chunk_size=4, **CPU), detectors=dets)
+    assert summary["images"] == len(images) and summary["source"]["kind"] == "shards"
+    sa, sb = (pickle.loads(p.read_bytes()) for p in (a, b))  # noqa: S301 - files this test wrote
+    for metric in ("fid", "fd_dinov2"):
+        assert _rel(sb[metric]["mu"], sa[metric]["mu"]) < 1e-12
+        assert _rel(sb[metric]["sigma"], sa[metric]["sigma"]) < 1e-12
+    # FD on the 32-d DINOv2 statistics: the dataset against itself read two ways, then against other images.
+    same = frechet_distance(sa["fd_dinov2"]["mu"], sa["fd_dinov2"]["sigma"], sb["fd_dinov2"]["mu"], sb["fd_dinov2"]["sigma"])
+    assert abs(same) < 1e-6 * np.trace(sa["fd_dinov2"]["sigma"])
+    other = write_edm_zip(tmp_path / "other.zip", random_images(11, seed=1))
+    c = tmp_path / "other.pkl"
+    compute_refs(str(other), str(c), RefOptions(chunk_size=4, **CPU), detectors=dets)
+    sc = pickle.loads(c.read_bytes())  # noqa: S301 - a file this test wrote
+    differ = frechet_distance(sa["fd_dinov2"]["mu"], sa["fd_dinov2"]["sigma"], sc["fd_dinov2"]["mu"], sc["fd_dinov2"]["sigma"])
+    assert differ > 1e-3 * np.trace(sa["fd_dinov2"]["sigma"])
+
+
+@pytest.mark.s3
+def test_s3_zip_and_shards(edm_zip, tmp_path, s3_bucket, tiny_net, tiny_inception_weights):
+    from fgdata import storage
+    from fgdata.shards import ShardWriter
+
+    zip_path, images = edm_zip
+    det = {"fid": _fid(tiny_net, tiny_inception_weights)}
+    storage.upload(str(zip_path), f"{s3_bucket}/data/set.zip")
+    writer = ShardWriter(f"{s3_bucket}/wds", maxcount=4)
+    for i, arr in enumerate(images):
+        writer.write(f"s{i:04d}", {"png": png(arr)})
+    writer.close()
+    local = tmp_path / "local.npz"
+    compute_refs(str(zip_path), str(local), RefOptions(chunk_size=4, **CPU), detectors=det)
+    os.environ["FGDATA_CACHE"] = str(tmp_path / "cache")
+    try:
+        compute_refs(f"{s3_bucket}/data/set.zip", f"{s3_bucket}/refs/set.npz", RefOptions(chunk_size=4, **CPU),
+                     detectors=det)
+        compute_refs(f"WDS:{s3_bucket}/wds", str(tmp_path / "wds.npz"), RefOptions(chunk_size=4, **CPU), detectors=det)
+    finally:
+        del os.environ["FGDATA_CACHE"]
+    assert storage.read_bytes(f"{s3_bucket}/refs/set.npz") == local.read_bytes()
+    assert storage.exists(f"{s3_bucket}/refs/set.npz.provenance.json")
+    assert _rel(np.load(tmp_path / "wds.npz")["sigma"], np.load(local)["sigma"]) < 1e-12
+
+
+def test_latent_zip_and_non_zip_are_refused(tmp_path, tiny_net, tiny_inception_weights):
+    import io
+    import zipfile
+
+    path = tmp_path / "latents.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for i in range(3):
+            buf = io.BytesIO()
+            np.save(buf, np.zeros((8, 4, 4), np.float32))
+            zf.writestr(f"00000/img-mean-std-{i:08d}.npy", buf.getvalue())
+    with pytest.raises(FgdataError, match="pixel space"):
+        compute_refs(str(path), str(tmp_path / "x.npz"), RefOptions(**CPU),
+                     detectors={"fid": _fid(tiny_net, tiny_inception_weights)})
+    not_zip = tmp_path / "notes.zip"
+    not_zip.write_text("hello")
+    with pytest.raises(FgdataError, match="not a zip file"):
+        compute_refs(str(not_zip), str(tmp_path / "y.npz"), RefOptions(**CPU),
+                     detectors={"fid": _fid(tiny_net, tiny_inception_weights)})
+
+
+def test_detector_loading_is_safe(tmp_path, tiny_net, tiny_inception_weights):
+    import torch
+
+    from fgdata.fid.detectors import check_name_hash, load_inception
+
+    pkl = tmp_path / "detector.pkl"
+    torch.manual_seed(0)
+    with open(pkl, "wb") as fh:
+        pickle.dump(tiny_net(), fh)
+    with pytest.raises(FgdataError, match="--trust-pickle"):
+        load_inception(str(pkl), "cpu")
+    trusted = load_inception(str(pkl), "cpu", trust_pickle=True)
+    assert trusted.provenance["loader"] == "pickle (trusted)"
+    assert tuple(trusted.run(torch.zeros(2, 3, 8, 8, dtype=torch.uint8)).shape) == (2, 2048)
+    # A .pth that pickles code is refused by weights_only loading.
+    evil = tmp_path / "evil.pth"
+    torch.save({"w": torch.zeros(1), "obj": tiny_net()}, evil)
+    with pytest.raises(FgdataError, match="not a plain state dict"):
+        load_inception(str(evil), "cpu")
+    with pytest.raises(FgdataError, match="Inception-v3 layout"):
+        load_inception(str(tiny_inception_weights), "cpu")  # the stand-in's weights do not fit the real layout
+    # A downloaded file whose name carries a hash prefix (torch hub convention) must match it.
+    named = tmp_path / "weights-deadbeef.pth"
+    named.write_bytes(b"not the weights")
+    with pytest.raises(FgdataError, match="does not start with deadbeef"):
+        check_name_hash(named)
+
+
+def test_real_inception_architecture(inception_weights):
+    import torch
+
+    from fgdata.fid.detectors import load_inception
+    from fgdata.fid.inception import InceptionV3, resize_like_tf
+
+    net = InceptionV3().eval()
+    keys = net.state_dict()
+    assert keys["Conv2d_1a_3x3.conv.weight"].shape == (32, 3, 3, 3) and keys["fc.weight"].shape == (1008, 2048)
+    assert "Mixed_7c.branch3x3dbl_3b.bn.running_var" in keys and len(keys) == 94 * 6 + 2  # 94 conv+bn layers and the classifier
+    det = load_inception(str(inception_weights), "cpu")
+    images = torch.from_numpy(np.stack(random_images(2, size=40)).transpose(0, 3, 1, 2).copy())
+    with torch.inference_mode():
+        f = det.run(images)
+    assert f.dtype == torch.float32 and tuple(f.shape) == (2, 2048) and torch.isfinite(f).all()
+    # TF1 bilinear resize: output pixel j samples source j * in / out; same size is the identity.
+    x = torch.rand(1, 3, 598, 598, dtype=torch.float64)
+    assert torch.allclose(resize_like_tf(x), x[:, :, ::2, ::2], atol=1e-9)
+    y = torch.rand(1, 3, 299, 299, dtype=torch.float64)
+    assert torch.allclose(resize_like_tf(y), y, atol=1e-9)
+
+
+def _cli(args: list[str], env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
+    full = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "fgdata", *args], env=full, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _cli_setup(tmp_path: Path, tiny_net) -> tuple[dict[str, str], list[str]]:
+    """The stand-in detector as a trusted pickle (cheap in a subprocess) and the options every run shares."""
+    import torch
+
+    detector = tmp_path / "stand-in.pkl"
+    torch.manual_seed(0)
+    detector.write_bytes(pickle.dumps(tiny_net()))
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), str(Path(__file__).parent)])}
+    return env, ["--inception", str(detector), "--trust-pickle", "--device", "cpu", "--chunk-size", "2",
+                 "--batch-size", "2", "--workers", "1", "--no-progress"]
+
+
+def test_cli_named_output_and_two_ranks_equal_one(tmp_path, tiny_net):
+    """Three processes through the CLI: one writes the named output, two ranks write the same bytes."""
+    root = tmp_path / "root"
+    zip_path = write_edm_zip(root / "cifar10" / "cifar10-32x32.zip", random_images(7, size=8))
+    env, common = _cli_setup(tmp_path, tiny_net)
+    one = _cli(["fid-refs", "all", "--data-root", str(root), *common], env=env)
+    out, err = one.communicate(timeout=240)
+    assert one.returncode == 0, err
+    assert "skipped" in out and "fgdata prepare imagenet-64" in out
+    named = root / "fid-refs" / "cifar10-32x32.npz"
+    assert sorted(np.load(named).files) == ["mu", "sigma"] and Path(f"{named}.provenance.json").is_file()
+    two = tmp_path / "two.npz"
+    ranks = [_cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(two), *common],
+                  env={**env, "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r)}) for r in (0, 1)]
+    for p in ranks:
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err
+    assert two.read_bytes() == named.read_bytes()
+    prov = json.loads(Path(f"{two}.provenance.json").read_text())
+    assert prov["world_size"] == 2 and prov["images"] == 7 and prov["chunks"] == 4
+
+
+def test_cli_killed_after_a_chunk_resumes_to_the_same_bytes(edm_zip, tmp_path, tiny_net):
+    import signal
+
+    from fgdata.jobs.testhook import MARK, STOP_ENV
+
+    zip_path, _ = edm_zip
+    env, common = _cli_setup(tmp_path, tiny_net)
+    clean, out = tmp_path / "clean.npz", tmp_path / "out.npz"
+    p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(clean), *common], env=env)
+    assert p.wait(timeout=240) == 0
+    p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(out), *common], env={**env, STOP_ENV: "2"})
+    assert p.stderr is not None
+    for line in p.stderr:
+        if MARK in line:
+            break
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=60)
+    assert not out.exists() and len(list(Path(f"{out}.chunks").glob("chunk-*.npz"))) == 2
+    p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(out), *common], env=env)
+    stdout, err = p.communicate(timeout=240)
+    assert p.returncode == 0, err
+    assert "7 computed here" in stdout.replace("\n", " ")  # 11 images, the first two chunks of 2 kept
+    assert out.read_bytes() == clean.read_bytes()
+
+
+def test_offline_without_weights_names_the_flag(edm_zip, tmp_path, monkeypatch):
+    from fgdata.fid.detectors import DINOV2_DEFAULT, load_dinov2, load_inception
+    from fgdata.fid.refs import metrics_for
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))
+    with pytest.raises(FgdataError, match="pass --inception PATH"):
+        load_inception(device="cpu")
+    with pytest.raises(FgdataError, match="--dinov2"):
+        load_dinov2(DINOV2_DEFAULT, "cpu")
+    with pytest.raises(FgdataError, match=r"\.npz .*\.pkl"):
+        metrics_for(str(tmp_path / "refs.txt"))
+    zip_path, _ = edm_zip
+    p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(tmp_path / "x.npz"), "--device", "cpu"],
+             env={"TORCH_HOME": str(tmp_path / "torch-home")})
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 1 and len(err.strip().splitlines()) == 1 and "--inception" in err, err
+
+
+def test_named_datasets_read_and_write_the_exact_paths(tmp_path):
+    from fgdata.fid.refs import FID_REFS, metrics_for, named_paths
+
+    expected = {
+        "cifar10": ("cifar10/cifar10-32x32.zip", "fid-refs/cifar10-32x32.npz", ("fid",)),
+        "imagenet-64": ("imagenet-64/imagenet-64x64.zip", "fid-refs/imagenet-64x64.npz", ("fid",)),
+        "imagenet-64-edmv2": ("imagenet-64/imagenet-64x64-edmv2.zip", "fid-refs/imagenet-64x64-edmv2.pkl",
+                              ("fid", "fd_dinov2")),
+        "imagenet-256": ("imagenet-256/imagenet_256_rgb.zip", "fid-refs/imagenet_256.pkl", ("fid", "fd_dinov2")),
+    }
+    assert sorted(FID_REFS) == sorted(expected)
+    for name, (zip_rel, out_rel, metrics) in expected.items():
+        zip_path, out = named_paths(name, tmp_path)
+        assert zip_path == tmp_path / zip_rel and out == tmp_path / out_rel
+        assert metrics_for(str(out)) == metrics
