@@ -20,6 +20,7 @@ from typing import Any
 
 from fgdata import storage
 from fgdata.errors import DamagedShardError, FgdataError
+from fgdata.shards.metadata import fgdata_fields
 
 #: Members read as captions, in order of preference.
 CAPTION_EXTS = ("txt", "caption", "prompt", "text")
@@ -251,9 +252,10 @@ def _caption(entry: _Entry, stats: Stats, name: str) -> str | None:
 
 def _image_size(entry: _Entry, ext: str, doc: dict | None, decode: bool, stats: Stats, name: str) -> None:
     stats.image_members += 1
-    if doc and isinstance(doc.get("width"), int) and isinstance(doc.get("height"), int):
-        stats.image_w.append(doc["width"])
-        stats.image_h.append(doc["height"])
+    own = fgdata_fields(doc)
+    if isinstance(own.get("width"), int) and isinstance(own.get("height"), int):
+        stats.image_w.append(own["width"])
+        stats.image_h.append(own["height"])
         stats.image_sizes_from_json += 1
         return
     if not decode:
@@ -278,8 +280,9 @@ _VIDEO_JSON = ("duration", "fps", "frame_count", "width", "height")
 
 def _video_facts(entry: _Entry, ext: str, doc: dict | None, decode: bool, stats: Stats, name: str) -> None:
     stats.video_members += 1
-    if doc and all(isinstance(doc.get(k), (int, float)) for k in _VIDEO_JSON) and "audio_codec" in doc:
-        facts = doc
+    own = fgdata_fields(doc)
+    if all(isinstance(own.get(k), (int, float)) for k in _VIDEO_JSON) and "audio_codec" in own:
+        facts = own
         stats.video_facts_from_json += 1
     elif decode:
         from fgdata.media.video import probe_video

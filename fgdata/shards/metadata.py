@@ -26,3 +26,9 @@ def with_fgdata_fields(doc: dict[str, Any], fields: dict[str, Any]) -> dict[str,
         raise FgdataError(f"the sample's json has its own {FGDATA_FIELD!r} field (not an object); "
                           "it is reserved for fgdata's metadata")
     return {**doc, FGDATA_FIELD: {**own, **fields}}
+
+
+def fgdata_fields(doc: dict[str, Any] | None) -> dict[str, Any]:
+    """The fields fgdata recorded in a sample's json (empty when it has none or the json is not fgdata's)."""
+    own = (doc or {}).get(FGDATA_FIELD)
+    return own if isinstance(own, dict) else {}
