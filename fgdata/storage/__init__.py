@@ -1,50 +1,82 @@
-"""Local paths and ``s3://`` URLs behind one API: listing, streaming, atomic writes, a node cache.
+"""Local paths and URLs (``s3://``) behind one API: listing, streaming, atomic writes, a node cache.
 
-S3 goes through the s5cmd binary with argument lists. Only the standard
+Each path goes to the backend of its URL scheme (:mod:`fgdata.storage.backend`); S3 goes
+through the s5cmd binary with argument lists and bounded waits. Only the standard
 library is imported here so ``fgdata --help`` stays fast.
 """
 
+from fgdata.storage.backend import Backend, FileInfo, backend_for
 from fgdata.storage.cache import fetch_to_cache
 from fgdata.storage.credentials import load_s3_credentials_file
 from fgdata.storage.files import (
-    FileInfo,
-    atomic_path,
     download,
     exists,
+    is_dir,
     list_dir,
     list_recursive,
+    local_copy,
     make_dirs,
+    move,
     open_read,
+    publish,
+    random_access,
     read_bytes,
+    read_range,
     read_text,
     remove,
+    remove_tree,
     size,
+    staging_dir,
+    stat,
     upload,
     write_bytes,
 )
-from fgdata.storage.paths import basename, is_s3, join, parent
+from fgdata.storage.local import atomic_path
+from fgdata.storage.paths import (
+    basename,
+    is_absolute,
+    is_s3,
+    is_url,
+    join,
+    parent,
+    relative,
+)
 from fgdata.storage.s5cmd import s5cmd_binary
 
 __all__ = [
+    "Backend",
     "FileInfo",
     "atomic_path",
+    "backend_for",
     "basename",
     "download",
     "exists",
     "fetch_to_cache",
+    "is_absolute",
+    "is_dir",
     "is_s3",
+    "is_url",
     "join",
     "list_dir",
     "list_recursive",
     "load_s3_credentials_file",
+    "local_copy",
     "make_dirs",
+    "move",
     "open_read",
     "parent",
+    "publish",
+    "random_access",
     "read_bytes",
+    "read_range",
     "read_text",
+    "relative",
     "remove",
+    "remove_tree",
     "s5cmd_binary",
     "size",
+    "staging_dir",
+    "stat",
     "upload",
     "write_bytes",
 ]

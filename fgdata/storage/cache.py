@@ -1,4 +1,4 @@
-"""A node-local copy of an S3 file, downloaded once per node.
+"""A node-local copy of a remote (e.g. S3) file, downloaded once per node.
 
 The reference downloaded on global rank 0 only and non-atomically, so other nodes could
 miss the file or read half of it. Here every node fetches into its own cache under a
@@ -13,7 +13,7 @@ import os
 
 from fgdata.errors import StorageError
 from fgdata.storage.files import download, size
-from fgdata.storage.paths import basename, is_s3
+from fgdata.storage.paths import basename, is_url
 
 
 def cache_root(cache_dir: str | None = None) -> str:
@@ -32,7 +32,7 @@ def cache_path(url: str, cache_dir: str | None = None) -> str:
 
 def fetch_to_cache(path: str, cache_dir: str | None = None) -> str:
     """A local path holding ``path``'s bytes; local paths come back unchanged."""
-    if not is_s3(path):
+    if not is_url(path):
         return path
     dest = cache_path(path, cache_dir)
     expected = size(path)

@@ -1,4 +1,4 @@
-"""Path arithmetic that treats ``s3://bucket/key`` URLs and local paths alike.
+"""Path arithmetic that treats URLs (``s3://bucket/key``, any ``scheme://``) and local paths alike.
 
 ``os.path`` mangles URLs (``os.path.dirname("s3://b")`` is ``"s3:"``), which is how the
 reference built malformed side-file paths from bucket-root tags.
@@ -7,28 +7,51 @@ reference built malformed side-file paths from bucket-root tags.
 from __future__ import annotations
 
 import os
+import re
 
 from fgdata.errors import StorageError
 
 S3_SCHEME = "s3://"
+_URL = re.compile(r"^([a-z][a-z0-9+.-]*)://")
+
+
+def scheme(path: str) -> str:
+    """The URL scheme (``"s3"``), or ``""`` for a local path."""
+    m = _URL.match(path)
+    return m.group(1) if m else ""
+
+
+def is_url(path: str) -> bool:
+    """True for ``scheme://`` URLs; everything else is a local path."""
+    return bool(scheme(path))
 
 
 def is_s3(path: str) -> bool:
-    """True for ``s3://`` URLs; everything else is a local path."""
+    """True for ``s3://`` URLs."""
     return path.startswith(S3_SCHEME)
 
 
-def split_s3(url: str) -> tuple[str, str]:
-    """Split ``s3://bucket/key`` into ``(bucket, key)``; the key may be empty (bucket root)."""
-    bucket, _, key = url[len(S3_SCHEME):].partition("/")
+def is_absolute(path: str) -> bool:
+    """A URL or an absolute local path: used as given, never joined to a base."""
+    return is_url(path) or os.path.isabs(path)
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """Split ``scheme://bucket/key`` into ``(bucket, key)``; the key may be empty (bucket root)."""
+    bucket, _, key = url[len(scheme(url)) + 3:].partition("/")
     if not bucket:
-        raise StorageError(f"{url}: no bucket name in the s3:// URL")
+        raise StorageError(f"{url}: no bucket name in the {scheme(url)}:// URL")
     return bucket, key
+
+
+def split_s3(url: str) -> tuple[str, str]:
+    """Split ``s3://bucket/key`` into ``(bucket, key)``."""
+    return split_url(url)
 
 
 def join(base: str, *parts: str) -> str:
     """Append path parts; URLs always use ``/`` and never lose their scheme."""
-    if not is_s3(base):
+    if not is_url(base):
         return os.path.join(base, *parts)
     pieces = [base.rstrip("/")] + [p.strip("/") for p in parts if p.strip("/")]
     return "/".join(pieces)
@@ -36,18 +59,26 @@ def join(base: str, *parts: str) -> str:
 
 def parent(path: str) -> str:
     """The containing directory or prefix; the bucket root has no parent inside the bucket."""
-    if not is_s3(path):
+    if not is_url(path):
         return os.path.dirname(path.rstrip("/") or "/") or "."
-    bucket, key = split_s3(path)
+    bucket, key = split_url(path)
     key = key.rstrip("/")
     if not key:
         raise StorageError(f"{path}: the bucket root has no parent inside the bucket")
     head, _, _ = key.rpartition("/")
-    return f"{S3_SCHEME}{bucket}/{head}" if head else f"{S3_SCHEME}{bucket}"
+    root = f"{scheme(path)}://{bucket}"
+    return f"{root}/{head}" if head else root
 
 
 def basename(path: str) -> str:
     """Last path component, ignoring a trailing slash (the bucket name for a bucket root)."""
-    if is_s3(path):
-        return path[len(S3_SCHEME):].rstrip("/").rpartition("/")[2]
+    if is_url(path):
+        return path[len(scheme(path)) + 3:].rstrip("/").rpartition("/")[2]
     return os.path.basename(path.rstrip("/"))
+
+
+def relative(root: str, path: str) -> str:
+    """``path`` below ``root`` as a ``/``-separated relative name."""
+    if is_url(root):
+        return path[len(root.rstrip("/")) + 1:]
+    return os.path.relpath(path, root).replace(os.sep, "/")

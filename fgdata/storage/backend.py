@@ -1,0 +1,126 @@
+"""The storage backend interface, and the choice of backend by URL scheme.
+
+Everything outside :mod:`fgdata.storage` calls the module-level functions of
+:mod:`fgdata.storage.files`, which hand each path to the backend of its scheme:
+local paths to :class:`~fgdata.storage.local.LocalBackend`, ``s3://`` URLs to
+:class:`~fgdata.storage.s3.S3Backend`. Supporting another scheme means writing one
+subclass of :class:`Backend` and registering it in ``_BACKENDS``.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from dataclasses import dataclass
+from typing import BinaryIO, ClassVar
+
+from fgdata.errors import StorageError
+from fgdata.storage.paths import scheme
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One listed file: full path or URL, basename, size in bytes."""
+
+    path: str
+    name: str
+    size: int
+
+
+class Backend(abc.ABC):
+    """One kind of storage. Paths are full local paths or full URLs of the backend's scheme."""
+
+    scheme: ClassVar[str]
+    #: How a missing file is called in messages.
+    missing: ClassVar[str] = "file not found"
+    #: Reads can start at any byte cheaply (``open_read`` streams are seekable, ``read_range`` works).
+    random_access: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def open_read(self, path: str, buffering: int = -1) -> contextlib.AbstractContextManager[BinaryIO]:
+        """A binary stream of the file from its first byte; seekable where ``random_access``.
+
+        ``buffering`` is the read buffer of a local file (as for ``open``); remote streams keep their own.
+        """
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """``length`` bytes from ``offset`` (fewer only at the end of the file)."""
+        raise StorageError(f"{path}: this storage has no ranged reads; stream it with open_read")
+
+    @abc.abstractmethod
+    def list(self, path: str, recursive: bool) -> list[FileInfo]:
+        """Files directly under (``recursive``: anywhere below) a directory or prefix, unsorted."""
+
+    @abc.abstractmethod
+    def stat(self, path: str) -> FileInfo | None:
+        """The file or object at ``path``, or None when there is none (a directory is not a file)."""
+
+    @abc.abstractmethod
+    def exists(self, path: str) -> bool:
+        """True for an existing file or directory (a prefix with something below it)."""
+
+    @abc.abstractmethod
+    def is_dir(self, path: str) -> bool:
+        """True for an existing directory (a prefix with something below it)."""
+
+    @abc.abstractmethod
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Write a whole file so that readers see the old file or the new one, never a part."""
+
+    @abc.abstractmethod
+    def upload(self, local: str, path: str) -> None:
+        """Copy a finished local file to ``path`` atomically; ``local`` stays."""
+
+    @abc.abstractmethod
+    def download(self, path: str, local: str) -> None:
+        """Copy ``path`` to a local file atomically: a failed copy leaves nothing behind."""
+
+    @abc.abstractmethod
+    def move(self, src: str, dst: str) -> None:
+        """Rename ``src`` to ``dst`` (both on this backend), replacing ``dst``."""
+
+    @abc.abstractmethod
+    def remove(self, path: str) -> None:
+        """Delete one file; a missing one is not an error (idempotent cleanup)."""
+
+    @abc.abstractmethod
+    def remove_tree(self, path: str) -> None:
+        """Delete a directory or prefix and everything below it; a missing one is not an error."""
+
+    @abc.abstractmethod
+    def make_dirs(self, path: str) -> None:
+        """Create a directory tree where the storage has directories."""
+
+    @abc.abstractmethod
+    def local_copy(self, path: str, directory: str) -> str:
+        """A local file with ``path``'s bytes: the file itself when local, else a download into ``directory``."""
+
+    @abc.abstractmethod
+    def staging_dir(self, dest: str) -> str:
+        """A local directory where files for ``dest`` are built before :meth:`publish` moves them in."""
+
+    @abc.abstractmethod
+    def publish(self, staged: str, path: str) -> None:
+        """Move a finished file from :meth:`staging_dir` to ``path`` (atomically); the staged file is gone after."""
+
+
+def _backends() -> dict[str, Backend]:
+    from fgdata.storage.local import LocalBackend
+    from fgdata.storage.s3 import S3Backend
+
+    return {b.scheme: b for b in (LocalBackend(), S3Backend())}
+
+
+_BACKENDS: dict[str, Backend] = {}
+
+
+def backend_for(path: str) -> Backend:
+    """The backend of ``path``'s scheme; an unknown scheme is a one-line error."""
+    if not _BACKENDS:
+        _BACKENDS.update(_backends())
+    found = _BACKENDS.get(scheme(path))
+    if found is None:
+        known = ", ".join(f"{s}://" for s in sorted(_BACKENDS) if s)
+        raise StorageError(f"{path}: unsupported URL scheme (supported: local paths, {known})")
+    return found
+

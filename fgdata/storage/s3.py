@@ -1,0 +1,144 @@
+"""``s3://`` URLs through the s5cmd binary (see :mod:`fgdata.storage.s5cmd` for the bounds on every call)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from fgdata.errors import StorageError
+from fgdata.storage import s5cmd
+from fgdata.storage.backend import Backend, FileInfo
+from fgdata.storage.local import atomic_path
+from fgdata.storage.paths import split_s3
+
+
+def _prefix(url: str) -> str:
+    """The listing prefix of a directory-like URL (``s3://b`` and ``s3://b/p`` -> trailing slash)."""
+    split_s3(url)
+    return url.rstrip("/") + "/"
+
+
+def _entry(url: str) -> dict | None:
+    """The ls entry for exactly ``url`` (an object, or a prefix as a directory entry), else None.
+
+    ``ls`` matches key prefixes and has no ``--raw``, so list up to the first ``*``/``?``
+    and compare keys exactly.
+    """
+    bare = url.rstrip("/")
+    _, key = split_s3(bare)
+    cut = min((key.index(ch) for ch in "*?" if ch in key), default=len(key))
+    if "/" in key[cut:]:
+        raise StorageError(f"{url}: '*' and '?' are not supported in s3 directory names")
+    listing_url = bare[: len(bare) - len(key) + cut]
+    wanted = {bare + "/"} if url.endswith("/") else {bare, bare + "/"}
+    return next((e for e in s5cmd.list_entries(listing_url) if e.get("key") in wanted), None)
+
+
+class S3Backend(Backend):
+    """Objects in S3 or an S3-compatible store. There are no directories: a prefix with objects below acts as one."""
+
+    scheme = "s3"
+    missing = "object not found"
+
+    @contextlib.contextmanager
+    def open_read(self, path: str, buffering: int = -1) -> Iterator[BinaryIO]:
+        """Streams ``s5cmd cat`` without a local copy; stalls are retried from the byte reached."""
+        split_s3(path)
+        raw = s5cmd.CatStream(path)
+        try:
+            yield io.BufferedReader(raw, buffer_size=1 << 20)
+        finally:
+            raw.close()
+
+    def list(self, path: str, recursive: bool) -> list[FileInfo]:
+        prefix = _prefix(path)
+        infos = []
+        for entry in s5cmd.list_entries(prefix, recursive=recursive):
+            key = entry.get("key", "")
+            rel = key[len(prefix):]
+            if entry.get("type") != "file" or not key.startswith(prefix) or not rel:
+                continue
+            if not recursive and "/" in rel:
+                continue
+            infos.append(FileInfo(key, rel.rpartition("/")[2], int(entry.get("size", 0))))
+        return infos
+
+    def stat(self, path: str) -> FileInfo | None:
+        entry = _entry(path) if split_s3(path)[1] else None
+        if entry is None or entry.get("type") != "file":
+            return None
+        return FileInfo(path, path.rpartition("/")[2], int(entry["size"]))
+
+    def exists(self, path: str) -> bool:
+        if not split_s3(path)[1].strip("/"):
+            s5cmd.list_entries(_prefix(path))  # raises for a missing bucket
+            return True
+        return _entry(path) is not None
+
+    def is_dir(self, path: str) -> bool:
+        if not split_s3(path)[1].strip("/"):
+            return self.exists(path)
+        entry = _entry(path.rstrip("/") + "/")
+        return entry is not None
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Stage in a temporary file, then one upload (an S3 object appears whole or not at all)."""
+        fd, tmp = tempfile.mkstemp(prefix="fgdata-upload-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            self.upload(tmp, path)
+        finally:
+            os.remove(tmp)
+
+    def upload(self, local: str, path: str) -> None:
+        if not os.path.isfile(local):
+            raise StorageError(f"{local}: file not found")
+        split_s3(path)
+        # Absolute path: a name starting with '-' must never be read as an option.
+        s5cmd.run(path, "cp", "--raw", os.path.abspath(local), path, size=os.path.getsize(local))
+
+    def download(self, path: str, local: str) -> None:
+        with atomic_path(local) as tmp:
+            info = self.stat(path)  # its size sets the time cap of the copy
+            if info is None:
+                raise StorageError(f"{path}: {self.missing}")
+            s5cmd.run(path, "cp", "--raw", path, tmp, size=info.size)
+
+    def move(self, src: str, dst: str) -> None:
+        info = self.stat(src)
+        if info is None:
+            raise StorageError(f"{src}: {self.missing}")
+        split_s3(dst)
+        s5cmd.run(src, "mv", "--raw", src, dst, size=info.size)
+
+    def remove(self, path: str) -> None:
+        split_s3(path)
+        s5cmd.run(path, "rm", "--raw", path, size=0, missing_ok=True)
+
+    def remove_tree(self, path: str) -> None:
+        for info in self.list(path, recursive=True):
+            self.remove(info.path)
+
+    def make_dirs(self, path: str) -> None:
+        """S3 has no directories: nothing to create."""
+
+    def local_copy(self, path: str, directory: str) -> str:
+        name = path.rstrip("/").rpartition("/")[2]
+        if name in ("", ".", ".."):
+            raise StorageError(f"{path}: not an object URL")
+        local = os.path.join(directory, name)
+        self.download(path, local)
+        return local
+
+    def staging_dir(self, dest: str) -> str:
+        """A fresh temporary directory; :meth:`publish` uploads from it."""
+        return tempfile.mkdtemp(prefix="fgdata-stage-")
+
+    def publish(self, staged: str, path: str) -> None:
+        self.upload(staged, path)
+        os.remove(staged)
