@@ -249,10 +249,10 @@ class ImageLoader(torch.utils.data.DataLoader):
         if os.path.isfile(dataset_path) or os.path.isdir(dataset_path):
             return dataset_path
         if s3_path and s3_path.endswith(".zip"):
-            from fgdata.storage import fetch_to_cache, is_s3
+            from fgdata.storage import fetch_to_cache, is_url
 
-            if not is_s3(s3_path):
-                raise FgdataError(f"s3_path={s3_path} is not an s3:// URL")
+            if not is_url(s3_path):
+                raise FgdataError(f"s3_path={s3_path} is not a URL such as s3://bucket/key.zip")
             # fetch_to_cache holds a file lock: the first process on a node downloads, the others wait and reuse it.
             return fetch_to_cache(s3_path, cache_dir=os.path.dirname(os.path.abspath(dataset_path)))
         raise OSError(f"{dataset_path}: no local zip or folder, and no s3_path ending in .zip to fetch")

@@ -7,7 +7,6 @@ is plain data that travels to the workers.
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,7 +70,7 @@ def parse_datatags(datatags: Sequence[str] | str) -> list[str]:
             raise LoaderConfigError(
                 f"datatags: {tag!r} is the preset's placeholder; set cfg.datatags = ['WDS:<your shard directory>']"
             )
-        if not storage.is_s3(path) and not os.path.isdir(path):
+        if not storage.is_dir(path):
             raise LoaderConfigError(f"datatags: {path} is not an existing directory")
         paths.append(path)
     if len(kinds) > 1:
@@ -163,7 +162,7 @@ def _scan(ref: ShardRef, cache_path: str | None):
     """Entries of a shard: its index when its recorded size matches, else a header scan (S3 shards are cached locally first)."""
     scan = load_index(ref.path, expected_size=ref.size)
     if scan is None:
-        scan = scan_shard(storage.fetch_to_cache(ref.path, cache_path) if storage.is_s3(ref.path) else ref.path)
+        scan = scan_shard(storage.fetch_to_cache(ref.path, cache_path))
     return scan
 
 
@@ -286,7 +285,7 @@ def resolve_dataset(
 def files_map_base(first_tag: str) -> str:
     """Relative files_map paths resolve against the tag's parent, or the tag itself when it ends in '/'."""
     if first_tag.endswith("/"):
-        return first_tag.rstrip("/") if storage.is_s3(first_tag) else first_tag
+        return first_tag.rstrip("/") or first_tag
     try:
         return storage.parent(first_tag)
     except FgdataError as exc:
@@ -308,7 +307,7 @@ def load_files_map(files_map: Mapping[str, Any] | None, first_tag: str) -> dict[
         path = str(spec)
         if path.startswith(PLACEHOLDER_PREFIX):
             raise LoaderConfigError(f"files_map[{key!r}]: {path!r} is a placeholder; set it to your file")
-        if storage.is_s3(path) or os.path.isabs(path):
+        if storage.is_absolute(path):
             resolved, how = path, "as given"
         else:
             base = files_map_base(first_tag)

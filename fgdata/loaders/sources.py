@@ -92,7 +92,7 @@ class ShardReaders:
     def _shard(self, ref: ShardRef, promised: int) -> ShardFile:
         f = self._open.pop(ref.path, None)
         if f is None:
-            local = storage.fetch_to_cache(ref.path, self.cache_path) if storage.is_s3(ref.path) else ref.path
+            local = storage.fetch_to_cache(ref.path, self.cache_path)
             f = ShardFile(local, scan=self.dataset.scans.get(ref.path))
             if len(f) != promised:
                 f.close()

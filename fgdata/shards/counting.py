@@ -63,7 +63,7 @@ def count_shards(
     sizes = selection.sizes
     indexed: set[str] = set()
     for folder in selection.folders:
-        if storage.is_s3(folder):  # a remote index saves streaming the shard; locally the scan is as cheap
+        if not storage.random_access(folder):  # an index saves streaming the shard; a local scan seeks, as cheap
             indexed.update(i.path.removesuffix(INDEX_SUFFIX) for i in storage.list_dir(folder, suffix=INDEX_SUFFIX))
 
     def work(shard: str) -> ShardCount:

@@ -29,7 +29,7 @@ class Sample:
 
 def discover_shards(path: str) -> list[str]:
     """The ``.tar`` shards directly under a directory or s3 prefix, in shard order (:func:`sort_shards`)."""
-    if not storage.is_s3(path) and not os.path.isdir(path):
+    if not storage.is_dir(path):
         raise StorageError(f"{path}: not a directory")
     return [i.path for i in sort_shards(storage.list_dir(path, suffix=".tar"), name=lambda i: i.name)]
 

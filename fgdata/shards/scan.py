@@ -469,23 +469,16 @@ def scan_fileobj(shard: str, fileobj: BinaryIO, *, seekable: bool, total: int | 
 
 
 def scan_shard(path: str, read_ahead: int = _PreadSource.WINDOW) -> ShardScan:
-    """Header-only scan of a local shard or an s3:// shard (streamed, payloads discarded).
+    """Header-only scan of a shard: payloads are seeked over where the storage allows, else streamed and discarded.
 
-    ``read_ahead``: bytes fetched per header read of a local shard; ``BLOCK`` reads exactly the
+    ``read_ahead``: bytes fetched per header read of a seekable shard; ``BLOCK`` reads exactly the
     headers (for a caller that reads the payloads itself afterwards).
     """
     from fgdata import storage
 
-    if storage.is_s3(path):
-        with storage.open_read(path) as stream:
-            scan = scan_fileobj(path, stream, seekable=False, total=None)
-        return scan
-    try:
-        f = open(path, "rb", buffering=4096)
-    except OSError as exc:
-        from fgdata.errors import StorageError
-
-        raise StorageError(f"{path}: {exc.strerror or exc}") from exc
-    with f:
-        total = os.fstat(f.fileno()).st_size
+    with storage.open_read(path, buffering=4096) as f:
+        if not f.seekable():
+            return scan_fileobj(path, f, seekable=False, total=None)
+        total = f.seek(0, os.SEEK_END)
+        f.seek(0)
         return scan_fileobj(path, f, seekable=True, total=total, read_ahead=read_ahead)

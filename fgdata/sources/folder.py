@@ -88,19 +88,13 @@ def _extension(name: str) -> str:
     return name.rpartition(".")[2].lower() if "." in name else ""
 
 
-def _relative(root: str, path: str) -> str:
-    if storage.is_s3(root):
-        return path[len(root.rstrip("/")) + 1 :]
-    return os.path.relpath(path, root).replace(os.sep, "/")
-
-
 def _refusal(rel: str, paths: list[str], real_root: str | None) -> str | None:
     """Why the item ``rel`` (with its media and sidecar ``paths``) cannot be read, or None."""
     try:
         rel.encode("utf-8")
     except UnicodeEncodeError:
         return "name: the file name is not valid UTF-8; rename it"
-    if real_root is None:  # s3 has no links; --follow-symlinks reads whatever they point at
+    if real_root is None:  # object stores have no links; --follow-symlinks reads whatever they point at
         return None
     for path in paths:
         target = _escaped_link(path, real_root)
@@ -115,7 +109,7 @@ def list_folder(root: str, extensions: Collection[str], follow_symlinks: bool = 
     infos = storage.list_recursive(root)
     rel_to_path = {}
     for info in infos:
-        rel = _relative(root, info.path)
+        rel = storage.relative(root, info.path)
         if any(part.startswith(".") for part in rel.split("/")):
             continue
         rel_to_path[rel] = info.path
@@ -126,7 +120,7 @@ def list_folder(root: str, extensions: Collection[str], follow_symlinks: bool = 
     def sidecar(stem: str, suffix: str) -> str | None:
         return rel_to_path.get(stem + suffix)
 
-    real_root = None if storage.is_s3(root) or follow_symlinks else os.path.realpath(root)
+    real_root = None if storage.is_url(root) or follow_symlinks else os.path.realpath(root)
     items = []
     for index, rel in enumerate(media):
         stem = rel.rpartition(".")[0]

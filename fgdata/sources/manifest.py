@@ -103,7 +103,7 @@ def read_rows(path: str) -> list[dict[str, Any]]:
 
 
 def _resolve(manifest: str, value: str) -> str:
-    if storage.is_s3(value) or value.startswith("/"):
+    if storage.is_absolute(value):
         return value
     return storage.join(storage.parent(manifest), value)
 

@@ -22,7 +22,6 @@ from fgdata import storage
 from fgdata.errors import FgdataError
 from fgdata.shards import COUNT_FILE, ShardCount, ShardSet, read_shard_counts, resolve_shards, write_ignore_index
 from fgdata.shards import write_counts as write_count_files
-from fgdata.shards.reader import ShardFile
 from fgdata.shards.scan import scan_shard
 from fgdata.verify.shard import Problem, ShardResult, check_shard, key_hash
 
@@ -183,11 +182,7 @@ def _cross_shard_duplicates(results: list[ShardResult]) -> None:
 
 def _keys_of(result: ShardResult) -> list[str]:
     """The readable keys of a shard, again: only for shards that hold a duplicated key hash."""
-    if storage.is_s3(result.shard):
-        scan = scan_shard(result.shard)
-        return [s.key for s in scan.samples]
-    with ShardFile(result.shard) as f:
-        return [s.key for s in f.entries]
+    return [s.key for s in scan_shard(result.shard).samples]
 
 
 def _check_counts(report: VerifyReport, count_file: str | None) -> None:

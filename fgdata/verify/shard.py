@@ -219,13 +219,6 @@ def _compare_index(result: ShardResult, entries: list[SampleEntry], damaged: boo
         )
 
 
-def _open_local(path: str) -> BinaryIO:
-    try:
-        return open(path, "rb", buffering=0)
-    except OSError as exc:
-        raise FgdataError(f"{path}: {exc.strerror or exc}") from None
-
-
 def _scan(result: ShardResult, f: BinaryIO, seekable: bool, total: int | None, require: Sequence[str], decode: bool,
           entries: list[SampleEntry], hashes: list[int]) -> None:
     wanted = (lambda name: _decodable(split_member_name(name)[1])) if decode else False
@@ -282,13 +275,12 @@ def check_shard(path: str, *, size: int | None = None, decode: bool = False, req
     entries: list[SampleEntry] = []
     hashes: list[int] = []
     try:
-        if storage.is_s3(path):
-            with storage.open_read(path) as stream:
-                _scan(result, stream, False, size, require, decode, entries, hashes)
-        else:
-            with _open_local(path) as f:
-                result.size = os.fstat(f.fileno()).st_size
-                _scan(result, f, True, result.size, require, decode, entries, hashes)
+        with storage.open_read(path, buffering=0) as f:
+            seekable = f.seekable()
+            if seekable:
+                result.size = f.seek(0, os.SEEK_END)
+                f.seek(0)
+            _scan(result, f, seekable, result.size, require, decode, entries, hashes)
     except FgdataError as exc:
         # Storage failed (an endpoint died mid-stream, a file vanished): the shard's
         # content is unknown, not bad. No count for it; its sample findings stand.
