@@ -159,7 +159,7 @@ def _start_over(job: ShardJob, notify: Notify | None) -> None:
     if not destmod.is_s3(job.dest):
         shutil.rmtree(os.path.join(job.dest, UNITS), ignore_errors=True)
     else:
-        _remove_tree(storage.join(job.dest, UNITS))
+        storage.remove_tree(storage.join(job.dest, UNITS))
 
 
 def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: Callable[[int], None] | None = None,
@@ -308,23 +308,6 @@ def _run_unit(items: Sequence[WorkItem], order: Sequence[int], span: tuple[int, 
     }
 
 
-def _move(src: str, dst: str) -> None:
-    if storage.is_s3(src):
-        from fgdata.storage import s5cmd
-
-        s5cmd.run(src, "mv", "--raw", src, dst, timeout=s5cmd.TRANSFER_TIMEOUT_S)
-    else:
-        os.replace(src, dst)
-
-
-def _remove_tree(path: str) -> None:
-    if storage.is_s3(path):
-        for info in storage.list_recursive(path):
-            storage.remove(info.path)
-    else:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def _merge(dest: str, plan: dict[str, Any]) -> None:
     """Apply a merge plan: unit shards into one numbering. Idempotent, so an interrupted merge reruns."""
     for src, dst in plan["moves"]:
@@ -333,10 +316,10 @@ def _merge(dest: str, plan: dict[str, Any]) -> None:
                 scan, record = parse_index(src, storage.read_bytes(index_path(src)))
                 scan.shard = dst
                 write_index(scan, dst, record)
-                _move(src, dst)
+                storage.move(src, dst)
             storage.remove(index_path(src))
     write_shard_counts(storage.join(dest, COUNT_FILE), plan["counts"])
-    _remove_tree(storage.join(dest, UNITS))
+    storage.remove_tree(storage.join(dest, UNITS))
 
 
 def _run_ray(job: ShardJob, items: list[WorkItem], order: list[int], progress: ProgressFn | None) -> JobReport:

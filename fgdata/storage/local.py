@@ -67,7 +67,7 @@ class LocalBackend(Backend):
         except OSError as exc:
             raise _os_error(path, exc) from None
         with f:
-            yield f  # type: ignore[misc]
+            yield f
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
         """Loops over ``os.pread``: one call returns at most about 2 GiB on Linux."""

@@ -367,7 +367,7 @@ class CatStream(io.RawIOBase):
         self._stderr.seek(0)
         return classify(error_line(self._stderr.read()))
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
+    def readinto(self, buffer) -> int:
         if self._done:
             return 0
         view = memoryview(buffer).cast("B")
