@@ -97,7 +97,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def staging_dir(self, dest: str) -> str:
-        """A local directory where files for ``dest`` are built before :meth:`publish` moves them in."""
+        """The local folder (not created here) where files for ``dest`` are built before :meth:`publish` moves them in."""
 
     @abc.abstractmethod
     def publish(self, staged: str, path: str) -> None:

@@ -125,7 +125,7 @@ def local_copy(path: str, directory: str) -> str:
 
 
 def staging_dir(dest: str) -> str:
-    """Where to build files bound for ``dest``: ``dest`` itself when local, else a temporary folder."""
+    """Where to build files bound for ``dest`` (not created here): ``dest`` itself when local, else a private local folder."""
     return backend_for(dest).staging_dir(dest)
 
 

@@ -162,7 +162,6 @@ class LocalBackend(Backend):
 
     def staging_dir(self, dest: str) -> str:
         """``dest`` itself: a rename inside one folder is atomic and copies nothing."""
-        os.makedirs(dest, exist_ok=True)
         return dest
 
     def publish(self, staged: str, path: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
 import tempfile
@@ -136,8 +137,13 @@ class S3Backend(Backend):
         return local
 
     def staging_dir(self, dest: str) -> str:
-        """A fresh temporary directory; :meth:`publish` uploads from it."""
-        return tempfile.mkdtemp(prefix="fgdata-stage-")
+        """This host's private folder for ``dest`` under ``$FGDATA_CACHE`` (never the shared temp folder).
+
+        The same folder on every run, so a rerun finds (and clears) what a killed run left.
+        """
+        root = os.environ.get("FGDATA_CACHE") or os.path.expanduser("~/.cache/fgdata")
+        digest = hashlib.sha256(dest.rstrip("/").encode()).hexdigest()[:20]
+        return os.path.join(root, "staging", digest)
 
     def publish(self, staged: str, path: str) -> None:
         self.upload(staged, path)

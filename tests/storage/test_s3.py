@@ -217,3 +217,23 @@ def test_secrets_never_in_error_text(s3_bucket, monkeypatch, closed_port_url, tm
     for message in messages:
         assert secret not in message and "AKIAFGDATATESTKEY" not in message
         assert "\n" not in message
+
+
+def test_move_remove_tree_local_copy_and_publish(s3_bucket, tmp_path):
+    from fgdata import storage
+
+    write_bytes(f"{s3_bucket}/t/a.tar", b"a" * 100)
+    write_bytes(f"{s3_bucket}/t/sub/b.tar", b"b")
+    storage.move(f"{s3_bucket}/t/a.tar", f"{s3_bucket}/t/c.tar")
+    assert [i.name for i in list_recursive(f"{s3_bucket}/t")] == ["c.tar", "b.tar"]
+    with pytest.raises(StorageError, match=f"^{s3_bucket}/t/a.tar: object not found$"):
+        storage.move(f"{s3_bucket}/t/a.tar", f"{s3_bucket}/t/d.tar")
+    local = storage.local_copy(f"{s3_bucket}/t/c.tar", str(tmp_path))
+    assert local == str(tmp_path / "c.tar") and (tmp_path / "c.tar").read_bytes() == b"a" * 100
+    staged = tmp_path / "staged.tar"
+    staged.write_bytes(b"s")
+    storage.publish(str(staged), f"{s3_bucket}/t/s.tar")
+    assert read_bytes(f"{s3_bucket}/t/s.tar") == b"s" and not staged.exists()
+    assert storage.is_dir(f"{s3_bucket}/t") and not storage.is_dir(f"{s3_bucket}/t/c.tar")
+    storage.remove_tree(f"{s3_bucket}/t")
+    assert list_recursive(f"{s3_bucket}/t") == [] and not storage.is_dir(f"{s3_bucket}/t")
