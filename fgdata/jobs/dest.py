@@ -21,16 +21,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import secrets
-import shutil
 import socket
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from fgdata import storage
 from fgdata.errors import FgdataError
+from fgdata.storage import staging_dir
 
 STATE_DIR = ".fgdata"
 LOCK_FILE = "lock"
@@ -41,10 +41,6 @@ SIDE_FILES = frozenset({STATE_DIR, "shard_count.json", "failures.json", "provena
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 Notify = Callable[[str], None]
-
-
-def is_s3(path: str) -> bool:
-    return path.startswith("s3://")
 
 
 # -- temporary files -------------------------------------------------------------------------------------
@@ -90,15 +86,6 @@ def clean_temps(directory: str) -> list[str]:
     return removed
 
 
-def staging_dir(dest: str) -> str:
-    """This host's private staging folder for an s3:// destination (local ones stage in place)."""
-    if not is_s3(dest):
-        return dest
-    root = os.environ.get("FGDATA_CACHE") or os.path.expanduser("~/.cache/fgdata")
-    digest = hashlib.sha256(dest.rstrip("/").encode()).hexdigest()[:20]
-    return os.path.join(root, "staging", digest)
-
-
 # -- the lock --------------------------------------------------------------------------------------------
 
 
@@ -116,7 +103,7 @@ class DestLock:
     """An exclusive, crash-safe lock on one destination (see the module docstring)."""
 
     def __init__(self, dest: str, name: str = LOCK_FILE):
-        folder = os.path.join(staging_dir(dest), STATE_DIR) if is_s3(dest) else os.path.join(dest, STATE_DIR)
+        folder = os.path.join(staging_dir(dest), STATE_DIR)
         self.dest = dest
         self.path = os.path.join(folder, name)
         self._fd: int | None = None
@@ -167,17 +154,8 @@ class DestLock:
 
 
 def _entries(dest: str) -> list[str]:
-    """Top-level names in ``dest`` (folders included; for s3, the direct objects)."""
-    if is_s3(dest):
-        from fgdata import storage
-
-        return [i.name for i in storage.list_dir(dest)]
-    try:
-        return sorted(os.listdir(dest))
-    except FileNotFoundError:
-        return []
-    except NotADirectoryError:
-        raise FgdataError(f"{dest}: not a folder") from None
+    """Top-level names in ``dest``, folders (s3: prefixes) included."""
+    return storage.list_names(dest)
 
 
 def foreign_files(dest: str, keep: Iterable[str] = ()) -> list[str]:
@@ -198,17 +176,7 @@ def foreign_files(dest: str, keep: Iterable[str] = ()) -> list[str]:
 
 
 def _remove(dest: str, name: str) -> None:
-    if is_s3(dest):
-        from fgdata import storage
-
-        storage.remove(storage.join(dest, name))
-        return
-    path = os.path.join(dest, name)
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+    storage.remove_tree(storage.join(dest, name))
 
 
 def _listing(names: list[str], most: int = 5) -> str:
@@ -239,19 +207,18 @@ def check_foreign(dest: str, keep: Iterable[str] = (), overwrite: bool = False, 
 
 @contextlib.contextmanager
 def claimed(dest: str, lock_name: str = LOCK_FILE) -> Iterator[DestLock]:
-    """Hold ``dest``'s lock and clear what a killed job left: temporaries, and s3 staging."""
-    if not is_s3(dest):
-        os.makedirs(dest, exist_ok=True)
+    """Hold ``dest``'s lock and clear what a killed job left: temporaries, or a separate staging folder."""
+    storage.make_dirs(dest)
     lock = DestLock(dest, lock_name)
     lock.acquire()
     try:
-        if is_s3(dest):
-            stage = staging_dir(dest)
+        stage = staging_dir(dest)
+        if stage == dest:  # built in place: only the temporaries are the job's
+            clean_temps(dest)
+        else:  # a private staging folder (s3): everything but the lock is a killed job's leftover
             for name in os.listdir(stage):
                 if name != STATE_DIR:
                     _remove(stage, name)
-        else:
-            clean_temps(dest)
         yield lock
     finally:
         lock.release()

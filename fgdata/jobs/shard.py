@@ -101,7 +101,7 @@ def load_items(job: ShardJob) -> list[WorkItem]:
         return read_prompts(job.src, job.caption_column)
     if is_manifest(job.src):
         return read_manifest(job.src, job.path_column, job.caption_column)
-    if not storage.is_s3(job.src) and not storage.exists(job.src):
+    if not storage.exists(job.src):
         raise FgdataError(f"{job.src}: no such folder or manifest")
     exts = IMAGE_EXTS if job.options.kind == "images" else VIDEO_EXTS
     return list_folder(job.src, exts, follow_symlinks=job.follow_symlinks)
@@ -156,10 +156,7 @@ def _start_over(job: ShardJob, notify: Notify | None) -> None:
     """``--no-resume``: remove the earlier run's outputs, saying what goes."""
     names = [n for n in destmod._entries(job.dest) if n != destmod.STATE_DIR and not destmod.is_temp(n)]
     destmod.remove_files(job.dest, names, "--no-resume", notify)
-    if not destmod.is_s3(job.dest):
-        shutil.rmtree(os.path.join(job.dest, UNITS), ignore_errors=True)
-    else:
-        storage.remove_tree(storage.join(job.dest, UNITS))
+    storage.remove_tree(storage.join(job.dest, UNITS))
 
 
 def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: Callable[[int], None] | None = None,
@@ -188,7 +185,7 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
         if job.engine == "ray":
             return _run_ray(job, items, order, progress)
         writer = ShardWriter(job.dest, pattern=PATTERN, maxcount=job.maxcount, maxsize=job.maxsize,
-                             stage=destmod.staging_dir(job.dest))
+                             stage=storage.staging_dir(job.dest))
         resumed = writer.resume_point.next_input
         try:
             result = write_range(writer, items, order, (0, len(items)), job.options, job.workers, progress)
@@ -288,7 +285,7 @@ def _run_unit(items: Sequence[WorkItem], order: Sequence[int], span: tuple[int, 
               job: ShardJob) -> dict[str, Any]:
     """One work unit (in a Ray worker): positions ``span`` into shards under ``dest``; resumable, idempotent."""
     writer = ShardWriter(dest, pattern=PATTERN, maxcount=job.maxcount, maxsize=job.maxsize,
-                         stage=destmod.staging_dir(dest))
+                         stage=storage.staging_dir(dest))
     try:
         result = write_range(writer, items, order, span, job.options)
     except BaseException:

@@ -49,10 +49,7 @@ def estimate_camera(video: str, output: str | None = None) -> tuple[str, str]:
     stem = storage.basename(video).rpartition(".")[0]
     out_dir = output or storage.parent(video)
     with tempfile.TemporaryDirectory(prefix="fgdata-vipe-") as tmp:
-        local = video
-        if storage.is_s3(video):
-            local = os.path.join(tmp, storage.basename(video))
-            storage.download(video, local)
+        local = storage.local_copy(video, tmp)
         results = os.path.join(tmp, "results")
         proc = subprocess.run([exe, "infer", os.path.abspath(local), "--output", results],
                               capture_output=True, text=True)

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 from fgdata import storage
 from fgdata.errors import ShardError
 from fgdata.jobs import testhook
-from fgdata.jobs.dest import clean_temps, open_temp, staging_dir
+from fgdata.jobs.dest import clean_temps, open_temp
 from fgdata.jobs.signals import critical
 from fgdata.shards.index import COUNT_FILE, index_path, parse_index, write_index, write_shard_counts
 from fgdata.shards.keys import validate_extension, validate_key
@@ -146,13 +146,12 @@ class ShardWriter:
             raise ShardError("maxcount must be at least 1")
         if maxsize is not None and maxsize < BLOCK * 4:
             raise ShardError("maxsize must be at least 2048 bytes")
-        self.dest = dest.rstrip("/") if storage.is_s3(dest) else dest
+        self.dest = dest.rstrip("/") or dest
         self.pattern = pattern
         self._regex = _pattern_regex(pattern)
         self.maxcount = maxcount
         self.maxsize = maxsize
-        self.remote = storage.is_s3(dest)
-        self._stage = (stage or staging_dir(self.dest)) if self.remote else dest
+        self._stage = stage or storage.staging_dir(self.dest)
         os.makedirs(self._stage, exist_ok=True)
         self._keys: set[str] = set()
         self._counts: dict[str, int] = {}
@@ -176,7 +175,7 @@ class ShardWriter:
         return {"pattern": self.pattern, "maxcount": self.maxcount, "maxsize": self.maxsize}
 
     def _existing(self) -> dict[int, storage.FileInfo]:
-        if not self.remote and not os.path.isdir(self.dest):
+        if not storage.is_dir(self.dest):
             return {}
         found = {}
         for info in storage.list_dir(self.dest):
@@ -309,11 +308,7 @@ class ShardWriter:
             "failures": [f.to_json() for f in self._pending],
         }
         write_index(scan, final, job)
-        if self.remote:
-            storage.upload(self._tmp, final)
-            os.unlink(self._tmp)
-        else:
-            os.replace(self._tmp, final)
+        storage.publish(self._tmp, final)
         self._tmp = None
         self._counts[name] = len(self._entries)
         self._failures.extend(self._pending)

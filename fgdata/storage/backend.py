@@ -48,8 +48,12 @@ class Backend(abc.ABC):
         raise StorageError(f"{path}: this storage has no ranged reads; stream it with open_read")
 
     @abc.abstractmethod
-    def list(self, path: str, recursive: bool) -> list[FileInfo]:
+    def list_files(self, path: str, recursive: bool) -> list[FileInfo]:
         """Files directly under (``recursive``: anywhere below) a directory or prefix, unsorted."""
+
+    @abc.abstractmethod
+    def list_names(self, path: str) -> list[str]:
+        """Names directly under ``path``, folders included (S3: objects and prefixes), sorted; none when missing."""
 
     @abc.abstractmethod
     def stat(self, path: str) -> FileInfo | None:
@@ -85,7 +89,10 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def remove_tree(self, path: str) -> None:
-        """Delete a directory or prefix and everything below it; a missing one is not an error."""
+        """Delete ``path`` whatever it is: a file, or a folder (prefix) with everything below it.
+
+        A link is removed, never followed; a missing path is not an error.
+        """
 
     @abc.abstractmethod
     def make_dirs(self, path: str) -> None:

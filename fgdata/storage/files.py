@@ -47,7 +47,7 @@ def read_text(path: str) -> str:
 
 def list_dir(path: str, suffix: str | None = None) -> list[FileInfo]:
     """Direct children that are files, sorted by name; ``suffix`` matches in any case."""
-    infos = backend_for(path).list(path, recursive=False)
+    infos = backend_for(path).list_files(path, recursive=False)
     if suffix is not None:
         infos = [i for i in infos if i.name.lower().endswith(suffix.lower())]
     return sorted(infos, key=lambda i: i.name)
@@ -55,7 +55,12 @@ def list_dir(path: str, suffix: str | None = None) -> list[FileInfo]:
 
 def list_recursive(path: str) -> list[FileInfo]:
     """All files below ``path``, sorted by full path."""
-    return sorted(backend_for(path).list(path, recursive=True), key=lambda i: i.path)
+    return sorted(backend_for(path).list_files(path, recursive=True), key=lambda i: i.path)
+
+
+def list_names(path: str) -> list[str]:
+    """Names directly under ``path``, folders (prefixes) included, sorted; a missing folder has none."""
+    return backend_for(path).list_names(path)
 
 
 def stat(path: str) -> FileInfo | None:
@@ -110,7 +115,7 @@ def remove(path: str) -> None:
 
 
 def remove_tree(path: str) -> None:
-    """Delete a directory or prefix with everything below it; a missing one is not an error."""
+    """Delete a file, or a directory (prefix) with everything below it; links are removed, never followed."""
     backend_for(path).remove_tree(path)
 
 

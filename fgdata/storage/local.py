@@ -88,7 +88,7 @@ class LocalBackend(Backend):
         finally:
             os.close(fd)
 
-    def list(self, path: str, recursive: bool) -> list[FileInfo]:
+    def list_files(self, path: str, recursive: bool) -> list[FileInfo]:
         if not recursive:
             try:
                 with os.scandir(path) as it:
@@ -107,6 +107,16 @@ class LocalBackend(Backend):
             for name in names
             if os.path.isfile(p := os.path.join(root, name))
         ]
+
+    def list_names(self, path: str) -> list[str]:
+        try:
+            return sorted(os.listdir(path))
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            raise StorageError(f"{path}: not a directory") from None
+        except OSError as exc:
+            raise _os_error(path, exc) from None
 
     def stat(self, path: str) -> FileInfo | None:
         try:
@@ -152,7 +162,15 @@ class LocalBackend(Backend):
             os.remove(path)
 
     def remove_tree(self, path: str) -> None:
-        shutil.rmtree(path, ignore_errors=True)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise _os_error(exc.filename or path, exc) from None
 
     def make_dirs(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)

@@ -55,7 +55,7 @@ class S3Backend(Backend):
         finally:
             raw.close()
 
-    def list(self, path: str, recursive: bool) -> list[FileInfo]:
+    def list_files(self, path: str, recursive: bool) -> list[FileInfo]:
         prefix = _prefix(path)
         infos = []
         for entry in s5cmd.list_entries(prefix, recursive=recursive):
@@ -67,6 +67,15 @@ class S3Backend(Backend):
                 continue
             infos.append(FileInfo(key, rel.rpartition("/")[2], int(entry.get("size", 0))))
         return infos
+
+    def list_names(self, path: str) -> list[str]:
+        prefix = _prefix(path)
+        names = {
+            entry["key"][len(prefix):].rstrip("/")
+            for entry in s5cmd.list_entries(prefix)
+            if entry.get("key", "").startswith(prefix)
+        }
+        return sorted(n for n in names if n and "/" not in n)
 
     def stat(self, path: str) -> FileInfo | None:
         entry = _entry(path) if split_s3(path)[1] else None
@@ -122,7 +131,9 @@ class S3Backend(Backend):
         s5cmd.run(path, "rm", "--raw", path, size=0, missing_ok=True)
 
     def remove_tree(self, path: str) -> None:
-        for info in self.list(path, recursive=True):
+        if split_s3(path)[1].strip("/"):
+            self.remove(path.rstrip("/"))
+        for info in self.list_files(path, recursive=True):
             self.remove(info.path)
 
     def make_dirs(self, path: str) -> None:
