@@ -74,7 +74,7 @@ def _is_pattern(path: str) -> bool:
 def _listing(folder: str, cache: dict[str, dict[str, int]]) -> dict[str, int]:
     """path -> size of the files directly in a local folder or s3 prefix (one listing per folder)."""
     if folder not in cache:
-        cache[folder] = {i.path: i.size for i in storage.list_dir(folder)} if storage.is_s3(folder) or os.path.isdir(folder) else {}
+        cache[folder] = {i.path: i.size for i in storage.list_dir(folder)} if storage.is_dir(folder) else {}
     return cache[folder]
 
 
@@ -87,38 +87,28 @@ def _one(path: str, out: ShardSet, listings: dict[str, dict[str, int]]) -> bool:
                 raise ShardError(f"{path}: the pattern names {name}, not a .tar shard; {EXPECTED}")
             sizes = _listing(storage.parent(name), listings)
             if name not in sizes:
-                if not storage.is_s3(name) and os.path.isdir(name):
+                if storage.is_dir(name):
                     raise ShardError(f"{name} (from the pattern {path}) is a folder, not a .tar shard")
                 raise ShardError(f"{name} (from the pattern {path}): shard not found")
             out.shards.append(name)
             out.sizes[name] = sizes[name]
         return False
-    if storage.is_s3(path):
-        if is_shard_name(path):
-            sizes = _listing(storage.parent(path), listings)
-            if path not in sizes:
-                raise ShardError(f"{path}: shard not found")
-            out.shards.append(path)
-            out.sizes[path] = sizes[path]
-            return False
-        shards = discover_shards(path)
-        if not shards:
-            raise ShardError(f"{path}: no .tar shards under this prefix; {EXPECTED}")
-        out.shards.extend(shards)
-        wanted = set(shards)
-        out.sizes.update((p, n) for p, n in _listing(path, listings).items() if p in wanted)
-        return True
-    if os.path.isdir(path):
+    if storage.is_dir(path):  # a folder, or an s3 prefix with objects below it
         shards = discover_shards(path)
         if not shards:
             raise ShardError(f"{path} is a folder without .tar shards; {EXPECTED}")
         out.shards.extend(shards)
+        wanted = set(shards)
+        out.sizes.update((p, n) for p, n in _listing(path, listings).items() if p in wanted)
         return True
-    if os.path.isfile(path):
-        if not is_shard_name(path):
-            raise ShardError(f"{path} is a file, not a .tar shard; {EXPECTED}")
-        out.shards.append(path)
-        return False
+    if is_shard_name(path):
+        sizes = _listing(storage.parent(path), listings)  # one listing serves every shard of a folder
+        if path in sizes:
+            out.shards.append(path)
+            out.sizes[path] = sizes[path]
+            return False
+    elif storage.stat(path) is not None:
+        raise ShardError(f"{path} is a file, not a .tar shard; {EXPECTED}")
     if os.path.lexists(path):
         raise ShardError(f"{path} is neither a file nor a folder; {EXPECTED}")
     raise ShardError(f"{path}: not found; {EXPECTED}")

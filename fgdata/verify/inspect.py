@@ -148,7 +148,7 @@ def inspect_shard(path: str, *, limit: int = 5, key: str | None = None, preview:
     def wanted(k: str, i: int) -> bool:
         return k == key if key is not None else shown_before + i < limit
 
-    if storage.is_s3(path):
+    if not storage.random_access(path):  # streamed front to back; local shards are scanned, then read at offsets
         count, damage = 0, None
         try:
             with storage.open_read(path) as stream:
