@@ -224,11 +224,10 @@ def neg_prompt(
 
 def _kd(prompts: str, dst: str, options: Any, device: str, flags: dict[str, Any]) -> None:
     """Both kd commands: the CLI built the options; the library does the rest."""
-    import os
-
+    from fgdata import storage
     from fgdata.encode.kd import kd_run
 
-    total = _total(prompts) if os.path.isdir(prompts) or prompts.startswith("s3://") else None
+    total = _total(prompts) if storage.is_dir(prompts) else None
     args = {"prompts": prompts, "dst": dst, "options": options, "device": device}
     _run(kd_run, args, flags, label=f"kd {options.mode}", total=total)
 

@@ -168,9 +168,7 @@ def sample(teacher: Teacher, noise: Any, cond: Any, uncond: Any | None, *, steps
 
 def _prompt_tasks(prompts: str, per_shard: int) -> list[Task]:
     """A directory of shards (keys and txt kept), or a UTF-8 file with one prompt per line (keys sample_%06d)."""
-    import os
-
-    if storage.is_s3(prompts) or os.path.isdir(prompts):
+    if storage.is_dir(prompts):
         return shard_tasks(prompts)
     try:
         lines = [ln.strip() for ln in storage.read_text(prompts).splitlines()]

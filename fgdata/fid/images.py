@@ -88,7 +88,7 @@ class ZipSource(ImageSource):
         from fgdata.loaders.image_loader import ImageZipDataset
 
         self.path = path
-        local = storage.fetch_to_cache(path) if storage.is_s3(path) else path
+        local = storage.fetch_to_cache(path)
         self.kind = "folder" if os.path.isdir(local) else "zip"
         try:
             self._data = ImageZipDataset(local, use_labels=False)
@@ -189,6 +189,6 @@ def open_source(path: str, workers: int = 8) -> ImageSource:
     """``WDS:<dir or s3 prefix>`` for shards; otherwise an EDM zip (local or s3://) or a local image folder."""
     if path.startswith(SHARD_PREFIX):
         return ShardSource(path[len(SHARD_PREFIX):], workers=workers)
-    if not storage.is_s3(path) and not storage.exists(path):
+    if not storage.exists(path):
         raise FgdataError(f"{path}: no such zip or folder")
     return ZipSource(path)

@@ -107,10 +107,10 @@ class DetectorCache:
 
 
 def work_dir(out: str, given: str | None) -> str:
-    """Where chunk files live: ``--work-dir``, else beside a local output, else in the node cache (s3 output)."""
+    """Where chunk files live: ``--work-dir``, else beside a local output, else in the node cache (remote output)."""
     if given:
         return given
-    if not storage.is_s3(out):
+    if not storage.is_url(out):
         return f"{out}.chunks"
     from fgdata.storage.cache import cache_root
 

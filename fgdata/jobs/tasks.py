@@ -126,7 +126,7 @@ def _read_json(path: str) -> dict[str, Any] | None:
 
 
 def _work_dir(dest: str, name: str, rank: int) -> str:
-    root = destmod.staging_dir(dest) if storage.is_s3(dest) else dest
+    root = storage.staging_dir(dest)  # dest itself where renames are atomic, else a local folder
     path = os.path.join(root, STATE_DIR, "work", f"{name}.rank{rank}")
     shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path)
@@ -179,10 +179,7 @@ def _write_task(job: TaskJob, task: Task, results: Iterable[Result], rank: int, 
             # The index first: a shard never sits under its final name without one (other ranks would
             # take it for a file fgdata did not write); a stale index is told apart by its size.
             write_index(ShardScan(shard=final, size=scan.size, samples=scan.samples), final, record)
-            if storage.is_s3(final):
-                storage.upload(built, final)
-            else:
-                os.replace(built, final)
+            storage.publish(built, final)
         elif not job.in_place:
             storage.remove(final)
             storage.remove(final + ".idx.json")
@@ -374,6 +371,6 @@ def same_place(a: str | None, b: str) -> bool:
     """Whether two folders or prefixes are the same place (an in-place update)."""
     if a is None:
         return False
-    if storage.is_s3(a) or storage.is_s3(b):
+    if storage.is_url(a) or storage.is_url(b):
         return a.rstrip("/") == b.rstrip("/")
     return os.path.realpath(a) == os.path.realpath(b)

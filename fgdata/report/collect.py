@@ -145,7 +145,7 @@ def _open(path: str, stats: Stats) -> tuple[int | None, Iterator[_Entry]]:
 
     name = storage.basename(path)
     row = stats.shards[-1]
-    if storage.is_s3(path):
+    if not storage.random_access(path):
         index = load_index(path, expected_size=row["bytes"])
 
         def stream() -> Iterator[_Entry]:
