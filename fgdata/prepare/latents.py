@@ -81,6 +81,7 @@ def encode_latent_zip(rgb_zip: str | os.PathLike[str], dest: str | os.PathLike[s
                     return pool.map(_decode, batch)
                 pending = submit(pos) if pos < stop else None
                 for a in range(pos, stop, batch_size):
+                    assert pending is not None  # submitted for every a < stop
                     images = np.stack(list(pending))
                     pending = submit(a + batch_size) if a + batch_size < stop else None
                     for k, moments in enumerate(encode_moments(model, images)):
