@@ -2,7 +2,9 @@
 
 Workers start with ``forkserver`` (``spawn`` where it is missing), never ``fork``: a fork
 while any thread runs (Ray's, a decoder's, the progress bar's) can copy a held lock and hang
-the child. The forkserver imports ``preload`` once, so each worker starts in milliseconds.
+the child. The forkserver imports ``preload`` once, so each worker starts in milliseconds; workers
+are started without re-running the caller's main script (for the CLI that would import Typer and
+rich again in every worker, a third of a second each), since they only run importable functions.
 Results are consumed oldest first with at most ``WINDOW_PER_WORKER`` chunks per worker in
 flight, so the output does not depend on the number of workers and a slow writer never lets
 results pile up. On any exit other than the normal end (an error, :class:`Interrupted`) the
@@ -12,9 +14,12 @@ pool is terminated and joined: no worker outlives the job.
 from __future__ import annotations
 
 import multiprocessing
+import sys
+import types
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
+from contextlib import contextmanager
 from itertools import islice
 from multiprocessing.pool import AsyncResult
 from typing import Any, TypeVar
@@ -46,6 +51,17 @@ def pool_context(preload: Sequence[str] = ()) -> Any:
     return multiprocessing.get_context("spawn")
 
 
+@contextmanager
+def _main_script_hidden() -> Iterator[None]:
+    """While workers start: a bare ``__main__``, so multiprocessing does not re-import the caller's script in them."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
 def ordered_map(
     fn: Callable[[T], R],
     args: Iterable[T],
@@ -65,7 +81,8 @@ def ordered_map(
             initializer(*initargs)
         yield from map(fn, args)
         return
-    pool = pool_context(preload).Pool(workers, initializer=_init_worker, initargs=(initializer, initargs))
+    with _main_script_hidden():
+        pool = pool_context(preload).Pool(workers, initializer=_init_worker, initargs=(initializer, initargs))
     pending: deque[AsyncResult[list[R]]] = deque()
     it = iter(args)
     task = partial(_apply_chunk, fn)

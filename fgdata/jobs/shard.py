@@ -44,7 +44,8 @@ JOB_FILE = "shard_job.json"
 PATTERN = "%05d.tar"
 UNITS = ".fgdata/units"
 PLAN = "merge.json"
-PRELOAD = ("fgdata.producers.media",)
+#: Imported once in the forkserver, so pool workers start with the decoders loaded (video: PyAV on first use).
+PRELOAD = ("fgdata.jobs.shard", "fgdata.media.image")
 
 #: ``progress(inputs_done, bytes_read)``: increments, called after each input is written or failed.
 ProgressFn = Callable[[int, int], None]
@@ -262,7 +263,9 @@ def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
         skip = _keys_in_complete_shards(writer, sample_key(items[order[start]].index) + "_")
     nbytes = 0
     tasks = ((p, items[order[p]]) for p in range(start, stop))
-    chunksize = 1 if options.kind == "videos" else 16
+    # Images go to workers in chunks (less pickling per image), small enough that the last chunks
+    # spread evenly over the workers; each video is one task.
+    chunksize = 1 if options.kind == "videos" else max(1, min(16, (stop - start) // (8 * max(1, workers))))
     for out in ordered_map(partial(_transform_at, options=options), tasks, workers, chunksize, preload=PRELOAD):
         if out.reason is not None:
             writer.fail(out.position, out.name, out.reason)
