@@ -8,23 +8,28 @@ rich again in every worker, a third of a second each), since they only run impor
 Results are consumed oldest first with at most ``WINDOW_PER_WORKER`` chunks per worker in
 flight, so the output does not depend on the number of workers and a slow writer never lets
 results pile up. On any exit other than the normal end (an error, :class:`Interrupted`) the
-pool is terminated and joined: no worker outlives the job.
+workers are killed and joined: no worker outlives the job. A worker that dies is an error, not a hang.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sys
+import threading
 import types
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from functools import partial
 from contextlib import contextmanager
 from itertools import islice
-from multiprocessing.pool import AsyncResult
+from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
-from fgdata.jobs.signals import ignore_in_worker
+from fgdata.errors import FgdataError
+from fgdata.jobs.signals import RESUME_HINT, ignore_in_worker
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -35,8 +40,19 @@ def _apply_chunk(fn: Callable[[T], R], chunk: list[T]) -> list[R]:
     return [fn(a) for a in chunk]
 
 
-def _init_worker(initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
+def _exit_with_parent(parent_alive: Connection) -> None:
+    """Block until the job's end of the pipe closes (the job ended or was killed), then exit at once."""
+    try:
+        parent_alive.recv_bytes()
+    except (EOFError, OSError):
+        pass
+    os._exit(1)
+
+
+def _init_worker(parent_alive: Connection, initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
     ignore_in_worker()
+    # A worker must not outlive a job killed with SIGKILL: nothing else would ever tell it to stop.
+    threading.Thread(target=_exit_with_parent, args=(parent_alive,), daemon=True).start()
     if initializer is not None:
         initializer(*initargs)
 
@@ -62,6 +78,17 @@ def _main_script_hidden() -> Iterator[None]:
         sys.modules["__main__"] = main
 
 
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Kill the workers now (an error or a signal: their chunks are abandoned) and wait for them."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+    if terminate is not None:
+        terminate()
+    else:
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.kill()
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 def ordered_map(
     fn: Callable[[T], R],
     args: Iterable[T],
@@ -74,37 +101,53 @@ def ordered_map(
     """``map(fn, args)`` on ``workers`` processes (in this process when ``workers <= 1``), in order.
 
     ``fn`` and ``initializer`` must be importable module-level functions (or partials of them);
-    ``initializer(*initargs)`` runs once per worker.
+    ``initializer(*initargs)`` runs once per worker. A worker that dies (killed by the system,
+    out of memory, a crash in a decoder library) ends the map with a one-line :class:`FgdataError`
+    instead of a wait for a result that will never come.
     """
     if workers <= 1:
         if initializer is not None:
             initializer(*initargs)
         yield from map(fn, args)
         return
-    with _main_script_hidden():
-        pool = pool_context(preload).Pool(workers, initializer=_init_worker, initargs=(initializer, initargs))
-    pending: deque[AsyncResult[list[R]]] = deque()
+    pending: deque[Future[list[R]]] = deque()
     it = iter(args)
     task = partial(_apply_chunk, fn)
 
     def submit() -> bool:
         chunk = list(islice(it, chunksize))
         if chunk:
-            pending.append(pool.apply_async(task, (chunk,)))
+            pending.append(pool.submit(task, chunk))
         return bool(chunk)
 
     finished = False
+    ctx = pool_context(preload)
+    parent_alive, alive_end = ctx.Pipe(duplex=False)  # workers get a copy of the receiving end; the job holds both
+    with _main_script_hidden():  # workers start on the first submits, up to ``workers`` of them
+        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
+                                   initargs=(parent_alive, initializer, initargs))
+        try:
+            while len(pending) < workers * WINDOW_PER_WORKER and submit():
+                pass
+        except BaseException:
+            _stop_workers(pool)
+            alive_end.close()
+            parent_alive.close()
+            raise
     try:
-        while len(pending) < workers * WINDOW_PER_WORKER and submit():
-            pass
         while pending:
-            results = pending.popleft().get()
+            try:
+                results = pending.popleft().result()
+            except BrokenProcessPool:
+                raise FgdataError(f"a worker process died (killed by the system, out of memory, or a crash in a "
+                                  f"decoder); the outputs completed before it are kept; {RESUME_HINT}") from None
             submit()
             yield from results
         finished = True
     finally:
         if finished:
-            pool.close()
+            pool.shutdown(wait=True)
         else:
-            pool.terminate()
-        pool.join()
+            _stop_workers(pool)
+        alive_end.close()
+        parent_alive.close()
