@@ -8,8 +8,7 @@ commands. Multi-GPU: launch under ``torchrun`` (each rank owns output shards ``i
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import typer
 
@@ -29,29 +28,8 @@ RESUME = options.RESUME
 OVERWRITE = options.OVERWRITE
 WAIT = typer.Option(None, "--wait-timeout", help="Seconds the finishing rank waits for the other ranks' shards (default 3600).")
 QUIET = options.QUIET
-
-
-@contextmanager
-def _progress(label: str, total: int | None, enabled: bool) -> Iterator[Callable[[int], None]]:
-    """A rich bar with samples/s; under torchrun each rank draws its own, labelled with its rank."""
-    from fgdata.cli.render import progress
-    from fgdata.jobs.ranks import dist_env
-
-    rank, world = dist_env()
-    if world > 1:
-        label = f"{label} [rank {rank}/{world}]"
-    bar = progress(enabled=enabled)
-    with bar:
-        task = bar.add_task(label, total=total, rate="")
-        start = time.perf_counter()
-        done = [0]
-
-        def advance(n: int) -> None:
-            done[0] += n
-            dt = time.perf_counter() - start
-            bar.update(task, advance=n, rate=f"{done[0] / dt:.1f} samples/s" if dt > 0 else "")
-
-        yield advance
+PROGRESS = options.PROGRESS
+JSON_OUT = options.JSON
 
 
 def _total(src: str) -> int | None:
@@ -66,45 +44,74 @@ def _total(src: str) -> int | None:
         return None
 
 
+def _quiet_model_libraries(bars: bool, quiet: bool) -> None:
+    """transformers, diffusers and the hub draw their own bars (loading weights, downloads) and advisories on
+    stderr: without our bars theirs go too, and ``-q`` keeps only their errors."""
+    import importlib
+
+    for name in ("transformers.utils.logging", "diffusers.utils.logging"):
+        try:
+            hf_logging: Any = importlib.import_module(name)
+        except ImportError:  # an extra that is not installed: nothing of it to silence
+            continue
+        if not bars:
+            hf_logging.disable_progress_bar()
+        if quiet:
+            hf_logging.set_verbosity_error()
+    if not bars:
+        try:
+            from huggingface_hub.utils import disable_progress_bars
+        except ImportError:
+            return
+        disable_progress_bars()
+
+
 def _run(fn: Callable[..., Any], args: dict[str, Any], flags: dict[str, Any], *, label: str,
          total: int | None) -> None:
-    """Run a library job with the shared flags (engine, workers, resume, overwrite, quiet, wait timeout)."""
+    """Run a library job with the shared flags (engine, workers, resume, overwrite, progress, quiet, json, wait
+    timeout) and report it like every writing command."""
     from dataclasses import replace
 
-    from rich.console import Console
-
-    from fgdata.cli.jobrun import notify, run_job
+    from fgdata.cli.jobrun import Outcome, finish, job_progress, notes, run_job
     from fgdata.errors import FgdataError
+    from fgdata.jobs.ranks import dist_env
     from fgdata.jobs.tasks import RunSettings, run_on_ray
 
-    console = Console(stderr=True)
-    quiet = flags["quiet"]
-    log = (lambda msg: None) if quiet else (lambda msg: console.print(msg, highlight=False))
+    quiet, json_out = flags["quiet"], flags["json"]
+    bars = options.show_progress(flags["progress"], quiet=quiet, json_out=json_out)
+    _quiet_model_libraries(bars and flags["engine"] == "local", quiet)
+    say = notes(quiet)
     settings = RunSettings(resume=flags["resume"], overwrite=flags["overwrite"], wait_timeout=flags["wait_timeout"],
-                           log=log, notify=notify)
+                           log=say, notify=say)
+    started = time.perf_counter()
     if flags["engine"] == "ray":
         gpus = 1.0 if str(args.get("device", "cpu")).startswith("cuda") else 0.0
         summary = run_job(lambda: run_on_ray(fn, args, settings, flags["workers"], gpus, flags.get("ray_address")))
     elif flags["engine"] == "local":
+        rank, world = dist_env()
+        bar_label = f"{label} [rank {rank}/{world}]" if world > 1 else label  # under torchrun each rank draws one
+
         def local() -> Any:
-            with _progress(label, total, not quiet) as advance:
-                return fn(**args, run=replace(settings, progress=advance))
+            with job_progress(bar_label, enabled=bars, total=total) as bar:
+                return fn(**args, run=replace(settings, progress=bar.advance))
 
         summary = run_job(local)  # the bar is closed before an interrupt line is printed
     else:
         raise FgdataError(f"--engine {flags['engine']!r} is not one of local, ray")
-    out = Console()
-    if summary.finalized:
-        kept = f", {summary.not_updated} not updated (kept as they were)" if summary.not_updated else ""
-        out.print(f"[green]wrote[/] {summary.dest}: {summary.written} written, {summary.failed} failed{kept} "
-                  f"({summary.shards_done} shards encoded, {summary.shards_skipped} resumed; "
-                  f"{summary.rate:.1f} samples/s)")
-        if summary.failed:
-            out.print(f"  failures: {summary.failures_path}")
-        options.exit_if_all_failed(summary.written, summary.failed, summary.failures_path)
-    else:
-        out.print(f"rank {summary.rank}: {summary.written} written, {summary.failed} failed "
-                  f"({summary.shards_done} shards, {summary.shards_skipped} resumed; {summary.rate:.1f} samples/s)")
+    rows = [("output shards written", f"{summary.shards_done:,}"),
+            ("output shards resumed", f"{summary.shards_skipped:,}")]
+    details: dict[str, Any] = {"shards_written": summary.shards_done, "shards_resumed": summary.shards_skipped,
+                               "samples_per_second": round(summary.rate, 2)}
+    if summary.not_updated:  # --into in place: failed samples kept as they were
+        rows.insert(0, ("  not updated (kept)", f"{summary.not_updated:,}"))
+        details["not_updated"] = summary.not_updated
+    if not summary.finalized:  # a torchrun rank other than 0: its own share; rank 0 reports the job
+        details |= {"rank": summary.rank, "world": summary.world}
+        rows.insert(0, ("rank", f"{summary.rank} of {summary.world} (its share only)"))
+    source = str(args.get("src") or args.get("prompts"))
+    finish(Outcome(summary.command, source, summary.dest, summary.written + summary.failed, summary.written,
+                   summary.failed, summary.failures_path, time.perf_counter() - started, details, rows),
+           quiet=quiet, json_out=json_out)
 
 
 @encode_app.command("latents")
@@ -133,7 +140,9 @@ def latents(
     resume: bool = RESUME,
     overwrite: bool = OVERWRITE,
     wait_timeout: Optional[float] = WAIT,
+    show_progress: Optional[bool] = PROGRESS,
     quiet: bool = QUIET,
+    json_out: bool = JSON_OUT,
 ) -> None:
     """Encode media into latent.pth (model space, scaling from the VAE config); txt and json are kept.
 
@@ -148,7 +157,8 @@ def latents(
                             dtype=dtype, use_autocast=use_autocast, save_dtype=save_dtype, batch_size=batch_size)
     args = {"src": src, "dst": dst, "options": options, "device": device, "decode_workers": decode_workers}
     flags = {"engine": engine, "workers": workers, "ray_address": ray_address, "resume": resume, "overwrite": overwrite,
-             "wait_timeout": wait_timeout, "quiet": quiet}
+             "wait_timeout": wait_timeout, "quiet": quiet,
+             "progress": show_progress, "json": json_out}
     _run(encode_latents, args, flags, label="latents", total=_total(src))
 
 
@@ -175,7 +185,9 @@ def text(
     resume: bool = RESUME,
     overwrite: bool = OVERWRITE,
     wait_timeout: Optional[float] = WAIT,
+    show_progress: Optional[bool] = PROGRESS,
     quiet: bool = QUIET,
+    json_out: bool = JSON_OUT,
 ) -> None:
     """Add txt_emb.pth (the encoder's hidden states per prompt) to every sample, keeping the other members.
 
@@ -190,7 +202,8 @@ def text(
                           dtype=dtype, use_autocast=use_autocast, save_dtype=save_dtype)
     args = {"src": src, "dst": dst, "options": options, "batch_size": batch_size, "device": device}
     flags = {"engine": engine, "workers": workers, "ray_address": ray_address, "resume": resume, "overwrite": overwrite,
-             "wait_timeout": wait_timeout, "quiet": quiet}
+             "wait_timeout": wait_timeout, "quiet": quiet,
+             "progress": show_progress, "json": json_out}
     _run(encode_text, args, flags, label="text", total=_total(into or src))
 
 
@@ -256,7 +269,8 @@ def pairs(
     max_length: Optional[int] = _MAXLEN, per_shard: int = _PER_SHARD, batch_size: int = typer.Option(8, "--batch-size"),
     device: str = DEVICE, dtype: str = DTYPE, save_dtype: str = SAVE_DTYPE, engine: str = ENGINE,
     workers: int = WORKERS, ray_address: Optional[str] = RAY_ADDRESS, resume: bool = RESUME, overwrite: bool = OVERWRITE,
-    wait_timeout: Optional[float] = WAIT, quiet: bool = QUIET,
+    wait_timeout: Optional[float] = WAIT, show_progress: Optional[bool] = PROGRESS,
+    quiet: bool = QUIET, json_out: bool = JSON_OUT,
 ) -> None:
     """Single-step KD pairs: the teacher's x0 (latent.pth) from exactly the stored noise (noise.pth).
 
@@ -271,7 +285,8 @@ def pairs(
                         latent_shape=latent_shape, size=size, frames=frames, max_length=max_length,
                         per_shard=per_shard, batch_size=batch_size, dtype=dtype, save_dtype=save_dtype)
     _kd(prompts, dst, options, device, {"engine": engine, "workers": workers, "ray_address": ray_address, "resume": resume,
-                                        "overwrite": overwrite, "wait_timeout": wait_timeout, "quiet": quiet})
+                                        "overwrite": overwrite, "wait_timeout": wait_timeout, "quiet": quiet,
+                                        "progress": show_progress, "json": json_out})
 
 
 @kd_app.command("paths")
@@ -286,7 +301,8 @@ def paths(
     batch_size: int = typer.Option(8, "--batch-size"), device: str = DEVICE, dtype: str = DTYPE,
     save_dtype: str = SAVE_DTYPE, engine: str = ENGINE, workers: int = WORKERS, ray_address: Optional[str] = RAY_ADDRESS,
     resume: bool = RESUME,
-    overwrite: bool = OVERWRITE, wait_timeout: Optional[float] = WAIT, quiet: bool = QUIET,
+    overwrite: bool = OVERWRITE, wait_timeout: Optional[float] = WAIT, show_progress: Optional[bool] = PROGRESS,
+    quiet: bool = QUIET, json_out: bool = JSON_OUT,
 ) -> None:
     """Multi-step KD paths: the teacher's states by decreasing t (path[0] = start), clean end in latent.pth.
 
@@ -302,7 +318,8 @@ def paths(
                         max_length=max_length, per_shard=per_shard, batch_size=batch_size, dtype=dtype,
                         save_dtype=save_dtype)
     _kd(prompts, dst, options, device, {"engine": engine, "workers": workers, "ray_address": ray_address, "resume": resume,
-                                        "overwrite": overwrite, "wait_timeout": wait_timeout, "quiet": quiet})
+                                        "overwrite": overwrite, "wait_timeout": wait_timeout, "quiet": quiet,
+                                        "progress": show_progress, "json": json_out})
 
 
 def register(app: typer.Typer) -> None:

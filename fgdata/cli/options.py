@@ -5,9 +5,11 @@ the helpers below, never by hand:
 
 - ``--progress/--no-progress`` (``PROGRESS``) and ``-q/--quiet`` (``QUIET``): pass both, with ``--json``, to
   :func:`show_progress`; it decides whether bars are drawn (auto: only when stderr is a terminal).
-  ``-q`` also drops notes such as "wrote ..." lines; errors and the result itself are always printed.
+  ``-q`` also drops notes such as "wrote ..." lines, and a writing command's closing summary; errors and a
+  reading command's result are always printed.
 - ``--json`` (``JSON``): the result as one JSON document on stdout through ``fgdata.cli.render.print_json``;
-  nothing else may go to stdout then (bars and notes go to stderr).
+  nothing else may go to stdout then (bars and notes go to stderr). Writing commands print their summary
+  through ``fgdata.cli.jobrun.finish``, which does all three the same way for each.
 - Writing commands: ``--resume/--no-resume`` (``RESUME``) keeps the complete outputs of an earlier run of the
   same job and continues after them; ``--no-resume`` starts the job from its first input. ``--overwrite``
   (``OVERWRITE``) is how a command may replace outputs it did not write in this run: without it, existing
@@ -26,7 +28,8 @@ PROGRESS = typer.Option(
     None, "--progress/--no-progress", show_default=False,
     help="Draw progress bars on stderr (default: only when stderr is a terminal).",
 )
-QUIET = typer.Option(False, "--quiet", "-q", help="Print only the result and errors: no progress bars, no notes.")
+QUIET = typer.Option(False, "--quiet", "-q",
+                     help="No progress bars, notes or job summary: only a reading command's result, and errors.")
 JSON = typer.Option(False, "--json", help="Print the result as one JSON document on stdout, and nothing else there.")
 RESUME = typer.Option(
     True, "--resume/--no-resume", show_default=False,

@@ -44,7 +44,7 @@ def quickstart_cmd(
         if stale and not overwrite:
             raise FgdataError(f"{outdir}: holds the outputs of an earlier quickstart ({', '.join(stale)}); "
                               "pass --overwrite to replace them")
-        for path in say_removed(stale, quiet=quiet or json_out):
+        for path in say_removed(stale, quiet=quiet):
             if os.path.isdir(path):
                 shutil.rmtree(path)
             else:

@@ -129,7 +129,7 @@ def report_cmd(
         report = build_report(shards, name=name or _dataset_name(paths), paths=paths, sample=sample, tiles=tiles,
                               workers=workers, thresholds=wanted, progress=tick)
     doc = report.doc
-    say_removed(existing, quiet=quiet or json_out)
+    say_removed(existing, quiet=quiet)
     storage.write_bytes(output, report.html.encode())
     doc["html"] = output
     if contact_sheet:

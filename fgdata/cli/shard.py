@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
 from fgdata.cli import options
-from fgdata.cli.render import console, err_console, human_bytes, print_json, progress
+from fgdata.cli.render import console, human_bytes
 
 shard_app = typer.Typer(
     help="Turn folders or manifests of media into WebDataset shards (atomic, resumable, deterministic).",
@@ -46,57 +46,35 @@ RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster address (def
 UNIT_SIZE = typer.Option(None, "--unit-size", min=1, help="Ray: inputs per work unit (default: --maxcount).")
 JSON_OUT = options.JSON
 PROGRESS = options.PROGRESS
+QUIET = options.QUIET
 FOLLOW = typer.Option(False, "--follow-symlinks",
                       help="Read media and sidecars that are symlinks to files outside SRC (refused per input otherwise).")
 
 
-def _run(job, json_out: bool, show_progress: Optional[bool]) -> None:  # noqa: ANN001 - a fgdata.jobs.shard.ShardJob
-    from fgdata.cli.jobrun import notify, run_job
+def _run(job, json_out: bool, show_progress: Optional[bool], quiet: bool) -> None:  # noqa: ANN001 - a ShardJob
+    from fgdata.cli.jobrun import Outcome, finish, job_progress, notes, run_job
     from fgdata.jobs.shard import run_shard_job
 
     started = time.perf_counter()
-    state: dict[str, Any] = {"done": 0, "bytes": 0, "task": None}
+
     def shard():  # noqa: ANN202 - a JobReport
-        with progress(enabled=options.show_progress(show_progress, json_out=json_out)) as bar:
-
-            def on_start(total: int) -> None:
-                state["task"] = bar.add_task(f"shard {job.options.kind}", total=total, rate="")
-
-            def tick(inputs: int, nbytes: int) -> None:
-                state["done"] += inputs
-                state["bytes"] += nbytes
-                dt = max(time.perf_counter() - started, 1e-9)
-                bar.update(state["task"], advance=inputs,
-                           rate=f"{state['done'] / dt:,.0f} samples/s  {state['bytes'] / dt / 1e6:,.1f} MB/s")
-
-            return run_shard_job(job, progress=tick, on_start=on_start, notify=notify)
+        enabled = options.show_progress(show_progress, quiet=quiet, json_out=json_out)
+        with job_progress(f"shard {job.options.kind}", enabled=enabled) as bar:
+            return run_shard_job(job, progress=bar.advance, on_start=bar.total, notify=notes(quiet))
 
     report = run_job(shard)  # the bar is closed before an interrupt line is printed
-    elapsed = time.perf_counter() - started
-    if json_out:
-        print_json({k: v for k, v in vars(report).items() if k != "failures"} | {"seconds": round(elapsed, 3)})
-        options.exit_if_all_failed(report.written, report.failed, report.failures_path)
-        return
-    from rich.table import Table
-
-    table = Table(title=f"{job.src} -> {job.dest}", show_header=False)
-    table.add_column("", style="bold")
-    table.add_column("", justify="right")
-    table.add_row("inputs seen", f"{report.seen:,}")
-    table.add_row("written", f"{report.written:,}")
-    table.add_row("failed", f"{report.failed:,}")
-    for reason, n in report.failed_by_reason.items():
-        table.add_row(f"  {reason}", f"{n:,}")
+    rows = [(f"  {reason}", f"{n:,}") for reason, n in report.failed_by_reason.items()]
     if report.samples != report.written:
-        table.add_row("samples (clips)", f"{report.samples:,}")
-    table.add_row("shards", f"{len(report.shards):,}")
+        rows.append(("samples (clips)", f"{report.samples:,}"))
+    rows.append(("shards", f"{len(report.shards):,}"))
     if report.resumed:
-        table.add_row("resumed after", f"{report.resumed:,} inputs")
-    table.add_row("read", f"{human_bytes(report.nbytes)} in {elapsed:.1f} s")
-    console.print(table)
-    options.exit_if_all_failed(report.written, report.failed, report.failures_path)
-    if report.failed:
-        err_console.print(f"failures: {report.failures_path}")
+        rows.append(("resumed after", f"{report.resumed:,} inputs"))
+    rows.append(("read", human_bytes(report.nbytes)))
+    details = {"samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
+               "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes}
+    finish(Outcome(f"shard {job.options.kind}", job.src, job.dest, report.seen, report.written, report.failed,
+                   report.failures_path, time.perf_counter() - started, details, rows),
+           quiet=quiet, json_out=json_out)
 
 
 def _job(options, common: dict):  # noqa: ANN001, ANN202 - ShardOptions -> ShardJob
@@ -130,6 +108,7 @@ def images_cmd(
     follow_symlinks: bool = FOLLOW,
     json_out: bool = JSON_OUT,
     show_progress: Optional[bool] = PROGRESS,
+    quiet: bool = QUIET,
 ) -> None:
     """Shard images with captions (NAME.txt) and metadata (NAME.json); original bytes by default.
 
@@ -144,7 +123,7 @@ def images_cmd(
                             maxcount=maxcount, maxsize=maxsize, workers=workers, resume=resume, overwrite=overwrite,
                             shuffle_seed=shuffle_seed, engine=engine, ray_address=ray_address, unit_size=unit_size,
                             follow_symlinks=follow_symlinks)),
-         json_out, show_progress)
+         json_out, show_progress, quiet)
 
 
 @shard_app.command("videos")
@@ -169,6 +148,7 @@ def videos_cmd(
     follow_symlinks: bool = FOLLOW,
     json_out: bool = JSON_OUT,
     show_progress: Optional[bool] = PROGRESS,
+    quiet: bool = QUIET,
 ) -> None:
     """Shard videos (audio kept) with probe metadata, captions and camera tracks.
 
@@ -185,7 +165,7 @@ def videos_cmd(
                             maxcount=maxcount, maxsize=maxsize, workers=workers, resume=resume, overwrite=overwrite,
                             shuffle_seed=shuffle_seed, engine=engine, ray_address=ray_address, unit_size=unit_size,
                             follow_symlinks=follow_symlinks)),
-         json_out, show_progress)
+         json_out, show_progress, quiet)
 
 
 @shard_app.command("prompts")
@@ -200,6 +180,7 @@ def prompts_cmd(
     shuffle_seed: Optional[int] = SHUFFLE,
     json_out: bool = JSON_OUT,
     show_progress: Optional[bool] = PROGRESS,
+    quiet: bool = QUIET,
 ) -> None:
     """Write prompts as txt-only shards, for prompt-only (data-free) training.
 
@@ -209,7 +190,7 @@ def prompts_cmd(
 
     _run(_job(ShardOptions(kind="prompts"), dict(src=file, dest=dst, caption_column=caption_column, maxcount=maxcount,
                                                  maxsize=maxsize, resume=resume, overwrite=overwrite,
-                                                 shuffle_seed=shuffle_seed)), json_out, show_progress)
+                                                 shuffle_seed=shuffle_seed)), json_out, show_progress, quiet)
 
 
 @camera_app.command("estimate")

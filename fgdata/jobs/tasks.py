@@ -69,7 +69,7 @@ class RunSettings:
 
     rank: int | None = None
     world: int | None = None
-    role: str = "all"  # all | work | finalize
+    role: str = "all"  # all | prepare | work | finalize
     resume: bool = True
     overwrite: bool = False
     wait_timeout: float | None = None
@@ -211,13 +211,14 @@ def _key(command: str) -> str:
 
 def _prepare_dest(job: TaskJob, run: RunSettings, rank: int, world: int) -> None:
     """Refuse foreign files (every rank checks: outputs appear with their index first, so no rank takes another's
-    output for a foreign file); ``--no-resume`` drops this rank's earlier markers, saying so."""
+    output for a foreign file); ``--no-resume`` drops this rank's earlier markers (every rank's for the "prepare"
+    role, which a driver runs before it starts the ranks), saying so."""
     if run.role == "finalize":
         return
     inputs = [t.name for t in job.tasks] if job.in_place else []
     destmod.check_foreign(job.dest, keep=inputs, overwrite=run.overwrite and rank == 0, notify=run.notify)
     if not run.resume:
-        mine = owned(job.tasks, rank, world)
+        mine = job.tasks if run.role == "prepare" else owned(job.tasks, rank, world)
         if run.notify:
             run.notify(f"--no-resume: redoing {len(mine)} output shard(s) in {job.dest} from scratch")
         for task in mine:
@@ -225,7 +226,8 @@ def _prepare_dest(job: TaskJob, run: RunSettings, rank: int, world: int) -> None
 
 
 def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
-    """Run this rank's share of ``job.tasks`` (role "all" or "work"), then finalize on rank 0 ("all" or "finalize").
+    """Run this rank's share of ``job.tasks`` (role "all" or "work"), then finalize on rank 0 ("all" or "finalize");
+    role "prepare" only checks and clears DST (``--overwrite``, ``--no-resume``) for ranks started after it.
 
     ``produce(task)`` yields one :class:`Result` per input. ``provenance()`` is called after the work, so it
     can report the loaded model. SIGINT/SIGTERM raise :class:`Interrupted` with the inputs done so far.
@@ -246,6 +248,8 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
     lock = destmod.LOCK_FILE if rank == 0 else f"{destmod.LOCK_FILE}.rank{rank}"
     with stop_on_signals(), destmod.claimed(job.dest, lock):
         _prepare_dest(job, run, rank, world)
+        if run.role == "prepare":
+            return summary
         try:
             info = _work(job, run, rank, world, record, summary) if run.role in ("all", "work") else None
         except Interrupted as stop:
@@ -347,7 +351,10 @@ def run_on_ray(fn: Callable[..., JobSummary], args: dict[str, Any], run: RunSett
 
     if workers < 1:
         raise FgdataError("--workers must be at least 1")
-    work = replace(run, world=workers, role="work", progress=None, log=None, notify=None)
+    # DST is checked and cleared here, where what goes can be said; the ranks then continue from a clean DST.
+    fn(**args, run=replace(run, rank=0, world=workers, role="prepare"))
+    work = replace(run, world=workers, role="work", resume=True, overwrite=False, progress=None, log=None,
+                   notify=None)
     done = run_units(fn, [{"run": replace(work, rank=r)} for r in range(workers)], address=address,
                      num_gpus=num_gpus, shared=args)
     summary = fn(**args, run=replace(run, rank=0, world=workers, role="finalize"))

@@ -77,14 +77,7 @@ def test_reading_commands_have_json_quiet_and_progress(name):
         assert flags.get("--progress") is options.PROGRESS
 
 
-# Writing commands that do not yet take all five shared flags; take a command out when it does (strict: an
-# unexpected pass fails, so this list cannot go stale).
-PENDING = {("shard", "images"), ("shard", "videos"), ("shard", "prompts"), ("encode", "latents"), ("encode", "text"),
-           ("kd", "pairs"), ("kd", "paths")}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="not migrated yet"))
-                                  if n in PENDING else n for n in sorted(WRITE_COMMANDS)], ids=" ".join)
+@pytest.mark.parametrize("name", sorted(WRITE_COMMANDS), ids=" ".join)
 def test_writing_commands_resume_and_overwrite(name):
     flags = _flags(COMMANDS[name])
     missing = [s for s in ("--progress", "-q", "--json", "--resume", "--overwrite") if s not in flags]

@@ -22,6 +22,7 @@ from .conftest import PROMPTS, write_shards
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 from faultkit import leftovers, stop_and_signal  # noqa: E402
+from job_summary import check_json_summary  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,7 +60,7 @@ def cli_process(*args: str, timeout: float = 240) -> subprocess.CompletedProcess
 class Ran:
     def __init__(self, result):
         self.returncode, self.stdout, self.exception = result.exit_code, result.stdout, result.exception
-        self.stderr = repr(result.exception)
+        self.stderr = result.stderr + (repr(result.exception) if result.exception else "")
 
 
 def cli(*args: str) -> Ran:
@@ -76,12 +77,15 @@ def image_latents(tmp_path_factory, models, image_shards) -> Path:
     """Latents + text embeddings merged in place + neg_prompt_emb.npy beside the shards, all through the CLI."""
     dst = tmp_path_factory.mktemp("lat") / "shards"
     r = cli("encode", "latents", str(image_shards), str(dst), "--vae", str(models["vae"]), "--size", "64",
-            "--batch-size", "4", "-q")
+            "--batch-size", "4", "--json")
     assert r.returncode == 0, r.stderr
-    assert "6 written, 1 failed" in r.stdout
+    doc = check_json_summary(r.stdout, "encode latents", dst)
+    assert (doc["seen"], doc["written"], doc["failed"]) == (7, 6, 1) and doc["source"] == str(image_shards)
+    assert doc["failures_file"] == str(dst / "failures.json")
     r = cli("encode", "text", str(image_shards), str(dst), "--into", str(dst), "--encoder", str(models["t5"]),
             "--max-length", "24", "-q")
     assert r.returncode == 0, r.stderr
+    assert r.stdout == "" and r.stderr == ""  # -q on success: nothing at all
     r = cli("encode", "neg-prompt", "--preset", "neg_prompt_wan", "--encoder", str(models["t5"]), "--max-length", "24",
             "-o", str(dst.parent / "neg_prompt_emb.npy"))
     assert r.returncode == 0, r.stderr
@@ -182,7 +186,28 @@ def prompt_shards(tmp_path_factory) -> Path:
     return write_shards(tmp_path_factory.mktemp("prompts") / "shards", items, per_shard=2)
 
 
-KD_ARGS = ["--latent-shape", "4,8,8", "--steps", "6", "--guidance-scale", "2.0", "--max-length", "16", "-q"]
+def test_text_overwrite_and_no_resume_say_what_they_remove(tmp_path, models, prompt_shards):
+    """Notices go to stderr before anything is removed; with --json stdout stays the one summary document."""
+    dst = tmp_path / "emb"
+    dst.mkdir()
+    (dst / "stray.tar").write_bytes(b"not fgdata's")
+    args = ["encode", "text", str(prompt_shards), str(dst), "--encoder", str(models["t5"]), "--max-length", "8"]
+    r = cli(*args, "--json")
+    assert r.returncode == 1 and "stray.tar" in str(r.exception) and "--overwrite" in str(r.exception)
+    assert (dst / "stray.tar").exists()
+    r = cli(*args, "--overwrite", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "--overwrite: removing 1 file(s)" in r.stderr and "stray.tar" in r.stderr
+    assert not (dst / "stray.tar").exists()
+    doc = check_json_summary(r.stdout, "encode text", dst)
+    assert (doc["written"], doc["failed"], doc["shards_written"]) == (5, 0, 3)
+    r = cli(*args, "--no-resume", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "--no-resume: redoing 3 output shard(s)" in r.stderr
+    assert check_json_summary(r.stdout, "encode text", dst)["shards_written"] == 3
+
+
+KD_ARGS = ["--latent-shape", "4,8,8", "--steps", "6", "--guidance-scale", "2.0", "--max-length", "16"]
 
 
 def test_kd_pairs_and_paths_load_and_regenerate(tmp_path, models, prompt_shards):
@@ -191,11 +216,14 @@ def test_kd_pairs_and_paths_load_and_regenerate(tmp_path, models, prompt_shards)
 
     teacher = str(models["teacher_unet"])
     r = cli("kd", "pairs", str(tmp_path / "pairs"), "--prompts", str(prompt_shards), "--teacher", teacher,
-            "--batch-size", "3", *KD_ARGS)
+            "--batch-size", "3", *KD_ARGS, "--json")
     assert r.returncode == 0, r.stderr
+    doc = check_json_summary(r.stdout, "kd pairs", tmp_path / "pairs")
+    assert (doc["seen"], doc["written"], doc["failed"]) == (5, 5, 0)
     r = cli("kd", "paths", str(tmp_path / "paths"), "--prompts", str(prompt_shards), "--teacher", teacher,
-            "--record-steps", "0,2,3,5", *KD_ARGS)
+            "--record-steps", "0,2,3,5", *KD_ARGS, "-q")
     assert r.returncode == 0, r.stderr
+    assert r.stdout == "" and r.stderr == ""  # -q on success: nothing at all
     pairs, paths = samples(tmp_path / "pairs"), samples(tmp_path / "paths")
     assert sorted(pairs) == sorted(paths) == [f"p_{i:03d}" for i in range(5)]
     p0, q0 = pairs["p_000"], paths["p_000"]
@@ -280,7 +308,7 @@ def test_stopped_job_resumes_to_identical_output(tmp_path, models, sig):
 
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "fgdata.cli.main", "kd", "pairs", str(out), "--prompts", str(prompts),
-           "--teacher", options.teacher, "--per-shard", "2", "--batch-size", "1", *KD_ARGS]
+           "--teacher", options.teacher, "--per-shard", "2", "--batch-size", "1", *KD_ARGS, "-q"]
     stopped = stop_and_signal(cmd, after=2, sig=sig, cwd=REPO, env={"HF_HUB_OFFLINE": "1"})
     assert stopped.returncode == (-9 if sig == signal.SIGKILL else 143), stopped.stderr
     if sig == signal.SIGTERM:
@@ -338,9 +366,13 @@ def test_ray_engine_matches_local(tmp_path, models, image_shards):
     pytest.importorskip("ray")
     from fgdata.encode.latents import LatentOptions, encode_latents
 
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "stray.txt").write_text("not fgdata's")
     r = cli("encode", "latents", str(image_shards), str(tmp_path / "ray"), "--vae", str(models["vae"]), "--size", "32",
-            "--engine", "ray", "--workers", "2")
+            "--engine", "ray", "--workers", "2", "--overwrite", "--json")
     assert r.returncode == 0, r.stderr
+    assert "--overwrite: removing 1 file(s)" in r.stderr and "stray.txt" in r.stderr  # said by the driver
+    assert check_json_summary(r.stdout, "encode latents", tmp_path / "ray")["written"] == 6
     encode_latents(str(image_shards), str(tmp_path / "local"), LatentOptions(vae=str(models["vae"]), size=32))
     a, b = samples(tmp_path / "local"), samples(tmp_path / "ray")
     assert sorted(a) == sorted(b) and len(a) == 6
@@ -361,9 +393,10 @@ def test_text_into_in_place_keeps_every_sample_and_member(tmp_path, models):
     before = samples(latents)
 
     r = cli("encode", "text", str(tmp_path / "captions"), str(latents), "--into", str(latents),
-            "--encoder", str(models["t5"]), "--max-length", "16", "-q")
+            "--encoder", str(models["t5"]), "--max-length", "16", "--json")
     assert r.returncode == 0, r.stderr
-    assert "5 written, 3 failed, 3 not updated" in " ".join(r.stdout.split())
+    doc = check_json_summary(r.stdout, "encode text", latents)
+    assert (doc["seen"], doc["written"], doc["failed"], doc["not_updated"]) == (8, 5, 3, 3)
     after = samples(latents)
     assert sorted(after) == sorted(before)  # every sample is still there
     for key, members in before.items():

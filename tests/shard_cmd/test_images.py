@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
+
+from job_summary import check_json_summary
 
 from fgdata.shards import discover_shards, iter_samples, read_shard_counts
 
@@ -105,3 +109,38 @@ def test_missing_source_is_one_line_error(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
+
+
+def _fgdata(*args) -> subprocess.CompletedProcess:
+    """The installed console script in a fresh process: real stdout and stderr, stderr not a terminal."""
+    fgdata = str(Path(sys.executable).with_name("fgdata"))
+    return subprocess.run([fgdata, *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def test_json_is_the_only_stdout_and_quiet_prints_nothing(corrupt_folder: Path, tmp_path: Path):
+    dest = tmp_path / "out"
+    done = _fgdata("shard", "images", corrupt_folder, dest, "--maxcount", "3", "--json")
+    assert done.returncode == 0, done.stderr
+    doc = check_json_summary(done.stdout, "shard images", dest)
+    n = len(list(corrupt_folder.rglob("*.jpg"))) + len(list(corrupt_folder.rglob("*.png")))
+    assert (doc["seen"], doc["written"], doc["failed"]) == (n, n - 2, 2)
+    assert doc["failures_file"] == str(dest / "failures.json") and doc["source"] == str(corrupt_folder)
+    assert done.stderr == ""  # no bar: stderr is not a terminal
+
+    # --no-resume says what it deletes, on stderr; stdout is still the one document
+    again = _fgdata("shard", "images", corrupt_folder, dest, "--maxcount", "3", "--no-resume", "--json")
+    assert again.returncode == 0, again.stderr
+    assert "--no-resume: removing" in again.stderr and "00000.tar" in again.stderr
+    assert check_json_summary(again.stdout, "shard images", dest)["written"] == n - 2
+
+    quiet = _fgdata("shard", "images", corrupt_folder, tmp_path / "quiet", "--maxcount", "3", "-q")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+    assert read_shard_counts(str(tmp_path / "quiet" / "shard_count.json")) == doc["counts"]
+
+
+def test_quiet_still_prints_errors(tmp_path: Path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "fake.jpg").write_text("not an image")
+    done = _fgdata("shard", "images", tmp_path / "in", tmp_path / "out", "-q")
+    assert done.returncode == 1 and done.stdout == ""
+    assert "nothing written: all 1 input(s) failed" in done.stderr
