@@ -52,7 +52,6 @@ def fid_refs(
     torchrun --nproc-per-node 8 -m fgdata fid-refs imagenet-256 --device cuda ;
     fgdata fid-refs --dataset-zip WDS:s3://bucket/shards -o refs.pkl
     """
-    from fgdata.cli.prepare import _progress
     from fgdata.fid.refs import (
         FID_REFS,
         DetectorCache,
@@ -94,7 +93,7 @@ def fid_refs(
             from fgdata.errors import FgdataError
 
             raise FgdataError(f"dataset zip not found: {'; '.join(missing)}")
-    from fgdata.cli.render import console
+    from fgdata.cli.render import console, phase_progress
     from fgdata.encode.models import resolve_device
 
     from fgdata.cli.options import show_progress
@@ -103,7 +102,7 @@ def fid_refs(
     for skipped in [] if quiet else missing:
         console.print(f"[yellow]skipped[/] {skipped}")
     cache = DetectorCache(options, resolve_device(options.device))
-    with _progress() as update:
+    with phase_progress(enabled=bars) as update:
         results = [compute_refs(src, out, options, detectors=cache, name=name, progress=update if bars else None)
                    for name, src, out in jobs]
     for r in [] if quiet else results:

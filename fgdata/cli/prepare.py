@@ -5,36 +5,24 @@ Only typer, rich and the standard library load at import; the library modules lo
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Optional
 
 import typer
+
+from fgdata.cli import options
 
 DOWNLOADS = ("cifar10", "imagenet")
 PREPARES = ("cifar10", "imagenet-64", "imagenet-256")
 
 
-@contextmanager
-def _progress() -> Iterator:
-    """The shared progress display with one bar per phase, showing items/s (or MiB/s) and ETA."""
-    from rich.progress import TaskID
-
-    from fgdata.cli.render import progress
-
-    with progress() as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def update(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total or None, rate="")
-            task = bar.tasks[tasks[phase]]
-            unit = "B" if phase in ("download", "unzip") else "img"
-            speed = task.speed
-            rate = ("" if not speed else f"{speed / 2**20:.1f} MiB/s" if unit == "B" else f"{speed:.0f} img/s")
-            bar.update(tasks[phase], completed=done, total=total or None, rate=rate)
-
-        yield update
+def _summary(dataset: str, summaries: list[dict]) -> dict:
+    """The command's result in the one shape of every writing command: inputs seen, written and failed (the
+    first pass saw and failed them; the last pass wrote them), the zips and the failure report."""
+    full = [s for s in summaries if "written" in s] or [{}]
+    return {"command": f"prepare {dataset}", "seen": full[0].get("inputs", 0), "written": full[-1].get("written", 0),
+            "failed": full[0].get("failed", 0), "outputs": [s["path"] for s in summaries],
+            "failures_file": full[-1].get("failures_file"), "skipped": all(s.get("skipped") for s in summaries)}
 
 
 def _report(summaries: list[dict]) -> None:
@@ -42,17 +30,20 @@ def _report(summaries: list[dict]) -> None:
 
     for s in summaries:
         if s.get("skipped"):
-            console.print(f"[green]kept[/] {s['path']} (complete; --force rebuilds)")
+            console.print(f"[green]kept[/] {s['path']} (complete; --no-resume rebuilds)", highlight=False)
+            continue
+        if "written" not in s:  # another torchrun rank's part of the latent zip
+            console.print(f"rank {s.get('rank')}: wrote {s['path']}", highlight=False)
             continue
         console.print(f"[green]wrote[/] {s['path']}: {s.get('written')} written, {s.get('failed', 0)} failed"
-                      f" of {s.get('inputs')} inputs")
+                      f" of {s.get('inputs')} inputs", highlight=False)
         converted = s.get("converted_modes") or []
         if converted:
-            console.print(f"  {len(converted)} source(s) converted to RGB:")
+            console.print(f"  {len(converted)} source(s) converted to RGB:", highlight=False)
             for item in converted[:20]:
-                console.print(f"    {item['input']} ({item['mode']})")
+                console.print(f"    {item['input']} ({item['mode']})", highlight=False, markup=False)
             if len(converted) > 20:
-                console.print(f"    ... {len(converted) - 20} more in {s['path']}.provenance.json")
+                console.print(f"    ... {len(converted) - 20} more in {s['path']}.provenance.json", highlight=False)
 
 
 def download(
@@ -68,7 +59,9 @@ def download(
         raise typer.BadParameter(f"choose what to download: {', '.join(DOWNLOADS)}")
     from fgdata.prepare.paths import data_root_dir
 
-    with _progress() as update:
+    from fgdata.cli.render import phase_progress
+
+    with phase_progress() as update:
         if dataset == "cifar10":
             from fgdata.sources.cifar import download_cifar10
 
@@ -94,12 +87,16 @@ def prepare(
                                         help="ImageNet: accept a source that is not the ImageNet train tree (any class-folder tree)."),
     max_images: Optional[int] = typer.Option(None, "--max-images", min=1, help="Only the first N images."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Decode processes (default: all cores)."),
-    force: bool = typer.Option(False, "--force", help="Rebuild complete outputs."),
+    resume: bool = options.RESUME,
+    overwrite: bool = options.OVERWRITE,
     strict: bool = typer.Option(False, "--strict", help="ImageNet: fail on the first source that is not RGB or L."),
     vae: str = typer.Option("stabilityai/sd-vae-ft-mse", "--vae", help="imagenet-256: VAE hub id or local directory."),
     device: str = typer.Option("auto", "--device", help="imagenet-256: auto, cpu, cuda or cuda:N."),
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="imagenet-256: images per VAE call."),
     dtype: str = typer.Option("float32", "--dtype", help="imagenet-256: float32 (reference numerics) or bfloat16."),
+    show_progress: Optional[bool] = options.PROGRESS,
+    quiet: bool = options.QUIET,
+    json_out: bool = options.JSON,
 ) -> None:
     """Build the class-conditional dataset zips that FastGen-style training reads, under the data root, with the exact file names it expects.
 
@@ -120,29 +117,35 @@ def prepare(
     if dtype not in ("float32", "bfloat16"):
         raise typer.BadParameter("--dtype must be float32 or bfloat16")
     import fgdata.prepare as lib
-    from fgdata.cli.jobrun import run_job
+    from fgdata.cli.jobrun import notify, run_job
+    from fgdata.cli.render import phase_progress
+
+    bars = options.show_progress(show_progress, quiet=quiet, json_out=json_out)
+    say = None if quiet else notify
+    common: dict[str, Any] = {"max_images": max_images, "workers": workers, "resume": resume, "overwrite": overwrite, "notify": say}
 
     def build() -> list[dict]:
-        with _progress() as update:
+        with phase_progress(enabled=bars) as update:
+            progress = update if bars else None
             if dataset == "cifar10":
-                return lib.prepare_cifar10(data_root, source=source, skip_md5=skip_md5, workers=workers, force=force,
-                                           max_images=max_images, progress=update)
+                return lib.prepare_cifar10(data_root, source=source, skip_md5=skip_md5, progress=progress, **common)
             assert imagenet_source is not None  # refused above
+            imagenet: dict[str, Any] = {"strict": strict, "progress": progress, "allow_any_tree": allow_any_tree, **common}
             if dataset == "imagenet-64":
-                return lib.prepare_imagenet64(imagenet_source, data_root, max_images=max_images, workers=workers,
-                                              force=force, strict=strict, progress=update,
-                                              allow_any_tree=allow_any_tree)
+                return lib.prepare_imagenet64(imagenet_source, data_root, **imagenet)
             return lib.prepare_imagenet256(imagenet_source, data_root, vae=vae, device=device, batch_size=batch_size,
-                                           dtype=dtype, max_images=max_images, workers=workers, force=force,
-                                           strict=strict, progress=update, allow_any_tree=allow_any_tree)
+                                           dtype=dtype, **imagenet)
 
     summaries = run_job(build)  # the bar is closed before an interrupt line is printed
-    _report(summaries)
-    from fgdata.cli.options import exit_if_all_failed
+    result = _summary(dataset, summaries)
+    if json_out:
+        from fgdata.cli.render import print_json
 
-    for s in summaries:
-        if not s.get("skipped"):
-            exit_if_all_failed(s.get("written") or 0, s.get("failed") or 0, s.get("path"))
+        print_json(result)
+    elif not quiet:
+        _report(summaries)
+    if not result["skipped"]:
+        options.exit_if_all_failed(result["written"], result["failed"], result["failures_file"])
 
 
 def register(app: typer.Typer) -> None:

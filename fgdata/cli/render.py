@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from fgdata.report.format import human_bytes
 
-__all__ = ["console", "err_console", "human_bytes", "print_json", "progress", "wrap_tokens"]
+__all__ = ["console", "err_console", "human_bytes", "phase_progress", "print_json", "progress", "wrap_tokens"]
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -39,6 +41,24 @@ def progress(*, enabled: bool = True) -> "Progress":
         disable=not enabled,
         transient=False,
     )
+
+
+@contextmanager
+def phase_progress(*, enabled: bool = True) -> Iterator[Callable[[str, int, int], None]]:
+    """``update(phase, done, total)`` for library jobs that report phases: one bar per phase, items/s (MiB/s
+    for the download and unzip phases) and ETA; with ``enabled`` False nothing is drawn."""
+    with progress(enabled=enabled) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total or None, rate="")
+            speed = bar.tasks[tasks[phase]].speed
+            in_bytes = phase in ("download", "unzip")
+            rate = "" if not speed else f"{speed / 2**20:.1f} MiB/s" if in_bytes else f"{speed:.0f} img/s"
+            bar.update(tasks[phase], completed=done, total=total or None, rate=rate)
+
+        yield update
 
 
 def wrap_tokens(tokens: list[str], width: int) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from fgdata.jobs.dest import Notify
 from fgdata.prepare.build import ProgressFn
 from fgdata.prepare.cifar import prepare_cifar10
 from fgdata.prepare.imagenet import prepare_imagenet64, prepare_imagenet256_rgb
@@ -25,8 +26,9 @@ DATASETS: dict[str, tuple[tuple[str, ...], str]] = {
 def prepare_imagenet256(imagenet_source: str | os.PathLike[str], data_root: str | os.PathLike[str] | None = None,
                         vae: str = "stabilityai/sd-vae-ft-mse", device: str = "auto", batch_size: int = 32,
                         dtype: str = "float32", max_images: int | None = None, workers: int | None = None,
-                        force: bool = False, strict: bool = False, progress: ProgressFn | None = None,
-                        allow_any_tree: bool = False) -> list[dict]:
+                        resume: bool = True, overwrite: bool = False, strict: bool = False,
+                        progress: ProgressFn | None = None, allow_any_tree: bool = False,
+                        notify: Notify | None = None) -> list[dict]:
     """The RGB zip (rank 0 only; other torchrun ranks wait for it), then the latent zip, encoded by every rank.
 
     The VAE is found and loaded once (on the CPU) before the RGB pass, so a missing, unreachable or broken
@@ -46,13 +48,14 @@ def prepare_imagenet256(imagenet_source: str | os.PathLike[str], data_root: str 
     results: list[dict] = []
     if rank == 0:
         results += prepare_imagenet256_rgb(imagenet_source, root, max_images=max_images, workers=workers,
-                                           force=force, strict=strict, progress=progress,
-                                           allow_any_tree=allow_any_tree)
+                                           resume=resume, overwrite=overwrite, strict=strict, progress=progress,
+                                           allow_any_tree=allow_any_tree, notify=notify)
     else:
         wait_for(lambda: [] if provenance_path(rgb).exists() and not rgb.with_name(rgb.name + ".partial").exists()
                  else [f"{rgb.name} (rank 0)"], f"{root}: the RGB zip", prepare_wait_s(), poll=5.0, log=print)
     results.append(encode_latent_zip(rgb, root / IMAGENET256_SD_ZIP, vae=vae, device=device, batch_size=batch_size,
-                                     dtype=dtype, force=force, workers=workers, progress=progress))
+                                     dtype=dtype, resume=resume, overwrite=overwrite, workers=workers,
+                                     progress=progress, notify=notify))
     return results
 
 

@@ -17,13 +17,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fgdata.errors import FgdataError
 from fgdata.jobs import testhook
-from fgdata.jobs.dest import claimed
+from fgdata.jobs.dest import Notify, claimed, remove_files
 from fgdata.jobs.local import ordered_map
+from fgdata.jobs.options import check_same
 from fgdata.jobs.report import FAILURES_FILE, write_failures
 from fgdata.jobs.signals import Interrupted, stop_on_signals
 from fgdata.prepare.zipwriter import (EdmZipWriter, dataset_json_bytes, member_name, open_nofollow, provenance_path,
-                                      validate_zip)
+                                      partial_paths, read_partial_state, validate_zip)
 
 #: One input's outcome: a member per target (None when it failed) and a note (source mode or failure reason).
 Result = tuple[list[bytes] | None, str | None]
@@ -83,25 +85,118 @@ class ZipJob:
     initargs: tuple = ()
 
 
-def build_zips(job: ZipJob, *, workers: int, force: bool = False, progress: ProgressFn | None = None) -> list[dict]:
+_outputs_done = 0
+
+
+def output_done() -> None:
+    """One more output (a block of zip members) is on disk; every pass of a command adds to one count for
+    :mod:`fgdata.jobs.testhook`, so a kill test can stop ``prepare imagenet-256`` in either pass."""
+    global _outputs_done
+    _outputs_done += 1
+    testhook.output_done(_outputs_done)
+
+
+@dataclass(frozen=True)
+class Existing:
+    """What an earlier run left at one output: keep it (complete), or remove it first (saying why), or neither."""
+
+    dest: Path
+    complete: bool = False
+    remove: tuple[str, ...] = ()
+    why: str = ""
+
+
+def _fgdata_provenance(dest: Path) -> dict | None:
+    info = _read_provenance(dest)
+    return info if str(info.get("tool", "")).startswith("fgdata") else None
+
+
+def check_output(dest: Path, expect: dict, damaged: Callable[[dict], str | None], *, resume: bool,
+                 overwrite: bool) -> Existing:
+    """Decide about an existing output zip before anything is removed (so a refusal removes nothing).
+
+    A zip fgdata wrote with these options (``expect`` matches its provenance) is kept, or rebuilt with
+    ``--no-resume``; one written with other options is refused naming the option, unless ``--no-resume``
+    (as ``fgdata shard`` does); a zip without fgdata's provenance is someone else's: refused unless
+    ``--overwrite``.
+    """
+    prov = provenance_path(dest)
+    names = tuple(p.name for p in (dest, prov) if p.exists() or p.is_symlink())
+    if not (dest.exists() or dest.is_symlink()):
+        return Existing(dest, remove=names, why="stale")  # a provenance file whose zip is gone
+    info = _fgdata_provenance(dest)
+    if info is None:
+        if not overwrite:
+            raise FgdataError(f"{dest}: exists and was not written by fgdata (no {prov.name}); move it away, "
+                              "or pass --overwrite to replace it")
+        return Existing(dest, remove=names, why="--overwrite")
+    old = {k: info.get(k) for k in expect}
+    if resume:
+        check_same(str(dest), old, expect)
+    else:
+        return Existing(dest, remove=names, why="--no-resume")
+    broken = damaged(info)
+    if broken is not None:
+        return Existing(dest, remove=names, why=f"{dest.name} is incomplete ({broken})")
+    return Existing(dest, complete=True)
+
+
+def check_partial(dest: Path, state: dict, *, resume: bool) -> Existing:
+    """An unfinished earlier run of ``dest``: resumed when its options match; other options are refused naming
+    the option unless ``--no-resume`` (then it starts over, saying so)."""
+    old = read_partial_state(dest)
+    if old is None:
+        return Existing(dest)
+    if resume:
+        check_same(f"{dest} (unfinished)", old, state)
+        return Existing(dest)
+    return Existing(dest, remove=tuple(p.name for p in partial_paths(dest)), why="--no-resume")
+
+
+def clear(existing: list[Existing], notify: Notify | None) -> None:
+    """Remove what :func:`check_output` and :func:`check_partial` decided, saying what goes first."""
+    for e in existing:
+        remove_files(str(e.dest.parent), list(e.remove), e.why, notify if e.why != "stale" else None)
+
+
+@dataclass(frozen=True)
+class ZipRun:
+    """How a prepare pass runs, never part of its fingerprint: processes, resume, overwrite and callbacks."""
+
+    workers: int
+    resume: bool = True
+    overwrite: bool = False
+    progress: ProgressFn | None = None
+    notify: Notify | None = None
+
+
+def build_zips(job: ZipJob, run: ZipRun) -> list[dict]:
     """Write every target zip from inputs ``0..n_inputs-1``; ``work`` returns one member per target per input.
 
-    Complete outputs are kept unless ``force`` (validated, not merely present). Returns one summary per
-    target: path, images written, failures, converted inputs and whether it was skipped. SIGINT/SIGTERM
-    raise :class:`~fgdata.jobs.signals.Interrupted` with the inputs done; the partial zip stays for the rerun.
+    Complete outputs of the same job are kept (validated, not merely present) and unfinished ones resumed,
+    unless ``run.resume`` is False; existing outputs fgdata did not write are refused unless ``run.overwrite`` (see
+    :func:`check_output`). Returns one summary per target: path, images written, failures, converted inputs
+    and whether it was skipped. SIGINT/SIGTERM raise :class:`~fgdata.jobs.signals.Interrupted` with the
+    inputs done; the partial zip stays for the rerun.
     """
     folder = job.targets[0].dest.parent
     folder.mkdir(parents=True, exist_ok=True)
     with stop_on_signals(), claimed(str(folder)):
-        return _build(job, workers, force, progress)
+        return _build(job, run)
 
 
-def _build(job: ZipJob, workers: int, force: bool, progress: ProgressFn | None) -> list[dict]:
+def _build(job: ZipJob, run: ZipRun) -> list[dict]:
     targets, n_inputs, fingerprint = job.targets, job.n_inputs, job.fingerprint
-    if not force and all(_is_complete(t, fingerprint) for t in targets):
-        return [{**_read_provenance(t.dest), "path": str(t.dest), "skipped": True} for t in targets]
-    writers = [EdmZipWriter(t.dest, {**fingerprint, "transform": t.transform, "dest": t.dest.name}, resume=not force)
-               for t in targets]
+    resume, progress = run.resume, run.progress
+    states = [{**fingerprint, "transform": t.transform, "dest": t.dest.name} for t in targets]
+    outputs = [check_output(t.dest, {**fingerprint, "transform": t.transform}, _damaged(t), resume=resume,
+                            overwrite=run.overwrite) for t in targets]
+    if all(o.complete for o in outputs):
+        return [{**_read_provenance(t.dest), "path": str(t.dest), "skipped": True,
+                 "failures_file": str(t.dest.parent / FAILURES_FILE)} for t in targets]
+    partials = [check_partial(t.dest, st, resume=resume) for t, st in zip(targets, states)]
+    clear(outputs + partials, run.notify)
+    writers = [EdmZipWriter(t.dest, st) for t, st in zip(targets, states)]
     log_path = targets[0].dest.with_name(targets[0].dest.name + ".partial.log")
     done = 0
     try:
@@ -127,9 +222,8 @@ def _build(job: ZipJob, workers: int, force: bool, progress: ProgressFn | None) 
         phase = job.phase
         if progress:
             progress(phase, done, n_inputs)
-        blocks = 0
         with open_nofollow(log_path, "a") as logfh:
-            results_in_order = ordered_map(job.work, ranges, workers if len(ranges) > 1 else 1,
+            results_in_order = ordered_map(job.work, ranges, run.workers if len(ranges) > 1 else 1,
                                            initializer=job.initializer, initargs=job.initargs)
             for (a, _b), results in zip(ranges, results_in_order):
                 for j, (members, note) in enumerate(results, start=a):
@@ -149,12 +243,12 @@ def _build(job: ZipJob, workers: int, force: bool, progress: ProgressFn | None) 
                     w.flush()  # the block's members are complete on disk before the test hook may pause here
                 if progress:
                     progress(phase, done, n_inputs)
-                blocks += 1
-                testhook.output_done(blocks)
+                output_done()
         seconds = time.monotonic() - began
         failures = [{"input": e["input"], "reason": e["failed"]} for e in log.values() if "failed" in e]
         converted = [{"input": e["input"], "mode": e["mode"]} for e in log.values() if "mode" in e]
         summaries = []
+        report = targets[0].dest.parent / FAILURES_FILE
         for t, w in zip(targets, writers):
             labels: list[list[str | int | None]] | None = [
                 [member_name(k, t.stem, t.ext), t.labels[j]] for k, j in enumerate(written_inputs)]
@@ -164,9 +258,10 @@ def _build(job: ZipJob, workers: int, force: bool, progress: ProgressFn | None) 
                     "written": len(written_inputs), "failed": len(failures), "failures": failures,
                     "converted_modes": converted}
             w.finish(dataset_json_bytes(labels), info)
-            summaries.append({**info, "path": str(t.dest), "skipped": False, "seconds": seconds})
-        write_failures(str(targets[0].dest.parent / FAILURES_FILE), job.command, n_inputs, len(written_inputs),
-                       failures, {"outputs": [t.dest.name for t in targets]})
+            summaries.append({**info, "path": str(t.dest), "skipped": False, "seconds": seconds,
+                              "failures_file": str(report)})
+        write_failures(str(report), job.command, n_inputs, len(written_inputs), failures,
+                       {"outputs": [t.dest.name for t in targets]})
         log_path.unlink(missing_ok=True)
         return summaries
     except Interrupted as stop:
@@ -177,13 +272,9 @@ def _build(job: ZipJob, workers: int, force: bool, progress: ProgressFn | None) 
             w.close()
 
 
-def _is_complete(target: ZipTarget, fingerprint: dict) -> bool:
-    """A valid zip made from the same inputs and options; without provenance it must hold every input."""
-    info = _read_provenance(target.dest)
-    if info and any(info.get(k) != v for k, v in fingerprint.items()):
-        return False
-    count = int(info.get("written", len(target.labels)))
-    return validate_zip(target.dest, count, target.stem, target.ext) is None
+def _damaged(target: ZipTarget) -> Callable[[dict], str | None]:
+    """Why a zip whose provenance matches is not the complete output it describes (None: it is)."""
+    return lambda info: validate_zip(target.dest, int(info.get("written", -1)), target.stem, target.ext)
 
 
 def _read_provenance(dest: Path) -> dict:

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from fgdata.errors import FgdataError
-from fgdata.prepare.build import ProgressFn, ZipJob, ZipTarget, build_zips, default_workers
+from fgdata.jobs.dest import Notify
+from fgdata.prepare.build import ProgressFn, ZipJob, ZipTarget, build_zips, default_workers, ZipRun
 from fgdata.prepare.paths import CIFAR10_ZIP, resolve_data_root
 from fgdata.prepare.transforms import png_bytes
 from fgdata.sources.cifar import CIFAR10_MD5, CIFAR10_TARBALL, download_cifar10, file_md5, read_cifar10
@@ -27,8 +28,9 @@ def _encode_rows(span: tuple[int, int]) -> list[tuple[list[bytes] | None, str | 
 
 
 def prepare_cifar10(data_root: str | os.PathLike[str] | None = None, source: str | os.PathLike[str] | None = None,
-                    skip_md5: bool = False, workers: int | None = None, force: bool = False,
-                    max_images: int | None = None, progress: ProgressFn | None = None) -> list[dict]:
+                    skip_md5: bool = False, workers: int | None = None, resume: bool = True,
+                    overwrite: bool = False, max_images: int | None = None, progress: ProgressFn | None = None,
+                    notify: Notify | None = None) -> list[dict]:
     """Write ``cifar10/cifar10-32x32.zip`` under the data root; download the tarball there when no source is given."""
     root = resolve_data_root(data_root)
     dest = root / CIFAR10_ZIP
@@ -50,7 +52,7 @@ def prepare_cifar10(data_root: str | os.PathLike[str] | None = None, source: str
     target = ZipTarget(dest, labels[:n], transform="none (CIFAR rows as 32x32 RGB)")
     job = ZipJob("prepare cifar10", [target], n, _encode_rows, fingerprint, describe=_row_name, block=500,
                  initializer=_init_rows, initargs=(images[:n],))
-    return build_zips(job, workers=workers or default_workers(), force=force, progress=progress)
+    return build_zips(job, ZipRun(workers or default_workers(), resume, overwrite, progress, notify))
 
 
 def _row_name(j: int) -> str:

@@ -13,7 +13,8 @@ from typing import Any
 from PIL import Image
 
 from fgdata.media.errors import ImageDecodeError
-from fgdata.prepare.build import ProgressFn, ZipJob, ZipTarget, build_zips, default_workers
+from fgdata.jobs.dest import Notify
+from fgdata.prepare.build import ProgressFn, ZipJob, ZipRun, ZipTarget, build_zips, default_workers
 from fgdata.prepare.paths import IMAGENET64_EDMV2_ZIP, IMAGENET64_ZIP, IMAGENET256_RGB_ZIP, resolve_data_root
 from fgdata.prepare.transforms import CROPS, open_rgb, png_bytes
 from fgdata.sources.folder import printable_name
@@ -44,12 +45,12 @@ def _convert(span: tuple[int, int]) -> list[tuple[list[bytes] | None, str | None
 
 
 def _run(targets: list[ZipTarget], root: Path, names: list[str], kinds: list[tuple[str, int]], *, dataset: str,
-         workers: int, force: bool, strict: bool, progress: ProgressFn | None, phase: str) -> list[dict]:
+         run: ZipRun, strict: bool, phase: str) -> list[dict]:
     paths = [str(root / name) for name in names]
     fingerprint = {"dataset": dataset, "source": str(root), "inputs": len(names), "strict": strict}
     job = ZipJob(f"prepare {dataset}", targets, len(names), _convert, fingerprint, describe=lambda j: printable_name(paths[j]),
                  block=16, phase=phase, initializer=_init, initargs=(paths, kinds, strict))
-    return build_zips(job, workers=workers, force=force, progress=progress)
+    return build_zips(job, run)
 
 
 def _labelled_images(imagenet_source: str | os.PathLike[str],
@@ -61,17 +62,17 @@ def _labelled_images(imagenet_source: str | os.PathLike[str],
 
 
 def prepare_imagenet64(imagenet_source: str | os.PathLike[str], data_root: str | os.PathLike[str] | None = None,
-                       max_images: int | None = None, workers: int | None = None, force: bool = False,
-                       strict: bool = False, progress: ProgressFn | None = None,
-                       allow_any_tree: bool = False) -> list[dict]:
+                       max_images: int | None = None, workers: int | None = None, resume: bool = True,
+                       overwrite: bool = False, strict: bool = False, progress: ProgressFn | None = None,
+                       allow_any_tree: bool = False, notify: Notify | None = None) -> list[dict]:
     """Write ``imagenet-64x64.zip`` (EDM crop) and ``imagenet-64x64-edmv2.zip`` (ADM crop)."""
     out = resolve_data_root(data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
     root, names, labels = _labelled_images(imagenet_source, allow_any_tree)
     edm_names, edm2_names = edm_order(names)[:max_images], edm2_order(names)[:max_images]
-    workers = workers or default_workers()
     edm = ZipTarget(out / IMAGENET64_ZIP, [labels.get(n) for n in edm_names], "edm center-crop 64 LANCZOS")
     edm2 = ZipTarget(out / IMAGENET64_EDMV2_ZIP, [labels.get(n) for n in edm2_names], "adm center-crop 64")
-    common: dict[str, Any] = {"dataset": "imagenet-64", "workers": workers, "force": force, "strict": strict, "progress": progress}
+    run = ZipRun(workers or default_workers(), resume, overwrite, progress, notify)
+    common: dict[str, Any] = {"dataset": "imagenet-64", "run": run, "strict": strict}
     if edm_names == edm2_names:
         return _run([edm, edm2], root, edm_names, [("edm", 64), ("adm", 64)], phase="imagenet-64", **common)
     return (_run([edm], root, edm_names, [("edm", 64)], phase="edm", **common)
@@ -79,13 +80,14 @@ def prepare_imagenet64(imagenet_source: str | os.PathLike[str], data_root: str |
 
 
 def prepare_imagenet256_rgb(imagenet_source: str | os.PathLike[str], data_root: str | os.PathLike[str] | None = None,
-                            max_images: int | None = None, workers: int | None = None, force: bool = False,
-                            strict: bool = False, progress: ProgressFn | None = None,
-                            allow_any_tree: bool = False) -> list[dict]:
+                            max_images: int | None = None, workers: int | None = None, resume: bool = True,
+                            overwrite: bool = False, strict: bool = False, progress: ProgressFn | None = None,
+                            allow_any_tree: bool = False, notify: Notify | None = None) -> list[dict]:
     """Write ``imagenet_256_rgb.zip``: the EDM2 flavour at 256 px, kept for FID statistics."""
     out = resolve_data_root(data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
     root, names, labels = _labelled_images(imagenet_source, allow_any_tree)
     ordered = edm2_order(names)[:max_images]
     target = ZipTarget(out / IMAGENET256_RGB_ZIP, [labels.get(n) for n in ordered], "adm center-crop 256")
-    return _run([target], root, ordered, [("adm", 256)], dataset="imagenet-256", workers=workers or default_workers(),
-                force=force, strict=strict, progress=progress, phase="imagenet-256 rgb")
+    run = ZipRun(workers or default_workers(), resume, overwrite, progress, notify)
+    return _run([target], root, ordered, [("adm", 256)], dataset="imagenet-256", run=run, strict=strict,
+                phase="imagenet-256 rgb")

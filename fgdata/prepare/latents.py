@@ -10,17 +10,21 @@ from __future__ import annotations
 import io
 import json
 import os
-import time
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
 from fgdata.errors import FgdataError
+from fgdata.jobs.dest import LOCK_FILE, DestLock, Notify, claimed
 from fgdata.jobs.ranks import dist_env, wait_for
-from fgdata.prepare.build import ProgressFn, default_workers
+from fgdata.jobs.report import FAILURES_FILE, write_failures
+from fgdata.jobs.signals import Interrupted, stop_on_signals
+from fgdata.prepare.build import (Existing, ProgressFn, check_output, check_partial, clear, default_workers,
+                                  output_done)
 from fgdata.prepare.zipwriter import (EdmZipWriter, dataset_json_bytes, member_name, provenance_path,
                                       validate_zip)
 
@@ -48,56 +52,125 @@ def _decode(data: bytes) -> np.ndarray:
 
 
 def encode_latent_zip(rgb_zip: str | os.PathLike[str], dest: str | os.PathLike[str], vae: str = "stabilityai/sd-vae-ft-mse",
-                      device: str = "auto", batch_size: int = 32, dtype: str = "float32", force: bool = False,
-                      workers: int | None = None, rank: int | None = None, world_size: int | None = None,
-                      progress: ProgressFn | None = None) -> dict:
-    """Encode this rank's slice of ``rgb_zip``; rank 0 then merges every rank's part into ``dest``."""
-    from fgdata.encode.vae import encode_moments, load_vae, npy_bytes, vae_info
+                      device: str = "auto", batch_size: int = 32, dtype: str = "float32", resume: bool = True,
+                      overwrite: bool = False, workers: int | None = None, rank: int | None = None,
+                      world_size: int | None = None, progress: ProgressFn | None = None,
+                      notify: Notify | None = None) -> dict:
+    """Encode this rank's slice of ``rgb_zip``; rank 0 then merges every rank's part into ``dest``.
 
+    The job core's rules hold as for the RGB pass: rank 0 holds the lock of ``dest``'s folder (another rank
+    the lock of its own part), SIGINT/SIGTERM stop it with the part file kept for the rerun, existing outputs
+    are kept, resumed or refused as :func:`fgdata.prepare.build.check_output` says, and rank 0 writes
+    ``failures.json`` for the whole command (the RGB pass's failures, the latents written).
+    """
     rgb_zip, dest = Path(rgb_zip), Path(dest)
     env_rank, env_world = dist_env()
     rank = env_rank if rank is None else rank
     world = env_world if world_size is None else world_size
-    names, labels = _read_rgb_index(rgb_zip)
-    n = len(names)
-    fingerprint = {"dataset": "imagenet-256", "source": str(rgb_zip.resolve()), "inputs": n,
-                   "source_size": rgb_zip.stat().st_size, "vae": vae, "dtype": dtype, "world_size": world}
-    if not force and _complete(dest, n, fingerprint):
-        return {**json.loads(provenance_path(dest).read_text()), "path": str(dest), "skipped": True}
-    start, stop = n * rank // world, n * (rank + 1) // world
-    part = dest.with_name(f"{dest.name}.rank{rank:05d}-of-{world:05d}.zip")
-    part_fp = {**fingerprint, "rank": rank, "start": start, "stop": stop}
-    info: dict = {}
-    if force or not _complete(part, stop - start, part_fp, first=start):
-        model = load_vae(vae, device=device, dtype=dtype)
-        info = vae_info(model, vae)
-        writer = EdmZipWriter(part, part_fp, resume=not force)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    lock = claimed(str(dest.parent)) if rank == 0 else DestLock(str(dest.parent), f"{LOCK_FILE}.rank{rank}")
+    with stop_on_signals(), lock:
+        job = _LatentJob(rgb_zip, dest, vae, device, batch_size, dtype, workers, rank, world)
+        return job.run(resume, overwrite, progress, notify)
+
+
+class _LatentJob:
+    """One rank's share of the latent pass (its part file), and on rank 0 the merge and the report."""
+
+    def __init__(self, rgb_zip: Path, dest: Path, vae: str, device: str, batch_size: int, dtype: str,
+                 workers: int | None, rank: int, world: int):
+        self.rgb_zip, self.dest, self.vae, self.device, self.dtype = rgb_zip, dest, vae, device, dtype
+        self.batch_size, self.workers, self.rank, self.world = batch_size, workers, rank, world
+        self.names, self.labels = _read_rgb_index(rgb_zip)
+        n = len(self.names)
+        # The RGB zip is named relative to the latent zip's folder: the same job in another data root is the same job.
+        self.fingerprint = {"dataset": "imagenet-256", "source": os.path.relpath(rgb_zip.resolve(), dest.parent.resolve()),
+                            "inputs": n, "source_size": rgb_zip.stat().st_size, "vae": vae, "dtype": dtype,
+                            "world_size": world}
+        self.start, self.stop = n * rank // world, n * (rank + 1) // world
+        self.part = _part_path(dest, rank, world)
+        self.part_fp = {**self.fingerprint, "rank": rank, "start": self.start, "stop": self.stop}
+
+    def run(self, resume: bool, overwrite: bool, progress: ProgressFn | None, notify: Notify | None) -> dict:
+        n, dest = len(self.names), self.dest
+        checks: list[Existing] = []
+        if self.rank == 0:
+            final = check_output(dest, self.fingerprint, lambda info: validate_zip(dest, n, LATENT_STEM, LATENT_EXT),
+                                 resume=resume, overwrite=overwrite)
+            if final.complete:
+                return {**json.loads(provenance_path(dest).read_text()), "path": str(dest), "skipped": True,
+                        "failures_file": str(dest.parent / FAILURES_FILE)}
+            checks += [final, check_partial(dest, {**self.fingerprint, "merge": True}, resume=resume)]
+        elif _complete(dest, n, self.fingerprint):
+            return {"path": str(dest), "rank": self.rank, "skipped": True}
+        checks.append(check_partial(self.part, self.part_fp, resume=resume))
+        if not resume:  # a finished part of an earlier run is redone too
+            done = tuple(p.name for p in (self.part, provenance_path(self.part)) if p.exists())
+            checks.append(Existing(self.part, remove=done, why="--no-resume"))
+        clear(checks, notify)
+        info: dict = {}
+        if not _complete(self.part, self.stop - self.start, self.part_fp, first=self.start):
+            info = self._encode(progress)
+        if self.rank != 0:
+            return {"path": str(self.part), "rank": self.rank, "start": self.start, "stop": self.stop, "skipped": False}
+        parts = [_part_path(dest, r, self.world) for r in range(self.world)]
+        wait_for(lambda: [f"{p.name} (rank {r})" for r, p in enumerate(parts) if not p.exists()],
+                 f"{dest}: the other ranks' part files", prepare_wait_s(), poll=5.0, log=print)
+        summary = _merge(parts, dest, self.names, self.labels, self.fingerprint, info, progress)
+        return {**summary, "failures_file": self._report()}
+
+    def _encode(self, progress: ProgressFn | None) -> dict:
+        """Encode the rank's slice into its part file, resuming after its last complete member."""
+        from fgdata.encode.vae import encode_moments, load_vae, npy_bytes, vae_info
+
+        model = load_vae(self.vae, device=self.device, dtype=self.dtype)
+        info = vae_info(model, self.vae)
+        start, stop, names = self.start, self.stop, self.names
+        writer = EdmZipWriter(self.part, self.part_fp)
+        pos = start
         try:
             pos = start + writer.keep_valid_prefix(lambda i: member_name(start + i, LATENT_STEM, LATENT_EXT))
-            began = time.monotonic()
-            with zipfile.ZipFile(rgb_zip) as zf, ThreadPoolExecutor(workers or default_workers()) as pool:
-                def submit(a: int):
-                    batch = [zf.read(names[i]) for i in range(a, min(a + batch_size, stop))]
+            with zipfile.ZipFile(self.rgb_zip) as zf, ThreadPoolExecutor(self.workers or default_workers()) as pool:
+                def submit(a: int) -> Iterator[np.ndarray]:
+                    batch = [zf.read(names[i]) for i in range(a, min(a + self.batch_size, stop))]
                     return pool.map(_decode, batch)
                 pending = submit(pos) if pos < stop else None
-                for a in range(pos, stop, batch_size):
+                for a in range(pos, stop, self.batch_size):
                     assert pending is not None  # submitted for every a < stop
                     images = np.stack(list(pending))
-                    pending = submit(a + batch_size) if a + batch_size < stop else None
+                    pending = submit(a + self.batch_size) if a + self.batch_size < stop else None
                     for k, moments in enumerate(encode_moments(model, images)):
                         writer.add(member_name(a + k, LATENT_STEM, LATENT_EXT), npy_bytes(moments))
+                    writer.flush()  # the batch is complete on disk before the test hook may pause here
+                    pos = a + len(images)
                     if progress:
-                        progress(f"encode rank {rank}", a + len(images) - start, stop - start)
-            info.update(seconds=time.monotonic() - began, batch_size=batch_size, device=str(next(model.parameters()).device))
-            writer.finish(None, {**part_fp, **info})
+                        progress(f"encode rank {self.rank}", pos - start, stop - start)
+                    output_done()
+            info.update(batch_size=self.batch_size, device=str(next(model.parameters()).device))
+            writer.finish(None, {**self.part_fp, **info})
+        except Interrupted as stopped:
+            stopped.done = pos - start
+            raise
         finally:
             writer.close()
-    if rank != 0:
-        return {"path": str(part), "rank": rank, "start": start, "stop": stop, "skipped": False}
-    parts = [dest.with_name(f"{dest.name}.rank{r:05d}-of-{world:05d}.zip") for r in range(world)]
-    wait_for(lambda: [f"{p.name} (rank {r})" for r, p in enumerate(parts) if not p.exists()],
-             f"{dest}: the other ranks' part files", prepare_wait_s(), poll=5.0, log=print)
-    return _merge(parts, dest, names, labels, fingerprint, info, progress)
+        return info
+
+    def _report(self) -> str:
+        """``failures.json`` for the whole command: the inputs the RGB pass saw and failed, the latents written."""
+        try:
+            rgb = json.loads(provenance_path(self.rgb_zip).read_text())
+        except (OSError, ValueError):
+            rgb = {}
+        failures = [f for f in rgb.get("failures") or [] if isinstance(f, dict)]
+        n = len(self.names)
+        path = self.dest.parent / FAILURES_FILE
+        write_failures(str(path), "prepare imagenet-256", n + len(failures), n, failures,
+                       {"outputs": sorted({self.rgb_zip.name, self.dest.name})})
+        return str(path)
+
+
+def _part_path(dest: Path, rank: int, world: int) -> Path:
+    return dest.with_name(f"{dest.name}.rank{rank:05d}-of-{world:05d}.zip")
 
 
 def _complete(path: Path, count: int, fingerprint: dict, first: int = 0) -> bool:

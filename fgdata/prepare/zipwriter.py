@@ -93,6 +93,24 @@ def _scan_local_entries(path: Path) -> list[_Entry]:
     return entries
 
 
+def partial_paths(dest: Path) -> tuple[Path, Path]:
+    """A killed run's resumable files for ``dest``: the members so far and the options they were written with."""
+    return dest.with_name(dest.name + ".partial"), dest.with_name(dest.name + ".partial.json")
+
+
+def read_partial_state(dest: Path) -> dict | None:
+    """The options an unfinished earlier run of ``dest`` was writing with; None when there is no such run."""
+    partial, state = partial_paths(dest)
+    if not partial.is_file() or partial.is_symlink():
+        return None
+    try:
+        with open_nofollow(state, "r") as fh:
+            data = json.loads(fh.read())
+    except (OSError, ValueError, FgdataError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 class EdmZipWriter:
     """Append members in index order to ``<dest>.partial``; :meth:`finish` adds ``dataset.json`` and renames.
 
@@ -102,12 +120,11 @@ class EdmZipWriter:
 
     def __init__(self, dest: str | os.PathLike[str], fingerprint: dict, resume: bool = True):
         self.dest = Path(dest)
-        self.partial = self.dest.with_name(self.dest.name + ".partial")
-        self.state = self.dest.with_name(self.dest.name + ".partial.json")
+        self.partial, self.state = partial_paths(self.dest)
         self.dest.parent.mkdir(parents=True, exist_ok=True)
         state_text = json.dumps(fingerprint, sort_keys=True)
         entries: list[_Entry] = []
-        if resume and self.partial.is_file() and not self.partial.is_symlink() and self._state_text() == state_text:
+        if resume and read_partial_state(self.dest) == json.loads(state_text):
             entries = _scan_local_entries(self.partial)
         else:
             self.partial.unlink(missing_ok=True)
@@ -116,13 +133,6 @@ class EdmZipWriter:
         self._entries = entries
         self._fh = open_nofollow(self.partial, "r+b" if entries else "wb")
         self._truncate_at(len(entries))
-
-    def _state_text(self) -> str | None:
-        try:
-            with open_nofollow(self.state, "r") as fh:
-                return str(fh.read())
-        except (OSError, FgdataError):
-            return None
 
     def flush(self) -> None:
         """Push the members written so far to the file (a resumed run finds them complete)."""

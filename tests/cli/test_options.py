@@ -20,7 +20,7 @@ FGDATA = str(Path(sys.executable).with_name("fgdata"))
 READ_COMMANDS = {("count-shards",), ("inspect",), ("verify",), ("quickstart",)}
 LONG_READS = {("count-shards",), ("verify",), ("quickstart",)}
 WRITE_COMMANDS = {("shard", "images"), ("shard", "videos"), ("shard", "prompts"), ("encode", "latents"),
-                  ("encode", "text"), ("kd", "pairs"), ("kd", "paths")}
+                  ("encode", "text"), ("kd", "pairs"), ("kd", "paths"), ("prepare",)}
 
 
 def _commands(group: typer.Typer, prefix: tuple[str, ...] = ()):

@@ -105,3 +105,38 @@ def test_encode_text(tmp_path, tiny_t5_dir):
     cmd = [*FGDATA, "encode", "text", str(src), "{out}", "--encoder", str(tiny_t5_dir), "--max-length", "16",
            "--batch-size", "2", "--quiet"]
     stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=STOPS, env={"HF_HUB_OFFLINE": "1"})
+
+
+@pytest.fixture(scope="module")
+def tiny_vae_dir(tmp_path_factory) -> Path:
+    """A 4-block AutoencoderKL (SD-shaped latents) saved for the real from_pretrained path."""
+    import torch
+    from diffusers import AutoencoderKL
+
+    torch.manual_seed(0)
+    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
+                        up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(8, 16, 32, 32),
+                        layers_per_block=1, latent_channels=4, norm_num_groups=8, scaling_factor=0.18215)
+    path = tmp_path_factory.mktemp("vae") / "tiny-vae"
+    vae.save_pretrained(path)
+    return path
+
+
+def test_prepare_imagenet256(tmp_path, tiny_vae_dir, sample_images):
+    """Both passes: output 1 is the RGB zip's only block, outputs 2-5 the latent batches (the last one just
+    before the part file is finished and merged)."""
+    from PIL import Image
+
+    train = tmp_path / "imagenet" / "ILSVRC" / "Data" / "CLS-LOC" / "train"
+    for k in range(8):
+        folder = train / f"n0144076{k % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        photo = Image.open(sample_images[k % len(sample_images)]).convert("RGB")
+        photo.resize((96 + 16 * k, 80 + 8 * k)).save(folder / f"img{k}.JPEG", quality=90)
+    (train / "n01440761" / "broken.JPEG").write_bytes(b"not a jpeg")  # a failed input is part of the output
+    cmd = [*FGDATA, "prepare", "imagenet-256", "--imagenet-source", str(tmp_path / "imagenet"), "--data-root", "{out}",
+           "--vae", str(tiny_vae_dir), "--device", "cpu", "--batch-size", "2", "--workers", "2", "--no-progress"]
+    stops = [(1, signal.SIGKILL), (3, signal.SIGTERM), (5, signal.SIGINT)]
+    stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=stops, env={"HF_HUB_OFFLINE": "1"})
+    report = (tmp_path / "clean" / "imagenet-256" / "failures.json").read_text()
+    assert '"seen": 9' in report and '"written": 8' in report and "broken.JPEG" in report

@@ -43,13 +43,13 @@ def test_zip_matches_reference_member_by_member(cifar_tarball, tmp_path):
     assert (tmp_path / "cifar10" / "cifar10-32x32.zip.provenance.json").is_file()
 
 
-def test_rerun_is_skipped_force_rebuilds_identically(cifar_tarball, tmp_path):
+def test_rerun_is_skipped_no_resume_rebuilds_identically(cifar_tarball, tmp_path):
     tarball = cifar_tarball[0]
     prepare_cifar10(tmp_path, source=tarball, skip_md5=True, workers=1)
     out = tmp_path / "cifar10" / "cifar10-32x32.zip"
     first = out.read_bytes()
     assert prepare_cifar10(tmp_path, source=tarball, skip_md5=True)[0]["skipped"] is True
-    prepare_cifar10(tmp_path, source=tarball, skip_md5=True, workers=2, force=True)
+    prepare_cifar10(tmp_path, source=tarball, skip_md5=True, workers=2, resume=False)
     assert out.read_bytes() == first
 
 

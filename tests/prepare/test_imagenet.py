@@ -6,6 +6,7 @@ import io
 import json
 import shutil
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -130,7 +131,8 @@ def test_two_ranks_merge_into_the_single_rank_zip(imagenet_root, tiny_vae_dir, t
         for name in a.namelist()[:-1]:
             x, y = (np.load(io.BytesIO(z.read(name))) for z in (a, b))
             assert np.linalg.norm(x - y) <= 1e-4 * np.linalg.norm(x)
-    assert sorted(p.name for p in dest.parent.iterdir()) == ["imagenet_256_sd.zip", "imagenet_256_sd.zip.provenance.json"]
+    assert sorted(p.name for p in dest.parent.iterdir() if p.name != ".fgdata") == [
+        "failures.json", "imagenet_256_sd.zip", "imagenet_256_sd.zip.provenance.json"]
 
 
 def test_offline_hub_id_fails_in_one_line(monkeypatch, tmp_path):
@@ -141,3 +143,18 @@ def test_offline_hub_id_fails_in_one_line(monkeypatch, tmp_path):
     with pytest.raises(FgdataError) as info:
         load_vae("stabilityai/sd-vae-ft-mse")
     assert "HF_HUB_OFFLINE" in str(info.value) and "--vae DIR" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_latent_zip_of_other_options_is_refused_then_rebuilt_with_no_resume(imagenet_root, tiny_vae_dir, tmp_path):
+    common = {"vae": str(tiny_vae_dir), "device": "cpu", "batch_size": 4, "max_images": 3, "workers": 1}
+    prepare_imagenet256(imagenet_root, tmp_path, **common)
+    with pytest.raises(FgdataError, match=r"imagenet_256_sd.zip: an earlier run wrote it with other options "
+                                          r"\(--dtype was 'float32', now 'bfloat16'\)"):
+        prepare_imagenet256(imagenet_root, tmp_path, dtype="bfloat16", **common)
+    said: list[str] = []
+    rgb, sd = prepare_imagenet256(imagenet_root, tmp_path, dtype="bfloat16", resume=False, notify=said.append, **common)
+    assert said[0].startswith("--no-resume: removing 2 file(s)") and "imagenet_256_rgb.zip" in said[0]
+    assert any("imagenet_256_sd.zip" in line for line in said[1:])
+    assert json.loads(Path(sd["path"] + ".provenance.json").read_text())["dtype"] == "bfloat16"
+    report = json.loads((tmp_path / "imagenet-256" / "failures.json").read_text())
+    assert (report["command"], report["seen"], report["written"], report["failed"]) == ("prepare imagenet-256", 3, 3, 0)

@@ -1,0 +1,91 @@
+"""`fgdata prepare` on the job core's rules: shared flags, one lock per output folder, what an earlier run left."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+from fgdata.jobs.dest import DestLock
+
+
+def _cli(*args: str, root=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({"DATA_ROOT_DIR": str(root)} if root else {})}
+    return subprocess.run([sys.executable, "-m", "fgdata", "prepare", *args], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def _cifar(tarball, root, *extra: str) -> subprocess.CompletedProcess:
+    return _cli("cifar10", "--source", str(tarball), "--skip-md5", "--data-root", str(root), "--workers", "1",
+                "--max-images", "40", *extra)
+
+
+def test_json_is_one_summary_document(cifar_tarball, tmp_path):
+    run = _cifar(cifar_tarball[0], tmp_path, "--json")
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)  # the whole of stdout is one document
+    zip_path = tmp_path / "cifar10" / "cifar10-32x32.zip"
+    assert doc == {"command": "prepare cifar10", "seen": 40, "written": 40, "failed": 0, "outputs": [str(zip_path)],
+                   "failures_file": str(tmp_path / "cifar10" / "failures.json"), "skipped": False}
+    report = json.loads((tmp_path / "cifar10" / "failures.json").read_text())
+    assert (report["command"], report["seen"], report["written"], report["failed"]) == ("prepare cifar10", 40, 40, 0)
+    again = _cifar(cifar_tarball[0], tmp_path, "--json")
+    assert json.loads(again.stdout)["skipped"] is True and json.loads(again.stdout)["written"] == 40
+
+
+def test_quiet_prints_nothing_and_no_resume_says_what_it_removes(cifar_tarball, tmp_path):
+    first = _cifar(cifar_tarball[0], tmp_path, "-q")
+    assert first.returncode == 0 and first.stdout == "" and first.stderr == ""
+    zip_path = tmp_path / "cifar10" / "cifar10-32x32.zip"
+    before = zip_path.read_bytes()
+    kept = _cifar(cifar_tarball[0], tmp_path)
+    assert "kept" in kept.stdout and "--no-resume rebuilds" in " ".join(kept.stdout.split())
+    again = _cifar(cifar_tarball[0], tmp_path, "--no-resume")
+    assert again.returncode == 0, again.stderr
+    said = " ".join(again.stderr.split())
+    assert "--no-resume: removing 2 file(s)" in said and "cifar10-32x32.zip" in said
+    assert "wrote" in again.stdout and zip_path.read_bytes() == before
+
+
+def test_a_zip_fgdata_did_not_write_is_refused_unless_overwrite(cifar_tarball, tmp_path):
+    zip_path = tmp_path / "cifar10" / "cifar10-32x32.zip"
+    zip_path.parent.mkdir(parents=True)
+    with zipfile.ZipFile(zip_path, "w") as zf:  # e.g. a zip another tool wrote under the canonical name
+        zf.writestr("dataset.json", '{"labels": null}')
+    foreign = zip_path.read_bytes()
+    refused = _cifar(cifar_tarball[0], tmp_path)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    line = " ".join(refused.stderr.split())
+    assert "cifar10-32x32.zip: exists and was not written by fgdata" in line and "--overwrite" in line
+    assert zip_path.read_bytes() == foreign  # nothing removed
+    replaced = _cifar(cifar_tarball[0], tmp_path, "--overwrite")
+    assert replaced.returncode == 0, replaced.stderr
+    assert "--overwrite: removing 1 file(s)" in " ".join(replaced.stderr.split())
+    with zipfile.ZipFile(zip_path) as zf:
+        assert len(zf.namelist()) == 41
+
+
+def test_other_options_are_refused_naming_the_option(imagenet_root, tmp_path):
+    base = ("imagenet-64", "--imagenet-source", str(imagenet_root), "--data-root", str(tmp_path), "--workers", "1")
+    assert _cli(*base, "--max-images", "4").returncode == 0
+    refused = _cli(*base, "--max-images", "5")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    line = " ".join(refused.stderr.split())
+    assert "an earlier run wrote it with other options (--inputs was 4, now 5)" in line and "--no-resume" in line
+    still = _cli(*base, "--max-images", "5", "--json")
+    assert still.returncode == 1 and still.stdout == ""  # refused before anything: --json prints no document
+    done = _cli(*base, "--max-images", "5", "--no-resume", "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert (doc["seen"], doc["written"], doc["failed"]) == (5, 5, 0) and len(doc["outputs"]) == 2
+
+
+def test_a_second_job_on_the_same_output_is_refused(cifar_tarball, tmp_path):
+    folder = tmp_path / "cifar10"
+    with DestLock(str(folder)):  # the lock a running prepare holds
+        refused = _cifar(cifar_tarball[0], tmp_path)
+    assert refused.returncode == 1 and "another fgdata job is writing here" in " ".join(refused.stderr.split())
+    assert not (folder / "cifar10-32x32.zip").exists()
+    assert _cifar(cifar_tarball[0], tmp_path).returncode == 0  # free again once the holder is gone
