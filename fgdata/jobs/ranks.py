@@ -8,11 +8,11 @@ outputs still missing and which ranks own them, so a dead rank is never waited f
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from fgdata.distributed import env_rank_world
 from fgdata.errors import FgdataError
 
 T = TypeVar("T")
@@ -21,7 +21,7 @@ DEFAULT_WAIT_S = 3600.0
 
 def dist_env() -> tuple[int, int]:
     """(rank, world size) from torchrun's environment; (0, 1) otherwise."""
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    return env_rank_world()
 
 
 def owner(index: int, world: int) -> int:

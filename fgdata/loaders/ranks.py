@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import sys
 
+from fgdata.distributed import env_rank_world
+from fgdata.errors import FgdataError
 from fgdata.loaders.selection import LoaderConfigError
 
 
@@ -20,7 +22,10 @@ def resolve_rank(rank: int | None = None, world_size: int | None = None) -> tupl
         if dist is not None and dist.is_available() and dist.is_initialized():
             r, w = dist.get_rank(), dist.get_world_size()
         else:
-            r, w = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+            try:
+                r, w = env_rank_world()
+            except FgdataError as exc:
+                raise LoaderConfigError(str(exc)) from None
         rank = r if rank is None else rank
         world_size = w if world_size is None else world_size
     if world_size < 1 or not 0 <= rank < world_size:
