@@ -5,45 +5,41 @@ Only typer, rich and the standard library load at import; the library modules lo
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from fgdata.cli import options
 
+if TYPE_CHECKING:
+    from fgdata.cli.jobrun import Outcome
+
 DOWNLOADS = ("cifar10", "imagenet")
 PREPARES = ("cifar10", "imagenet-64", "imagenet-256")
 
 
-def _summary(dataset: str, summaries: list[dict]) -> dict:
-    """The command's result in the one shape of every writing command: inputs seen, written and failed (the
-    first pass saw and failed them; the last pass wrote them), the zips and the failure report."""
+def _outcome(dataset: str, source: str, summaries: list[dict], seconds: float) -> Outcome:
+    """The command's result in the shape every writing command shares: inputs seen and failed (by the first pass),
+    written (by the last pass: the latents of imagenet-256), the zips and the failure report."""
+    from fgdata.cli.jobrun import Outcome
+
     full = [s for s in summaries if "written" in s] or [{}]
-    return {"command": f"prepare {dataset}", "seen": full[0].get("inputs", 0), "written": full[-1].get("written", 0),
-            "failed": full[0].get("failed", 0), "outputs": [s["path"] for s in summaries],
-            "failures_file": full[-1].get("failures_file"), "skipped": all(s.get("skipped") for s in summaries)}
-
-
-def _report(summaries: list[dict]) -> None:
-    from fgdata.cli.render import console
-
-    for s in summaries:
-        if s.get("skipped"):
-            console.print(f"[green]kept[/] {s['path']} (complete; --no-resume rebuilds)", highlight=False)
-            continue
-        if "written" not in s:  # another torchrun rank's part of the latent zip
-            console.print(f"rank {s.get('rank')}: wrote {s['path']}", highlight=False)
-            continue
-        console.print(f"[green]wrote[/] {s['path']}: {s.get('written')} written, {s.get('failed', 0)} failed"
-                      f" of {s.get('inputs')} inputs", highlight=False)
-        converted = s.get("converted_modes") or []
-        if converted:
-            console.print(f"  {len(converted)} source(s) converted to RGB:", highlight=False)
-            for item in converted[:20]:
-                console.print(f"    {item['input']} ({item['mode']})", highlight=False, markup=False)
-            if len(converted) > 20:
-                console.print(f"    ... {len(converted) - 20} more in {s['path']}.provenance.json", highlight=False)
+    zips = [s["path"] for s in summaries]
+    rows = [("kept" if s.get("skipped") else "wrote", Path(s["path"]).name) for s in summaries]
+    converted = len(summaries[0].get("converted_modes") or [])
+    if converted:
+        rows.append(("converted to RGB", f"{converted:,} (listed in the provenance file)"))
+    skipped = all(s.get("skipped") for s in summaries)
+    if skipped:
+        rows.append(("", "complete: --no-resume rebuilds"))
+    failed = int(full[0].get("failed", 0))
+    written = int(full[-1].get("written", 0))
+    report = full[-1].get("failures_file")
+    return Outcome(f"prepare {dataset}", source, str(Path(zips[0]).parent), written + failed, written, failed,
+                   report if report and Path(report).is_file() else None, seconds,
+                   {"outputs": zips, "skipped": skipped}, rows)
 
 
 def download(
@@ -117,12 +113,11 @@ def prepare(
     if dtype not in ("float32", "bfloat16"):
         raise typer.BadParameter("--dtype must be float32 or bfloat16")
     import fgdata.prepare as lib
-    from fgdata.cli.jobrun import notify, run_job
+    from fgdata.cli.jobrun import finish, notes, run_job
     from fgdata.cli.render import phase_progress
 
     bars = options.show_progress(show_progress, quiet=quiet, json_out=json_out)
-    say = None if quiet else notify
-    common: dict[str, Any] = {"max_images": max_images, "workers": workers, "resume": resume, "overwrite": overwrite, "notify": say}
+    common: dict[str, Any] = {"max_images": max_images, "workers": workers, "resume": resume, "overwrite": overwrite, "notify": notes(quiet)}
 
     def build() -> list[dict]:
         with phase_progress(enabled=bars) as update:
@@ -136,16 +131,11 @@ def prepare(
             return lib.prepare_imagenet256(imagenet_source, data_root, vae=vae, device=device, batch_size=batch_size,
                                            dtype=dtype, **imagenet)
 
+    started = time.perf_counter()
     summaries = run_job(build)  # the bar is closed before an interrupt line is printed
-    result = _summary(dataset, summaries)
-    if json_out:
-        from fgdata.cli.render import print_json
-
-        print_json(result)
-    elif not quiet:
-        _report(summaries)
-    if not result["skipped"]:
-        options.exit_if_all_failed(result["written"], result["failed"], result["failures_file"])
+    where = str(imagenet_source if dataset != "cifar10" else source or "the CIFAR-10 tarball")
+    outcome = _outcome(dataset, where, summaries, time.perf_counter() - started)
+    finish(outcome, quiet=quiet, json_out=json_out)
 
 
 def register(app: typer.Typer) -> None:

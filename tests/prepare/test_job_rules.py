@@ -8,6 +8,8 @@ import subprocess
 import sys
 import zipfile
 
+from job_summary import check_json_summary
+
 from fgdata.jobs.dest import DestLock
 
 
@@ -25,14 +27,15 @@ def _cifar(tarball, root, *extra: str) -> subprocess.CompletedProcess:
 def test_json_is_one_summary_document(cifar_tarball, tmp_path):
     run = _cifar(cifar_tarball[0], tmp_path, "--json")
     assert run.returncode == 0, run.stderr
-    doc = json.loads(run.stdout)  # the whole of stdout is one document
     zip_path = tmp_path / "cifar10" / "cifar10-32x32.zip"
-    assert doc == {"command": "prepare cifar10", "seen": 40, "written": 40, "failed": 0, "outputs": [str(zip_path)],
-                   "failures_file": str(tmp_path / "cifar10" / "failures.json"), "skipped": False}
+    doc = check_json_summary(run.stdout, "prepare cifar10", zip_path.parent)
+    assert (doc["seen"], doc["written"], doc["failed"]) == (40, 40, 0) and doc["source"] == str(cifar_tarball[0])
+    assert doc["outputs"] == [str(zip_path)] and doc["failures_file"] == str(tmp_path / "cifar10" / "failures.json")
+    assert doc["skipped"] is False
     report = json.loads((tmp_path / "cifar10" / "failures.json").read_text())
     assert (report["command"], report["seen"], report["written"], report["failed"]) == ("prepare cifar10", 40, 40, 0)
-    again = _cifar(cifar_tarball[0], tmp_path, "--json")
-    assert json.loads(again.stdout)["skipped"] is True and json.loads(again.stdout)["written"] == 40
+    again = check_json_summary(_cifar(cifar_tarball[0], tmp_path, "--json").stdout, "prepare cifar10", zip_path.parent)
+    assert again["skipped"] is True and again["written"] == 40
 
 
 def test_quiet_prints_nothing_and_no_resume_says_what_it_removes(cifar_tarball, tmp_path):
@@ -41,7 +44,7 @@ def test_quiet_prints_nothing_and_no_resume_says_what_it_removes(cifar_tarball, 
     zip_path = tmp_path / "cifar10" / "cifar10-32x32.zip"
     before = zip_path.read_bytes()
     kept = _cifar(cifar_tarball[0], tmp_path)
-    assert "kept" in kept.stdout and "--no-resume rebuilds" in " ".join(kept.stdout.split())
+    assert "kept" in kept.stdout and "cifar10-32x32.zip" in kept.stdout and "--no-resume rebuilds" in kept.stdout
     again = _cifar(cifar_tarball[0], tmp_path, "--no-resume")
     assert again.returncode == 0, again.stderr
     said = " ".join(again.stderr.split())
@@ -78,7 +81,7 @@ def test_other_options_are_refused_naming_the_option(imagenet_root, tmp_path):
     assert still.returncode == 1 and still.stdout == ""  # refused before anything: --json prints no document
     done = _cli(*base, "--max-images", "5", "--no-resume", "--json")
     assert done.returncode == 0, done.stderr
-    doc = json.loads(done.stdout)
+    doc = check_json_summary(done.stdout, "prepare imagenet-64", tmp_path / "imagenet-64")
     assert (doc["seen"], doc["written"], doc["failed"]) == (5, 5, 0) and len(doc["outputs"]) == 2
 
 
