@@ -98,7 +98,7 @@ def steps(outdir: str) -> list[Step]:
         r = build_report(shards, name="fgdata quickstart", paths=[images, str(out / "video_shards")], workers=1)
         html, sheet = out / "report.html", out / "contact_sheet.png"
         html.write_text(r.html, encoding="utf-8")
-        write_contact_sheet(r, str(sheet))
+        write_contact_sheet(r.stats.tiles, str(sheet))
         problems = sum(p["count"] for p in r.doc["problems"])
         return ({"html": str(html), "contact_sheet": str(sheet), "samples": r.doc["total_samples"],
                  "problems": problems},

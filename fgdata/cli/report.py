@@ -133,7 +133,7 @@ def report_cmd(
     storage.write_bytes(output, report.html.encode())
     doc["html"] = output
     if contact_sheet:
-        write_contact_sheet(report, contact_sheet)
+        write_contact_sheet(report.stats.tiles, contact_sheet)
         doc["contact_sheet_png"] = contact_sheet
     doc["seconds"] = round(time.perf_counter() - started, 3)
     if json_out:

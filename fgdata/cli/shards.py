@@ -96,10 +96,14 @@ def inspect_cmd(
 
     Members over 64 MiB are summarised from their headers, never loaded whole.
     """
-    from fgdata.verify.inspect import inspect_shards, write_preview
+    from fgdata.verify.inspect import inspect_shards
 
     reports, tiles = inspect_shards(paths, limit=limit, key=key, preview=preview is not None)
-    drawn = write_preview(tiles, preview) if preview else 0
+    drawn = 0
+    if preview:
+        from fgdata.report.build import write_contact_sheet
+
+        drawn = write_contact_sheet(tiles, preview)
     if json_out:
         doc: dict[str, Any] = reports[0].to_json() if len(reports) == 1 else {"shards": [r.to_json() for r in reports]}
         if preview:

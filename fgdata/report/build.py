@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fgdata.report.collect import Stats
+from fgdata.report.collect import Stats, Tile
 
 
 @dataclass
@@ -29,12 +29,14 @@ def build_report(shards: Sequence[str], *, name: str, paths: Sequence[str], samp
     return Report(doc, stats, html.render(doc, stats))
 
 
-def write_contact_sheet(report: Report, path: str) -> None:
-    """The contact sheet as one PNG (local or s3://)."""
+def write_contact_sheet(tiles: Sequence[Tile], path: str) -> int:
+    """The tiles as one contact-sheet PNG (local or s3://), for ``report``, ``quickstart`` and ``inspect
+    --preview`` alike; returns how many were drawn."""
     from fgdata import storage
     from fgdata.errors import FgdataError
     from fgdata.report.plots import contact_sheet
 
-    if not report.stats.tiles:
+    if not tiles:
         raise FgdataError(f"{path}: no images or videos to put in a contact sheet")
-    storage.write_bytes(path, contact_sheet(report.stats.tiles))
+    storage.write_bytes(path, contact_sheet(list(tiles)))
+    return len(tiles)

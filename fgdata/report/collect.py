@@ -321,15 +321,15 @@ def _tensor(entry: _Entry, ext: str, stats: Stats, name: str) -> None:
         stats.tensors[f"{ext} {type(t).__name__}"] += 1
 
 
-def _tile(entry: _Entry, ext: str, kind: str, caption: str | None, stats: Stats, name: str, size: int) -> None:
-    """A thumbnail of an image, or of a video's first frame."""
+def thumbnail(data: bytes, kind: str, size: int = 192) -> bytes | None:
+    """A contact-sheet thumbnail (PNG, longer side ``size``) of an image or of a video's first frame; None when
+    the member does not decode."""
     import io
 
     import numpy as np
     from PIL import Image
 
     try:
-        data = entry.read(ext, None)
         if kind == "image":
             from fgdata.media.image import open_image, to_rgb
 
@@ -347,10 +347,25 @@ def _tile(entry: _Entry, ext: str, kind: str, caption: str | None, stats: Stats,
             im = Image.fromarray(((clip.video[:, 0].transpose(1, 2, 0) + 1) * 127.5).clip(0, 255).astype(np.uint8))
         im.thumbnail((size, size))
     except (FgdataError, OSError, ValueError):
-        return
+        return None
     buf = io.BytesIO()
     im.save(buf, format="PNG")
-    stats.tiles.append(Tile(entry.key, name, buf.getvalue(), " ".join((caption or "").split())[:200]))
+    return buf.getvalue()
+
+
+def tile_caption(text: str | None) -> str:
+    """A caption as a tile shows it: one line of at most 200 characters."""
+    return " ".join((text or "").split())[:200]
+
+
+def _tile(entry: _Entry, ext: str, kind: str, caption: str | None, stats: Stats, name: str, size: int) -> None:
+    try:
+        data = entry.read(ext, None)
+    except (FgdataError, OSError, ValueError):
+        return
+    png = thumbnail(data, kind, size)
+    if png is not None:
+        stats.tiles.append(Tile(entry.key, name, png, tile_caption(caption)))
 
 
 def collect_shard(path: str, budget: int, tiles: int, thumb: int = 192) -> Stats:

@@ -25,7 +25,8 @@ def _plt() -> Any:
     try:
         import matplotlib
     except ImportError as exc:
-        raise FgdataError("fgdata report draws its plots with matplotlib: pip install 'fgdata[report]'") from exc
+        raise FgdataError("the report's plots and contact sheets are drawn with matplotlib: "
+                          "pip install 'fgdata[report]'") from exc
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 

@@ -12,18 +12,18 @@ import io
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fgdata import storage
 from fgdata.errors import FgdataError
 from fgdata.shards.reader import ShardFile
 from fgdata.shards.scan import SampleEntry, TarDamage, group_samples, iter_members, scan_shard
 
+if TYPE_CHECKING:
+    from fgdata.report.collect import Tile
+
 MEMBER_LIMIT = 64 << 20
 HEAD_BYTES = 1 << 20
-PREVIEW_TILE = 160
-
-Tile = tuple[str, Any]  # (label, a PIL thumbnail)
 
 
 @dataclass
@@ -79,51 +79,41 @@ def _summarise(ext: str, data: bytes) -> dict[str, Any]:
     return {"bytes": len(data), **describe_member(ext, data)}
 
 
-def _tile(label: str, ext: str, data: bytes) -> Tile | None:
-    """A contact-sheet thumbnail of an image or a video's first frame; None for other members."""
-    import numpy as np
-    from PIL import Image
-
-    from fgdata.media.decode import member_kind
-    from fgdata.media.image import open_image, to_rgb
-    from fgdata.media.video import decode_clip
-
-    kind = member_kind(ext)
-    try:
-        if kind == "image":
-            im = to_rgb(open_image(data))
-            im.thumbnail((PREVIEW_TILE, PREVIEW_TILE - 14))
-            return label, im
-        if kind == "video":
-            clip = decode_clip(data, sequence_length=1, img_size=(PREVIEW_TILE, (PREVIEW_TILE - 14) * 9 // 16), decoder_type="full")
-            frame = ((clip.video[:, 0].transpose(1, 2, 0) + 1) * 127.5).clip(0, 255).astype(np.uint8)
-            return label, Image.fromarray(frame)
-    except FgdataError:
-        return None
-    return None
-
-
 class _Shown:
-    """Summaries (and preview tiles) of the samples shown, built one member at a time."""
+    """Summaries (and preview tiles, as ``fgdata report`` draws them) of the samples shown, one member at a time."""
 
-    def __init__(self, preview: bool):
+    def __init__(self, shard: str, preview: bool):
+        self.shard = storage.basename(shard)
         self.preview = preview
         self.samples: list[dict[str, Any]] = []
         self.tiles: list[Tile] = []
 
     def add(self, key: str, members: Iterator[tuple[str, int, bytes | None, bytes | None]]) -> None:
-        """``members`` yields (ext, size, data or None, head or None); data is dropped after use."""
+        """``members`` yields (ext, size, data or None, head or None); data is dropped after use, but for the first
+        image or video's thumbnail, which waits for the caption."""
+        from fgdata.media.decode import member_kind
+        from fgdata.report.collect import CAPTION_EXTS, thumbnail
+
         out: dict[str, Any] = {}
+        thumb: bytes | None = None
+        captions: dict[str, str] = {}
         for ext, size, data, head in members:
             if data is not None:
                 out[ext] = _summarise(ext, data)
-                if self.preview and (tile := _tile(f"{key}.{ext}", ext, data)) is not None:
-                    self.tiles.append(tile)
+                if self.preview and ext in CAPTION_EXTS:
+                    captions[ext] = data.decode("utf-8", "replace")
+                elif self.preview and thumb is None and member_kind(ext) in ("image", "video"):
+                    thumb = thumbnail(data, member_kind(ext))
             elif head is not None:
                 out[ext] = _describe_head(ext, head, size)
             else:
                 out[ext] = _not_loaded(size)
         self.samples.append({"key": key, "members": dict(sorted(out.items()))})
+        if thumb is not None:
+            from fgdata.report.collect import Tile, tile_caption
+
+            caption = next((captions[e] for e in CAPTION_EXTS if e in captions), None)
+            self.tiles.append(Tile(key, self.shard, thumb, tile_caption(caption)))
 
 
 def _local_members(sf: ShardFile, entry: SampleEntry) -> Iterator[tuple[str, int, bytes | None, bytes | None]]:
@@ -143,7 +133,7 @@ def inspect_shard(path: str, *, limit: int = 5, key: str | None = None, preview:
     """
     ext_sets: Counter[str] = Counter()
     bytes_per_ext: Counter[str] = Counter()
-    shown = _Shown(preview)
+    shown = _Shown(path, preview)
 
     def wanted(k: str, i: int) -> bool:
         return k == key if key is not None else shown_before + i < limit
@@ -199,24 +189,3 @@ def inspect_shards(paths: str | list[str], *, limit: int = 5, key: str | None = 
         where = reports[0].shard if len(reports) == 1 else f"{len(reports)} shards"
         raise FgdataError(f"{where}: no sample with key {key!r}")
     return reports, tiles
-
-
-def write_preview(tiles: list[Tile], out_png: str) -> int:
-    """A contact sheet of the thumbnails, labelled with their keys. Returns the number of tiles drawn."""
-    from PIL import Image, ImageDraw
-
-    if not tiles:
-        raise FgdataError("no images or videos to preview in the samples shown")
-    tile = PREVIEW_TILE
-    cols = min(4, len(tiles))
-    rows = (len(tiles) + cols - 1) // cols
-    sheet = Image.new("RGB", (cols * tile, rows * tile), "white")
-    draw = ImageDraw.Draw(sheet)
-    for n, (label, im) in enumerate(tiles):
-        x, y = (n % cols) * tile, (n // cols) * tile
-        sheet.paste(im, (x + (tile - im.width) // 2, y + 14 + (tile - 14 - im.height) // 2))
-        draw.text((x + 2, y + 1), label[: tile // 6], fill="black")
-    buf = io.BytesIO()
-    sheet.save(buf, format="PNG")
-    storage.write_bytes(out_png, buf.getvalue())
-    return len(tiles)

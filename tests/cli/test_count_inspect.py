@@ -93,6 +93,11 @@ def test_inspect_summaries_key_and_preview(shards, tmp_path):
     assert shown["tensors"]["latent.pth"]["tensor"] == {"dtype": "float32", "shape": [3, 4], "min": 0.0, "max": 11.0, "mean": 5.5}
     assert shown["tensors"]["emb.npy"]["tensor"]["dtype"] == "float16"
     assert doc["preview"]["tiles"] == 2 and (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # one contact sheet in fgdata: the preview is the report's, tile for tile and byte for byte
+    report = fg("report", str(shards / "00002.tar"), "-o", str(tmp_path / "r.html"), "--tiles", "3",
+                "--contact-sheet", str(tmp_path / "r.png"), "--json")
+    assert json.loads(report.stdout)["contact_sheet"] == [{"shard": "00002.tar", "key": k} for k in ("sample_000006", "clip")]
+    assert (tmp_path / "p.png").read_bytes() == (tmp_path / "r.png").read_bytes()
     one = json.loads(fg("inspect", str(shards / "00000.tar"), "--key", "sample_000001", "--json").stdout)
     assert [s["key"] for s in one["samples_shown"]] == ["sample_000001"]
     first = one["samples_shown"][0]["members"]
