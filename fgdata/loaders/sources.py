@@ -31,6 +31,7 @@ from fgdata import storage
 from fgdata.errors import FgdataError
 from fgdata.loaders.builder import (
     DROPPABLE,
+    KeyAudit,
     RawSample,
     SampleBuilder,
     SampleContext,
@@ -79,15 +80,20 @@ class ShardReaders:
 
     Opening a shard checks its sample count against the plan's: a stale offset index is
     replaced by a header scan, and a count that still differs is an error (every later
-    position would shift).
+    position would shift). The first opening of each shard also hands the member extensions of
+    all its samples (from the header scan, no payload read) to ``audit``, which raises when a
+    mapped key is absent from the whole shard.
     """
 
-    def __init__(self, dataset: Dataset, cache_path: str | None, wanted: frozenset[str] | None, size: int = 8):
+    def __init__(self, dataset: Dataset, cache_path: str | None, wanted: frozenset[str] | None,
+                 audit: KeyAudit | None = None, size: int = 8):
         self.dataset = dataset
         self.cache_path = cache_path
         self.wanted = set(wanted) if wanted is not None else None
+        self.audit = audit
         self.size = size
         self._open: OrderedDict[str, ShardFile] = OrderedDict()
+        self._audited: set[str] = set()
 
     def _shard(self, ref: ShardRef, promised: int) -> ShardFile:
         f = self._open.pop(ref.path, None)
@@ -103,6 +109,16 @@ class ShardReaders:
                     f"{count_mismatch(ref, len(f), promised, self.dataset.count_source(ref))}: deterministic positions would "
                     f"repeat or skip samples; {COUNT_FIX}"
                 )
+            if self.audit is not None and ref.path not in self._audited:
+                self._audited.add(ref.path)
+                exts: Counter[str] = Counter()
+                for entry in f.entries:
+                    exts.update(list(entry.members))
+                try:
+                    self.audit.shard_read(ref, len(f), exts)
+                except BaseException:
+                    f.close()
+                    raise
             if len(self._open) >= self.size:
                 self._open.popitem(last=False)[1].close()
         self._open[ref.path] = f
@@ -230,7 +246,7 @@ class DeterministicSource:
     def items(self, start: int, epoch: int, worker: int, num_workers: int) -> Iterator[Delivered]:
         r = self.r
         split = Split(start, r.rank, r.world_size, worker, max(num_workers, 1), r.batch_size)
-        readers = ShardReaders(r.dataset, r.cache_path, r.builder.wanted)
+        readers = ShardReaders(r.dataset, r.cache_path, r.builder.wanted, r.builder.audit)
         try:
             for positions in split.batches(self.total(), self.partial):
                 for p in positions:

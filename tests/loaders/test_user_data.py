@@ -120,10 +120,11 @@ def test_absent_captions_are_an_error_or_the_empty_string(tmp_path, sample_data)
         instantiate(image_config(shards, missing_text="skip"))
 
 
-def test_replaced_positions_warn_once_per_epoch_and_can_be_an_error(mixed_shards):
+def test_replaced_positions_warn_once_per_epoch_and_can_be_an_error(tmp_path, sample_data):
     # Only the JPEG samples carry 'jpg': the others are replaced by the next JPEG (a data fault, as far
-    # as the loader can tell, since some samples do have the member).
-    cfg = image_config(mixed_shards, key_map={"real_raw": "jpg", "condition_raw": "txt"}, deterministic=True, batch_size=2)
+    # as the loader can tell, since some samples of the one shard do have the member).
+    one_shard = shard_images(mixed_folder(tmp_path / "photos", sample_data), tmp_path / "shards", maxcount=16)
+    cfg = image_config(one_shard, key_map={"real_raw": "jpg", "condition_raw": "txt"}, deterministic=True, batch_size=2)
     loader = instantiate(cfg)
     with pytest.warns(UserWarning, match=r"epoch 0: 1 of this rank's 14 positions \(7.1%\) delivered a replacement") as caught:
         got = [k for _, batch in zip(range(14), loader) for k in batch["__key__"]]  # two epochs
@@ -204,3 +205,21 @@ def test_a_bug_in_a_filter_propagates_instead_of_dropping(mixed_shards):
             next(iter(loader))
     finally:
         del PRESET_FILTERS["broken"]
+
+
+def test_a_shard_without_the_mapped_key_is_an_error_when_deterministic_mode_opens_it(tmp_path, sample_data):
+    """The first samples have the key, a later shard has it in none of its samples: a misconfiguration
+    (a dataset mixing formats), not a data fault to paper over with replacements."""
+    jpegs = shard_images(mixed_folder(tmp_path / "j", sample_data, only=("jpg",)), tmp_path / "js")
+    pngs = shard_images(mixed_folder(tmp_path / "p", sample_data, only=("png",)), tmp_path / "ps")
+    cfg = image_config(jpegs, key_map={"real_raw": "jpg", "condition_raw": "txt"}, deterministic=True, train=False,
+                       batch_size=2)
+    cfg.datatags = ["WDS:" + jpegs, "WDS:" + pngs]
+    keys: list[str] = []
+    with pytest.raises(LoaderConfigError) as info:
+        for batch in instantiate(cfg):
+            keys += batch["__key__"]
+    message = str(info.value)
+    assert "\n" not in message and "key_map['real_raw'] = 'jpg'" in message
+    assert re.search(r"any of the 4 samples of .*/ps/\d+\.tar; they have", message), message
+    assert len(keys) == len(set(keys))  # what came before the error came once: nothing was replaced
