@@ -110,7 +110,8 @@ def _run(fn: Callable[..., Any], args: dict[str, Any], flags: dict[str, Any], *,
         rows.insert(0, ("rank", f"{summary.rank} of {summary.world} (its share only)"))
     source = str(args.get("src") or args.get("prompts"))
     finish(Outcome(summary.command, source, summary.dest, summary.written + summary.failed, summary.written,
-                   summary.failed, summary.failures_path, time.perf_counter() - started, details, rows),
+                   summary.failed, summary.failures_path, time.perf_counter() - started, details, rows,
+                   whole_job=summary.finalized),
            quiet=quiet, json_out=json_out)
 
 

@@ -79,7 +79,8 @@ class Outcome:
 
     ``seen`` is every input the job accounted for (``written + failed``); ``failures_file`` is the job's
     failures.json (None where this process did not write one, e.g. a non-final torchrun rank). ``details``
-    are command-specific JSON fields and ``rows`` the command-specific table rows.
+    are command-specific JSON fields and ``rows`` the command-specific table rows. ``whole_job`` is False for a
+    torchrun rank that reports only its share: the rank that finishes the job decides the exit code.
     """
 
     command: str
@@ -92,6 +93,7 @@ class Outcome:
     seconds: float
     details: dict[str, Any] = field(default_factory=dict)
     rows: list[tuple[str, str]] = field(default_factory=list)
+    whole_job: bool = True
 
     def document(self) -> dict[str, Any]:
         """The ``--json`` document: the shared fields first, then the command's own."""
@@ -125,4 +127,5 @@ def finish(outcome: Outcome, *, quiet: bool, json_out: bool) -> None:
         console.print(table)
         if outcome.failed and outcome.failures_file:
             console.print(f"failures: {outcome.failures_file}", highlight=False, soft_wrap=True)
-    options.exit_if_all_failed(outcome.written, outcome.failed, outcome.failures_file)
+    if outcome.whole_job:
+        options.exit_if_all_failed(outcome.written, outcome.failed, outcome.failures_file)

@@ -295,6 +295,26 @@ def test_torchrun_two_ranks_match_one_process(tmp_path, models, image_shards):
     assert markers == ["00000.tar.json", "00001.tar.json", "00002.tar.json"]
 
 
+def test_torchrun_rank_whose_share_all_failed_does_not_fail_the_job(tmp_path, models, sample_images):
+    """Each rank prints its own share's summary; only the whole job's account decides the exit code."""
+    good = [(f"s_{i}", {"jpg": sample_images[0].read_bytes()}) for i in range(2)]
+    src = write_shards(tmp_path / "src", [*good, ("s_2", {"jpg": b"not an image"})], per_shard=2)
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                          "--master_port", "0", "-m", "fgdata.cli.main", "encode", "latents", str(src),
+                          str(tmp_path / "out"), "--vae", str(models["vae"]), "--size", "32", "--json"],
+                         capture_output=True, text=True, cwd=REPO, timeout=240,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    assert two.returncode == 0, two.stderr
+    decoder, docs, at = json.JSONDecoder(), {}, 0
+    while two.stdout[at:].strip():  # one document per rank, in either order
+        doc, end = decoder.raw_decode(two.stdout[at:].lstrip())
+        at = len(two.stdout) - len(two.stdout[at:].lstrip()) + end
+        docs[doc.get("rank", 0)] = doc
+    assert (docs[1]["written"], docs[1]["failed"], docs[1]["failures_file"]) == (0, 1, None)  # its share: 00001.tar
+    assert (docs[0]["seen"], docs[0]["written"], docs[0]["failed"]) == (3, 2, 1)  # the job, finished by rank 0
+    assert docs[0]["failures_file"] == str(tmp_path / "out" / "failures.json")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_stopped_job_resumes_to_identical_output(tmp_path, models, sig):
     """Stopped after its 2nd output shard (the job pauses there itself), signalled, rerun: identical bytes."""
