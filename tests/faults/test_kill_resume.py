@@ -8,8 +8,10 @@ pauses after its N-th output) and then sent SIGKILL, SIGTERM or SIGINT, so no tr
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import signal
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -17,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from faultkit import FGDATA, kill_trials, png_bytes, stop_trials
+from faultkit import FGDATA, kill_trials, png_bytes, stop_and_signal, stop_trials
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -63,6 +65,52 @@ def test_shard_images(tmp_path):
     (src / "broken.png").write_bytes(b"not a png")  # a failed input: failures are part of the output
     cmd = [*FGDATA, "shard", "images", str(src), "{out}", "--maxcount", "4", "--no-progress", "--workers", "2"]
     stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=STOPS)
+
+
+def _objects(bucket_url: str, prefix: str) -> dict[str, str]:
+    """key below ``prefix`` -> sha256 of every object there (fgdata's job state aside)."""
+    import hashlib
+
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=os.environ["S3_ENDPOINT_URL"], region_name="us-east-1")
+    bucket = bucket_url.removeprefix("s3://")
+    out = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+        for obj in page.get("Contents", []):
+            rel = obj["Key"][len(prefix) + 1:]
+            if not rel.startswith(".fgdata/"):
+                body = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+                out[rel] = hashlib.sha256(body).hexdigest()
+    return out
+
+
+def test_shard_images_to_s3(tmp_path, s3_bucket):
+    """Stopped while writing to S3, then rerun: the objects equal an uninterrupted run's, and neither the bucket
+    nor this host's staging folder keeps a partial shard."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(30):
+        (src / f"img{i:03d}.png").write_bytes(png_bytes(i, size=24))
+    cache = tmp_path / "cache"
+    env = {"FGDATA_CACHE": str(cache)}
+
+    def argv(name: str) -> list[str]:
+        return [*FGDATA, "shard", "images", str(src), f"{s3_bucket}/{name}", "--maxcount", "4", "--no-progress",
+                "--workers", "2"]
+
+    clean = subprocess.run(argv("clean"), env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    assert clean.returncode == 0, clean.stderr[-2000:]
+    reference = _objects(s3_bucket, "clean")
+    assert len([k for k in reference if k.endswith(".tar")]) == 8
+    for t, (after, sig) in enumerate(STOPS):
+        stopped = stop_and_signal(argv(f"stop{t}"), after=after, sig=sig, env=env)
+        assert stopped.returncode == (-sig if sig == signal.SIGKILL else 128 + sig), stopped.stderr[-2000:]
+        again = subprocess.run(argv(f"stop{t}"), env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert _objects(s3_bucket, f"stop{t}") == reference, f"stop {t} (after {after}, signal {sig}): output differs"
+    staged = [p.relative_to(cache).as_posix() for p in (cache / "staging").rglob("*") if p.is_file()]
+    assert staged and all(p.endswith("/.fgdata/lock") for p in staged), staged  # the (free) lock files only
 
 
 def _cifar_tarball(path: Path, per_batch: int) -> None:
