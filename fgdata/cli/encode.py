@@ -109,9 +109,10 @@ def _run(fn: Callable[..., Any], args: dict[str, Any], flags: dict[str, Any], *,
         details |= {"rank": summary.rank, "world": summary.world}
         rows.insert(0, ("rank", f"{summary.rank} of {summary.world} (its share only)"))
     source = str(args.get("src") or args.get("prompts"))
-    finish(Outcome(summary.command, source, summary.dest, summary.written + summary.failed, summary.written,
-                   summary.failed, summary.failures_path, time.perf_counter() - started, details, rows,
-                   whole_job=summary.finalized),
+    finish(Outcome(command=summary.command, source=source, output=summary.dest,
+                   seen=summary.written + summary.failed, written=summary.written, failed=summary.failed,
+                   failures_file=summary.failures_path, seconds=time.perf_counter() - started, details=details,
+                   rows=rows, whole_job=summary.finalized),
            quiet=quiet, json_out=json_out)
 
 

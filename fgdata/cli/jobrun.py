@@ -73,7 +73,7 @@ def job_progress(label: str, *, enabled: bool, total: int | None = None) -> Iter
         yield JobBar(bar, label, total)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Outcome:
     """What a writing command reports, the same fields for every command, in the table and in ``--json``.
 

@@ -37,9 +37,10 @@ def _outcome(dataset: str, source: str, summaries: list[dict], seconds: float) -
     failed = int(full[0].get("failed", 0))
     written = int(full[-1].get("written", 0))
     report = full[-1].get("failures_file")
-    return Outcome(f"prepare {dataset}", source, str(Path(zips[0]).parent), written + failed, written, failed,
-                   report if report and Path(report).is_file() else None, seconds,
-                   {"outputs": zips, "skipped": skipped}, rows)
+    return Outcome(command=f"prepare {dataset}", source=source, output=str(Path(zips[0]).parent),
+                   seen=written + failed, written=written, failed=failed,
+                   failures_file=report if report and Path(report).is_file() else None, seconds=seconds,
+                   details={"outputs": zips, "skipped": skipped}, rows=rows)
 
 
 def download(

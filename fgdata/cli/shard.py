@@ -72,8 +72,9 @@ def _run(job, json_out: bool, show_progress: Optional[bool], quiet: bool) -> Non
     rows.append(("read", human_bytes(report.nbytes)))
     details = {"samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
                "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes}
-    finish(Outcome(f"shard {job.options.kind}", job.src, job.dest, report.seen, report.written, report.failed,
-                   report.failures_path, time.perf_counter() - started, details, rows),
+    finish(Outcome(command=f"shard {job.options.kind}", source=job.src, output=job.dest, seen=report.seen,
+                   written=report.written, failed=report.failed, failures_file=report.failures_path,
+                   seconds=time.perf_counter() - started, details=details, rows=rows),
            quiet=quiet, json_out=json_out)
 
 

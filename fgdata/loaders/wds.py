@@ -307,8 +307,10 @@ class BaseWDSLoader:
         builder = self._builder
         builder.audit.reset()
         slots = BatchSlots(self.batch_size)
-        reading = Reading(self._dataset, builder, Drops(self.strict), self.seed, self.rank, self.world_size,
-                          self.batch_size, self.cache_path, self.max_consecutive_errors, set(), slots)
+        reading = Reading(dataset=self._dataset, builder=builder, drops=Drops(self.strict), seed=self.seed,
+                          rank=self.rank, world_size=self.world_size, batch_size=self.batch_size,
+                          cache_path=self.cache_path, max_consecutive_errors=self.max_consecutive_errors,
+                          warned_counts=set(), slots=slots)
         source: DeterministicSource | TrainingSource | ValidationSource
         if self.deterministic:
             assert self._plan is not None
