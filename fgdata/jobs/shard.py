@@ -104,6 +104,8 @@ def load_items(job: ShardJob) -> list[WorkItem]:
         return read_manifest(job.src, job.path_column, job.caption_column)
     if not storage.exists(job.src):
         raise FgdataError(f"{job.src}: no such folder or manifest")
+    if not storage.is_dir(job.src):
+        raise FgdataError(f"{job.src}: is a file; expected a folder or a manifest (.csv, .jsonl, .parquet)")
     exts = IMAGE_EXTS if job.options.kind == "images" else VIDEO_EXTS
     return list_folder(job.src, exts, follow_symlinks=job.follow_symlinks)
 

@@ -111,6 +111,14 @@ def test_missing_source_is_one_line_error(tmp_path):
     assert proc.stderr.strip().startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_a_file_given_for_the_source_folder_says_what_was_expected(image_folder, tmp_path):
+    photo = next(p for p in sorted(image_folder.iterdir()) if p.suffix in (".jpg", ".png"))
+    proc = _fgdata("shard", "images", photo, tmp_path / "out")
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"error: {photo}: is a file; expected a folder or a manifest (.csv, .jsonl, .parquet)"
+    assert not (tmp_path / "out").exists()
+
+
 def _fgdata(*args) -> subprocess.CompletedProcess:
     """The installed console script in a fresh process: real stdout and stderr, stderr not a terminal."""
     fgdata = str(Path(sys.executable).with_name("fgdata"))
