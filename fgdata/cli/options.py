@@ -15,6 +15,8 @@ the helpers below, never by hand:
   (``OVERWRITE``) is how a command may replace outputs it did not write in this run: without it, existing
   outputs are an error that names them; with it, the command says what it removes (:func:`say_removed`)
   before removing it.
+- Commands that read a local source tree: ``--follow-symlinks`` (``FOLLOW_SYMLINKS``) reads inputs that are
+  symbolic links resolving outside it; without it each such input is a failure naming the link's target.
 """
 
 from __future__ import annotations
@@ -36,9 +38,14 @@ RESUME = typer.Option(
     help="Keep complete outputs of an earlier run of the same job and continue after them (default: resume).",
 )
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace existing outputs, listing what is removed.")
+FOLLOW_SYMLINKS = typer.Option(
+    False, "--follow-symlinks",
+    help="Read inputs that are symlinks to files outside the source folder (refused per input otherwise).",
+)
 
 #: Flag spelling -> the one definition, for the tests and for anyone adding a command.
-SHARED = {"--progress": PROGRESS, "--quiet": QUIET, "--json": JSON, "--resume": RESUME, "--overwrite": OVERWRITE}
+SHARED = {"--progress": PROGRESS, "--quiet": QUIET, "--json": JSON, "--resume": RESUME, "--overwrite": OVERWRITE,
+          "--follow-symlinks": FOLLOW_SYMLINKS}
 
 
 def show_progress(progress: bool | None, *, quiet: bool = False, json_out: bool = False) -> bool:

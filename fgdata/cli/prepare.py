@@ -82,6 +82,7 @@ def prepare(
     imagenet_source: Optional[Path] = typer.Option(None, "--imagenet-source", help="ImageNet: Kaggle root or the train folder."),
     allow_any_tree: bool = typer.Option(False, "--allow-any-tree",
                                         help="ImageNet: accept a source that is not the ImageNet train tree (any class-folder tree)."),
+    follow_symlinks: bool = options.FOLLOW_SYMLINKS,
     max_images: Optional[int] = typer.Option(None, "--max-images", min=1, help="Only the first N images."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Decode processes (default: all cores)."),
     resume: bool = options.RESUME,
@@ -126,7 +127,8 @@ def prepare(
             if dataset == "cifar10":
                 return lib.prepare_cifar10(data_root, source=source, skip_md5=skip_md5, progress=progress, **common)
             assert imagenet_source is not None  # refused above
-            imagenet: dict[str, Any] = {"strict": strict, "progress": progress, "allow_any_tree": allow_any_tree, **common}
+            imagenet: dict[str, Any] = {"strict": strict, "progress": progress, "allow_any_tree": allow_any_tree,
+                                        "follow_symlinks": follow_symlinks, **common}
             if dataset == "imagenet-64":
                 return lib.prepare_imagenet64(imagenet_source, data_root, **imagenet)
             return lib.prepare_imagenet256(imagenet_source, data_root, vae=vae, device=device, batch_size=batch_size,

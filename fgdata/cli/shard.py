@@ -47,8 +47,7 @@ UNIT_SIZE = typer.Option(None, "--unit-size", min=1, help="Ray: inputs per work 
 JSON_OUT = options.JSON
 PROGRESS = options.PROGRESS
 QUIET = options.QUIET
-FOLLOW = typer.Option(False, "--follow-symlinks",
-                      help="Read media and sidecars that are symlinks to files outside SRC (refused per input otherwise).")
+FOLLOW = options.FOLLOW_SYMLINKS
 
 
 def _run(job, json_out: bool, show_progress: Optional[bool], quiet: bool) -> None:  # noqa: ANN001 - a ShardJob

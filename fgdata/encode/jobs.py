@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from fgdata.errors import FgdataError
 from fgdata.jobs.tasks import Result, Task
 
 T = TypeVar("T")
@@ -84,18 +85,31 @@ def batched_results(items: Iterable[Result | T], size: int,
     yield from failed
 
 
+def user_json(old: bytes | None) -> dict[str, Any]:
+    """The sample's own ``json`` member as an object (``{}`` when it has none).
+
+    fgdata adds its fields to an object only: a member that is not valid JSON, or holds a list, a number or
+    a string, fails that sample with this reason (checked before the model runs), never replaced or wrapped.
+    """
+    if not old:
+        return {}
+    try:
+        doc = json.loads(old)
+    except ValueError as e:
+        raise FgdataError(f"metadata: the sample's json member is not valid JSON ({str(e).splitlines()[0]})") from None
+    if not isinstance(doc, dict):
+        kind = "a list" if isinstance(doc, list) else "text" if isinstance(doc, str) else \
+            "null" if doc is None else "a boolean" if isinstance(doc, bool) else "a number"
+        raise FgdataError(f"metadata: the sample's json member holds {kind}, not a JSON object; "
+                          "fgdata adds its fields to an object only")
+    return doc
+
+
 def merged_json(old: bytes | None, fields: dict[str, Any]) -> bytes:
     """The sample's json with fgdata's provenance fields set under its ``fgdata`` key (others kept), deterministic bytes."""
     from fgdata.shards.metadata import with_fgdata_fields
 
-    doc: dict[str, Any] = {}
-    if old:
-        try:
-            loaded = json.loads(old)
-            doc = loaded if isinstance(loaded, dict) else {"value": loaded}
-        except ValueError:
-            doc = {}
-    return json.dumps(with_fgdata_fields(doc, fields), sort_keys=True, separators=(",", ":")).encode()
+    return json.dumps(with_fgdata_fields(user_json(old), fields), sort_keys=True, separators=(",", ":")).encode()
 
 
 def task_samples(task: Task) -> Iterator[Any]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fgdata import storage
-from fgdata.encode.jobs import batched_results, merged_json, sample_seed, task_samples
+from fgdata.encode.jobs import batched_results, merged_json, sample_seed, task_samples, user_json
 from fgdata.jobs.tasks import JobSummary, Result, RunSettings, Task, TaskJob, run_tasks, same_place, shard_tasks
 from fgdata.encode.models import check_model, load_pretrained, resolve_device, tensor_bytes, torch_dtype
 from fgdata.encode.text import TextEncoder, load_text_encoder
@@ -185,20 +185,25 @@ def _prompt_tasks(prompts: str, per_shard: int) -> list[Task]:
 def _task_prompts(task: Task, text_ext: str) -> Iterator[tuple[int, str, dict[str, bytes], str | None, str]]:
     """(pos, key, members to keep, prompt or None, failure reason)."""
     if task.source is None:
-        for i, (key, text) in enumerate(task.items):
-            yield i, key, {"txt": text.encode()}, text, ""
+        for i, (key, given) in enumerate(task.items):
+            yield i, key, {"txt": given.encode()}, given, ""
         return
     for s in task_samples(task):
         if isinstance(s, Result):
             yield s.pos, s.key, {}, None, s.reason
             continue
         kept = {e: d for e, d in s.members.items() if e in (text_ext, "json")}
+        text: str | None
         try:
-            yield s.index, s.key, kept, s.members[text_ext].decode("utf-8").strip(), ""
+            user_json(kept.get("json"))
+            text, reason = s.members[text_ext].decode("utf-8").strip(), ""
+        except FgdataError as exc:
+            text, reason = None, str(exc)
         except KeyError:
-            yield s.index, s.key, {}, None, f"no {text_ext} member"
+            text, reason = None, f"no {text_ext} member"
         except UnicodeDecodeError:
-            yield s.index, s.key, {}, None, f".{text_ext} is not UTF-8"
+            text, reason = None, f".{text_ext} is not UTF-8"
+        yield s.index, s.key, kept if text is not None else {}, text, reason
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fgdata.encode.jobs import batched_results, merged_json, prefetch_map, sample_seed, task_samples
+from fgdata.encode.jobs import batched_results, merged_json, prefetch_map, sample_seed, task_samples, user_json
 from fgdata.encode.models import autocast, resolve_device, tensor_bytes, torch_dtype
 from fgdata.encode.vae import load_vae
 from fgdata.errors import FgdataError
@@ -228,6 +228,7 @@ def encode_latents(src: str, dst: str, options: LatentOptions, *, device: str = 
         def decode(sample: Any) -> Any:
             if isinstance(sample, Result):
                 return sample
+            user_json(sample.members.get("json"))  # a json member fgdata cannot add to fails before the VAE runs
             ext = _media_ext(sample.members, options.kind, options.media_ext)
             if ext is None:
                 raise FgdataError(f"no {options.media_ext or options.kind} member")

@@ -176,7 +176,7 @@ def encode_text(src: str, dst: str, options: TextOptions, *, batch_size: int = 3
     every member it had (reported as not updated).
     """
     from fgdata import storage
-    from fgdata.encode.jobs import batched_results, merged_json, task_samples
+    from fgdata.encode.jobs import batched_results, merged_json, task_samples, user_json
     from fgdata.encode.models import tensor_bytes
     from fgdata.jobs.tasks import Result, Task, TaskJob, run_tasks, same_place, shard_tasks
 
@@ -221,6 +221,7 @@ def encode_text(src: str, dst: str, options: TextOptions, *, batch_size: int = 3
                     continue
                 item: Any
                 try:
+                    user_json(s.members.get("json"))  # fails before the encoder runs, never replaced
                     if lookup is None:
                         item = s, _prompt(s.members, o.text_ext)
                     elif s.key in lookup:

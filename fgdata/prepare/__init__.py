@@ -28,7 +28,7 @@ def prepare_imagenet256(imagenet_source: str | os.PathLike[str], data_root: str 
                         dtype: str = "float32", max_images: int | None = None, workers: int | None = None,
                         resume: bool = True, overwrite: bool = False, strict: bool = False,
                         progress: ProgressFn | None = None, allow_any_tree: bool = False,
-                        notify: Notify | None = None) -> list[dict]:
+                        notify: Notify | None = None, follow_symlinks: bool = False) -> list[dict]:
     """The RGB zip (rank 0 only; other torchrun ranks wait for it), then the latent zip, encoded by every rank.
 
     The VAE is found and loaded once (on the CPU) before the RGB pass, so a missing, unreachable or broken
@@ -49,7 +49,8 @@ def prepare_imagenet256(imagenet_source: str | os.PathLike[str], data_root: str 
     if rank == 0:
         results += prepare_imagenet256_rgb(imagenet_source, root, max_images=max_images, workers=workers,
                                            resume=resume, overwrite=overwrite, strict=strict, progress=progress,
-                                           allow_any_tree=allow_any_tree, notify=notify)
+                                           allow_any_tree=allow_any_tree, notify=notify,
+                                           follow_symlinks=follow_symlinks)
     else:
         wait_for(lambda: [] if provenance_path(rgb).exists() and not rgb.with_name(rgb.name + ".partial").exists()
                  else [f"{rgb.name} (rank 0)"], f"{root}: the RGB zip", prepare_wait_s(), poll=5.0, log=print)

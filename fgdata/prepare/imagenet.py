@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from PIL import Image
@@ -18,22 +19,27 @@ from fgdata.prepare.build import ProgressFn, ZipJob, ZipRun, ZipTarget, build_zi
 from fgdata.prepare.paths import IMAGENET64_EDMV2_ZIP, IMAGENET64_ZIP, IMAGENET256_RGB_ZIP, resolve_data_root
 from fgdata.prepare.transforms import CROPS, open_rgb, png_bytes
 from fgdata.sources.folder import printable_name
-from fgdata.sources.imagenet import edm2_order, edm_order, folder_labels, list_images, resolve_train_dir
+from fgdata.sources.imagenet import (edm2_order, edm_order, escaped_links, folder_labels, list_images,
+                                     resolve_train_dir)
 
 _PATHS: list[str] = []
+_REFUSED: dict[int, str] = {}
 _KINDS: list[tuple[str, int]] = []
 _STRICT = False
 _DECODE_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError, ImageDecodeError)
 
 
-def _init(paths: list[str], kinds: list[tuple[str, int]], strict: bool) -> None:
-    global _PATHS, _KINDS, _STRICT
-    _PATHS, _KINDS, _STRICT = paths, kinds, strict
+def _init(paths: list[str], refused: dict[int, str], kinds: list[tuple[str, int]], strict: bool) -> None:
+    global _PATHS, _REFUSED, _KINDS, _STRICT
+    _PATHS, _REFUSED, _KINDS, _STRICT = paths, refused, kinds, strict
 
 
 def _convert(span: tuple[int, int]) -> list[tuple[list[bytes] | None, str | None]]:
     out: list[tuple[list[bytes] | None, str | None]] = []
     for i in range(*span):
+        if i in _REFUSED:  # never opened
+            out.append((None, _REFUSED[i]))
+            continue
         try:
             img, mode = open_rgb(_PATHS[i], strict=_STRICT)
             out.append(([png_bytes(CROPS[kind](img, size)) for kind, size in _KINDS], mode))
@@ -44,50 +50,66 @@ def _convert(span: tuple[int, int]) -> list[tuple[list[bytes] | None, str | None
     return out
 
 
-def _run(targets: list[ZipTarget], root: Path, names: list[str], kinds: list[tuple[str, int]], *, dataset: str,
+def _run(targets: list[ZipTarget], tree: _Tree, names: list[str], kinds: list[tuple[str, int]], *, dataset: str,
          run: ZipRun, strict: bool, phase: str) -> list[dict]:
-    paths = [str(root / name) for name in names]
-    fingerprint = {"dataset": dataset, "source": str(root), "inputs": len(names), "strict": strict}
+    paths = [str(tree.root / name) for name in names]
+    refused = {i: tree.refused[name] for i, name in enumerate(names) if name in tree.refused}
+    fingerprint = {"dataset": dataset, "source": str(tree.root), "inputs": len(names), "strict": strict,
+                   # only when on, so the zips of earlier versions (which never followed links out) stay complete
+                   **({"follow_symlinks": True} if tree.follow_symlinks else {})}
     job = ZipJob(f"prepare {dataset}", targets, len(names), _convert, fingerprint, describe=lambda j: printable_name(paths[j]),
-                 block=16, phase=phase, initializer=_init, initargs=(paths, kinds, strict))
+                 block=16, phase=phase, initializer=_init, initargs=(paths, refused, kinds, strict))
     return build_zips(job, run)
 
 
-def _labelled_images(imagenet_source: str | os.PathLike[str],
-                     allow_any_tree: bool) -> tuple[Path, list[str], dict[str, int]]:
-    """The train folder, its images (relative names) and their folder-derived class labels."""
+@dataclass(frozen=True)
+class _Tree:
+    """The train folder, its images (relative names), their class labels, and the images refused as links out."""
+
+    root: Path
+    names: list[str]
+    labels: dict[str, int]
+    refused: dict[str, str]
+    follow_symlinks: bool
+
+
+def _labelled_images(imagenet_source: str | os.PathLike[str], allow_any_tree: bool, follow_symlinks: bool) -> _Tree:
     root = resolve_train_dir(imagenet_source, allow_any_tree)
     names = list_images(root)
-    return root, names, folder_labels(root, names)
+    refused = {} if follow_symlinks else escaped_links(root, names)
+    return _Tree(root, names, folder_labels(root, names), refused, follow_symlinks)
 
 
 def prepare_imagenet64(imagenet_source: str | os.PathLike[str], data_root: str | os.PathLike[str] | None = None,
                        max_images: int | None = None, workers: int | None = None, resume: bool = True,
                        overwrite: bool = False, strict: bool = False, progress: ProgressFn | None = None,
-                       allow_any_tree: bool = False, notify: Notify | None = None) -> list[dict]:
+                       allow_any_tree: bool = False, notify: Notify | None = None,
+                       follow_symlinks: bool = False) -> list[dict]:
     """Write ``imagenet-64x64.zip`` (EDM crop) and ``imagenet-64x64-edmv2.zip`` (ADM crop)."""
     out = resolve_data_root(data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
-    root, names, labels = _labelled_images(imagenet_source, allow_any_tree)
-    edm_names, edm2_names = edm_order(names)[:max_images], edm2_order(names)[:max_images]
+    tree = _labelled_images(imagenet_source, allow_any_tree, follow_symlinks)
+    labels = tree.labels
+    edm_names, edm2_names = edm_order(tree.names)[:max_images], edm2_order(tree.names)[:max_images]
     edm = ZipTarget(out / IMAGENET64_ZIP, [labels.get(n) for n in edm_names], "edm center-crop 64 LANCZOS")
     edm2 = ZipTarget(out / IMAGENET64_EDMV2_ZIP, [labels.get(n) for n in edm2_names], "adm center-crop 64")
     run = ZipRun(workers or default_workers(), resume, overwrite, progress, notify)
     common: dict[str, Any] = {"dataset": "imagenet-64", "run": run, "strict": strict}
     if edm_names == edm2_names:
-        return _run([edm, edm2], root, edm_names, [("edm", 64), ("adm", 64)], phase="imagenet-64", **common)
-    return (_run([edm], root, edm_names, [("edm", 64)], phase="edm", **common)
-            + _run([edm2], root, edm2_names, [("adm", 64)], phase="edm2", **common))
+        return _run([edm, edm2], tree, edm_names, [("edm", 64), ("adm", 64)], phase="imagenet-64", **common)
+    return (_run([edm], tree, edm_names, [("edm", 64)], phase="edm", **common)
+            + _run([edm2], tree, edm2_names, [("adm", 64)], phase="edm2", **common))
 
 
 def prepare_imagenet256_rgb(imagenet_source: str | os.PathLike[str], data_root: str | os.PathLike[str] | None = None,
                             max_images: int | None = None, workers: int | None = None, resume: bool = True,
                             overwrite: bool = False, strict: bool = False, progress: ProgressFn | None = None,
-                            allow_any_tree: bool = False, notify: Notify | None = None) -> list[dict]:
+                            allow_any_tree: bool = False, notify: Notify | None = None,
+                            follow_symlinks: bool = False) -> list[dict]:
     """Write ``imagenet_256_rgb.zip``: the EDM2 flavour at 256 px, kept for FID statistics."""
     out = resolve_data_root(data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
-    root, names, labels = _labelled_images(imagenet_source, allow_any_tree)
-    ordered = edm2_order(names)[:max_images]
-    target = ZipTarget(out / IMAGENET256_RGB_ZIP, [labels.get(n) for n in ordered], "adm center-crop 256")
+    tree = _labelled_images(imagenet_source, allow_any_tree, follow_symlinks)
+    ordered = edm2_order(tree.names)[:max_images]
+    target = ZipTarget(out / IMAGENET256_RGB_ZIP, [tree.labels.get(n) for n in ordered], "adm center-crop 256")
     run = ZipRun(workers or default_workers(), resume, overwrite, progress, notify)
-    return _run([target], root, ordered, [("adm", 256)], dataset="imagenet-256", run=run, strict=strict,
+    return _run([target], tree, ordered, [("adm", 256)], dataset="imagenet-256", run=run, strict=strict,
                 phase="imagenet-256 rgb")

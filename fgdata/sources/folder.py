@@ -76,12 +76,16 @@ def printable_name(name: str) -> str:
     return raw.decode("utf-8", "backslashreplace")
 
 
-def _escaped_link(path: str, root: str) -> str | None:
-    """Where ``path`` points when it is a symbolic link resolving outside ``root`` (a resolved path)."""
-    if not os.path.islink(path):
+def link_refusal(path: str, real_root: str, through_link: bool = False) -> str | None:
+    """Why ``path`` is refused when it is a symbolic link (or lies below a linked folder: ``through_link``) that
+    resolves outside ``real_root``, or None. The one rule of every source that reads a local tree."""
+    if not (through_link or os.path.islink(path)):
         return None
     target = os.path.realpath(path)
-    return None if target == root or target.startswith(root.rstrip(os.sep) + os.sep) else target
+    if target == real_root or target.startswith(real_root.rstrip(os.sep) + os.sep):
+        return None
+    return (f"symlink: {printable_name(os.path.basename(path))} points to {printable_name(target)}, "
+            "outside the source folder; pass --follow-symlinks to read it")
 
 
 def _extension(name: str) -> str:
@@ -97,10 +101,9 @@ def _refusal(rel: str, paths: list[str], real_root: str | None) -> str | None:
     if real_root is None:  # object stores have no links; --follow-symlinks reads whatever they point at
         return None
     for path in paths:
-        target = _escaped_link(path, real_root)
-        if target is not None:
-            return (f"symlink: {printable_name(os.path.basename(path))} points to {printable_name(target)}, "
-                    "outside the source folder; pass --follow-symlinks to read it")
+        refused = link_refusal(path, real_root)
+        if refused:
+            return refused
     return None
 
 

@@ -12,6 +12,7 @@ import re
 from pathlib import Path, PurePath
 
 from fgdata.errors import FgdataError
+from fgdata.sources.folder import link_refusal
 
 KAGGLE_TRAIN = Path("ILSVRC/Data/CLS-LOC/train")
 _SYNSET = re.compile(r"n\d{8}")
@@ -74,6 +75,26 @@ def list_images(root: Path) -> list[str]:
     if not found:
         raise FgdataError(f"{root}: no images found")
     return found
+
+
+def escaped_links(root: Path, names: list[str]) -> dict[str, str]:
+    """``name -> reason`` for the images that are symbolic links, or lie below a linked folder, resolving outside
+    ``root`` (:func:`fgdata.sources.folder.link_refusal`); ``--follow-symlinks`` reads them instead."""
+    real_root = os.path.realpath(root)
+    linked: dict[str, bool] = {"": False}
+
+    def below_link(folder: str) -> bool:
+        if folder not in linked:
+            parent = folder.rpartition("/")[0]
+            linked[folder] = os.path.islink(root / folder) or below_link(parent)
+        return linked[folder]
+
+    refused = {}
+    for name in names:
+        why = link_refusal(str(root / name), real_root, through_link=below_link(name.rpartition("/")[0]))
+        if why:
+            refused[name] = why
+    return refused
 
 
 def edm_order(names: list[str]) -> list[str]:

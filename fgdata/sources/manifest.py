@@ -9,8 +9,9 @@ number; the path and caption cells always stay text. CSV cells may be of any siz
 
 A path or caption that is not text (a JSON or Parquet number, list or object) makes that row a
 refused item, reported with the row and the type it found; it is never stored as a Python repr.
-A CSV row with more cells than the header is refused the same way. Rows are counted from 0, like
-the ``input`` field of the failure report.
+A CSV row with more cells than the header is refused the same way, and so is a JSONL line that is
+not valid JSON or not a JSON object (reported as ``FILE:line``, the line counted from 1): one bad
+line never stops the job. Rows are counted from 0, like the ``input`` field of the failure report.
 
 :func:`read_prompts` reads prompt-only inputs: a text file with one prompt per line (blank
 lines skipped), or a manifest's caption column.
@@ -23,7 +24,8 @@ import io
 import json
 import re
 import sys
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Union
 
 from fgdata import storage
 from fgdata.errors import FgdataError
@@ -57,8 +59,19 @@ def _json_safe(value: Any) -> Any:
     return str(value)
 
 
-def read_rows(path: str) -> list[dict[str, Any]]:
-    """All rows of a manifest as dicts, in file order."""
+@dataclass(frozen=True)
+class BadRow:
+    """A manifest line that is not a row (not JSON, or not a JSON object): that item fails, not the job."""
+
+    name: str  # "FILE:line"
+    reason: str
+
+
+Row = Union[dict[str, Any], BadRow]
+
+
+def read_rows(path: str) -> list[Row]:
+    """All rows of a manifest as dicts, in file order; an unreadable JSONL line as a :class:`BadRow` in its place."""
     lower = path.lower()
     data = storage.read_bytes(path)
     if lower.endswith(".csv"):
@@ -76,16 +89,20 @@ def read_rows(path: str) -> list[dict[str, Any]]:
         except csv.Error as e:
             raise FgdataError(f"{path}: line {reader.line_num}: not valid CSV ({e})") from None
     if lower.endswith((".jsonl", ".ndjson")):
-        rows = []
+        rows: list[Row] = []
+        base = storage.basename(path)
         for n, line in enumerate(data.splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except ValueError as e:
-                raise FgdataError(f"{path}:{n}: not valid JSON ({e})") from None
+                rows.append(BadRow(f"{base}:{n}", f"manifest: line {n} of {base} is not valid JSON ({e})"))
+                continue
             if not isinstance(row, dict):
-                raise FgdataError(f"{path}:{n}: each line must be a JSON object")
+                rows.append(BadRow(f"{base}:{n}", f"manifest: line {n} of {base} holds {_type_name(row)}, "
+                                                  "not a JSON object"))
+                continue
             rows.append(row)
         return rows
     if lower.endswith(".parquet"):
@@ -98,7 +115,7 @@ def read_rows(path: str) -> list[dict[str, Any]]:
             table = pq.read_table(pa.BufferReader(data))
         except (pa.ArrowException, OSError) as e:
             raise FgdataError(f"{path}: not a readable Parquet file ({e})") from None
-        return [_json_safe(row) for row in table.to_pylist()]
+        return [{str(k): _json_safe(v) for k, v in row.items()} for row in table.to_pylist()]
     raise FgdataError(f"{path}: a manifest must end in {', '.join(MANIFEST_SUFFIXES)}")
 
 
@@ -108,9 +125,11 @@ def _resolve(manifest: str, value: str) -> str:
     return storage.join(storage.parent(manifest), value)
 
 
-def _require_column(path: str, rows: list[dict[str, Any]], column: str) -> None:
-    if rows and not any(column in row for row in rows):
-        raise FgdataError(f"{path}: no column {column!r} (columns: {', '.join(sorted(k for k in rows[0] if k is not None))})")
+def _require_column(path: str, rows: list[Row], column: str) -> None:
+    """Refuse a manifest none of whose readable rows has ``column`` (when no row is readable, each fails alone)."""
+    good = [row for row in rows if isinstance(row, dict)]
+    if good and not any(column in row for row in good):
+        raise FgdataError(f"{path}: no column {column!r} (columns: {', '.join(sorted(k for k in good[0] if k is not None))})")
 
 
 def _row_name(path: str, index: int) -> str:
@@ -156,6 +175,9 @@ def read_manifest(path: str, path_column: str = "path", caption_column: str = "c
     numbers = path.lower().endswith(".csv")
     items = []
     for index, row in enumerate(rows):
+        if isinstance(row, BadRow):
+            items.append(WorkItem(index=index, name=row.name, refused=row.reason))
+            continue
         refused = _not_text(path, index, row, {"path": path_column, "caption": caption_column})
         value = row.get(path_column)
         if refused or not value:
@@ -175,6 +197,9 @@ def read_prompts(path: str, caption_column: str = "caption") -> list[WorkItem]:
         _require_column(path, rows, caption_column)
         items = []
         for i, row in enumerate(rows):
+            if isinstance(row, BadRow):
+                items.append(WorkItem(index=i, name=row.name, refused=row.reason))
+                continue
             refused = _not_text(path, i, row, {"caption": caption_column})
             items.append(WorkItem(index=i, name=_row_name(path, i), refused=refused,
                                   caption=None if refused else row.get(caption_column)))

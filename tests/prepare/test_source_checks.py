@@ -61,6 +61,38 @@ def test_class_folders_without_synset_names_need_allow_any_tree(sample_images, t
     assert (out / "imagenet-64" / "imagenet-64x64.zip").is_file()
 
 
+def test_links_out_of_the_imagenet_tree_are_refused_per_image_unless_followed(sample_images, tmp_path):
+    """The folder source's rule: an image that is a symlink, or lies in a linked folder, resolving outside the
+    tree is a failure naming its target; links that stay inside are read; --follow-symlinks reads them all."""
+    import json
+    import zipfile
+
+    train = tmp_path / "src" / "train"
+    _photos(train / "n01440764", sample_images, 3)
+    elsewhere = tmp_path / "elsewhere"
+    _photos(elsewhere / "n01443537", sample_images[2:], 2)
+    (train / "n01443537").symlink_to(elsewhere / "n01443537")  # a linked class folder
+    (train / "n01440764" / "zz_out.JPEG").symlink_to(elsewhere / "n01443537" / f"{sample_images[2].stem}.JPEG")
+    (train / "n01440764" / "zz_in.JPEG").symlink_to(train / "n01440764" / f"{sample_images[0].stem}.JPEG")
+    out = tmp_path / "out"
+    run = _cli("prepare", "imagenet-64", "--imagenet-source", train, "--data-root", out, "--workers", "1", "--json")
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert (doc["seen"], doc["written"], doc["failed"]) == (7, 4, 3)
+    report = json.loads((out / "imagenet-64" / "failures.json").read_text())
+    failures = {Path(f["input"]).name: f["reason"] for f in report["failures"]}
+    target = elsewhere / "n01443537" / f"{sample_images[2].stem}.JPEG"
+    assert failures["zz_out.JPEG"] == (f"symlink: zz_out.JPEG points to {target}, outside the source folder; "
+                                       "pass --follow-symlinks to read it")
+    assert len(failures) == 3 and "zz_in.JPEG" not in failures
+    followed = _cli("prepare", "imagenet-64", "--imagenet-source", train, "--data-root", tmp_path / "followed",
+                    "--workers", "1", "--follow-symlinks", "--json")
+    assert followed.returncode == 0, followed.stderr
+    assert (json.loads(followed.stdout)["written"], json.loads(followed.stdout)["failed"]) == (7, 0)
+    with zipfile.ZipFile(tmp_path / "followed" / "imagenet-64" / "imagenet-64x64.zip") as zf:
+        assert len(zf.namelist()) == 8
+
+
 def test_a_kaggle_root_with_a_stray_folder_in_train_is_refused(imagenet_root, tmp_path):
     root = tmp_path / "kaggle"
     shutil.copytree(imagenet_root, root)

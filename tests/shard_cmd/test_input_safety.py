@@ -182,3 +182,25 @@ def test_verify_decode_flags_a_bomb_in_a_shard(cli, bombs, tmp_path):
         w.write("bomb", {"jpg": bombs["jpg"]})
     result = cli("verify", dest, "--decode", "--json", expect=1)
     assert "image-decode" in result.stdout
+
+
+def test_a_jsonl_line_that_is_not_json_fails_alone_naming_file_and_line(cli, sample_images, tmp_path):
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"path": str(sample_images[0]), "caption": "first"}) + "\n"
+                        + '{"path": "broken.jpg", "caption": \n'  # a torn line
+                        + "\n"  # blank lines are skipped, not counted as rows
+                        + '["a", "list"]\n'
+                        + json.dumps({"path": str(sample_images[1]), "caption": "last"}) + "\n")
+    dest = tmp_path / "out"
+    doc = _shard(cli, "images", manifest, dest)
+    assert (doc["seen"], doc["written"], doc["failed"]) == (4, 2, 2)
+    failures = {f["input"]: f["reason"] for f in _report(dest)["failures"]}
+    assert set(failures) == {"m.jsonl:2", "m.jsonl:4"}
+    assert failures["m.jsonl:2"].startswith("manifest: line 2 of m.jsonl is not valid JSON (")
+    assert failures["m.jsonl:4"] == "manifest: line 4 of m.jsonl holds a list, not a JSON object"
+    assert [s.members["txt"] for s in _samples(dest)] == [b"first", b"last"]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"caption": "a cat"}\n{"caption": "a dog"\n{"caption": "a bird"}\n')
+    doc = _shard(cli, "prompts", prompts, tmp_path / "prompts")
+    assert (doc["seen"], doc["written"], doc["failed"]) == (3, 2, 1)
+    assert [f["input"] for f in _report(tmp_path / "prompts")["failures"]] == ["p.jsonl:2"]
