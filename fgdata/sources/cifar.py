@@ -11,7 +11,6 @@ import hashlib
 import io
 import os
 import pickle
-import tarfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -143,18 +142,22 @@ def read_cifar10(tarball: str | os.PathLike[str], skip_md5: bool = False) -> tup
         raw = zlib.decompress(Path(tarball).read_bytes(), 31)
     except zlib.error as exc:
         raise FgdataError(f"{tarball}: not a readable tar.gz ({exc})") from None
+    # fgdata's own tar scanner, not tarfile: a crafted header (a negative size) sends tarfile backwards forever,
+    # while the scanner only moves forward and calls anything malformed damage.
+    from fgdata.shards.scan import TarDamage, iter_members
+
+    found: dict[str, bytes] = {}
     try:
-        with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
-            for member in TRAIN_MEMBERS:
-                try:
-                    fh = tar.extractfile(member)
-                except KeyError:
-                    fh = None
-                if fh is None:
-                    raise FgdataError(f"{tarball}: missing member {member}")
-                rows, labs = load_batch(fh.read(), f"{tarball}:{member}")
-                images.append(rows)
-                labels.extend(labs)
-    except (tarfile.TarError, OSError, EOFError) as exc:
+        for entry, data in iter_members(io.BytesIO(raw), seekable=True, total=len(raw),
+                                        with_data=lambda name: name in TRAIN_MEMBERS):
+            if data is not None:
+                found[entry.name] = data  # a repeated name: the last one, as tarfile has it
+    except TarDamage as exc:
         raise FgdataError(f"{tarball}: not a readable tar.gz ({exc})") from None
+    for member in TRAIN_MEMBERS:
+        if member not in found:
+            raise FgdataError(f"{tarball}: missing member {member}")
+        rows, labs = load_batch(found[member], f"{tarball}:{member}")
+        images.append(rows)
+        labels.extend(labs)
     return np.ascontiguousarray(np.concatenate(images)), labels

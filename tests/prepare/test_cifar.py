@@ -98,6 +98,29 @@ def test_missing_batch_is_reported(tmp_path):
         read_cifar10(path, skip_md5=True)
 
 
+@pytest.mark.timeout(60)  # Python's tarfile never returns on this archive: a hang is the failure
+def test_a_crafted_negative_size_is_one_line_not_a_hang(cifar_tarball, tmp_path):
+    """A CIFAR-shaped tarball whose second member's size field reads -512: fgdata's scanner calls it damage."""
+    import gzip
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shards"))
+    from tarcraft import member, raw_header
+
+    with tarfile.open(cifar_tarball[0]) as tar:  # the fixture's real first batch, re-packed by hand
+        first = tar.extractfile("cifar-10-batches-py/data_batch_1").read()
+    crafted = (member("cifar-10-batches-py/data_batch_1", first)
+               + bytes(raw_header(b"cifar-10-batches-py/data_batch_2", b"-0001000")) + bytes(1024))
+    path = tmp_path / "crafted.tar.gz"
+    path.write_bytes(gzip.compress(crafted, mtime=0))
+    with pytest.raises(FgdataError) as info:
+        read_cifar10(path, skip_md5=True)
+    message = str(info.value)
+    assert message.startswith(f"{path}: not a readable tar.gz (bad tar header at byte ") and "\n" not in message
+    assert "size field" in message
+
+
 class _RangeHandler(http.server.BaseHTTPRequestHandler):
     payload = b""
     cut = None  # serve only this many bytes to the first client, then hang up
