@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from fgdata.errors import FgdataError
 from fgdata.jobs.tasks import Result, Task
+from fgdata.shards.metadata import FGDATA_FIELD
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -88,8 +89,9 @@ def batched_results(items: Iterable[Result | T], size: int,
 def user_json(old: bytes | None) -> dict[str, Any]:
     """The sample's own ``json`` member as an object (``{}`` when it has none).
 
-    fgdata adds its fields to an object only: a member that is not valid JSON, or holds a list, a number or
-    a string, fails that sample with this reason (checked before the model runs), never replaced or wrapped.
+    fgdata adds its fields to an object only: a member that is not valid JSON, holds a list, a number or a
+    string, or has a ``fgdata`` field that is not an object, fails that sample with this reason (checked before
+    the model runs), never replaced or wrapped.
     """
     if not old:
         return {}
@@ -102,6 +104,9 @@ def user_json(old: bytes | None) -> dict[str, Any]:
             "null" if doc is None else "a boolean" if isinstance(doc, bool) else "a number"
         raise FgdataError(f"metadata: the sample's json member holds {kind}, not a JSON object; "
                           "fgdata adds its fields to an object only")
+    if not isinstance(doc.get(FGDATA_FIELD, {}), dict):
+        raise FgdataError(f"metadata: the sample's json has its own {FGDATA_FIELD!r} field (not an object); "
+                          "it is reserved for fgdata's metadata")
     return doc
 
 

@@ -437,21 +437,22 @@ def test_text_into_in_place_keeps_every_sample_and_member(tmp_path, models):
 def test_a_json_member_that_is_not_an_object_fails_that_sample_and_is_kept(tmp_path, models):
     """fgdata adds its fields to a JSON object only: a list, a number or broken JSON is never replaced or wrapped."""
     latents = tmp_path / "latents"
-    odd = {1: b"[1, 2, 3]", 2: b"42", 3: b"{not json"}
+    odd = {1: b"[1, 2, 3]", 2: b"42", 3: b"{not json", 4: b'{"fgdata": "mine"}'}
     items = [(f"s_{i:03d}", {"latent.pth": bytes([i]) * 64, "txt": f"caption {i}".encode(),
-                             "json": odd.get(i, json.dumps({"i": i}).encode())}) for i in range(5)]
-    write_shards(latents, items, per_shard=5)
+                             "json": odd.get(i, json.dumps({"i": i}).encode())}) for i in range(6)]
+    write_shards(latents, items, per_shard=6)
     before = samples(latents)
     r = cli("encode", "text", str(latents), str(latents), "--into", str(latents), "--encoder", str(models["t5"]),
             "--max-length", "16", "--json")
     assert r.returncode == 0, r.stderr
     doc = check_json_summary(r.stdout, "encode text", latents)
-    assert (doc["seen"], doc["written"], doc["failed"]) == (5, 2, 3)
+    assert (doc["seen"], doc["written"], doc["failed"]) == (6, 2, 4)
     reasons = {f["input"].rsplit("#", 1)[1]: f["reason"] for f in json.loads((latents / "failures.json").read_text())["failures"]}
     assert reasons == {
         "s_001": "metadata: the sample's json member holds a list, not a JSON object; fgdata adds its fields to an object only",
         "s_002": "metadata: the sample's json member holds a number, not a JSON object; fgdata adds its fields to an object only",
-        "s_003": reasons["s_003"]}
+        "s_003": reasons["s_003"],
+        "s_004": "metadata: the sample's json has its own 'fgdata' field (not an object); it is reserved for fgdata's metadata"}
     assert reasons["s_003"].startswith("metadata: the sample's json member is not valid JSON (")
     after = samples(latents)
     for i, raw in odd.items():
