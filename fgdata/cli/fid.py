@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from fgdata.cli.options import PROGRESS, QUIET
+from fgdata.cli.options import OVERWRITE, PROGRESS, QUIET, RESUME
 
 NAMES = ("cifar10", "imagenet-64", "imagenet-64-edmv2", "imagenet-256", "all")
 
@@ -37,7 +37,8 @@ def fid_refs(
                                            "shared by all ranks)."),
     wait_timeout: float | None = typer.Option(None, "--wait-timeout", help="Rank 0's limit in seconds for the other "
                                               "ranks' chunks (default 3600)."),
-    force: bool = typer.Option(False, "--force", help="Recompute even when the output or chunks are complete."),
+    resume: bool = RESUME,
+    overwrite: bool = OVERWRITE,
     progress: bool | None = PROGRESS,
     quiet: bool = QUIET,
 ) -> None:
@@ -70,7 +71,7 @@ def fid_refs(
     if dataset is not None and dataset not in NAMES:
         raise typer.BadParameter(f"unknown dataset {dataset!r}; choose one of {', '.join(NAMES)}")
     options = RefOptions(trust_pickle=trust_pickle, device=device, batch_size=batch_size, workers=workers,
-                         chunk_size=chunk_size, work_dir=work_dir, force=force,
+                         chunk_size=chunk_size, work_dir=work_dir, resume=resume, overwrite=overwrite,
                          wait_timeout=wait_timeout)
     if inception:
         options.inception = inception
@@ -101,13 +102,19 @@ def fid_refs(
     bars = show_progress(progress, quiet=quiet)
     for skipped in [] if quiet else missing:
         console.print(f"[yellow]skipped[/] {skipped}")
+    if overwrite:
+        from fgdata import storage
+
+        for job in jobs:
+            if storage.exists(job[2]) and not quiet:
+                console.print(f"[yellow]replacing[/] {job[2]} (--overwrite)")
     cache = DetectorCache(options, resolve_device(options.device))
     with phase_progress(enabled=bars) as update:
         results = [compute_refs(src, out, options, detectors=cache, name=name, progress=update if bars else None)
                    for name, src, out in jobs]
     for r in [] if quiet else results:
         if r.get("skipped"):
-            console.print(f"[green]kept[/] {r['path']} (complete; --force recomputes)")
+            console.print(f"[green]kept[/] {r['path']} (complete; --no-resume recomputes)")
         elif r.get("rank", 0) != 0:
             console.print(f"rank {r['rank']}: {r['images']} images ({r['computed']} computed) for {r['path']}")
         else:

@@ -67,7 +67,8 @@ class RefOptions:
     workers: int | None = None
     chunk_size: int = CHUNK_SIZE
     work_dir: str | None = None
-    force: bool = False
+    resume: bool = True  # keep a complete output and complete chunks of the same job
+    overwrite: bool = False  # replace an existing output that fgdata did not write
     wait_timeout: float | None = None
 
 
@@ -196,15 +197,19 @@ def provenance_path(out: str) -> str:
     return f"{out}.provenance.json"
 
 
-def _kept(out: str, fp: str) -> dict[str, Any] | None:
-    """The provenance of an existing output made by this same job, so a rerun keeps it."""
+def _existing(out: str) -> dict[str, Any] | None:
+    """The provenance of an existing output fgdata wrote; None when there is no output; raises when a file
+    is there that fgdata did not write (a reference downloaded or made by another tool)."""
+    if not storage.exists(out):
+        return None
     try:
-        if not storage.exists(out):
-            return None
         info = json.loads(storage.read_text(provenance_path(out)))
     except (OSError, ValueError, FgdataError):
-        return None
-    return info if info.get("fingerprint") == fp else None
+        info = None
+    if not isinstance(info, dict) or "fingerprint" not in info:
+        raise FgdataError(f"{out} exists and fgdata did not write it (no {storage.basename(provenance_path(out))} "
+                          "beside it); pass --overwrite to replace it, or choose another output")
+    return info
 
 
 def compute_refs(source_path: str, out: str, options: RefOptions | None = None, *,
@@ -239,8 +244,10 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
                 "chunk_size": options.chunk_size, "device_type": device.split(":")[0]}
     fp = fingerprint(identity)
     label = name or storage.basename(out)
-    if not options.force and (kept := _kept(out, fp)) is not None:
-        return {**kept, "path": out, "skipped": True}
+    if not options.overwrite:
+        kept = _existing(out)
+        if options.resume and kept is not None and kept.get("fingerprint") == fp:
+            return {**kept, "path": out, "skipped": True}
 
     work = work_dir(out, options.work_dir)
     storage.make_dirs(work)
@@ -259,7 +266,7 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     chunk_fp = {c.index: fingerprint({**identity, "chunk": [c.start, c.stop]}) for c in chunks}
     for chunk in mine:
         path = _chunk_path(work, chunk)
-        if not options.force and _load_chunk(path, chunk_fp[chunk.index], metrics, chunk.size) is not None:
+        if options.resume and _load_chunk(path, chunk_fp[chunk.index], metrics, chunk.size) is not None:
             reused += chunk.size
             tick(chunk.size)
             continue

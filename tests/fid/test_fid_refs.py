@@ -68,6 +68,22 @@ def test_edm_npz_exact_format_and_numpy_equality(edm_zip, tmp_path, tiny_net, ti
     again = compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, **CPU),
                          detectors={"fid": _fid(tiny_net, tiny_inception_weights)})
     assert again["skipped"]
+    redo = compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, resume=False, **CPU),
+                        detectors={"fid": _fid(tiny_net, tiny_inception_weights)})
+    assert not redo["skipped"] and redo["computed"] == len(images)
+
+
+def test_a_reference_fgdata_did_not_write_is_kept_unless_overwrite(edm_zip, tmp_path, tiny_net, tiny_inception_weights):
+    zip_path, images = edm_zip
+    out = tmp_path / "cifar10-32x32.npz"
+    np.savez(out, mu=np.zeros(2048), sigma=np.eye(2048))  # e.g. the EDM authors' published file
+    before = out.read_bytes()
+    det = {"fid": _fid(tiny_net, tiny_inception_weights)}
+    with pytest.raises(FgdataError, match=r"exists and fgdata did not write it .*--overwrite"):
+        compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, **CPU), detectors=det)
+    assert out.read_bytes() == before
+    done = compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, overwrite=True, **CPU), detectors=det)
+    assert done["images"] == len(images) and out.read_bytes() != before
 
 
 def test_edm2_pickle_is_a_dict_of_dicts(edm_zip, tmp_path, tiny_net, tiny_inception_weights, tiny_dinov2):
