@@ -26,7 +26,7 @@ WORKERS = typer.Option(1, "--workers", help="With --engine ray: number of Ray wo
 RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster address (default: RAY_ADDRESS, or start a local one).")
 RESUME = options.RESUME
 OVERWRITE = options.OVERWRITE
-WAIT = typer.Option(None, "--wait-timeout", help="Seconds the finishing rank waits for the other ranks' shards (default 3600).")
+WAIT = options.WAIT_TIMEOUT
 QUIET = options.QUIET
 PROGRESS = options.PROGRESS
 JSON_OUT = options.JSON

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from fgdata.cli.options import OVERWRITE, PROGRESS, QUIET, RESUME
+from fgdata.cli.options import OVERWRITE, PROGRESS, QUIET, RESUME, WAIT_TIMEOUT
 
 NAMES = ("cifar10", "imagenet-64", "imagenet-64-edmv2", "imagenet-256", "all")
 
@@ -35,8 +35,7 @@ def fid_refs(
     chunk_size: int = typer.Option(50_000, "--chunk-size", help="Images per resumable chunk (shards: whole shards)."),
     work_dir: str | None = typer.Option(None, "--work-dir", help="Chunk files (default OUT.chunks; must be "
                                            "shared by all ranks)."),
-    wait_timeout: float | None = typer.Option(None, "--wait-timeout", help="Rank 0's limit in seconds for the other "
-                                              "ranks' chunks (default 3600)."),
+    wait_timeout: float | None = WAIT_TIMEOUT,
     resume: bool = RESUME,
     overwrite: bool = OVERWRITE,
     progress: bool | None = PROGRESS,

@@ -17,6 +17,8 @@ the helpers below, never by hand:
   before removing it.
 - Commands that read a local source tree: ``--follow-symlinks`` (``FOLLOW_SYMLINKS``) reads inputs that are
   symbolic links resolving outside it; without it each such input is a failure naming the link's target.
+- Jobs that run under torchrun: ``--wait-timeout`` (``WAIT_TIMEOUT``) bounds how long rank 0 waits for the other
+  ranks' outputs before it fails, naming the missing ones and their ranks.
 """
 
 from __future__ import annotations
@@ -42,10 +44,12 @@ FOLLOW_SYMLINKS = typer.Option(
     False, "--follow-symlinks",
     help="Read inputs that are symlinks to files outside the source folder (refused per input otherwise).",
 )
+WAIT_TIMEOUT = typer.Option(None, "--wait-timeout",
+                            help="Under torchrun: seconds rank 0 waits for the other ranks' outputs (default 3600).")
 
 #: Flag spelling -> the one definition, for the tests and for anyone adding a command.
 SHARED = {"--progress": PROGRESS, "--quiet": QUIET, "--json": JSON, "--resume": RESUME, "--overwrite": OVERWRITE,
-          "--follow-symlinks": FOLLOW_SYMLINKS}
+          "--follow-symlinks": FOLLOW_SYMLINKS, "--wait-timeout": WAIT_TIMEOUT}
 
 
 def show_progress(progress: bool | None, *, quiet: bool = False, json_out: bool = False) -> bool:

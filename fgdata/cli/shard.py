@@ -41,9 +41,11 @@ WORKERS = typer.Option(1, "--workers", "-w", min=1, help="Local worker processes
 RESUME = options.RESUME
 OVERWRITE = options.OVERWRITE
 SHUFFLE = typer.Option(None, "--shuffle-seed", help="Write the inputs in a seeded random order.")
-ENGINE = typer.Option("local", "--engine", help="local (process pool) or ray.")
+ENGINE = typer.Option("local", "--engine", help="local (process pool, or torchrun ranks) or ray.")
 RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster address (default: start or join a local one).")
-UNIT_SIZE = typer.Option(None, "--unit-size", min=1, help="Ray: inputs per work unit (default: --maxcount).")
+UNIT_SIZE = typer.Option(None, "--unit-size", min=1,
+                         help="Ray and torchrun: inputs per work unit (default: --maxcount).")
+WAIT_TIMEOUT = options.WAIT_TIMEOUT
 JSON_OUT = options.JSON
 PROGRESS = options.PROGRESS
 QUIET = options.QUIET
@@ -52,13 +54,16 @@ FOLLOW = options.FOLLOW_SYMLINKS
 
 def _run(job, json_out: bool, show_progress: Optional[bool], quiet: bool) -> None:  # noqa: ANN001 - a ShardJob
     from fgdata.cli.jobrun import Outcome, finish, job_progress, notes, run_job
+    from fgdata.jobs.ranks import dist_env
     from fgdata.jobs.shard import run_shard_job
 
     started = time.perf_counter()
+    rank, world = dist_env()
+    label = f"shard {job.options.kind}" + (f" [rank {rank}/{world}]" if world > 1 else "")  # one bar per rank
 
     def shard():  # noqa: ANN202 - a JobReport
         enabled = options.show_progress(show_progress, quiet=quiet, json_out=json_out)
-        with job_progress(f"shard {job.options.kind}", enabled=enabled) as bar:
+        with job_progress(label, enabled=enabled) as bar:
             return run_shard_job(job, progress=bar.advance, on_start=bar.total, notify=notes(quiet))
 
     report = run_job(shard)  # the bar is closed before an interrupt line is printed
@@ -71,9 +76,12 @@ def _run(job, json_out: bool, show_progress: Optional[bool], quiet: bool) -> Non
     rows.append(("read", human_bytes(report.nbytes)))
     details = {"samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
                "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes}
+    if not report.whole_job:  # a torchrun rank other than 0: its own share; rank 0 reports the job
+        details |= {"rank": report.rank, "world": report.world}
+        rows.insert(0, ("rank", f"{report.rank} of {report.world} (its share only)"))
     finish(Outcome(command=f"shard {job.options.kind}", source=job.src, output=job.dest, seen=report.seen,
                    written=report.written, failed=report.failed, failures_file=report.failures_path,
-                   seconds=time.perf_counter() - started, details=details, rows=rows),
+                   seconds=time.perf_counter() - started, details=details, rows=rows, whole_job=report.whole_job),
            quiet=quiet, json_out=json_out)
 
 
@@ -105,6 +113,7 @@ def images_cmd(
     engine: str = ENGINE,
     ray_address: Optional[str] = RAY_ADDRESS,
     unit_size: Optional[int] = UNIT_SIZE,
+    wait_timeout: Optional[float] = WAIT_TIMEOUT,
     follow_symlinks: bool = FOLLOW,
     json_out: bool = JSON_OUT,
     show_progress: Optional[bool] = PROGRESS,
@@ -114,6 +123,8 @@ def images_cmd(
 
     Example: fgdata shard images ./photos s3://bucket/photos-wds --maxcount 1000 --workers 8
 
+    Many processes or nodes: torchrun --nproc-per-node 8 -m fgdata.cli.main shard images SRC DST --unit-size 10000 (each rank writes the work units u with u mod WORLD_SIZE == rank; rank 0 merges them into one numbering, the same bytes as --engine ray with that --unit-size).
+
     Each sample holds the image, a json (your metadata as given, with fgdata's source, width, height and mode under its "fgdata" key) and a txt caption. Undecodable images, names that are not UTF-8 and symlinks out of SRC go to DST/failures.json.
     """
     from fgdata.producers.media import ShardOptions
@@ -122,7 +133,7 @@ def images_cmd(
     _run(_job(options, dict(src=src, dest=dst, path_column=path_column, caption_column=caption_column,
                             maxcount=maxcount, maxsize=maxsize, workers=workers, resume=resume, overwrite=overwrite,
                             shuffle_seed=shuffle_seed, engine=engine, ray_address=ray_address, unit_size=unit_size,
-                            follow_symlinks=follow_symlinks)),
+                            wait_timeout=wait_timeout, follow_symlinks=follow_symlinks)),
          json_out, show_progress, quiet)
 
 
@@ -145,6 +156,7 @@ def videos_cmd(
     engine: str = ENGINE,
     ray_address: Optional[str] = RAY_ADDRESS,
     unit_size: Optional[int] = UNIT_SIZE,
+    wait_timeout: Optional[float] = WAIT_TIMEOUT,
     follow_symlinks: bool = FOLLOW,
     json_out: bool = JSON_OUT,
     show_progress: Optional[bool] = PROGRESS,
@@ -164,7 +176,7 @@ def videos_cmd(
     _run(_job(options, dict(src=src, dest=dst, path_column=path_column, caption_column=caption_column,
                             maxcount=maxcount, maxsize=maxsize, workers=workers, resume=resume, overwrite=overwrite,
                             shuffle_seed=shuffle_seed, engine=engine, ray_address=ray_address, unit_size=unit_size,
-                            follow_symlinks=follow_symlinks)),
+                            wait_timeout=wait_timeout, follow_symlinks=follow_symlinks)),
          json_out, show_progress, quiet)
 
 

@@ -205,17 +205,27 @@ def check_foreign(dest: str, keep: Iterable[str] = (), overwrite: bool = False, 
     remove_files(dest, foreign, "--overwrite", notify)
 
 
+def rank_lock(rank: int) -> str:
+    """The lock a torchrun rank holds: rank 0 the DST's own (so another job is refused), each other rank its own
+    beside it (so the ranks of one job never fight over DST, and a second job's rank r is still refused)."""
+    return LOCK_FILE if rank == 0 else f"{LOCK_FILE}.rank{rank}"
+
+
 @contextlib.contextmanager
 def claimed(dest: str, lock_name: str = LOCK_FILE) -> Iterator[DestLock]:
-    """Hold ``dest``'s lock and clear what a killed job left: temporaries, or a separate staging folder."""
+    """Hold ``dest``'s lock and clear what a killed job left: temporaries, or a separate staging folder.
+
+    Only the holder of the DST's own lock clears: a rank's lock (:func:`rank_lock`) is taken while rank 0
+    of the same job may already be writing, and those files are not leftovers.
+    """
     storage.make_dirs(dest)
     lock = DestLock(dest, lock_name)
     lock.acquire()
     try:
         stage = staging_dir(dest)
-        if stage == dest:  # built in place: only the temporaries are the job's
+        if lock_name == LOCK_FILE and stage == dest:  # built in place: only the temporaries are the job's
             clean_temps(dest)
-        else:  # a private staging folder (s3): everything but the lock is a killed job's leftover
+        elif lock_name == LOCK_FILE:  # a private staging folder (s3): all but the locks is a killed job's leftover
             for name in os.listdir(stage):
                 if name != STATE_DIR:
                     _remove(stage, name)

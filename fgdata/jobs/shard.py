@@ -10,10 +10,14 @@ Side files beside the shards (all written atomically, local or s3://):
   ``failed_by_reason``; each failure also carries ``index``, the item's position in source order.
 
 Executors: ``local`` streams every input through one ShardWriter (a process pool transforms,
-results are written in input order). ``ray`` splits the positions into units of
-``unit_size`` inputs; each unit writes its own shards under ``DST/.fgdata/units/NNNNN/`` and the
-driver then moves them into one numbering (see :func:`_merge`). Keys come from the item index,
-so both give the same samples in the same order; only the shard boundaries can differ.
+results are written in input order). ``ray`` and torchrun ranks split the positions into units
+of ``unit_size`` inputs; each unit writes its own shards under ``DST/.fgdata/units/NNNNN/``, then
+one process (the Ray driver, or rank 0) moves them into one numbering (see :func:`_plan` and
+:func:`_merge`), so both give the same bytes for the same unit size. Under torchrun, unit ``u``
+belongs to rank ``u mod WORLD_SIZE``, which leaves ``units/NNNNN.json`` (its result) once the unit
+is complete; rank 0 waits for all of them (bounded, ``--wait-timeout``) before it merges. Keys come
+from the item index, so every executor gives the same samples in the same order; only the shard
+boundaries can differ between the stream and the units.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from fgdata import storage
 from fgdata.errors import FgdataError
 from fgdata.jobs import dest as destmod
 from fgdata.jobs.local import ordered_map
-from fgdata.jobs.options import check_same, options_record
+from fgdata.jobs.options import check_same, fingerprint, options_record
+from fgdata.jobs.ranks import dist_env, owner, wait_for
 from fgdata.jobs.report import FAILURES_FILE, by_category, write_failures
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
 from fgdata.producers.media import Outcome, ShardOptions, transform
@@ -69,8 +74,9 @@ class ShardJob:
     shuffle_seed: int | None = None
     engine: Literal["local", "ray"] = "local"
     ray_address: str | None = None
-    unit_size: int | None = None  # ray: inputs per work unit (default: maxcount)
+    unit_size: int | None = None  # ray and torchrun: inputs per work unit (default: maxcount)
     follow_symlinks: bool = False  # read links that point outside a source folder (they are refused otherwise)
+    wait_timeout: float | None = None  # torchrun: seconds rank 0 waits for the other ranks' units
 
     @property
     def command(self) -> str:
@@ -86,10 +92,13 @@ class JobReport:
     failed_by_reason: dict[str, int]
     shards: list[str]
     counts: dict[str, int]
-    failures_path: str
+    failures_path: str | None  # None: a torchrun rank's share (rank 0 writes the job's report)
     resumed: int = 0  # inputs already covered by complete shards when the job started
     nbytes: int = 0  # input bytes read in this run
     failures: list[dict[str, Any]] = field(default_factory=list)
+    rank: int = 0
+    world: int = 1
+    whole_job: bool = True  # False: only this torchrun rank's share; the rank that finishes reports the job
 
 
 def load_items(job: ShardJob) -> list[WorkItem]:
@@ -118,8 +127,12 @@ def input_order(n: int, seed: int | None) -> list[int]:
     return order
 
 
-def byte_options(job: ShardJob) -> dict[str, Any]:
-    """Every option that changes the output bytes (the resume fingerprint)."""
+def byte_options(job: ShardJob, units: bool) -> dict[str, Any]:
+    """Every option that changes the output bytes (the resume fingerprint); ``units``: Ray or torchrun ranks.
+
+    Ray and torchrun write the same bytes for the same unit size, so the record says "units" for both
+    and a job started on one can be finished on the other.
+    """
     return {
         **options_record(job.options),
         "path_column": job.path_column,
@@ -127,8 +140,8 @@ def byte_options(job: ShardJob) -> dict[str, Any]:
         "maxcount": job.maxcount,
         "maxsize": job.maxsize,
         "shuffle_seed": job.shuffle_seed,
-        "engine": job.engine,
-        "unit_size": (job.unit_size or job.maxcount) if job.engine == "ray" else None,
+        "engine": "units" if units else "local",
+        "unit_size": (job.unit_size or job.maxcount) if units else None,
         "follow_symlinks": job.follow_symlinks,
     }
 
@@ -137,10 +150,14 @@ def _inputs_digest(items: list[WorkItem]) -> str:
     return hashlib.sha256("\n".join(f"{i.name}\t{i.path}" for i in items).encode()).hexdigest()
 
 
-def _check_record(job: ShardJob, items: list[WorkItem]) -> None:
-    """Refuse to resume another job's shards; then (re)write the record."""
+_LAYOUTS = {"local": "as one stream (--engine local in one process)",
+            "units": "in work units (--engine ray, or torchrun ranks)"}
+
+
+def _check_record(job: ShardJob, items: list[WorkItem], units: bool, write: bool = True) -> None:
+    """Refuse to resume another job's shards; then (re)write the record (``write``: the one process that does)."""
     path = storage.join(job.dest, JOB_FILE)
-    options = byte_options(job)
+    options = byte_options(job, units)
     record = {"format": "fgdata.shard-job", "version": 2, "command": job.command, "options": options,
               "inputs": len(items), "inputs_sha256": _inputs_digest(items)}
     if job.resume and storage.exists(path):
@@ -148,27 +165,38 @@ def _check_record(job: ShardJob, items: list[WorkItem]) -> None:
             old = json.loads(storage.read_bytes(path))
         except ValueError:
             old = {}
+        before = (old.get("options") or {}).get("engine")
+        if before in _LAYOUTS and before != options["engine"]:
+            raise FgdataError(f"{job.dest}: an earlier run wrote it {_LAYOUTS[before]}, this one writes it "
+                              f"{_LAYOUTS[options['engine']]}, with other shard boundaries; rerun it the same way, "
+                              "or with --no-resume to start over")
         check_same(job.dest, old.get("options") or {}, options)
         if (old.get("inputs"), old.get("inputs_sha256")) != (record["inputs"], record["inputs_sha256"]):
             raise FgdataError(f"{job.dest}: the inputs changed since the earlier run ({old.get('inputs')} then, "
                               f"{len(items)} now); rerun with the same inputs, or with --no-resume to start over")
-    storage.write_bytes(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+    if write:
+        storage.write_bytes(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
 
 
-def _start_over(job: ShardJob, notify: Notify | None) -> None:
-    """``--no-resume``: remove the earlier run's outputs, saying what goes."""
+def _start_over(job: ShardJob, notify: Notify | None, units: bool = True) -> None:
+    """``--no-resume``: remove the earlier run's outputs, saying what goes (``units``: the work units too)."""
     names = [n for n in destmod._entries(job.dest) if n != destmod.STATE_DIR and not destmod.is_temp(n)]
     destmod.remove_files(job.dest, names, "--no-resume", notify)
-    storage.remove_tree(storage.join(job.dest, UNITS))
+    if units:
+        storage.remove_tree(storage.join(job.dest, UNITS))
+    else:
+        storage.remove(storage.join(job.dest, UNITS, PLAN))
 
 
 def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: Callable[[int], None] | None = None,
                   notify: Notify | None = None) -> JobReport:
     """Run a shard job on its executor and return the report (also written to ``DST/failures.json``).
 
-    ``on_start(total_inputs)`` is called once the inputs are listed; ``progress(inputs, bytes)``
-    after each input (increments); ``notify(line)`` before anything is deleted. SIGINT/SIGTERM
-    raise :class:`~fgdata.jobs.signals.Interrupted` with the inputs done so far.
+    ``on_start(total_inputs)`` is called once the inputs are listed (under torchrun: this rank's
+    share); ``progress(inputs, bytes)`` after each input (increments); ``notify(line)`` before
+    anything is deleted. SIGINT/SIGTERM raise :class:`~fgdata.jobs.signals.Interrupted` with the
+    inputs done so far. Under torchrun (``WORLD_SIZE`` > 1) each rank runs its own work units and
+    returns its share's report; rank 0 merges and returns the job's.
     """
     if job.maxcount < 1:
         raise FgdataError("--maxcount must be at least 1")
@@ -176,13 +204,20 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
         raise FgdataError("--workers must be at least 1")
     if job.engine not in ("local", "ray"):
         raise FgdataError(f"--engine must be 'local' or 'ray', not {job.engine!r}")
+    rank, world = dist_env()
+    if world > 1 and (job.engine == "ray" or job.options.kind == "prompts"):
+        what = "--engine ray starts its own workers" if job.engine == "ray" else "shard prompts runs in one process"
+        raise FgdataError(f"{what}: launch it once, not under torchrun (WORLD_SIZE={world})")
     items = load_items(job)
     order = input_order(len(items), job.shuffle_seed)
-    with stop_on_signals(), destmod.claimed(job.dest):
-        destmod.check_foreign(job.dest, overwrite=job.overwrite, notify=notify)
+    with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank)):
+        # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
+        destmod.check_foreign(job.dest, overwrite=job.overwrite and rank == 0, notify=notify)
+        if world > 1:
+            return _run_ranks(job, items, order, rank, world, progress, on_start, notify)
         if not job.resume:
             _start_over(job, notify)
-        _check_record(job, items)
+        _check_record(job, items, units=job.engine == "ray")
         if on_start:
             on_start(len(items))
         if job.engine == "ray":
@@ -283,16 +318,25 @@ def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
     return RangeResult(written=written, nbytes=nbytes)
 
 
-# -- the Ray executor's units and merge ----------------------------------------------------------------
+# -- work units (Ray and torchrun) and their merge ----------------------------------------------------
+
+
+def _units(job: ShardJob, n: int) -> list[dict[str, Any]]:
+    """The work units: positions ``span`` and the folder ``dest`` each writes, the same on every executor."""
+    unit = job.unit_size or job.maxcount
+    staging = storage.join(job.dest, UNITS)
+    return [{"span": (first, min(first + unit, n)), "dest": storage.join(staging, "%05d" % u)}
+            for u, first in enumerate(range(0, n, unit))]
 
 
 def _run_unit(items: Sequence[WorkItem], order: Sequence[int], span: tuple[int, int], dest: str,
-              job: ShardJob) -> dict[str, Any]:
-    """One work unit (in a Ray worker): positions ``span`` into shards under ``dest``; resumable, idempotent."""
+              job: ShardJob, workers: int = 1, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """One work unit (a Ray task, or a torchrun rank's): positions ``span`` into shards under ``dest``;
+    resumable, idempotent. Returns its result (plain JSON data, what :func:`_plan` needs)."""
     writer = ShardWriter(dest, pattern=PATTERN, maxcount=job.maxcount, maxsize=job.maxsize,
                          stage=storage.staging_dir(dest))
     try:
-        result = write_range(writer, items, order, span, job.options)
+        result = write_range(writer, items, order, span, job.options, workers, progress)
     except BaseException:
         writer.abort()
         raise
@@ -310,6 +354,22 @@ def _run_unit(items: Sequence[WorkItem], order: Sequence[int], span: tuple[int, 
     }
 
 
+def _plan(job: ShardJob, units: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The merge plan from every unit's result, in unit order: which unit shard becomes which final shard."""
+    moves: list[list[str]] = []
+    counts: dict[str, int] = {}
+    failures: list[dict[str, Any]] = []
+    for unit, r in zip(units, results, strict=True):
+        for name in r["shards"]:
+            final = PATTERN % len(moves)
+            moves.append([storage.join(unit["dest"], name), storage.join(job.dest, final)])
+            counts[final] = r["counts"][name]
+        failures += r["failures"]
+    return {"moves": moves, "counts": counts, "failures": failures,
+            "written": sum(r["written"] for r in results), "resumed": sum(r["resumed"] for r in results),
+            "nbytes": sum(r["nbytes"] for r in results)}
+
+
 def _merge(dest: str, plan: dict[str, Any]) -> None:
     """Apply a merge plan: unit shards into one numbering. Idempotent, so an interrupted merge reruns."""
     for src, dst in plan["moves"]:
@@ -324,17 +384,29 @@ def _merge(dest: str, plan: dict[str, Any]) -> None:
     storage.remove_tree(storage.join(dest, UNITS))
 
 
+def _merged_report(job: ShardJob, order: list[int], n: int, plan: dict[str, Any]) -> JobReport:
+    """Write the plan (so a merge killed half-way finishes on the next run), merge, and report the job."""
+    plan_path = storage.join(job.dest, UNITS, PLAN)
+    if not storage.exists(plan_path):
+        storage.write_bytes(plan_path, json.dumps(plan).encode())
+    _merge(job.dest, plan)
+    return _report(job, order, n, plan["written"],
+                   [Failure(f["input"], f["name"], f["reason"]) for f in plan["failures"]],
+                   plan["counts"], plan["resumed"], plan["nbytes"])
+
+
+def _saved_plan(job: ShardJob) -> dict[str, Any] | None:
+    """The plan of a merge that was stopped half-way, if any."""
+    path = storage.join(job.dest, UNITS, PLAN)
+    return json.loads(storage.read_bytes(path)) if storage.exists(path) else None
+
+
 def _run_ray(job: ShardJob, items: list[WorkItem], order: list[int], progress: ProgressFn | None) -> JobReport:
     from fgdata.jobs.ray_executor import run_units
 
-    staging = storage.join(job.dest, UNITS)
-    plan_path = storage.join(staging, PLAN)
-    if storage.exists(plan_path):
-        plan = json.loads(storage.read_bytes(plan_path))
-    else:
-        unit = job.unit_size or job.maxcount
-        units = [{"span": (first, min(first + unit, len(items))), "dest": storage.join(staging, "%05d" % u)}
-                 for u, first in enumerate(range(0, len(items), unit))]
+    plan = _saved_plan(job)
+    if plan is None:
+        units = _units(job, len(items))
 
         def done(_i: int, r: dict[str, Any]) -> None:
             if progress:
@@ -342,23 +414,110 @@ def _run_ray(job: ShardJob, items: list[WorkItem], order: list[int], progress: P
 
         results = run_units(_run_unit, units, address=job.ray_address, on_done=done,
                             shared={"items": items, "order": order, "job": job})
-        moves: list[list[str]] = []
-        counts: dict[str, int] = {}
-        failures: list[dict[str, Any]] = []
-        for r in results:
-            for name in r["shards"]:
-                final = PATTERN % len(moves)
-                moves.append([storage.join(r["dest"], name), storage.join(job.dest, final)])
-                counts[final] = r["counts"][name]
-            failures += r["failures"]
-        plan = {"moves": moves, "counts": counts, "failures": failures,
-                "written": sum(r["written"] for r in results), "resumed": sum(r["resumed"] for r in results),
-                "nbytes": sum(r["nbytes"] for r in results)}
-        storage.write_bytes(plan_path, json.dumps(plan).encode())
-    _merge(job.dest, plan)
-    return _report(job, order, len(items), plan["written"],
-                   [Failure(f["input"], f["name"], f["reason"]) for f in plan["failures"]],
-                   plan["counts"], plan["resumed"], plan["nbytes"])
+        plan = _plan(job, units, results)
+    return _merged_report(job, order, len(items), plan)
+
+
+# -- torchrun ranks ----------------------------------------------------------------------------------------
+
+
+def _unit_marker(job: ShardJob, u: int) -> str:
+    return storage.join(job.dest, UNITS, "%05d.json" % u)
+
+
+def _read_marker(path: str, fp: str) -> dict[str, Any] | None:
+    """A unit's result, if its marker exists and was written with these options (a torn one reads as absent)."""
+    try:
+        doc = json.loads(storage.read_bytes(path))
+    except Exception:  # noqa: BLE001 - missing or torn: not done
+        return None
+    return doc if isinstance(doc, dict) and doc.get("fingerprint") == fp else None
+
+
+def _run_ranks(job: ShardJob, items: list[WorkItem], order: list[int], rank: int, world: int,
+               progress: ProgressFn | None, on_start: Callable[[int], None] | None,
+               notify: Notify | None) -> JobReport:
+    """This rank's work units (unit u belongs to rank ``u mod world``), each leaving its result as a marker;
+    rank 0 then waits for every marker, builds the same plan as the Ray driver and merges.
+
+    A rank never touches a unit whose marker exists (rank 0 may be merging it); ``--no-resume`` makes each
+    rank drop its own units and markers, and rank 0 the earlier outputs and an unfinished plan.
+    """
+    units = _units(job, len(items))
+    mine = [u for u in range(len(units)) if owner(u, world) == rank]
+    fp = fingerprint(byte_options(job, units=True))
+    if not job.resume:
+        if rank == 0:
+            _start_over(job, notify, units=False)
+        for u in mine:
+            storage.remove(_unit_marker(job, u))
+            storage.remove_tree(units[u]["dest"])
+    _check_record(job, items, units=True, write=rank == 0)
+    plan = _saved_plan(job) if job.resume else None  # with --no-resume rank 0 has removed it
+    share: list[dict[str, Any]] = []
+    try:
+        if plan is None:  # else a merge was stopped half-way: every unit is done, rank 0 finishes the merge
+            _run_share(job, items, order, [(u, units[u]) for u in mine], fp, share, progress, on_start)
+            if rank == 0:
+                # this rank's own results carry this run's figures (inputs resumed, bytes read)
+                results = _gather(job, len(units), world, fp, dict(zip(mine, share, strict=True)), notify)
+                plan = _plan(job, units, results)
+    except Interrupted as stop:
+        stop.done = sum(r["inputs"] for r in share)
+        raise
+    if rank != 0:
+        return _share_report(job, order, rank, world, share)
+    assert plan is not None  # rank 0 built it, or found the one of a merge stopped half-way
+    report = _merged_report(job, order, len(items), plan)
+    report.world = world
+    return report
+
+
+def _gather(job: ShardJob, n: int, world: int, fp: str, results: dict[int, dict[str, Any]],
+            log: Notify | None) -> list[dict[str, Any]]:
+    """Every unit's result in unit order: ``results`` plus the other ranks' markers, waited for (bounded)."""
+
+    def missing() -> list[str]:
+        for u in range(n):
+            if u not in results:
+                found = _read_marker(_unit_marker(job, u), fp)
+                if found is not None:
+                    results[u] = found
+        return ["unit %05d (rank %d)" % (u, owner(u, world)) for u in range(n) if u not in results]
+
+    wait_for(missing, f"{job.dest}: work units of other ranks", job.wait_timeout, log=log)
+    return [results[u] for u in range(n)]
+
+
+def _run_share(job: ShardJob, items: list[WorkItem], order: list[int], mine: list[tuple[int, dict[str, Any]]],
+               fp: str, share: list[dict[str, Any]], progress: ProgressFn | None,
+               on_start: Callable[[int], None] | None) -> None:
+    """Run this rank's units (skipping those whose marker exists), appending each result to ``share``."""
+    if on_start:
+        on_start(sum(unit["span"][1] - unit["span"][0] for _, unit in mine))
+    for u, unit in mine:
+        result = _read_marker(_unit_marker(job, u), fp)
+        if result is not None:
+            result = {**result, "resumed": result["inputs"], "nbytes": 0}
+            if progress:
+                progress(result["inputs"], 0)
+        else:
+            result = _run_unit(items, order, unit["span"], unit["dest"], job, job.workers, progress)
+            storage.write_bytes(_unit_marker(job, u), json.dumps({**result, "fingerprint": fp}).encode())
+        share.append(result)
+
+
+def _share_report(job: ShardJob, order: list[int], rank: int, world: int,
+                  share: list[dict[str, Any]]) -> JobReport:
+    """What a rank other than 0 did (its units only); it writes no report file, rank 0 writes the job's."""
+    entries = [{"input": f["name"], "reason": f["reason"], "index": order[f["input"]] if f["input"] is not None
+                else None} for r in share for f in r["failures"]]
+    written = sum(r["written"] for r in share)
+    return JobReport(seen=written + len(entries), written=written, failed=len(entries),
+                     samples=sum(sum(r["counts"].values()) for r in share), failed_by_reason=by_category(entries),
+                     shards=[], counts={}, failures_path=None, resumed=sum(r["resumed"] for r in share),
+                     nbytes=sum(r["nbytes"] for r in share), failures=entries, rank=rank, world=world,
+                     whole_job=False)
 
 
 def quickstart_videos(outdir: str | os.PathLike[str]) -> dict[str, Any]:

@@ -245,8 +245,7 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
     opts = options_record(job.options)
     record = {"command": job.command, "fingerprint": fingerprint(opts), "options": opts, "fgdata": __version__}
     summary = JobSummary(dest=job.dest, command=job.command, rank=rank, world=world)
-    lock = destmod.LOCK_FILE if rank == 0 else f"{destmod.LOCK_FILE}.rank{rank}"
-    with stop_on_signals(), destmod.claimed(job.dest, lock):
+    with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank)):
         _prepare_dest(job, run, rank, world)
         if run.role == "prepare":
             return summary

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))  # faultkit, the fault-injection helpers
 
 
 @pytest.fixture

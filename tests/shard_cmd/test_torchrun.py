@@ -1,0 +1,186 @@
+"""``fgdata shard images`` under torchrun: ranks own work units, rank 0 waits (bounded) and merges.
+
+Real ``torch.distributed.run`` on CPU; a rank that never comes is a process started with ``RANK=0
+WORLD_SIZE=2`` and no rank 1 (torchrun itself would stop every rank once one fails).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from faultkit import STOP_MARK, descendants
+from fgdata.shards import discover_shards, iter_samples
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+#: 9 inputs (7 photos, 2 broken) in units of 3: units 0-2, so 2 ranks own {0, 2} and {1}, 3 ranks one each.
+ARGS = ("--maxcount", "2", "--unit-size", "3", "--no-progress")
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory, sample_images: list[Path], sample_data: Path) -> Path:
+    """The bundled photos with captions, plus a truncated JPEG and a text file named .jpg."""
+    src = tmp_path_factory.mktemp("photos")
+    for img in sample_images:
+        shutil.copyfile(img, src / img.name)
+        shutil.copyfile(sample_data / f"{img.stem}.txt", src / f"{img.stem}.txt")
+    data = (sample_data / "hubble_deep_field.jpg").read_bytes()
+    (src / "truncated.jpg").write_bytes(data[: len(data) // 2])
+    (src / "notes.jpg").write_text("this is not an image\n")
+    return src
+
+
+def torchrun(ranks: int, *args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
+                           "--master-port", "0", "-m", "fgdata.cli.main", *map(str, args)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, **ENV, **(env or {})})
+
+
+def as_rank(rank: int, world: int, *args: object) -> subprocess.CompletedProcess:
+    """One process that believes it is rank ``rank`` of ``world`` (as torchrun would start it)."""
+    env = {**os.environ, **ENV, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)}
+    return subprocess.run([sys.executable, "-m", "fgdata.cli.main", *map(str, args)], capture_output=True,
+                          text=True, cwd=REPO, timeout=300, env=env)
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every output file's sha256 (the job's private state, locks and all, left out)."""
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.relative_to(root).as_posix().startswith(".fgdata/")}
+
+
+def members(dest: Path) -> list[tuple[str, dict]]:
+    return [(s.key, s.members) for shard in discover_shards(str(dest)) for s in iter_samples(shard)]
+
+
+def documents(stdout: str) -> dict[int, dict]:
+    """The ``--json`` documents of all ranks (one each, in any order), by rank."""
+    decoder, docs, rest = json.JSONDecoder(), {}, stdout.strip()
+    while rest:
+        doc, end = decoder.raw_decode(rest)
+        docs[doc.get("rank", 0)] = doc
+        rest = rest[end:].strip()
+    return docs
+
+
+@pytest.fixture(scope="module")
+def two_ranks(photos: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, dict]]:
+    dest = tmp_path_factory.mktemp("runs") / "two"
+    done = torchrun(2, "shard", "images", photos, dest, *ARGS, "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dest, documents(done.stdout)
+
+
+def test_two_and_three_ranks_write_the_same_bytes_and_the_local_samples(photos, two_ranks, tmp_path, cli):
+    two, docs = two_ranks
+    three = tmp_path / "three"
+    done = torchrun(3, "shard", "images", photos, three, *ARGS, "-q")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == "" and "Traceback" not in done.stderr
+    assert tree(three) == tree(two)
+    assert not (two / ".fgdata" / "units").exists() and not (three / ".fgdata" / "units").exists()
+
+    local = tmp_path / "local"
+    cli("shard", "images", photos, local, "--maxcount", "2", "--no-progress")
+    assert members(two) == members(local)  # same samples, keys and order; only shard boundaries differ
+    assert json.loads((two / "failures.json").read_text()) == json.loads((local / "failures.json").read_text())
+    # rank 1 reports its share (unit 1: 3 inputs), rank 0 the whole job and its report file
+    assert (docs[1]["rank"], docs[1]["world"], docs[1]["seen"], docs[1]["failures_file"]) == (1, 2, 3, None)
+    assert (docs[0]["seen"], docs[0]["written"], docs[0]["failed"]) == (9, 7, 2)
+    assert docs[0]["failures_file"] == str(two / "failures.json")
+    assert list(json.loads((two / "shard_count.json").read_text())) == [f"{i:05d}.tar" for i in range(5)]
+
+
+def test_ranks_write_the_bytes_of_the_ray_engine(photos, two_ranks, tmp_path, cli, ray_local):
+    two, _ = two_ranks
+    ray_out = tmp_path / "ray"
+    cli("shard", "images", photos, ray_out, *ARGS, "--engine", "ray")
+    assert tree(ray_out) == tree(two)  # the job record too: a job started on one can finish on the other
+
+
+def test_a_rank_that_never_comes_is_named_then_the_job_resumes(photos, two_ranks, tmp_path):
+    two, _ = two_ranks
+    dest = tmp_path / "out"
+    cmd = ("shard", "images", photos, dest, *ARGS, "--wait-timeout", "0.2")
+    alone = as_rank(0, 2, *cmd, "-q")  # -q: no "waiting for ..." note, only the error
+    assert alone.returncode == 1, alone.stderr
+    lines = alone.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {dest}: work units of other ranks: still missing"), lines
+    assert lines[0].endswith("unit 00001 (rank 1) (is that rank still running? rerun the same command to resume)")
+    assert sorted(p.name for p in (dest / ".fgdata" / "units").glob("*.json")) == ["00000.json", "00002.json"]
+
+    late = as_rank(1, 2, *cmd, "--json")
+    assert late.returncode == 0, late.stderr
+    assert json.loads(late.stdout)["rank"] == 1
+
+    again = as_rank(0, 2, *cmd, "--json")  # rank 0 keeps its finished units and merges
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["resumed"] == 6  # its own units 0 and 2; unit 1 was rank 1's work
+    assert tree(dest) == tree(two)
+
+
+def test_killed_ranks_resume_to_the_same_bytes(photos, two_ranks, tmp_path):
+    """Each rank pauses once its first unit's first shard is complete (the job signals it); torchrun and every
+    rank are SIGKILLed, then the launch is rerun: the units continue from their complete shards."""
+    two, _ = two_ranks
+    dest = tmp_path / "out"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
+           "-m", "fgdata.cli.main", "shard", "images", str(photos), str(dest), *ARGS]
+    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **ENV, "FGDATA_TEST_STOP_AFTER": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stderr is not None
+        paused = 0
+        for line in proc.stderr:
+            paused += STOP_MARK in line
+            if paused == 2:
+                break
+        assert paused == 2, "both ranks pause after their first shard"
+        ranks = descendants(proc.pid)  # torchrun starts each rank in its own session: kill them by pid
+        for pid in [proc.pid, *ranks]:
+            os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    units = dest / ".fgdata" / "units"
+    assert not list(dest.glob("*.tar")) and not list(units.glob("*.json"))  # no unit finished, nothing merged
+    assert sorted(p.relative_to(units).as_posix() for p in units.glob("*/*.tar")) == ["00000/00000.tar",
+                                                                                      "00001/00000.tar"]
+    again = torchrun(2, "shard", "images", photos, dest, *ARGS)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert tree(dest) == tree(two)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("images", "{src}", "{dst}", "--engine", "ray"), "--engine ray starts its own workers: launch it once"),
+    (("prompts", "{src}/rocket.txt", "{dst}"), "shard prompts runs in one process: launch it once"),
+])
+def test_what_cannot_run_under_torchrun_says_so(photos, tmp_path, monkeypatch, cli, args, message):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    result = cli("shard", *[a.format(src=photos, dst=tmp_path / "out") for a in args], expect=1)
+    assert message in str(result.exception)
+
+
+def test_a_local_job_is_not_resumed_by_ranks(photos, tmp_path, monkeypatch, cli):
+    """The stream and the units put other shard boundaries: a rerun the other way is refused, naming both."""
+    dest = tmp_path / "out"
+    cli("shard", "images", photos, dest, *ARGS)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    result = cli("shard", "images", photos, dest, *ARGS, expect=1)
+    assert "an earlier run wrote it as one stream (--engine local in one process), this one writes it in work units" \
+        in str(result.exception)
