@@ -184,3 +184,17 @@ def test_a_local_job_is_not_resumed_by_ranks(photos, tmp_path, monkeypatch, cli)
     result = cli("shard", "images", photos, dest, *ARGS, expect=1)
     assert "an earlier run wrote it as one stream (--engine local in one process), this one writes it in work units" \
         in str(result.exception)
+
+
+def test_video_clips_under_ranks_equal_the_local_samples(keyframed_clip, tmp_path, cli):
+    src = tmp_path / "videos"
+    src.mkdir()
+    for name in ("a", "b", "c"):
+        shutil.copyfile(keyframed_clip, src / f"{name}.mp4")
+    args = ("--clip-seconds", "1", "--maxcount", "2", "--no-progress")
+    done = torchrun(2, "shard", "videos", src, tmp_path / "ranks", *args, "--unit-size", "1", "--workers", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    cli("shard", "videos", src, tmp_path / "local", *args)
+    got, want = members(tmp_path / "ranks"), members(tmp_path / "local")
+    assert [k for k, _ in got] == [k for k, _ in want] and len(got) == 9  # 3 clips of each video, in order
+    assert got == want
