@@ -198,3 +198,32 @@ def test_video_clips_under_ranks_equal_the_local_samples(keyframed_clip, tmp_pat
     got, want = members(tmp_path / "ranks"), members(tmp_path / "local")
     assert [k for k, _ in got] == [k for k, _ in want] and len(got) == 9  # 3 clips of each video, in order
     assert got == want
+
+
+@pytest.mark.s3
+def test_ranks_write_to_s3_the_bytes_they_write_locally(photos, two_ranks, s3_bucket):
+    from fgdata import storage
+
+    two, _ = two_ranks
+    url = f"{s3_bucket}/photos"
+    done = torchrun(2, "shard", "images", photos, url, *ARGS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    names = sorted(i.name for i in storage.list_dir(url))
+    assert names == sorted(tree(two))  # no unit, marker or plan left behind
+    for name in names:
+        assert storage.read_bytes(f"{url}/{name}") == (two / name).read_bytes(), name
+
+
+def test_no_resume_under_ranks_redoes_every_unit(photos, two_ranks, tmp_path):
+    two, _ = two_ranks
+    dest = tmp_path / "out"
+    cmd = ("shard", "images", photos, dest, *ARGS)
+    for rank in (1, 0):  # ranks started one after the other: rank 0 waits for nothing
+        assert as_rank(rank, 2, *cmd).returncode == 0
+    assert tree(dest) == tree(two)
+    for rank in (1, 0):
+        again = as_rank(rank, 2, *cmd, "--no-resume", "--json")
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["resumed"] == 0
+    assert "--no-resume: removing" in again.stderr  # rank 0 says which earlier outputs go
+    assert tree(dest) == tree(two)
