@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -15,6 +17,7 @@ from fgdata.cli import options
 
 if TYPE_CHECKING:
     from fgdata.cli.jobrun import Outcome
+    from fgdata.prepare import ZipRun
 
 DOWNLOADS = ("cifar10", "imagenet")
 PREPARES = ("cifar10", "imagenet-64", "imagenet-256")
@@ -112,27 +115,27 @@ def prepare(
         raise typer.BadParameter(f"choose a dataset: {', '.join(PREPARES)} (fgdata prepare --list shows what each needs)")
     if dataset != "cifar10" and imagenet_source is None:
         raise typer.BadParameter(f"fgdata prepare {dataset} needs --imagenet-source DIR (fgdata download imagenet)")
-    if dtype not in ("float32", "bfloat16"):
-        raise typer.BadParameter("--dtype must be float32 or bfloat16")
     import fgdata.prepare as lib
     from fgdata.cli.jobrun import finish, notes, run_job
     from fgdata.cli.render import phase_progress
 
+    if dataset == "cifar10":
+        job: Callable[[ZipRun], list[dict]] = partial(
+            lib.prepare_cifar10, lib.Cifar10Options(data_root, source, skip_md5, max_images=max_images))
+    else:
+        assert imagenet_source is not None  # refused above
+        imagenet = lib.ImagenetOptions(imagenet_source, data_root, allow_any_tree, max_images=max_images,
+                                       strict=strict, follow_symlinks=follow_symlinks)
+        if dataset == "imagenet-64":
+            job = partial(lib.prepare_imagenet64, imagenet)
+        else:
+            latents = lib.LatentZipOptions(vae=vae, dtype=dtype, device=device, batch_size=batch_size)
+            job = partial(lib.prepare_imagenet256, imagenet, latents)
     bars = options.show_progress(show_progress, quiet=quiet, json_out=json_out)
-    common: dict[str, Any] = {"max_images": max_images, "workers": workers, "resume": resume, "overwrite": overwrite, "notify": notes(quiet)}
 
     def build() -> list[dict]:
         with phase_progress(enabled=bars) as update:
-            progress = update if bars else None
-            if dataset == "cifar10":
-                return lib.prepare_cifar10(data_root, source=source, skip_md5=skip_md5, progress=progress, **common)
-            assert imagenet_source is not None  # refused above
-            imagenet: dict[str, Any] = {"strict": strict, "progress": progress, "allow_any_tree": allow_any_tree,
-                                        "follow_symlinks": follow_symlinks, **common}
-            if dataset == "imagenet-64":
-                return lib.prepare_imagenet64(imagenet_source, data_root, **imagenet)
-            return lib.prepare_imagenet256(imagenet_source, data_root, vae=vae, device=device, batch_size=batch_size,
-                                           dtype=dtype, **imagenet)
+            return job(lib.ZipRun(workers, resume, overwrite, update if bars else None, notes(quiet)))
 
     started = time.perf_counter()
     summaries = run_job(build)  # the bar is closed before an interrupt line is printed

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Collection
 from typing import Any
 
 from fgdata.errors import FgdataError
@@ -32,12 +33,19 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def check_same(where: str, old: dict[str, Any], new: dict[str, Any], restart: str = "--no-resume") -> None:
-    """Refuse to continue ``where`` when an option that changes bytes differs from the earlier run."""
+def check_same(where: str, old: dict[str, Any], new: dict[str, Any], restart: str = "--no-resume",
+               facts: Collection[str] = ()) -> None:
+    """Refuse to continue ``where`` when an option that changes bytes differs from the earlier run.
+
+    Keys in ``facts`` are not options but facts about the inputs (a count, a checksum); they are named only
+    when no option differs, since a changed option usually changes them too.
+    """
     changed = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if not changed:
         return
-    what = "; ".join(f"{flag(k)} was {old.get(k)!r}, now {new.get(k)!r}" for k in changed[:3])
-    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
-    raise FgdataError(f"{where}: an earlier run wrote it with other options ({what}{more}); "
+    options = [k for k in changed if k not in facts]
+    keys, names, why = (options, flag, "with other options") if options else (changed, str, "from other inputs")
+    what = "; ".join(f"{names(k)} was {old.get(k)!r}, now {new.get(k)!r}" for k in keys[:3])
+    more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+    raise FgdataError(f"{where}: an earlier run wrote it {why} ({what}{more}); "
                       f"rerun with the same options, or with {restart} to start over")

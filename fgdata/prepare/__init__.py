@@ -1,18 +1,18 @@
 """Class-conditional dataset zips in the EDM/EDM2 formats FastGen trains on.
 
 Public entry points: :func:`prepare_cifar10`, :func:`prepare_imagenet64`, :func:`prepare_imagenet256` and the
-:data:`DATASETS` table behind ``fgdata prepare --list``. Nothing here imports the loaders: ``fgdata quickstart``
-loads a batch from what these functions write.
+:data:`DATASETS` table behind ``fgdata prepare --list``. Each takes its options dataclass (:class:`Cifar10Options`,
+:class:`ImagenetOptions`, :class:`LatentZipOptions`: what the CLI flags set) and a :class:`ZipRun` (workers,
+resume, overwrite, callbacks), e.g. ``prepare_imagenet64(ImagenetOptions("/data/imagenet", "/data"))``.
+Nothing here imports the loaders: ``fgdata quickstart`` loads a batch from what these functions write.
 """
 
 from __future__ import annotations
 
-import os
-
-from fgdata.jobs.dest import Notify
-from fgdata.prepare.build import ProgressFn
+from fgdata.prepare.build import ZipRun
 from fgdata.prepare.cifar import prepare_cifar10
 from fgdata.prepare.imagenet import prepare_imagenet64, prepare_imagenet256_rgb
+from fgdata.prepare.options import Cifar10Options, ImagenetOptions, LatentZipOptions
 from fgdata.prepare.paths import DATASET_ZIPS, IMAGENET256_RGB_ZIP, IMAGENET256_SD_ZIP, resolve_data_root
 
 #: What ``fgdata prepare --list`` shows: dataset name -> (outputs, what it needs).
@@ -23,12 +23,8 @@ DATASETS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-def prepare_imagenet256(imagenet_source: str | os.PathLike[str], data_root: str | os.PathLike[str] | None = None,
-                        vae: str = "stabilityai/sd-vae-ft-mse", device: str = "auto", batch_size: int = 32,
-                        dtype: str = "float32", max_images: int | None = None, workers: int | None = None,
-                        resume: bool = True, overwrite: bool = False, strict: bool = False,
-                        progress: ProgressFn | None = None, allow_any_tree: bool = False,
-                        notify: Notify | None = None, follow_symlinks: bool = False) -> list[dict]:
+def prepare_imagenet256(options: ImagenetOptions, latents: LatentZipOptions = LatentZipOptions(),
+                        run: ZipRun = ZipRun()) -> list[dict]:
     """The RGB zip (rank 0 only; other torchrun ranks wait for it), then the latent zip, encoded by every rank.
 
     The VAE is found and loaded once (on the CPU) before the RGB pass, so a missing, unreachable or broken
@@ -40,25 +36,20 @@ def prepare_imagenet256(imagenet_source: str | os.PathLike[str], data_root: str 
     from fgdata.prepare.latents import encode_latent_zip, prepare_wait_s
     from fgdata.prepare.zipwriter import provenance_path
 
-    root = resolve_data_root(data_root)
-    check_model(vae, "VAE", "--vae")
-    load_vae(vae, device="cpu")  # downloads and checks the weights; encoding loads them again on its device
+    root = resolve_data_root(options.data_root)
+    check_model(latents.vae, "VAE", "--vae")
+    load_vae(latents.vae, device="cpu")  # downloads and checks the weights; encoding loads them again on its device
     rgb = root / IMAGENET256_RGB_ZIP
     rank, _world = dist_env()
     results: list[dict] = []
     if rank == 0:
-        results += prepare_imagenet256_rgb(imagenet_source, root, max_images=max_images, workers=workers,
-                                           resume=resume, overwrite=overwrite, strict=strict, progress=progress,
-                                           allow_any_tree=allow_any_tree, notify=notify,
-                                           follow_symlinks=follow_symlinks)
+        results += prepare_imagenet256_rgb(options, run)
     else:
         wait_for(lambda: [] if provenance_path(rgb).exists() and not rgb.with_name(rgb.name + ".partial").exists()
                  else [f"{rgb.name} (rank 0)"], f"{root}: the RGB zip", prepare_wait_s(), poll=5.0, log=print)
-    results.append(encode_latent_zip(rgb, root / IMAGENET256_SD_ZIP, vae=vae, device=device, batch_size=batch_size,
-                                     dtype=dtype, resume=resume, overwrite=overwrite, workers=workers,
-                                     progress=progress, notify=notify))
+    results.append(encode_latent_zip(rgb, root / IMAGENET256_SD_ZIP, latents, run))
     return results
 
 
-__all__ = ["DATASETS", "prepare_cifar10", "prepare_imagenet64", "prepare_imagenet256",
-           "IMAGENET256_RGB_ZIP", "IMAGENET256_SD_ZIP"]
+__all__ = ["DATASETS", "prepare_cifar10", "prepare_imagenet64", "prepare_imagenet256", "Cifar10Options",
+           "ImagenetOptions", "LatentZipOptions", "ZipRun", "IMAGENET256_RGB_ZIP", "IMAGENET256_SD_ZIP"]

@@ -16,14 +16,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fgdata.errors import FgdataError
 from fgdata.jobs import testhook
 from fgdata.jobs.dest import Notify, claimed, remove_files
 from fgdata.jobs.local import ordered_map
-from fgdata.jobs.options import check_same
 from fgdata.jobs.report import FAILURES_FILE, write_failures
 from fgdata.jobs.signals import Interrupted, stop_on_signals
+from fgdata.prepare.options import Fingerprint
 from fgdata.prepare.zipwriter import (EdmZipWriter, dataset_json_bytes, member_name, open_nofollow, provenance_path,
                                       partial_paths, read_partial_state, validate_zip)
 
@@ -32,7 +33,6 @@ Result = tuple[list[bytes] | None, str | None]
 Work = Callable[[tuple[int, int]], list[Result]]
 #: progress(phase, done, total) - rendered by the CLI, ignored by library callers that pass None.
 ProgressFn = Callable[[str, int, int], None]
-
 
 
 def _namer(stem_ext: tuple[str, str]) -> Callable[[int], str]:
@@ -71,13 +71,14 @@ def _read_log(path: Path) -> dict[int, dict]:
 
 @dataclass(frozen=True)
 class ZipJob:
-    """One prepare pass: the zips it writes, its inputs and the work function (a module-level function)."""
+    """One prepare pass: the zips it writes, its inputs, the work function (a module-level function) and what a
+    rerun must match (the byte options of the command's options dataclass and facts about its inputs)."""
 
     command: str
     targets: list[ZipTarget]
     n_inputs: int
     work: Work
-    fingerprint: dict
+    fingerprint: Fingerprint
     describe: Callable[[int], str]
     block: int = 64
     phase: str = "convert"
@@ -111,11 +112,11 @@ def _fgdata_provenance(dest: Path) -> dict | None:
     return info if str(info.get("tool", "")).startswith("fgdata") else None
 
 
-def check_output(dest: Path, expect: dict, damaged: Callable[[dict], str | None], *, resume: bool,
-                 overwrite: bool) -> Existing:
+def check_output(dest: Path, expect: Fingerprint, damaged: Callable[[dict], str | None], /, *, resume: bool,
+                 overwrite: bool, **facts: Any) -> Existing:
     """Decide about an existing output zip before anything is removed (so a refusal removes nothing).
 
-    A zip fgdata wrote with these options (``expect`` matches its provenance) is kept, or rebuilt with
+    A zip fgdata wrote with these options (``expect`` with ``facts`` matches its provenance) is kept, or rebuilt with
     ``--no-resume``; one written with other options is refused naming the option, unless ``--no-resume``
     (as ``fgdata shard`` does); a zip without fgdata's provenance is someone else's: refused unless
     ``--overwrite``.
@@ -130,9 +131,8 @@ def check_output(dest: Path, expect: dict, damaged: Callable[[dict], str | None]
             raise FgdataError(f"{dest}: exists and was not written by fgdata (no {prov.name}); move it away, "
                               "or pass --overwrite to replace it")
         return Existing(dest, remove=names, why="--overwrite")
-    old = {k: info.get(k) for k in expect}
     if resume:
-        check_same(str(dest), old, expect)
+        expect.check(str(dest), info, **facts)
     else:
         return Existing(dest, remove=names, why="--no-resume")
     broken = damaged(info)
@@ -141,14 +141,14 @@ def check_output(dest: Path, expect: dict, damaged: Callable[[dict], str | None]
     return Existing(dest, complete=True)
 
 
-def check_partial(dest: Path, state: dict, *, resume: bool) -> Existing:
+def check_partial(dest: Path, state: Fingerprint, /, *, resume: bool, **facts: Any) -> Existing:
     """An unfinished earlier run of ``dest``: resumed when its options match; other options are refused naming
     the option unless ``--no-resume`` (then it starts over, saying so)."""
     old = read_partial_state(dest)
     if old is None:
         return Existing(dest)
     if resume:
-        check_same(f"{dest} (unfinished)", old, state)
+        state.check(f"{dest} (unfinished)", old, **facts)
         return Existing(dest)
     return Existing(dest, remove=tuple(p.name for p in partial_paths(dest)), why="--no-resume")
 
@@ -161,9 +161,10 @@ def clear(existing: list[Existing], notify: Notify | None) -> None:
 
 @dataclass(frozen=True)
 class ZipRun:
-    """How a prepare pass runs, never part of its fingerprint: processes, resume, overwrite and callbacks."""
+    """How a prepare job runs, never part of its fingerprint: processes (None: every core the process may use),
+    resume, overwrite and the callbacks for progress and for notes about removed files."""
 
-    workers: int
+    workers: int | None = None
     resume: bool = True
     overwrite: bool = False
     progress: ProgressFn | None = None
@@ -188,13 +189,14 @@ def build_zips(job: ZipJob, run: ZipRun) -> list[dict]:
 def _build(job: ZipJob, run: ZipRun) -> list[dict]:
     targets, n_inputs, fingerprint = job.targets, job.n_inputs, job.fingerprint
     resume, progress = run.resume, run.progress
-    states = [{**fingerprint, "transform": t.transform, "dest": t.dest.name} for t in targets]
-    outputs = [check_output(t.dest, {**fingerprint, "transform": t.transform}, _damaged(t), resume=resume,
-                            overwrite=run.overwrite) for t in targets]
+    states = [fingerprint.record(transform=t.transform, dest=t.dest.name) for t in targets]
+    outputs = [check_output(t.dest, fingerprint, _damaged(t), resume=resume, overwrite=run.overwrite,
+                            transform=t.transform) for t in targets]
     if all(o.complete for o in outputs):
         return [{**_read_provenance(t.dest), "path": str(t.dest), "skipped": True,
                  "failures_file": str(t.dest.parent / FAILURES_FILE)} for t in targets]
-    partials = [check_partial(t.dest, st, resume=resume) for t, st in zip(targets, states)]
+    partials = [check_partial(t.dest, fingerprint, resume=resume, transform=t.transform, dest=t.dest.name)
+                for t in targets]
     clear(outputs + partials, run.notify)
     writers = [EdmZipWriter(t.dest, st) for t, st in zip(targets, states)]
     log_path = targets[0].dest.with_name(targets[0].dest.name + ".partial.log")
@@ -223,7 +225,7 @@ def _build(job: ZipJob, run: ZipRun) -> list[dict]:
         if progress:
             progress(phase, done, n_inputs)
         with open_nofollow(log_path, "a") as logfh:
-            results_in_order = ordered_map(job.work, ranges, run.workers if len(ranges) > 1 else 1,
+            results_in_order = ordered_map(job.work, ranges, (run.workers or default_workers()) if len(ranges) > 1 else 1,
                                            initializer=job.initializer, initargs=job.initargs)
             for (a, _b), results in zip(ranges, results_in_order):
                 for j, (members, note) in enumerate(results, start=a):
@@ -254,7 +256,7 @@ def _build(job: ZipJob, run: ZipRun) -> list[dict]:
                 [member_name(k, t.stem, t.ext), t.labels[j]] for k, j in enumerate(written_inputs)]
             if labels is not None and any(label is None for _, label in labels):
                 labels = None
-            info = {**fingerprint, "transform": t.transform, **t.extra, "inputs": n_inputs,
+            info = {**fingerprint.record(transform=t.transform), **t.extra, "inputs": n_inputs,
                     "written": len(written_inputs), "failed": len(failures), "failures": failures,
                     "converted_modes": converted}
             w.finish(dataset_json_bytes(labels), info)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
 from fgdata.errors import FgdataError
-from fgdata.jobs.dest import Notify
-from fgdata.prepare.build import ProgressFn, ZipJob, ZipTarget, build_zips, default_workers, ZipRun
+from fgdata.prepare.build import ZipJob, ZipRun, ZipTarget, build_zips
+from fgdata.prepare.options import Cifar10Options, Fingerprint
 from fgdata.prepare.paths import CIFAR10_ZIP, resolve_data_root
 from fgdata.prepare.transforms import png_bytes
 from fgdata.sources.cifar import CIFAR10_MD5, CIFAR10_TARBALL, download_cifar10, file_md5, read_cifar10
@@ -27,32 +26,32 @@ def _encode_rows(span: tuple[int, int]) -> list[tuple[list[bytes] | None, str | 
     return [([png_bytes(_ROWS[i])], None) for i in range(*span)]
 
 
-def prepare_cifar10(data_root: str | os.PathLike[str] | None = None, source: str | os.PathLike[str] | None = None,
-                    skip_md5: bool = False, workers: int | None = None, resume: bool = True,
-                    overwrite: bool = False, max_images: int | None = None, progress: ProgressFn | None = None,
-                    notify: Notify | None = None) -> list[dict]:
+def prepare_cifar10(options: Cifar10Options = Cifar10Options(), run: ZipRun = ZipRun()) -> list[dict]:
     """Write ``cifar10/cifar10-32x32.zip`` under the data root; download the tarball there when no source is given."""
-    root = resolve_data_root(data_root)
+    root = resolve_data_root(options.data_root)
     dest = root / CIFAR10_ZIP
+    source = options.source
     if source is None:
         local = dest.parent / CIFAR10_TARBALL
+        progress = run.progress
         source = local if local.is_file() else download_cifar10(
             dest.parent, progress=(lambda d, t: progress("download", d, t)) if progress else None)
     if not Path(source).is_file():
         raise FgdataError(f"{source}: no such file (expected {CIFAR10_TARBALL})")
     md5 = file_md5(source)
-    if md5 != CIFAR10_MD5 and not skip_md5:
+    if md5 != CIFAR10_MD5 and not options.skip_md5:
         raise FgdataError(
             f"{source}: MD5 {md5} does not match the official {CIFAR10_TARBALL} ({CIFAR10_MD5}); "
             "pass --skip-md5 only for a CIFAR-format tarball you built yourself"
         )
     images, labels = read_cifar10(source, skip_md5=True)  # checked just above
-    n = len(images) if max_images is None else min(len(images), max_images)
-    fingerprint = {"dataset": "cifar10", "source": str(Path(source).resolve()), "source_md5": md5, "inputs": n}
+    n = len(images) if options.max_images is None else min(len(images), options.max_images)
+    fingerprint = Fingerprint.of(options, dataset="cifar10", source=str(Path(source).resolve()), source_md5=md5,
+                                 inputs=n)
     target = ZipTarget(dest, labels[:n], transform="none (CIFAR rows as 32x32 RGB)")
     job = ZipJob("prepare cifar10", [target], n, _encode_rows, fingerprint, describe=_row_name, block=500,
                  initializer=_init_rows, initargs=(images[:n],))
-    return build_zips(job, ZipRun(workers or default_workers(), resume, overwrite, progress, notify))
+    return build_zips(job, run)
 
 
 def _row_name(j: int) -> str:

@@ -6,16 +6,15 @@ feeds both 64-px zips, which is where most of the speed-up over running the two 
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
 from fgdata.media.errors import ImageDecodeError
-from fgdata.jobs.dest import Notify
-from fgdata.prepare.build import ProgressFn, ZipJob, ZipRun, ZipTarget, build_zips, default_workers
+from fgdata.prepare.build import ZipJob, ZipRun, ZipTarget, build_zips
+from fgdata.prepare.options import Fingerprint, ImagenetOptions
 from fgdata.prepare.paths import IMAGENET64_EDMV2_ZIP, IMAGENET64_ZIP, IMAGENET256_RGB_ZIP, resolve_data_root
 from fgdata.prepare.transforms import CROPS, open_rgb, png_bytes
 from fgdata.sources.folder import printable_name
@@ -50,15 +49,13 @@ def _convert(span: tuple[int, int]) -> list[tuple[list[bytes] | None, str | None
     return out
 
 
-def _run(targets: list[ZipTarget], tree: _Tree, names: list[str], kinds: list[tuple[str, int]], *, dataset: str,
-         run: ZipRun, strict: bool, phase: str) -> list[dict]:
+def _run(targets: list[ZipTarget], tree: _Tree, names: list[str], kinds: list[tuple[str, int]], *,
+         options: ImagenetOptions, dataset: str, run: ZipRun, phase: str) -> list[dict]:
     paths = [str(tree.root / name) for name in names]
     refused = {i: tree.refused[name] for i, name in enumerate(names) if name in tree.refused}
-    fingerprint = {"dataset": dataset, "source": str(tree.root), "inputs": len(names), "strict": strict,
-                   # only when on, so the zips of earlier versions (which never followed links out) stay complete
-                   **({"follow_symlinks": True} if tree.follow_symlinks else {})}
+    fingerprint = Fingerprint.of(options, dataset=dataset, source=str(tree.root), inputs=len(names))
     job = ZipJob(f"prepare {dataset}", targets, len(names), _convert, fingerprint, describe=lambda j: printable_name(paths[j]),
-                 block=16, phase=phase, initializer=_init, initargs=(paths, refused, kinds, strict))
+                 block=16, phase=phase, initializer=_init, initargs=(paths, refused, kinds, options.strict))
     return build_zips(job, run)
 
 
@@ -70,46 +67,35 @@ class _Tree:
     names: list[str]
     labels: dict[str, int]
     refused: dict[str, str]
-    follow_symlinks: bool
 
 
-def _labelled_images(imagenet_source: str | os.PathLike[str], allow_any_tree: bool, follow_symlinks: bool) -> _Tree:
-    root = resolve_train_dir(imagenet_source, allow_any_tree)
+def _labelled_images(options: ImagenetOptions) -> _Tree:
+    root = resolve_train_dir(options.imagenet_source, options.allow_any_tree)
     names = list_images(root)
-    refused = {} if follow_symlinks else escaped_links(root, names)
-    return _Tree(root, names, folder_labels(root, names), refused, follow_symlinks)
+    refused = {} if options.follow_symlinks else escaped_links(root, names)
+    return _Tree(root, names, folder_labels(root, names), refused)
 
 
-def prepare_imagenet64(imagenet_source: str | os.PathLike[str], data_root: str | os.PathLike[str] | None = None,
-                       max_images: int | None = None, workers: int | None = None, resume: bool = True,
-                       overwrite: bool = False, strict: bool = False, progress: ProgressFn | None = None,
-                       allow_any_tree: bool = False, notify: Notify | None = None,
-                       follow_symlinks: bool = False) -> list[dict]:
+def prepare_imagenet64(options: ImagenetOptions, run: ZipRun = ZipRun()) -> list[dict]:
     """Write ``imagenet-64x64.zip`` (EDM crop) and ``imagenet-64x64-edmv2.zip`` (ADM crop)."""
-    out = resolve_data_root(data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
-    tree = _labelled_images(imagenet_source, allow_any_tree, follow_symlinks)
-    labels = tree.labels
-    edm_names, edm2_names = edm_order(tree.names)[:max_images], edm2_order(tree.names)[:max_images]
+    out = resolve_data_root(options.data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
+    tree = _labelled_images(options)
+    labels, first = tree.labels, options.max_images
+    edm_names, edm2_names = edm_order(tree.names)[:first], edm2_order(tree.names)[:first]
     edm = ZipTarget(out / IMAGENET64_ZIP, [labels.get(n) for n in edm_names], "edm center-crop 64 LANCZOS")
     edm2 = ZipTarget(out / IMAGENET64_EDMV2_ZIP, [labels.get(n) for n in edm2_names], "adm center-crop 64")
-    run = ZipRun(workers or default_workers(), resume, overwrite, progress, notify)
-    common: dict[str, Any] = {"dataset": "imagenet-64", "run": run, "strict": strict}
+    common: dict[str, Any] = {"options": options, "dataset": "imagenet-64", "run": run}
     if edm_names == edm2_names:
         return _run([edm, edm2], tree, edm_names, [("edm", 64), ("adm", 64)], phase="imagenet-64", **common)
     return (_run([edm], tree, edm_names, [("edm", 64)], phase="edm", **common)
             + _run([edm2], tree, edm2_names, [("adm", 64)], phase="edm2", **common))
 
 
-def prepare_imagenet256_rgb(imagenet_source: str | os.PathLike[str], data_root: str | os.PathLike[str] | None = None,
-                            max_images: int | None = None, workers: int | None = None, resume: bool = True,
-                            overwrite: bool = False, strict: bool = False, progress: ProgressFn | None = None,
-                            allow_any_tree: bool = False, notify: Notify | None = None,
-                            follow_symlinks: bool = False) -> list[dict]:
+def prepare_imagenet256_rgb(options: ImagenetOptions, run: ZipRun = ZipRun()) -> list[dict]:
     """Write ``imagenet_256_rgb.zip``: the EDM2 flavour at 256 px, kept for FID statistics."""
-    out = resolve_data_root(data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
-    tree = _labelled_images(imagenet_source, allow_any_tree, follow_symlinks)
-    ordered = edm2_order(tree.names)[:max_images]
+    out = resolve_data_root(options.data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
+    tree = _labelled_images(options)
+    ordered = edm2_order(tree.names)[:options.max_images]
     target = ZipTarget(out / IMAGENET256_RGB_ZIP, [tree.labels.get(n) for n in ordered], "adm center-crop 256")
-    run = ZipRun(workers or default_workers(), resume, overwrite, progress, notify)
-    return _run([target], tree, ordered, [("adm", 256)], dataset="imagenet-256", run=run, strict=strict,
+    return _run([target], tree, ordered, [("adm", 256)], options=options, dataset="imagenet-256", run=run,
                 phase="imagenet-256 rgb")

@@ -19,12 +19,13 @@ import numpy as np
 from PIL import Image
 
 from fgdata.errors import FgdataError
-from fgdata.jobs.dest import LOCK_FILE, DestLock, Notify, claimed
+from fgdata.jobs.dest import LOCK_FILE, DestLock, claimed
 from fgdata.jobs.ranks import dist_env, wait_for
 from fgdata.jobs.report import FAILURES_FILE, write_failures
 from fgdata.jobs.signals import Interrupted, stop_on_signals
-from fgdata.prepare.build import (Existing, ProgressFn, check_output, check_partial, clear, default_workers,
+from fgdata.prepare.build import (Existing, ProgressFn, ZipRun, check_output, check_partial, clear, default_workers,
                                   output_done)
+from fgdata.prepare.options import Fingerprint, LatentZipOptions
 from fgdata.prepare.zipwriter import (EdmZipWriter, dataset_json_bytes, member_name, provenance_path,
                                       validate_zip)
 
@@ -51,12 +52,12 @@ def _decode(data: bytes) -> np.ndarray:
         return np.asarray(img.convert("RGB"))
 
 
-def encode_latent_zip(rgb_zip: str | os.PathLike[str], dest: str | os.PathLike[str], vae: str = "stabilityai/sd-vae-ft-mse",
-                      device: str = "auto", batch_size: int = 32, dtype: str = "float32", resume: bool = True,
-                      overwrite: bool = False, workers: int | None = None, rank: int | None = None,
-                      world_size: int | None = None, progress: ProgressFn | None = None,
-                      notify: Notify | None = None) -> dict:
+def encode_latent_zip(rgb_zip: str | os.PathLike[str], dest: str | os.PathLike[str],
+                      options: LatentZipOptions = LatentZipOptions(), run: ZipRun = ZipRun(),
+                      rank: int | None = None, world_size: int | None = None) -> dict:
     """Encode this rank's slice of ``rgb_zip``; rank 0 then merges every rank's part into ``dest``.
+
+    ``rank`` and ``world_size`` default to torchrun's environment (one process: rank 0 of 1).
 
     The job core's rules hold as for the RGB pass: rank 0 holds the lock of ``dest``'s folder (another rank
     the lock of its own part), SIGINT/SIGTERM stop it with the part file kept for the rerun, existing outputs
@@ -70,75 +71,74 @@ def encode_latent_zip(rgb_zip: str | os.PathLike[str], dest: str | os.PathLike[s
     dest.parent.mkdir(parents=True, exist_ok=True)
     lock = claimed(str(dest.parent)) if rank == 0 else DestLock(str(dest.parent), f"{LOCK_FILE}.rank{rank}")
     with stop_on_signals(), lock:
-        job = _LatentJob(rgb_zip, dest, vae, device, batch_size, dtype, workers, rank, world)
-        return job.run(resume, overwrite, progress, notify)
+        return _LatentJob(rgb_zip, dest, options, rank, world).run(run)
 
 
 class _LatentJob:
     """One rank's share of the latent pass (its part file), and on rank 0 the merge and the report."""
 
-    def __init__(self, rgb_zip: Path, dest: Path, vae: str, device: str, batch_size: int, dtype: str,
-                 workers: int | None, rank: int, world: int):
-        self.rgb_zip, self.dest, self.vae, self.device, self.dtype = rgb_zip, dest, vae, device, dtype
-        self.batch_size, self.workers, self.rank, self.world = batch_size, workers, rank, world
+    def __init__(self, rgb_zip: Path, dest: Path, options: LatentZipOptions, rank: int, world: int):
+        self.rgb_zip, self.dest, self.options, self.rank, self.world = rgb_zip, dest, options, rank, world
         self.names, self.labels = _read_rgb_index(rgb_zip)
         n = len(self.names)
         # The RGB zip is named relative to the latent zip's folder: the same job in another data root is the same job.
-        self.fingerprint = {"dataset": "imagenet-256", "source": os.path.relpath(rgb_zip.resolve(), dest.parent.resolve()),
-                            "inputs": n, "source_size": rgb_zip.stat().st_size, "vae": vae, "dtype": dtype,
-                            "world_size": world}
+        self.fingerprint = Fingerprint.of(options, dataset="imagenet-256", inputs=n, world_size=world,
+                                          source=os.path.relpath(rgb_zip.resolve(), dest.parent.resolve()),
+                                          source_size=rgb_zip.stat().st_size)
         self.start, self.stop = n * rank // world, n * (rank + 1) // world
         self.part = _part_path(dest, rank, world)
-        self.part_fp = {**self.fingerprint, "rank": rank, "start": self.start, "stop": self.stop}
+        self.part_facts = {"rank": rank, "start": self.start, "stop": self.stop}
 
-    def run(self, resume: bool, overwrite: bool, progress: ProgressFn | None, notify: Notify | None) -> dict:
-        n, dest = len(self.names), self.dest
+    def run(self, run: ZipRun) -> dict:
+        n, dest, resume, progress = len(self.names), self.dest, run.resume, run.progress
         checks: list[Existing] = []
         if self.rank == 0:
             final = check_output(dest, self.fingerprint, lambda info: validate_zip(dest, n, LATENT_STEM, LATENT_EXT),
-                                 resume=resume, overwrite=overwrite)
+                                 resume=resume, overwrite=run.overwrite)
             if final.complete:
                 return {**json.loads(provenance_path(dest).read_text()), "path": str(dest), "skipped": True,
                         "failures_file": str(dest.parent / FAILURES_FILE)}
-            checks += [final, check_partial(dest, {**self.fingerprint, "merge": True}, resume=resume)]
+            checks += [final, check_partial(dest, self.fingerprint, resume=resume, merge=True)]
         elif _complete(dest, n, self.fingerprint):
             return {"path": str(dest), "rank": self.rank, "skipped": True}
-        checks.append(check_partial(self.part, self.part_fp, resume=resume))
+        checks.append(check_partial(self.part, self.fingerprint, resume=resume, **self.part_facts))
         if not resume:  # a finished part of an earlier run is redone too
             done = tuple(p.name for p in (self.part, provenance_path(self.part)) if p.exists())
             checks.append(Existing(self.part, remove=done, why="--no-resume"))
-        clear(checks, notify)
+        clear(checks, run.notify)
         info: dict = {}
-        if not _complete(self.part, self.stop - self.start, self.part_fp, first=self.start):
-            info = self._encode(progress)
+        if not _complete(self.part, self.stop - self.start, self.fingerprint, first=self.start, **self.part_facts):
+            info = self._encode(run)
         if self.rank != 0:
             return {"path": str(self.part), "rank": self.rank, "start": self.start, "stop": self.stop, "skipped": False}
         parts = [_part_path(dest, r, self.world) for r in range(self.world)]
         wait_for(lambda: [f"{p.name} (rank {r})" for r, p in enumerate(parts) if not p.exists()],
                  f"{dest}: the other ranks' part files", prepare_wait_s(), poll=5.0, log=print)
-        summary = _merge(parts, dest, self.names, self.labels, self.fingerprint, info, progress)
+        summary = _merge(parts, dest, self.names, self.labels, self.fingerprint.record(), info, progress)
         return {**summary, "failures_file": self._report()}
 
-    def _encode(self, progress: ProgressFn | None) -> dict:
+    def _encode(self, run: ZipRun) -> dict:
         """Encode the rank's slice into its part file, resuming after its last complete member."""
         from fgdata.encode.vae import encode_moments, load_vae, npy_bytes, vae_info
 
-        model = load_vae(self.vae, device=self.device, dtype=self.dtype)
-        info = vae_info(model, self.vae)
-        start, stop, names = self.start, self.stop, self.names
-        writer = EdmZipWriter(self.part, self.part_fp)
+        o, progress = self.options, run.progress
+        model = load_vae(o.vae, device=o.device, dtype=o.dtype)
+        info = vae_info(model, o.vae)
+        start, stop, names, batch_size = self.start, self.stop, self.names, o.batch_size
+        part_record = self.fingerprint.record(**self.part_facts)
+        writer = EdmZipWriter(self.part, part_record)
         pos = start
         try:
             pos = start + writer.keep_valid_prefix(lambda i: member_name(start + i, LATENT_STEM, LATENT_EXT))
-            with zipfile.ZipFile(self.rgb_zip) as zf, ThreadPoolExecutor(self.workers or default_workers()) as pool:
+            with zipfile.ZipFile(self.rgb_zip) as zf, ThreadPoolExecutor(run.workers or default_workers()) as pool:
                 def submit(a: int) -> Iterator[np.ndarray]:
-                    batch = [zf.read(names[i]) for i in range(a, min(a + self.batch_size, stop))]
+                    batch = [zf.read(names[i]) for i in range(a, min(a + batch_size, stop))]
                     return pool.map(_decode, batch)
                 pending = submit(pos) if pos < stop else None
-                for a in range(pos, stop, self.batch_size):
+                for a in range(pos, stop, batch_size):
                     assert pending is not None  # submitted for every a < stop
                     images = np.stack(list(pending))
-                    pending = submit(a + self.batch_size) if a + self.batch_size < stop else None
+                    pending = submit(a + batch_size) if a + batch_size < stop else None
                     for k, moments in enumerate(encode_moments(model, images)):
                         writer.add(member_name(a + k, LATENT_STEM, LATENT_EXT), npy_bytes(moments))
                     writer.flush()  # the batch is complete on disk before the test hook may pause here
@@ -146,8 +146,8 @@ class _LatentJob:
                     if progress:
                         progress(f"encode rank {self.rank}", pos - start, stop - start)
                     output_done()
-            info.update(batch_size=self.batch_size, device=str(next(model.parameters()).device))
-            writer.finish(None, {**self.part_fp, **info})
+            info.update(batch_size=batch_size, device=str(next(model.parameters()).device))
+            writer.finish(None, {**part_record, **info})
         except Interrupted as stopped:
             stopped.done = pos - start
             raise
@@ -173,15 +173,16 @@ def _part_path(dest: Path, rank: int, world: int) -> Path:
     return dest.with_name(f"{dest.name}.rank{rank:05d}-of-{world:05d}.zip")
 
 
-def _complete(path: Path, count: int, fingerprint: dict, first: int = 0) -> bool:
-    """A finished zip whose provenance matches; part files hold names from ``first`` on and no dataset.json."""
+def _complete(path: Path, count: int, fingerprint: Fingerprint, first: int = 0, **facts: int) -> bool:
+    """A finished zip whose provenance matches (with ``facts``: a rank's part file, holding names from ``first``
+    on and no dataset.json)."""
     try:
         info = json.loads(provenance_path(path).read_text())
     except (OSError, ValueError):
         return False
-    if any(info.get(k) != v for k, v in fingerprint.items()):
+    if not fingerprint.matches(info, **facts):
         return False
-    if first == 0 and "rank" not in fingerprint:
+    if not facts:
         return validate_zip(path, count, LATENT_STEM, LATENT_EXT) is None
     try:
         with zipfile.ZipFile(path) as zf:

@@ -16,13 +16,13 @@ from PIL import Image
 
 import edm_reference as ref
 from fgdata.errors import FgdataError
-from fgdata.prepare import prepare_cifar10
+from fgdata.prepare import Cifar10Options, ZipRun, prepare_cifar10
 from fgdata.sources.cifar import CIFAR10_TARBALL, download_cifar10, load_batch, read_cifar10
 
 
 def test_zip_matches_reference_member_by_member(cifar_tarball, tmp_path):
     tarball, images, labels = cifar_tarball
-    [summary] = prepare_cifar10(tmp_path, source=tarball, skip_md5=True, workers=2)
+    [summary] = prepare_cifar10(Cifar10Options(tmp_path, tarball, skip_md5=True), ZipRun(workers=2))
     out = tmp_path / "cifar10" / "cifar10-32x32.zip"
     assert summary["written"] == 200 and summary["failed"] == 0
     ref_images, ref_labels = ref.read_cifar(str(tarball))  # the EDM tool's own way of reading the tarball
@@ -45,17 +45,17 @@ def test_zip_matches_reference_member_by_member(cifar_tarball, tmp_path):
 
 def test_rerun_is_skipped_no_resume_rebuilds_identically(cifar_tarball, tmp_path):
     tarball = cifar_tarball[0]
-    prepare_cifar10(tmp_path, source=tarball, skip_md5=True, workers=1)
+    prepare_cifar10(Cifar10Options(tmp_path, tarball, skip_md5=True), ZipRun(workers=1))
     out = tmp_path / "cifar10" / "cifar10-32x32.zip"
     first = out.read_bytes()
-    assert prepare_cifar10(tmp_path, source=tarball, skip_md5=True)[0]["skipped"] is True
-    prepare_cifar10(tmp_path, source=tarball, skip_md5=True, workers=2, resume=False)
+    assert prepare_cifar10(Cifar10Options(tmp_path, tarball, skip_md5=True))[0]["skipped"] is True
+    prepare_cifar10(Cifar10Options(tmp_path, tarball, skip_md5=True), ZipRun(workers=2, resume=False))
     assert out.read_bytes() == first
 
 
 def test_interrupted_run_resumes_to_identical_bytes(cifar_tarball, tmp_path):
     tarball = cifar_tarball[0]
-    prepare_cifar10(tmp_path / "a", source=tarball, skip_md5=True, workers=2)
+    prepare_cifar10(Cifar10Options(tmp_path / "a", tarball, skip_md5=True), ZipRun(workers=2))
     full = (tmp_path / "a" / "cifar10" / "cifar10-32x32.zip").read_bytes()
 
     def interrupt(phase, done, total):
@@ -63,20 +63,20 @@ def test_interrupted_run_resumes_to_identical_bytes(cifar_tarball, tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        prepare_cifar10(tmp_path / "b", source=tarball, skip_md5=True, workers=2, progress=interrupt)
+        prepare_cifar10(Cifar10Options(tmp_path / "b", tarball, skip_md5=True), ZipRun(workers=2, progress=interrupt))
     dest = tmp_path / "b" / "cifar10" / "cifar10-32x32.zip"
     partial = dest.with_name(dest.name + ".partial")
     assert not dest.exists() and partial.exists()
     # Tear the file inside member 120, as a kill during a write would.
     data = partial.read_bytes()
     partial.write_bytes(data[: data.index(b"00000/img00000120.png") + 40])
-    [summary] = prepare_cifar10(tmp_path / "b", source=tarball, skip_md5=True, workers=2)
+    [summary] = prepare_cifar10(Cifar10Options(tmp_path / "b", tarball, skip_md5=True), ZipRun(workers=2))
     assert summary["written"] == 200 and dest.read_bytes() == full and not partial.exists()
 
 
 def test_md5_mismatch_is_refused_with_a_clear_message(cifar_tarball, tmp_path):
     with pytest.raises(FgdataError, match="does not match the official cifar-10-python.tar.gz.*--skip-md5"):
-        prepare_cifar10(tmp_path, source=cifar_tarball[0])
+        prepare_cifar10(Cifar10Options(tmp_path, cifar_tarball[0]))
     assert not (tmp_path / "cifar10" / "cifar10-32x32.zip").exists()
 
 

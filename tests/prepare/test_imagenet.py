@@ -14,7 +14,7 @@ from PIL import Image
 
 import edm_reference as ref
 from fgdata.errors import FgdataError
-from fgdata.prepare import prepare_imagenet64, prepare_imagenet256
+from fgdata.prepare import ImagenetOptions, LatentZipOptions, ZipRun, prepare_imagenet64, prepare_imagenet256
 from fgdata.sources.imagenet import KAGGLE_TRAIN
 
 
@@ -28,7 +28,7 @@ def _labels_json(train, files) -> bytes:
 
 
 def test_imagenet64_pixels_labels_and_report(imagenet_root, tmp_path):
-    summaries = prepare_imagenet64(imagenet_root, tmp_path, workers=2)
+    summaries = prepare_imagenet64(ImagenetOptions(imagenet_root, tmp_path), ZipRun(workers=2))
     train = imagenet_root / KAGGLE_TRAIN
     assert [s["written"] for s in summaries] == [10, 10]
     converted = {c["input"].rsplit("/", 1)[1]: c["mode"] for c in summaries[0]["converted_modes"]}
@@ -52,7 +52,7 @@ def test_imagenet64_pixels_labels_and_report(imagenet_root, tmp_path):
 
 def test_train_folder_and_max_images(imagenet_root, tmp_path):
     train = imagenet_root / KAGGLE_TRAIN
-    [edm, _] = prepare_imagenet64(train, tmp_path, workers=1, max_images=4)
+    [edm, _] = prepare_imagenet64(ImagenetOptions(train, tmp_path, max_images=4), ZipRun(workers=1))
     with zipfile.ZipFile(edm["path"]) as zf:
         assert len(zf.namelist()) == 5
         assert zf.read("dataset.json") == _labels_json(train, ref.edm_files(str(train))[:4])
@@ -63,7 +63,7 @@ def test_component_order_differs_from_string_order(sample_images, tmp_path):
     for folder, photo in (("a", sample_images[0]), ("a-b", sample_images[1])):
         (src / folder).mkdir(parents=True)
         Image.open(photo).convert("RGB").save(src / folder / "x.png")
-    edm, edm2 = prepare_imagenet64(src, tmp_path / "out", workers=1, allow_any_tree=True)
+    edm, edm2 = prepare_imagenet64(ImagenetOptions(src, tmp_path / "out", allow_any_tree=True), ZipRun(workers=1))
     with zipfile.ZipFile(edm["path"]) as z1, zipfile.ZipFile(edm2["path"]) as z2:
         first_edm, first_edm2 = ref.edm_files(str(src))[0], ref.edm2_files(str(src))[0]
         assert first_edm.endswith("/a/x.png") and first_edm2.endswith("/a-b/x.png")
@@ -73,11 +73,11 @@ def test_component_order_differs_from_string_order(sample_images, tmp_path):
 
 def test_strict_refuses_non_rgb_and_damaged_inputs_are_counted(imagenet_root, tmp_path):
     with pytest.raises(FgdataError, match="CMYK"):
-        prepare_imagenet64(imagenet_root, tmp_path / "strict", workers=1, strict=True)
+        prepare_imagenet64(ImagenetOptions(imagenet_root, tmp_path / "strict", strict=True), ZipRun(workers=1))
     tree = tmp_path / "tree"
     shutil.copytree(imagenet_root / KAGGLE_TRAIN, tree)
     (tree / "n01440764" / "broken.JPEG").write_bytes(b"\xff\xd8\xff not a jpeg")
-    edm, edm2 = prepare_imagenet64(tree, tmp_path / "out", workers=2)
+    edm, edm2 = prepare_imagenet64(ImagenetOptions(tree, tmp_path / "out"), ZipRun(workers=2))
     assert edm["written"] + edm["failed"] == 11 and edm["failed"] == 1
     report = json.loads((tmp_path / "out" / "imagenet-64" / "failures.json").read_text())
     assert report["command"] == "prepare imagenet-64" and (report["seen"], report["written"], report["failed"]) == (11, 10, 1)
@@ -88,8 +88,8 @@ def test_imagenet256_rgb_and_latents(imagenet_root, tiny_vae_dir, tmp_path):
     import torch
     from diffusers import AutoencoderKL
 
-    rgb, sd = prepare_imagenet256(imagenet_root, tmp_path, vae=str(tiny_vae_dir), device="cpu", batch_size=4,
-                                  max_images=6, workers=2)
+    rgb, sd = prepare_imagenet256(ImagenetOptions(imagenet_root, tmp_path, max_images=6),
+                                  LatentZipOptions(str(tiny_vae_dir), device="cpu", batch_size=4), ZipRun(workers=2))
     assert rgb["written"] == 6 and sd["written"] == 6
     vae = AutoencoderKL.from_pretrained(tiny_vae_dir).eval()
     files = ref.edm2_files(str(imagenet_root / KAGGLE_TRAIN))[:6]
@@ -120,12 +120,13 @@ def test_imagenet256_rgb_and_latents(imagenet_root, tiny_vae_dir, tmp_path):
 def test_two_ranks_merge_into_the_single_rank_zip(imagenet_root, tiny_vae_dir, tmp_path):
     from fgdata.prepare.latents import encode_latent_zip
 
-    prepare_imagenet256(imagenet_root, tmp_path, vae=str(tiny_vae_dir), device="cpu", batch_size=3, max_images=5)
+    latents = LatentZipOptions(str(tiny_vae_dir), device="cpu", batch_size=3)
+    prepare_imagenet256(ImagenetOptions(imagenet_root, tmp_path, max_images=5), latents)
     rgb, single = tmp_path / "imagenet-256" / "imagenet_256_rgb.zip", tmp_path / "imagenet-256" / "imagenet_256_sd.zip"
     dest = tmp_path / "two" / "imagenet_256_sd.zip"
-    part = encode_latent_zip(rgb, dest, vae=str(tiny_vae_dir), device="cpu", batch_size=3, rank=1, world_size=2)
+    part = encode_latent_zip(rgb, dest, latents, rank=1, world_size=2)
     assert part["start"] == 2 and not dest.exists()
-    encode_latent_zip(rgb, dest, vae=str(tiny_vae_dir), device="cpu", batch_size=3, rank=0, world_size=2)
+    encode_latent_zip(rgb, dest, latents, rank=0, world_size=2)
     with zipfile.ZipFile(single) as a, zipfile.ZipFile(dest) as b:
         assert a.namelist() == b.namelist() and a.read("dataset.json") == b.read("dataset.json")
         for name in a.namelist()[:-1]:
@@ -146,13 +147,15 @@ def test_offline_hub_id_fails_in_one_line(monkeypatch, tmp_path):
 
 
 def test_latent_zip_of_other_options_is_refused_then_rebuilt_with_no_resume(imagenet_root, tiny_vae_dir, tmp_path):
-    common = {"vae": str(tiny_vae_dir), "device": "cpu", "batch_size": 4, "max_images": 3, "workers": 1}
-    prepare_imagenet256(imagenet_root, tmp_path, **common)
+    source = ImagenetOptions(imagenet_root, tmp_path, max_images=3)
+    latents = LatentZipOptions(str(tiny_vae_dir), device="cpu", batch_size=4)
+    bf16 = LatentZipOptions(str(tiny_vae_dir), "bfloat16", device="cpu", batch_size=4)
+    prepare_imagenet256(source, latents, ZipRun(workers=1))
     with pytest.raises(FgdataError, match=r"imagenet_256_sd.zip: an earlier run wrote it with other options "
                                           r"\(--dtype was 'float32', now 'bfloat16'\)"):
-        prepare_imagenet256(imagenet_root, tmp_path, dtype="bfloat16", **common)
+        prepare_imagenet256(source, bf16, ZipRun(workers=1))
     said: list[str] = []
-    rgb, sd = prepare_imagenet256(imagenet_root, tmp_path, dtype="bfloat16", resume=False, notify=said.append, **common)
+    rgb, sd = prepare_imagenet256(source, bf16, ZipRun(workers=1, resume=False, notify=said.append))
     assert said[0].startswith("--no-resume: removing 2 file(s)") and "imagenet_256_rgb.zip" in said[0]
     assert any("imagenet_256_sd.zip" in line for line in said[1:])
     assert json.loads(Path(sd["path"] + ".provenance.json").read_text())["dtype"] == "bfloat16"

@@ -76,7 +76,7 @@ def test_other_options_are_refused_naming_the_option(imagenet_root, tmp_path):
     refused = _cli(*base, "--max-images", "5")
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     line = " ".join(refused.stderr.split())
-    assert "an earlier run wrote it with other options (--inputs was 4, now 5)" in line and "--no-resume" in line
+    assert "an earlier run wrote it with other options (--max-images was 4, now 5)" in line and "--no-resume" in line
     still = _cli(*base, "--max-images", "5", "--json")
     assert still.returncode == 1 and still.stdout == ""  # refused before anything: --json prints no document
     done = _cli(*base, "--max-images", "5", "--no-resume", "--json")
