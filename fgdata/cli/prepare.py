@@ -116,6 +116,7 @@ def prepare(
     if dataset != "cifar10" and imagenet_source is None:
         raise typer.BadParameter(f"fgdata prepare {dataset} needs --imagenet-source DIR (fgdata download imagenet)")
     import fgdata.prepare as lib
+    from fgdata.errors import FgdataError
     from fgdata.cli.jobrun import finish, notes, run_job
     from fgdata.cli.render import phase_progress
 
@@ -129,7 +130,10 @@ def prepare(
         if dataset == "imagenet-64":
             job = partial(lib.prepare_imagenet64, imagenet)
         else:
-            latents = lib.LatentZipOptions(vae=vae, dtype=dtype, device=device, batch_size=batch_size)
+            try:
+                latents = lib.LatentZipOptions(vae=vae, dtype=dtype, device=device, batch_size=batch_size)
+            except FgdataError as exc:  # a bad flag value is a usage error (exit 2), as typer's own checks
+                raise typer.BadParameter(str(exc)) from None
             job = partial(lib.prepare_imagenet256, imagenet, latents)
     bars = options.show_progress(show_progress, quiet=quiet, json_out=json_out)
 

@@ -87,8 +87,7 @@ class Fingerprint:
         byte = _byte_fields(options)
         names = {f.name for f in byte}
         record = {k: v for k, v in options_record(options).items() if k in names}
-        defaults = options_record(dataclasses.replace(options, **{f.name: f.default for f in byte}))
-        return cls(record, facts, {k: v for k, v in defaults.items() if k in names})
+        return cls(record, facts, {f.name: f.default for f in byte})
 
     def record(self, **more: Any) -> dict[str, Any]:
         """The fingerprint as stored in a zip's provenance and a partial zip's state, plus ``more`` facts."""
