@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from fgdata.cli.options import OVERWRITE, PROGRESS, QUIET, RESUME, WAIT_TIMEOUT
+from fgdata.cli.options import JSON, OVERWRITE, PROGRESS, QUIET, RESUME, WAIT_TIMEOUT
 
 NAMES = ("cifar10", "imagenet-64", "imagenet-64-edmv2", "imagenet-256", "all")
 
@@ -40,6 +40,7 @@ def fid_refs(
     overwrite: bool = OVERWRITE,
     progress: bool | None = PROGRESS,
     quiet: bool = QUIET,
+    json_out: bool = JSON,
 ) -> None:
     """Compute FID reference statistics (Inception-v3 mu/sigma; DINOv2 too for EDM2 .pkl files).
 
@@ -93,24 +94,28 @@ def fid_refs(
             from fgdata.errors import FgdataError
 
             raise FgdataError(f"dataset zip not found: {'; '.join(missing)}")
-    from fgdata.cli.render import console, phase_progress
+    from fgdata.cli.options import show_progress
+    from fgdata.cli.render import console, err_console, phase_progress
     from fgdata.encode.models import resolve_device
 
-    from fgdata.cli.options import show_progress
-
-    bars = show_progress(progress, quiet=quiet)
+    bars = show_progress(progress, quiet=quiet, json_out=json_out)
     for skipped in [] if quiet else missing:
-        console.print(f"[yellow]skipped[/] {skipped}")
+        err_console.print(f"[yellow]skipped[/] {skipped}")
     if overwrite:
         from fgdata import storage
 
         for job in jobs:
             if storage.exists(job[2]) and not quiet:
-                console.print(f"[yellow]replacing[/] {job[2]} (--overwrite)")
+                err_console.print(f"[yellow]replacing[/] {job[2]} (--overwrite)")
     cache = DetectorCache(options, resolve_device(options.device))
     with phase_progress(enabled=bars) as update:
         results = [compute_refs(src, out, options, detectors=cache, name=name, progress=update if bars else None)
                    for name, src, out in jobs]
+    if json_out:
+        import json
+
+        print(json.dumps({"command": "fid-refs", "outputs": results, "skipped": missing}, default=str))
+        return
     for r in [] if quiet else results:
         if r.get("skipped"):
             console.print(f"[green]kept[/] {r['path']} (complete; --no-resume recomputes)")

@@ -287,8 +287,14 @@ def test_cli_named_output_and_two_ranks_equal_one(tmp_path, tiny_net):
     one = _cli(["fid-refs", "all", "--data-root", str(root), *common], env=env)
     out, err = one.communicate(timeout=240)
     assert one.returncode == 0, err
-    assert "skipped" in out and "fgdata prepare imagenet-64" in out
+    assert "skipped" in err and "fgdata prepare imagenet-64" in err  # notes go to stderr
     named = root / "fid-refs" / "cifar10-32x32.npz"
+    again = _cli(["fid-refs", "cifar10", "--data-root", str(root), "--json", *common], env=env)
+    out, err = again.communicate(timeout=240)
+    assert again.returncode == 0, err
+    doc = json.loads(out)  # one JSON document, nothing else on stdout
+    assert doc["command"] == "fid-refs" and [o["path"] for o in doc["outputs"]] == [str(named)]
+    assert doc["outputs"][0]["skipped"] is True
     assert sorted(np.load(named).files) == ["mu", "sigma"] and Path(f"{named}.provenance.json").is_file()
     two = tmp_path / "two.npz"
     ranks = [_cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(two), *common],
