@@ -146,3 +146,18 @@ def s3_bucket(s3_endpoint) -> str:
     name = f"fgtest-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket=name)
     return f"s3://{name}"
+
+
+@pytest.fixture(scope="session")
+def tiny_vae_dir(tmp_path_factory) -> Path:
+    """A 4-block AutoencoderKL (SD-shaped latents, 0.25 M parameters) saved for the real from_pretrained path."""
+    import torch
+    from diffusers import AutoencoderKL
+
+    torch.manual_seed(0)
+    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
+                        up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(8, 16, 32, 32),
+                        layers_per_block=1, latent_channels=4, norm_num_groups=8, scaling_factor=0.18215)
+    path = tmp_path_factory.mktemp("vae") / "tiny-vae"
+    vae.save_pretrained(path)
+    return path

@@ -155,21 +155,6 @@ def test_encode_text(tmp_path, tiny_t5_dir):
     stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=STOPS, env={"HF_HUB_OFFLINE": "1"})
 
 
-@pytest.fixture(scope="module")
-def tiny_vae_dir(tmp_path_factory) -> Path:
-    """A 4-block AutoencoderKL (SD-shaped latents) saved for the real from_pretrained path."""
-    import torch
-    from diffusers import AutoencoderKL
-
-    torch.manual_seed(0)
-    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
-                        up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(8, 16, 32, 32),
-                        layers_per_block=1, latent_channels=4, norm_num_groups=8, scaling_factor=0.18215)
-    path = tmp_path_factory.mktemp("vae") / "tiny-vae"
-    vae.save_pretrained(path)
-    return path
-
-
 def test_prepare_imagenet256(tmp_path, tiny_vae_dir, sample_images):
     """Both passes: output 1 is the RGB zip's only block, outputs 2-5 the latent batches (the last one just
     before the part file is finished and merged)."""
