@@ -100,7 +100,8 @@ def ordered_map(
 ) -> Iterator[R]:
     """``map(fn, args)`` on ``workers`` processes (in this process when ``workers <= 1``), in order.
 
-    ``fn`` and ``initializer`` must be importable module-level functions (or partials of them);
+    ``fn`` and ``initializer`` must be module-level functions of an importable module, not of the
+    caller's ``__main__`` (workers never run it), or partials of them;
     ``initializer(*initargs)`` runs once per worker. A worker that dies (killed by the system,
     out of memory, a crash in a decoder library) ends the map with a one-line :class:`FgdataError`
     instead of a wait for a result that will never come.
