@@ -151,11 +151,11 @@ class LatentEncoder:
 
             res = self.size if isinstance(self.size, int) else (self.size[1], self.size[0])
             return load_image_for_training(data, res, simplejpeg=False), {}
-        from fgdata.media.video import decode_clip
+        from fgdata.media.video import ClipSpec, decode_clip
 
         w, h = (self.size, self.size) if isinstance(self.size, int) else self.size
-        clip = decode_clip(data, sequence_length=int(self.frames or 0), img_size=(w, h), decoder_type="full",
-                           target_fps=self.fps)
+        clip = decode_clip(data, ClipSpec(sequence_length=int(self.frames or 0), img_size=(w, h), decoder_type="full",
+                                          target_fps=self.fps))
         facts = {"cropping_params": clip.cropping_params, "first_frame": clip.frame_indices[0],
                  "start_time": round(clip.start_time, 6), "fps": clip.fps}
         return clip.video, facts

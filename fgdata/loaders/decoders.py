@@ -15,11 +15,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal
 
 from fgdata.loaders.selection import LoaderConfigError
 from fgdata.media.decode import decode_member, member_kind, unwrap_gz
 from fgdata.media.errors import ClipTooShort
+
+if TYPE_CHECKING:
+    from fgdata.media.video import ClipSpec
 
 #: Every image extension ``fgdata shard images`` can write, as ``key_map`` alternatives (JPEG first).
 IMAGE_MEMBERS = "jpg;jpeg;png;webp;gif;bmp;tif;tiff"
@@ -119,6 +123,15 @@ class VideoDecoder(Decoder):
     target_sample_rate: int | None = None
     resize: str = "fast"
 
+    @cached_property
+    def spec(self) -> ClipSpec:
+        """The clip every sample's video becomes (options checked once, on first use)."""
+        from fgdata.media.video import ClipSpec
+
+        return ClipSpec(sequence_length=self.sequence_length, img_size=self.img_size, decoder_type=self.decoder_type,
+                        target_fps=self.target_fps, with_audio=self.with_audio,
+                        target_sample_rate=self.target_sample_rate, resize=self.resize)
+
     def claims(self, key: str, ext: str) -> bool:
         return key in self.video_keys
 
@@ -137,19 +150,8 @@ class VideoDecoder(Decoder):
             payload = unwrap_gz(ext, data)[1]
             info = probe_video(payload)
             try:
-                clip = decode_clip(
-                    payload,
-                    sequence_length=self.sequence_length,
-                    img_size=self.img_size,
-                    decoder_type=self.decoder_type,
-                    target_fps=self.target_fps,
-                    rng=ctx.rng,
-                    with_audio=self.with_audio,
-                    target_sample_rate=self.target_sample_rate,
-                    info=info,
-                    resize=self.resize,
-                    out=ctx.out(key, (3, self.sequence_length, self.img_size[1], self.img_size[0])),
-                )
+                clip = decode_clip(payload, self.spec, rng=ctx.rng, info=info,
+                                   out=ctx.out(key, (3, self.sequence_length, self.img_size[1], self.img_size[0])))
             except ClipTooShort as exc:
                 raise ClipTooShort(self._too_short(info)) from exc
             ctx.clips[key] = (clip, info)

@@ -27,7 +27,7 @@ from fgdata.media.geometry import (
 )
 from fgdata.media.image import describe_image, load_image_for_training
 from fgdata.media.pixels import RESIZE_MODES, check_resize
-from fgdata.media.video import Clip, VideoInfo, decode_clip, probe_video
+from fgdata.media.video import Clip, ClipSpec, VideoInfo, decode_clip, probe_video
 
 __all__ = [
     "IMAGE_EXTS",
@@ -35,6 +35,7 @@ __all__ = [
     "TENSOR_EXTS",
     "VIDEO_EXTS",
     "Clip",
+    "ClipSpec",
     "ClipTooShort",
     "ImageDecodeError",
     "ImageGeometry",

@@ -336,49 +336,63 @@ def _choose_start(
     return float((rng or np.random.default_rng()).uniform(0.0, span))
 
 
+@dataclass(frozen=True)
+class ClipSpec:
+    """What clip to make: ``sequence_length`` frames at ``img_size`` = (W, H), checked once when built.
+
+    ``decoder_type``: ``segment`` seeks to the keyframe before the start; ``full`` decodes from the
+    beginning and takes the first frames (after fps resampling). ``target_fps`` resamples the frame
+    rate; ``with_audio`` adds the audio of the same span, at ``target_sample_rate`` when given;
+    ``resize`` picks the mode (module docstring).
+    """
+
+    sequence_length: int
+    img_size: tuple[int, int]
+    decoder_type: Literal["segment", "full"] = "segment"
+    target_fps: float | None = None
+    with_audio: bool = False
+    target_sample_rate: int | None = None
+    resize: str = "fast"
+
+    def __post_init__(self) -> None:
+        if self.decoder_type not in ("segment", "full"):
+            raise ValueError(f"decoder_type must be 'segment' or 'full', not {self.decoder_type!r}")
+        check_resize(self.resize)
+
+
 def decode_clip(
     data: bytes,
+    spec: ClipSpec,
     *,
-    sequence_length: int,
-    img_size: tuple[int, int],
-    decoder_type: Literal["segment", "full"] = "segment",
-    target_fps: float | None = None,
     rng: np.random.Generator | None = None,
     start_time: float | None = None,
-    with_audio: bool = False,
-    target_sample_rate: int | None = None,
     info: VideoInfo | None = None,
-    resize: str = "fast",
     out: np.ndarray | None = None,
 ) -> Clip:
-    """Decode one training clip: ``sequence_length`` frames at ``img_size`` = (W, H).
+    """Decode one training clip as ``spec`` says, starting at ``start_time`` (random from ``rng`` when None).
 
-    ``segment`` seeks to the keyframe before a (random or given) start; ``full`` decodes from
-    the beginning and takes the first frames (after fps resampling). Both limit work by frame
-    count, never by wall-clock. Pass ``info`` to reuse a probe. Audio starts at the
-    same time and lasts ``sequence_length / fps`` s. ``resize`` picks the mode (module
-    docstring). ``out`` (float32 ``[3, T, H, W]``, e.g. a slot of a preallocated batch) receives
-    the pixels, so each frame is converted once, in place; ``Clip.video`` is then ``out``.
+    Both decoder types limit work by frame count, never by wall-clock. Pass ``info`` to reuse a
+    probe. Audio starts at the same time and lasts ``sequence_length / fps`` s. ``out`` (float32
+    ``[3, T, H, W]``, e.g. a slot of a preallocated batch) receives the pixels, so each frame is
+    converted once, in place; ``Clip.video`` is then ``out``.
     """
-    if decoder_type not in ("segment", "full"):
-        raise ValueError(f"decoder_type must be 'segment' or 'full', not {decoder_type!r}")
-    check_resize(resize)
+    sequence_length, target_fps, resize = spec.sequence_length, spec.target_fps, spec.resize
     info = info or probe_video(data)
     if not info.fps:
         raise VideoDecodeError("video has no frame rate")
     fps = float(target_fps) if target_fps else info.fps
-    t0 = _choose_start(info, sequence_length, fps, decoder_type, rng, start_time)
+    t0 = _choose_start(info, sequence_length, fps, spec.decoder_type, rng, start_time)
     indices = select_frames(info, sequence_length, t0, target_fps)
     if target_fps is None:
         t0 = info.frame_time(indices[0])  # the clip starts at its first frame, audio with it
-    geom = _display_geometry(info, img_size)
+    geom = _display_geometry(info, spec.img_size)
     shape = (3, sequence_length, geom.crop_h, geom.crop_w)
     if out is None:
         out = np.empty(shape, np.float32)
     elif out.shape != shape or out.dtype != np.float32:
         raise ValueError(f"out is {out.dtype} {tuple(out.shape)}, need float32 {shape}")
-    done = _decode_into(data, info, indices, geom, resize, out, seek=decoder_type == "segment")
-    if len(done) < len(set(indices)) and decoder_type == "segment":
+    done = _decode_into(data, info, indices, geom, resize, out, seek=spec.decoder_type == "segment")
+    if len(done) < len(set(indices)) and spec.decoder_type == "segment":
         done = _decode_into(data, info, indices, geom, resize, out, seek=False)  # inexact seek: retry
     missing = sorted(set(indices) - done)
     if missing:
@@ -390,8 +404,8 @@ def decode_clip(
         start_time=t0,
         fps=fps,
     )
-    if with_audio:
-        decoded = decode_audio(data, t0, sequence_length / fps, target_sample_rate)
+    if spec.with_audio:
+        decoded = decode_audio(data, t0, sequence_length / fps, spec.target_sample_rate)
         if decoded is not None:
             clip.audio, clip.sample_rate = decoded
     return clip

@@ -21,11 +21,37 @@ from typing import Any
 from fgdata import __version__
 from fgdata.errors import FgdataError
 
-_LOCAL = struct.Struct("<IHHHHHIIIHH")
-_CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
-_EOCD = struct.Struct("<IHHHHIIH")
-_EOCD64 = struct.Struct("<IQHHIIQQQQ")
-_LOCATOR64 = struct.Struct("<IIQI")
+class _Record:
+    """One ZIP record layout: named little-endian fields, packed from keywords so no call lists 17 bare numbers.
+
+    ``fixed`` holds the fields whose value never changes here (signatures, versions fgdata always writes).
+    """
+
+    def __init__(self, fields: str, fixed: dict[str, int] | None = None) -> None:
+        pairs = [f.split(":") for f in fields.split()]
+        self.names = tuple(name for name, _ in pairs)
+        self.struct = struct.Struct("<" + "".join(code for _, code in pairs))
+        self.size = self.struct.size
+        self.fixed = fixed or {}
+
+    def pack(self, **values: int) -> bytes:
+        merged = {**self.fixed, **values}
+        return self.struct.pack(*(merged[name] for name in self.names))
+
+    def unpack(self, data: bytes) -> dict[str, int]:
+        return dict(zip(self.names, self.struct.unpack(data)))
+
+
+_LOCAL = _Record("signature:I version:H flags:H method:H time:H date:H crc:I csize:I usize:I name_len:H extra_len:H",
+                 fixed={"signature": 0x04034B50})
+_CENTRAL = _Record("signature:I made_by:H version:H flags:H method:H time:H date:H crc:I csize:I usize:I name_len:H "
+                   "extra_len:H comment_len:H disk:H internal_attr:H external_attr:I offset:I",
+                   fixed={"signature": 0x02014B50})
+_EOCD = _Record("signature:I disk:H cd_disk:H disk_entries:H entries:H cd_size:I cd_offset:I comment_len:H",
+                fixed={"signature": 0x06054B50})
+_EOCD64 = _Record("signature:I record_size:Q made_by:H version:H disk:I cd_disk:I disk_entries:Q entries:Q "
+                  "cd_size:Q cd_offset:Q", fixed={"signature": 0x06064B50})
+_LOCATOR64 = _Record("signature:I eocd64_disk:I eocd64_offset:Q disks:I", fixed={"signature": 0x07064B50})
 _DOS_DATE = (1 << 5) | 1  # 1980-01-01
 _DOS_TIME = 0  # 00:00:00
 _UNIX_MODE = (0o100644 << 16)  # regular file, rw-r--r--
@@ -81,14 +107,15 @@ def _scan_local_entries(path: Path) -> list[_Entry]:
         offset = 0
         while offset + _LOCAL.size <= total:
             fh.seek(offset)
-            fields = _LOCAL.unpack(fh.read(_LOCAL.size))
-            sig, _ver, flags, method, _t, _d, crc, csize, usize, nlen, xlen = fields
-            if sig != 0x04034B50 or flags != 0 or method != 0 or csize != usize:
+            head = _LOCAL.unpack(fh.read(_LOCAL.size))
+            if (head["signature"] != _LOCAL.fixed["signature"] or head["flags"] != 0 or head["method"] != 0
+                    or head["csize"] != head["usize"]):
                 break
-            end = offset + _LOCAL.size + nlen + xlen + csize
+            csize = head["csize"]
+            end = offset + _LOCAL.size + head["name_len"] + head["extra_len"] + csize
             if end > total:
                 break
-            entries.append(_Entry(fh.read(nlen), crc, csize, offset))
+            entries.append(_Entry(fh.read(head["name_len"]), head["crc"], csize, offset))
             offset = end
     return entries
 
@@ -173,7 +200,8 @@ class EdmZipWriter:
             raise FgdataError(f"{self.dest}: member {name!r} must have an ASCII name and be under 4 GiB")
         offset = self._fh.tell()
         crc = zlib.crc32(data)
-        self._fh.write(_LOCAL.pack(0x04034B50, 20, 0, 0, _DOS_TIME, _DOS_DATE, crc, size, size, len(raw), 0))
+        self._fh.write(_LOCAL.pack(version=20, flags=0, method=0, time=_DOS_TIME, date=_DOS_DATE, crc=crc, csize=size,
+                                   usize=size, name_len=len(raw), extra_len=0))
         self._fh.write(raw)
         self._fh.write(data)
         self._entries.append(_Entry(raw, crc, size, offset))
@@ -191,17 +219,20 @@ class EdmZipWriter:
                 extra = struct.pack("<HHQ", 1, 8, e.offset)
                 offset32 = _LIMIT32
                 version = 45
-            self._fh.write(_CENTRAL.pack(0x02014B50, _MADE_BY_UNIX | version, version, 0, 0, _DOS_TIME, _DOS_DATE,
-                                         e.crc, e.size, e.size, len(e.name), len(extra), 0, 0, 0, _UNIX_MODE, offset32))
+            self._fh.write(_CENTRAL.pack(
+                made_by=_MADE_BY_UNIX | version, version=version, flags=0, method=0, time=_DOS_TIME, date=_DOS_DATE,
+                crc=e.crc, csize=e.size, usize=e.size, name_len=len(e.name), extra_len=len(extra), comment_len=0,
+                disk=0, internal_attr=0, external_attr=_UNIX_MODE, offset=offset32))
             self._fh.write(e.name)
             self._fh.write(extra)
         cd_end = self._fh.tell()
         count, cd_size = len(self._entries), cd_end - cd_offset
         if count >= 0xFFFF or cd_offset >= _LIMIT32 or cd_size >= _LIMIT32:
-            self._fh.write(_EOCD64.pack(0x06064B50, 44, 45, 45, 0, 0, count, count, cd_size, cd_offset))
-            self._fh.write(_LOCATOR64.pack(0x07064B50, 0, cd_end, 1))
-        self._fh.write(_EOCD.pack(0x06054B50, 0, 0, min(count, 0xFFFF), min(count, 0xFFFF),
-                                  min(cd_size, _LIMIT32), min(cd_offset, _LIMIT32), 0))
+            self._fh.write(_EOCD64.pack(record_size=44, made_by=45, version=45, disk=0, cd_disk=0, disk_entries=count,
+                                        entries=count, cd_size=cd_size, cd_offset=cd_offset))
+            self._fh.write(_LOCATOR64.pack(eocd64_disk=0, eocd64_offset=cd_end, disks=1))
+        self._fh.write(_EOCD.pack(disk=0, cd_disk=0, disk_entries=min(count, 0xFFFF), entries=min(count, 0xFFFF),
+                                  cd_size=min(cd_size, _LIMIT32), cd_offset=min(cd_offset, _LIMIT32), comment_len=0))
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self._fh.close()

@@ -337,13 +337,14 @@ def thumbnail(data: bytes, kind: str, size: int = 192) -> bytes | None:
             im.draft("RGB", (size, size))
             im = to_rgb(im)
         else:
-            from fgdata.media.video import decode_clip, probe_video
+            from fgdata.media.video import ClipSpec, decode_clip, probe_video
 
             info = probe_video(data)
             w, h = (info.height, info.width) if info.rotation in (90, 270) else (info.width, info.height)
             scale = size / max(w, h)
-            clip = decode_clip(data, sequence_length=1, img_size=(max(int(w * scale), 1), max(int(h * scale), 1)),
-                               decoder_type="full")
+            first_frame = ClipSpec(sequence_length=1, img_size=(max(int(w * scale), 1), max(int(h * scale), 1)),
+                                   decoder_type="full")
+            clip = decode_clip(data, first_frame)
             im = Image.fromarray(((clip.video[:, 0].transpose(1, 2, 0) + 1) * 127.5).clip(0, 255).astype(np.uint8))
         im.thumbnail((size, size))
     except (FgdataError, OSError, ValueError):

@@ -137,7 +137,7 @@ def test_resize_option_is_validated():
 def test_unusable_clip_replaced_in_its_slot(tmp_path, clip_encoder, resize):
     """A clip that fails after its batch row was handed out (too short): the next usable clip is
     written into that row, and the batch equals the clips decoded on their own."""
-    from fgdata.media import decode_clip
+    from fgdata.media import ClipSpec, decode_clip
 
     a, short, c = (clip_encoder(frames=f, size=(64, 48)) for f in (12, 6, 14))
     dest = str(tmp_path / "shards")
@@ -150,7 +150,7 @@ def test_unusable_clip_replaced_in_its_slot(tmp_path, clip_encoder, resize):
         batch = next(iter(loader))
     assert batch["fname"] == ["a", "c"]
     for row, clip in enumerate((a, c)):
-        alone = decode_clip(clip, sequence_length=8, img_size=(32, 32), decoder_type="full", resize=resize).video
+        alone = decode_clip(clip, ClipSpec(sequence_length=8, img_size=(32, 32), decoder_type="full", resize=resize)).video
         np.testing.assert_array_equal(batch["real_raw"][row].numpy(), alone)
 
 

@@ -21,6 +21,7 @@ from fgdata.media import (
     MemberDecodeError,
     check_member,
     check_resize,
+    ClipSpec,
     decode_clip,
     decode_member,
     describe_image,
@@ -212,7 +213,7 @@ def test_probe_bunny(bunny, sample_video):
 
 def test_segment_decode_matches_reference(bunny):
     info = probe_video(bunny)
-    clip = decode_clip(bunny, sequence_length=8, img_size=(160, 96), start_time=2.0, info=info)
+    clip = decode_clip(bunny, ClipSpec(sequence_length=8, img_size=(160, 96)), start_time=2.0, info=info)
     assert clip.video.shape == (3, 8, 96, 160) and clip.video.dtype == np.float32
     assert clip.video.min() >= -1.0 and clip.video.max() <= 1.0
     cp = clip.cropping_params
@@ -232,11 +233,12 @@ def test_reference_mode_clip_is_the_reference_bit_for_bit(bunny, decoder_type, s
     from fgdata.media.video import REFERENCE_CHUNK
 
     n = REFERENCE_CHUNK + 4
-    clip = decode_clip(bunny, sequence_length=n, img_size=(160, 96), decoder_type=decoder_type,
-                       start_time=start, resize="reference")
+    clip = decode_clip(bunny, ClipSpec(sequence_length=n, img_size=(160, 96), decoder_type=decoder_type,
+                                       resize="reference"), start_time=start)
     assert clip.frame_indices == list(range(n) if start is None else range(50, 50 + n))
     np.testing.assert_array_equal(clip.video, reference_clip(bunny, clip.frame_indices, (160, 96)))
-    fast = decode_clip(bunny, sequence_length=n, img_size=(160, 96), decoder_type=decoder_type, start_time=start)
+    fast = decode_clip(bunny, ClipSpec(sequence_length=n, img_size=(160, 96), decoder_type=decoder_type),
+                       start_time=start)
     assert fast.frame_indices == clip.frame_indices and fast.cropping_params == clip.cropping_params
     assert 35 < psnr(fast.video, clip.video) < 99
 
@@ -245,23 +247,24 @@ def test_reference_mode_clip_is_the_reference_bit_for_bit(bunny, decoder_type, s
 def test_clip_written_into_a_batch_slot(silent_clip, resize):
     """``out`` receives the clip in place; repeated frames (target_fps) are copies; shape is checked."""
     batch = np.full((2, 3, 8, 32, 32), 7.0, np.float32)
-    clip = decode_clip(silent_clip, sequence_length=8, img_size=(32, 32), start_time=0.5, target_fps=48,
-                       resize=resize, out=batch[1])
+    clip = decode_clip(silent_clip, ClipSpec(sequence_length=8, img_size=(32, 32), target_fps=48, resize=resize),
+                       start_time=0.5, out=batch[1])
     assert np.shares_memory(clip.video, batch) and (batch[0] == 7).all()
-    alone = decode_clip(silent_clip, sequence_length=8, img_size=(32, 32), start_time=0.5, target_fps=48, resize=resize)
+    alone = decode_clip(silent_clip, ClipSpec(sequence_length=8, img_size=(32, 32), target_fps=48, resize=resize),
+                        start_time=0.5)
     np.testing.assert_array_equal(batch[1], alone.video)
     np.testing.assert_array_equal(batch[1][:, 0], batch[1][:, 1])
     if resize == "reference":
         np.testing.assert_array_equal(batch[1], reference_clip(silent_clip, clip.frame_indices, (32, 32)))
     with pytest.raises(ValueError, match="need float32"):
-        decode_clip(silent_clip, sequence_length=8, img_size=(32, 32), out=batch[1][:, :4])
+        decode_clip(silent_clip, ClipSpec(sequence_length=8, img_size=(32, 32)), out=batch[1][:, :4])
 
 
 def test_seek_lands_on_right_frames(silent_clip):
     """g=12 keyframes: a seek to 1.1 s lands on 1.0 and decodes forward; frame i has grey 4*i."""
     info = probe_video(silent_clip)
     assert info.keyframe_times == (0.0, 0.5, 1.0, 1.5)
-    clip = decode_clip(silent_clip, sequence_length=4, img_size=(64, 48), start_time=1.1, info=info)
+    clip = decode_clip(silent_clip, ClipSpec(sequence_length=4, img_size=(64, 48)), start_time=1.1, info=info)
     assert clip.frame_indices == [27, 28, 29, 30]  # 1.1 s * 24 = 26.4 -> first frame at/after: 27
     grey = np.round((clip.video[0, :, 24, 40] + 1) * 127.5)
     np.testing.assert_allclose(grey, [4 * i for i in clip.frame_indices], atol=3)
@@ -270,65 +273,66 @@ def test_seek_lands_on_right_frames(silent_clip):
 
 
 def test_random_start_in_range_and_reproducible(silent_clip):
-    kw = {"sequence_length": 8, "img_size": (32, 32)}
-    a = decode_clip(silent_clip, rng=np.random.default_rng(7), **kw)
-    b = decode_clip(silent_clip, rng=np.random.default_rng(7), **kw)
+    spec = ClipSpec(sequence_length=8, img_size=(32, 32))
+    a = decode_clip(silent_clip, spec, rng=np.random.default_rng(7))
+    b = decode_clip(silent_clip, spec, rng=np.random.default_rng(7))
     assert a.frame_indices == b.frame_indices
     np.testing.assert_array_equal(a.video, b.video)
-    starts = {decode_clip(silent_clip, rng=np.random.default_rng(s), **kw).frame_indices[0] for s in range(6)}
+    starts = {decode_clip(silent_clip, spec, rng=np.random.default_rng(s)).frame_indices[0] for s in range(6)}
     assert len(starts) > 1 and max(starts) + 8 <= 48
     assert a.cropping_params["crop_x0"] == 6  # 64x48 -> 43x32; (43-32)/2 = 5.5 -> 6 (half-even)
 
+
 def test_target_fps_duplicates_and_drops(silent_clip):
-    up = decode_clip(silent_clip, sequence_length=8, img_size=(32, 32), start_time=0.5, target_fps=48)
+    up = decode_clip(silent_clip, ClipSpec(sequence_length=8, img_size=(32, 32), target_fps=48), start_time=0.5)
     assert up.frame_indices == [12, 12, 13, 13, 14, 14, 15, 15] and up.fps == 48
     np.testing.assert_array_equal(up.video[:, 0], up.video[:, 1])
-    down = decode_clip(silent_clip, sequence_length=5, img_size=(32, 32), start_time=0.5, target_fps=8)
+    down = decode_clip(silent_clip, ClipSpec(sequence_length=5, img_size=(32, 32), target_fps=8), start_time=0.5)
     assert down.frame_indices == [12, 15, 18, 21, 24]
     # 'full' resamples from t=0 and takes the first n
-    full = decode_clip(silent_clip, sequence_length=6, img_size=(32, 32), decoder_type="full", target_fps=12)
+    full = decode_clip(silent_clip, ClipSpec(sequence_length=6, img_size=(32, 32), decoder_type="full", target_fps=12))
     assert full.frame_indices == [0, 2, 4, 6, 8, 10] and full.start_time == 0.0
     with pytest.raises(ClipTooShort):
-        decode_clip(silent_clip, sequence_length=30, img_size=(32, 32), decoder_type="full", target_fps=12)
+        decode_clip(silent_clip, ClipSpec(sequence_length=30, img_size=(32, 32), decoder_type="full", target_fps=12))
 
 
 def test_full_vs_segment_and_too_short(silent_clip):
-    full = decode_clip(silent_clip, sequence_length=10, img_size=(32, 32), decoder_type="full",
+    full = decode_clip(silent_clip, ClipSpec(sequence_length=10, img_size=(32, 32), decoder_type="full"),
                        rng=np.random.default_rng(1))
-    seg0 = decode_clip(silent_clip, sequence_length=10, img_size=(32, 32), start_time=0.0)
+    seg0 = decode_clip(silent_clip, ClipSpec(sequence_length=10, img_size=(32, 32)), start_time=0.0)
     assert full.frame_indices == list(range(10)) == seg0.frame_indices
     np.testing.assert_array_equal(full.video, seg0.video)
     with pytest.raises(ClipTooShort):
-        decode_clip(silent_clip, sequence_length=49, img_size=(32, 32))
+        decode_clip(silent_clip, ClipSpec(sequence_length=49, img_size=(32, 32)))
     assert issubclass(ClipTooShort, FgdataError)
 
 
 def test_audio_native_and_resampled(bunny):
     info = probe_video(bunny)
-    clip = decode_clip(bunny, sequence_length=8, img_size=(64, 64), start_time=1.0, info=info,
-                       with_audio=True)
+    clip = decode_clip(bunny, ClipSpec(sequence_length=8, img_size=(64, 64), with_audio=True), start_time=1.0,
+                       info=info)
     assert clip.audio.shape == (2, round(8 * 48000 / 25)) and clip.sample_rate == 48000  # 5.1 downmixed
     assert clip.audio.dtype == np.float32 and np.abs(clip.audio).max() <= 1.0
     assert np.abs(clip.audio).max() > 0.01
-    r16 = decode_clip(bunny, sequence_length=8, img_size=(64, 64), start_time=1.0, info=info,
-                      with_audio=True, target_sample_rate=16000, target_fps=10)
+    r16 = decode_clip(bunny, ClipSpec(sequence_length=8, img_size=(64, 64), with_audio=True, target_sample_rate=16000,
+                                      target_fps=10), start_time=1.0, info=info)
     assert r16.audio.shape == (2, round(8 * 16000 / 10)) and r16.sample_rate == 16000
 
 
 def test_audio_mono_duplicated_and_absent(mono_clip, silent_clip):
-    clip = decode_clip(mono_clip, sequence_length=12, img_size=(32, 32), start_time=0.5, with_audio=True)
+    clip = decode_clip(mono_clip, ClipSpec(sequence_length=12, img_size=(32, 32), with_audio=True), start_time=0.5)
     assert clip.audio.shape == (2, 24000)
     np.testing.assert_array_equal(clip.audio[0], clip.audio[1])
     spectrum = np.abs(np.fft.rfft(clip.audio[0]))
     assert abs(np.argmax(spectrum) * 48000 / 24000 - 440) < 5
-    assert decode_clip(silent_clip, sequence_length=4, img_size=(32, 32), with_audio=True).audio is None
+    assert decode_clip(silent_clip, ClipSpec(sequence_length=4, img_size=(32, 32), with_audio=True)).audio is None
 
 
 def test_rotation_honoured(clip_encoder):
     data = clip_encoder(frames=6, rotation=90)
     info = probe_video(data)
     assert info.rotation == 90
-    clip = decode_clip(data, sequence_length=2, img_size=(48, 64), start_time=0.0, info=info)
+    clip = decode_clip(data, ClipSpec(sequence_length=2, img_size=(48, 64)), start_time=0.0, info=info)
     assert clip.video.shape == (3, 2, 64, 48)
     # the white left quarter of the coded frame is at the bottom after a 90° ccw rotation
     assert clip.video[0, 0, -4:, 24].min() > 0.9 and clip.video[0, 0, :4, 24].max() < -0.9
@@ -336,9 +340,9 @@ def test_rotation_honoured(clip_encoder):
 
 def test_bad_video_raises_fgdata_error():
     with pytest.raises(FgdataError):
-        decode_clip(b"\x00" * 1000, sequence_length=2, img_size=(32, 32))
+        decode_clip(b"\x00" * 1000, ClipSpec(sequence_length=2, img_size=(32, 32)))
     with pytest.raises(ValueError):
-        decode_clip(b"", sequence_length=2, img_size=(32, 32), decoder_type="random")
+        decode_clip(b"", ClipSpec(sequence_length=2, img_size=(32, 32), decoder_type="random"))
 
 
 # ---------------------------------------------------------------- camera
