@@ -155,18 +155,33 @@ def test_encode_text(tmp_path, tiny_t5_dir):
     stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=STOPS, env={"HF_HUB_OFFLINE": "1"})
 
 
-def test_prepare_imagenet256(tmp_path, tiny_vae_dir, sample_images):
-    """Both passes: output 1 is the RGB zip's only block, outputs 2-5 the latent batches (the last one just
-    before the part file is finished and merged)."""
+def _imagenet_tree(root: Path, sample_images, n: int) -> None:
+    """``n`` real photos at varied sizes in two synset folders of an ImageNet-shaped train tree, and one broken file."""
     from PIL import Image
 
-    train = tmp_path / "imagenet" / "ILSVRC" / "Data" / "CLS-LOC" / "train"
-    for k in range(8):
+    train = root / "ILSVRC" / "Data" / "CLS-LOC" / "train"
+    for k in range(n):
         folder = train / f"n0144076{k % 2}"
         folder.mkdir(parents=True, exist_ok=True)
         photo = Image.open(sample_images[k % len(sample_images)]).convert("RGB")
-        photo.resize((96 + 16 * k, 80 + 8 * k)).save(folder / f"img{k}.JPEG", quality=90)
+        photo.resize((96 + 16 * (k % 8), 80 + 8 * (k % 8))).save(folder / f"img{k}.JPEG", quality=90)
     (train / "n01440761" / "broken.JPEG").write_bytes(b"not a jpeg")  # a failed input is part of the output
+
+
+def test_prepare_imagenet64(tmp_path, sample_images):
+    """50 inputs in blocks of 16: the job pauses after block 1, 2 or 3, each stop followed by a rerun."""
+    _imagenet_tree(tmp_path / "imagenet", sample_images, 49)
+    cmd = [*FGDATA, "prepare", "imagenet-64", "--imagenet-source", str(tmp_path / "imagenet"), "--data-root", "{out}",
+           "--workers", "2", "--no-progress"]
+    stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=STOPS)
+    report = (tmp_path / "clean" / "imagenet-64" / "failures.json").read_text()
+    assert '"seen": 50' in report and '"written": 49' in report and "broken.JPEG" in report
+
+
+def test_prepare_imagenet256(tmp_path, tiny_vae_dir, sample_images):
+    """Both passes: output 1 is the RGB zip's only block, outputs 2-5 the latent batches (the last one just
+    before the part file is finished and merged)."""
+    _imagenet_tree(tmp_path / "imagenet", sample_images, 8)
     cmd = [*FGDATA, "prepare", "imagenet-256", "--imagenet-source", str(tmp_path / "imagenet"), "--data-root", "{out}",
            "--vae", str(tiny_vae_dir), "--device", "cpu", "--batch-size", "2", "--workers", "2", "--no-progress"]
     stops = [(1, signal.SIGKILL), (3, signal.SIGTERM), (5, signal.SIGINT)]
