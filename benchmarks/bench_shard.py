@@ -6,12 +6,21 @@ All three pass-through writers read the same folder (copies of the bundled JPEGs
 a caption sidecar) from the page cache and write shards to the same disk; each figure is
 the best of ``--repeats`` runs. Targets (issue): fgdata >= 1.5x the webdataset loop, within
 3x of ``tar cf``; re-encoding >= 1.7x faster on 2 workers than on 1.
+
+Re-encode scaling is measured in pairs: each round runs 1 worker then 2 workers back to back and
+the figure is the median of the rounds' ratios. A best-of-N per side would compare the 1-worker
+run's luckiest moment (one busy CPU) with the 2-worker run's (both CPUs quiet at once), which on a
+shared VM is rarer, so it understates scaling. The same pairs on a pure CPU function through the
+same pool (no files, no decoding) give the machine's own ceiling for 1 -> 2 workers in that run.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import os
+import statistics
 import shutil
 import subprocess
 import tempfile
@@ -89,8 +98,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--reencode-images", type=int, default=120)
+    parser.add_argument("--reencode-images", type=int, default=240)
     parser.add_argument("--max-side", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=7, help="(1 worker, 2 workers) pairs for the scaling figures")
     args = parser.parse_args()
     import webdataset  # noqa: F401 - import cost (torch) stays out of the timings
 
@@ -117,15 +127,36 @@ def main() -> None:
         m, _ = make_folder(root / "re", args.reencode_images)
         r1 = lambda: run_fgdata(root / "re", root / "r1", workers=1, max_side=args.max_side)  # noqa: E731
         r2 = lambda: run_fgdata(root / "re", root / "r2", workers=2, max_side=args.max_side)  # noqa: E731
-        t1, t2 = best(r1, args.repeats), best(r2, args.repeats)
+        r2()  # the forkserver starts once per process; a job does not pay it again
+        print(f"re-encode to --max-side {args.max_side}, {m} images, cpus={os.cpu_count()}, "
+              f"{args.rounds} rounds of (1 worker, 2 workers)")
+        reencode = paired_ratios(r1, r2, args.rounds, "re-encode")
         same = all((root / "r1" / f).read_bytes() == (root / "r2" / f).read_bytes()
                    for f in os.listdir(root / "r1") if (root / "r1" / f).is_file())
-        print(f"re-encode to --max-side {args.max_side}, {m} images, cpus={os.cpu_count()}")
-        print(f"  1 worker   {t1:7.3f} s  {m / t1:7.1f} samples/s  cpu {CPU[id(r1)]:6.3f} s")
-        print(f"  2 workers  {t2:7.3f} s  {m / t2:7.1f} samples/s  cpu {CPU[id(r2)]:6.3f} s"
-              f"   speed-up {t1 / t2:.2f}x (target >= 1.7x)"
+        ceiling = paired_ratios(functools.partial(cpu_loop, 1, m), functools.partial(cpu_loop, 2, m), args.rounds,
+                                "pure CPU")
+        print(f"  re-encode speed-up 1 -> 2 workers, median of {args.rounds}: {reencode:.2f}x (target >= 1.7x)"
               f"   identical output: {same}")
+        print(f"  the machine's ceiling (pure CPU through the same pool), median: {ceiling:.2f}x")
 
+
+def cpu_loop(workers: int, n: int) -> None:
+    """``n`` items of pure CPU work (about 10 ms each, like one re-encoded photo) through the job core's pool."""
+    from fgdata.jobs.local import ordered_map
+
+    work = functools.partial(hashlib.pbkdf2_hmac, "sha256", b"password", b"salt")
+    for _ in ordered_map(work, [20000] * n, workers=workers, chunksize=8):
+        pass
+
+
+def paired_ratios(one, two, rounds: int, label: str) -> float:
+    """Run ``one`` then ``two`` ``rounds`` times; print each pair; return the median of time(one)/time(two)."""
+    ratios = []
+    for i in range(rounds):
+        t1, t2 = best(one, 1), best(two, 1)
+        ratios.append(t1 / t2)
+        print(f"  {label:<10} round {i + 1}: 1 worker {t1:6.3f} s, 2 workers {t2:6.3f} s, {t1 / t2:.2f}x")
+    return statistics.median(ratios)
 
 if __name__ == "__main__":
     main()
