@@ -8,28 +8,50 @@ commands. Multi-GPU: launch under ``torchrun`` (each rank owns output shards ``i
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import typer
 
-from fgdata.cli import options
+from fgdata.cli.flaggroups import flag, flag_groups
+from fgdata.cli.options import OutputFlags, TorchrunJobFlags
 
 encode_app = typer.Typer(help="Precompute latents and text embeddings into shards.", no_args_is_help=True)
 kd_app = typer.Typer(help="Knowledge-distillation shards from a diffusers teacher.", no_args_is_help=True)
 
 DEVICE = typer.Option("cpu", "--device", help="cpu, cuda (this rank's LOCAL_RANK GPU under torchrun) or auto.")
 DTYPE = typer.Option("float32", "--dtype", help="Compute dtype: float32, bfloat16 or float16.")
-AUTOCAST = typer.Option(False, "--autocast", help="Keep float32 weights and run under torch.autocast(--dtype).")
 SAVE_DTYPE = typer.Option("float32", "--save-dtype", help="dtype of the stored .pth tensors.")
-ENGINE = typer.Option("local", "--engine", help="local (one process, or torchrun ranks) or ray.")
-WORKERS = typer.Option(1, "--workers", help="With --engine ray: number of Ray workers (ranks).")
-RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster address (default: RAY_ADDRESS, or start a local one).")
-RESUME = options.RESUME
-OVERWRITE = options.OVERWRITE
-WAIT = options.WAIT_TIMEOUT
-QUIET = options.QUIET
-PROGRESS = options.PROGRESS
-JSON_OUT = options.JSON
+SUBFOLDER = typer.Option(None, "--subfolder", help="Encoder subfolder, e.g. text_encoder.")
+TOKENIZER_SUBFOLDER = typer.Option(None, "--tokenizer-subfolder", help="e.g. tokenizer.")
+HIDDEN_LAYER = typer.Option(-1, "--hidden-layer", help="-1 last hidden state, -2 penultimate, ...")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceFlags:
+    """Where and in which dtype the model computes."""
+
+    device: str = flag(DEVICE)
+    dtype: str = flag(DTYPE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrecisionFlags:
+    """``encode latents`` and ``encode text``: autocast, and the dtype of the stored tensors."""
+
+    use_autocast: bool = flag(typer.Option(False, "--autocast",
+                                           help="Keep float32 weights and run under torch.autocast(--dtype)."))
+    save_dtype: str = flag(SAVE_DTYPE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineFlags:
+    """Where a model job runs: one process, torchrun ranks, or Ray workers."""
+
+    engine: str = flag(typer.Option("local", "--engine", help="local (one process, or torchrun ranks) or ray."))
+    workers: int = flag(typer.Option(1, "--workers", help="With --engine ray: number of Ray workers (ranks)."))
+    ray_address: Optional[str] = flag(typer.Option(
+        None, "--ray-address", help="Ray cluster address (default: RAY_ADDRESS, or start a local one)."))
 
 
 def _total(src: str) -> int | None:
@@ -66,10 +88,10 @@ def _quiet_model_libraries(bars: bool, quiet: bool) -> None:
         disable_progress_bars()
 
 
-def _run(fn: Callable[..., Any], args: dict[str, Any], flags: dict[str, Any], *, label: str,
-         total: int | None) -> None:
-    """Run a library job with the shared flags (engine, workers, resume, overwrite, progress, quiet, json, wait
-    timeout) and report it like every writing command."""
+def _run(fn: Callable[..., Any], args: dict[str, Any], engine: EngineFlags, job: TorchrunJobFlags, out: OutputFlags, *,
+         label: str, total: int | None) -> None:
+    """Run a library job with the shared flags (engine, workers, resume, overwrite, wait timeout, progress,
+    quiet, json) and report it like every writing command."""
     from dataclasses import replace
 
     from fgdata.cli.jobrun import Outcome, finish, job_progress, notes, run_job
@@ -77,17 +99,16 @@ def _run(fn: Callable[..., Any], args: dict[str, Any], flags: dict[str, Any], *,
     from fgdata.jobs.ranks import dist_env
     from fgdata.jobs.tasks import RunSettings, run_on_ray
 
-    quiet, json_out = flags["quiet"], flags["json"]
-    bars = options.show_progress(flags["progress"], quiet=quiet, json_out=json_out)
-    _quiet_model_libraries(bars and flags["engine"] == "local", quiet)
-    say = notes(quiet)
-    settings = RunSettings(resume=flags["resume"], overwrite=flags["overwrite"], wait_timeout=flags["wait_timeout"],
-                           log=say, notify=say)
+    bars = out.bars
+    _quiet_model_libraries(bars and engine.engine == "local", out.quiet)
+    say = notes(out.quiet)
+    settings = RunSettings(resume=job.resume, overwrite=job.overwrite, wait_timeout=job.wait_timeout, log=say,
+                           notify=say)
     started = time.perf_counter()
-    if flags["engine"] == "ray":
+    if engine.engine == "ray":
         gpus = 1.0 if str(args.get("device", "cpu")).startswith("cuda") else 0.0
-        summary = run_job(lambda: run_on_ray(fn, args, settings, flags["workers"], gpus, flags.get("ray_address")))
-    elif flags["engine"] == "local":
+        summary = run_job(lambda: run_on_ray(fn, args, settings, engine.workers, gpus, engine.ray_address))
+    elif engine.engine == "local":
         rank, world = dist_env()
         bar_label = f"{label} [rank {rank}/{world}]" if world > 1 else label  # under torchrun each rank draws one
 
@@ -97,7 +118,7 @@ def _run(fn: Callable[..., Any], args: dict[str, Any], flags: dict[str, Any], *,
 
         summary = run_job(local)  # the bar is closed before an interrupt line is printed
     else:
-        raise FgdataError(f"--engine {flags['engine']!r} is not one of local, ray")
+        raise FgdataError(f"--engine {engine.engine!r} is not one of local, ray")
     rows = [("output shards written", f"{summary.shards_done:,}"),
             ("output shards resumed", f"{summary.shards_skipped:,}")]
     details: dict[str, Any] = {"shards_written": summary.shards_done, "shards_resumed": summary.shards_skipped,
@@ -113,38 +134,35 @@ def _run(fn: Callable[..., Any], args: dict[str, Any], flags: dict[str, Any], *,
                    seen=summary.written + summary.failed, written=summary.written, failed=summary.failed,
                    failures_file=summary.failures_path, seconds=time.perf_counter() - started, details=details,
                    rows=rows, whole_job=summary.finalized),
-           quiet=quiet, json_out=json_out)
+           quiet=out.quiet, json_out=out.json_out)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LatentFlags:
+    """``encode latents``: the VAE, the media and how they are read and sampled."""
+
+    vae: str = flag(typer.Option(..., "--vae", help="diffusers VAE: hub id or directory saved by save_pretrained."))
+    vae_subfolder: Optional[str] = flag(typer.Option(None, "--vae-subfolder", help="e.g. vae, for a pipeline repo."))
+    kind: str = flag(typer.Option("image", "--kind", help="image (AutoencoderKL) or video (AutoencoderKLWan, ...)."))
+    size: str = flag(typer.Option("256", "--size", help="N (shorter side, then centre crop) or WxH, e.g. 832x480."))
+    frames: Optional[int] = flag(typer.Option(None, "--frames", help="Video: frames per clip (e.g. 81)."))
+    fps: Optional[float] = flag(typer.Option(None, "--fps", help="Video: resample to this frame rate first."))
+    media_ext: Optional[str] = flag(typer.Option(None, "--media-ext",
+                                                 help="Member to encode (default: first image/video)."))
+    keep_media: bool = flag(typer.Option(False, "--keep-media", help="Also keep the encoded media member."))
+    posterior: str = flag(typer.Option("mode", "--posterior", help="mode (mean, deterministic) or sample (seeded)."))
+    seed: int = flag(typer.Option(0, "--seed", help="Global seed for --posterior sample."))
+    batch_size: int = flag(typer.Option(16, "--batch-size"))
+    decode_workers: int = flag(typer.Option(4, "--decode-workers", help="CPU threads decoding ahead of the model."))
 
 
 @encode_app.command("latents")
+@flag_groups
 def latents(
     src: str = typer.Argument(..., help="Input shards (directory or s3:// prefix) with jpg/png/... or mp4 members."),
     dst: str = typer.Argument(..., help="Output directory or s3:// prefix; shards keep their names and keys."),
-    vae: str = typer.Option(..., "--vae", help="diffusers VAE: hub id or directory saved by save_pretrained."),
-    vae_subfolder: Optional[str] = typer.Option(None, "--vae-subfolder", help="e.g. vae, for a pipeline repo."),
-    kind: str = typer.Option("image", "--kind", help="image (AutoencoderKL) or video (AutoencoderKLWan, ...)."),
-    size: str = typer.Option("256", "--size", help="N (shorter side, then centre crop) or WxH, e.g. 832x480."),
-    frames: Optional[int] = typer.Option(None, "--frames", help="Video: frames per clip (e.g. 81)."),
-    fps: Optional[float] = typer.Option(None, "--fps", help="Video: resample to this frame rate first."),
-    media_ext: Optional[str] = typer.Option(None, "--media-ext", help="Member to encode (default: first image/video)."),
-    keep_media: bool = typer.Option(False, "--keep-media", help="Also keep the encoded media member."),
-    posterior: str = typer.Option("mode", "--posterior", help="mode (mean, deterministic) or sample (seeded)."),
-    seed: int = typer.Option(0, "--seed", help="Global seed for --posterior sample."),
-    batch_size: int = typer.Option(16, "--batch-size"),
-    decode_workers: int = typer.Option(4, "--decode-workers", help="CPU threads decoding ahead of the model."),
-    device: str = DEVICE,
-    dtype: str = DTYPE,
-    use_autocast: bool = AUTOCAST,
-    save_dtype: str = SAVE_DTYPE,
-    engine: str = ENGINE,
-    workers: int = WORKERS,
-    ray_address: Optional[str] = RAY_ADDRESS,
-    resume: bool = RESUME,
-    overwrite: bool = OVERWRITE,
-    wait_timeout: Optional[float] = WAIT,
-    show_progress: Optional[bool] = PROGRESS,
-    quiet: bool = QUIET,
-    json_out: bool = JSON_OUT,
+    *, latent: LatentFlags, compute: DeviceFlags, precision: PrecisionFlags, engine: EngineFlags, job: TorchrunJobFlags,
+    out: OutputFlags,
 ) -> None:
     """Encode media into latent.pth (model space, scaling from the VAE config); txt and json are kept.
 
@@ -154,42 +172,40 @@ def latents(
     """
     from fgdata.encode.latents import LatentOptions, encode_latents
 
-    options = LatentOptions(vae=vae, vae_subfolder=vae_subfolder, kind=kind, size=size, frames=frames, fps=fps,
-                            media_ext=media_ext, keep_media=keep_media, posterior=posterior, seed=seed,
-                            dtype=dtype, use_autocast=use_autocast, save_dtype=save_dtype, batch_size=batch_size)
-    args = {"src": src, "dst": dst, "options": options, "device": device, "decode_workers": decode_workers}
-    flags = {"engine": engine, "workers": workers, "ray_address": ray_address, "resume": resume, "overwrite": overwrite,
-             "wait_timeout": wait_timeout, "quiet": quiet,
-             "progress": show_progress, "json": json_out}
-    _run(encode_latents, args, flags, label="latents", total=_total(src))
+    options = LatentOptions(vae=latent.vae, vae_subfolder=latent.vae_subfolder, kind=latent.kind, size=latent.size,
+                            frames=latent.frames, fps=latent.fps, media_ext=latent.media_ext,
+                            keep_media=latent.keep_media, posterior=latent.posterior, seed=latent.seed,
+                            dtype=compute.dtype, use_autocast=precision.use_autocast,
+                            save_dtype=precision.save_dtype, batch_size=latent.batch_size)
+    args = {"src": src, "dst": dst, "options": options, "device": compute.device,
+            "decode_workers": latent.decode_workers}
+    _run(encode_latents, args, engine, job, out, label="latents", total=_total(src))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextFlags:
+    """``encode text``: the encoder, tokenization and where the embeddings go."""
+
+    encoder: str = flag(typer.Option(..., "--encoder", help="T5 / umT5 / CLIP text encoder: hub id or directory."))
+    into: Optional[str] = flag(typer.Option(None, "--into",
+                                            help="Merge into these shards (e.g. latents), matched by key."))
+    subfolder: Optional[str] = flag(SUBFOLDER)
+    tokenizer_subfolder: Optional[str] = flag(TOKENIZER_SUBFOLDER)
+    max_length: Optional[int] = flag(typer.Option(None, "--max-length",
+                                                  help="Tokens (default 512 T5/umT5, 77 CLIP)."))
+    padding: Optional[str] = flag(typer.Option(None, "--padding", help="zero (T5 default) or keep (CLIP default)."))
+    hidden_layer: int = flag(HIDDEN_LAYER)
+    text_ext: str = flag(typer.Option("txt", "--text-ext"))
+    batch_size: int = flag(typer.Option(32, "--batch-size"))
 
 
 @encode_app.command("text")
+@flag_groups
 def text(
     src: str = typer.Argument(..., help="Shards with txt prompts."),
     dst: str = typer.Argument(..., help="Output shards (may equal --into to update them in place)."),
-    encoder: str = typer.Option(..., "--encoder", help="T5 / umT5 / CLIP text encoder: hub id or directory."),
-    into: Optional[str] = typer.Option(None, "--into", help="Merge into these shards (e.g. latents), matched by key."),
-    subfolder: Optional[str] = typer.Option(None, "--subfolder", help="Encoder subfolder, e.g. text_encoder."),
-    tokenizer_subfolder: Optional[str] = typer.Option(None, "--tokenizer-subfolder", help="e.g. tokenizer."),
-    max_length: Optional[int] = typer.Option(None, "--max-length", help="Tokens (default 512 T5/umT5, 77 CLIP)."),
-    padding: Optional[str] = typer.Option(None, "--padding", help="zero (T5 default) or keep (CLIP default)."),
-    hidden_layer: int = typer.Option(-1, "--hidden-layer", help="-1 last hidden state, -2 penultimate, ..."),
-    text_ext: str = typer.Option("txt", "--text-ext"),
-    batch_size: int = typer.Option(32, "--batch-size"),
-    device: str = DEVICE,
-    dtype: str = DTYPE,
-    use_autocast: bool = AUTOCAST,
-    save_dtype: str = SAVE_DTYPE,
-    engine: str = ENGINE,
-    workers: int = WORKERS,
-    ray_address: Optional[str] = RAY_ADDRESS,
-    resume: bool = RESUME,
-    overwrite: bool = OVERWRITE,
-    wait_timeout: Optional[float] = WAIT,
-    show_progress: Optional[bool] = PROGRESS,
-    quiet: bool = QUIET,
-    json_out: bool = JSON_OUT,
+    *, encoding: TextFlags, compute: DeviceFlags, precision: PrecisionFlags, engine: EngineFlags, job: TorchrunJobFlags,
+    out: OutputFlags,
 ) -> None:
     """Add txt_emb.pth (the encoder's hidden states per prompt) to every sample, keeping the other members.
 
@@ -199,30 +215,33 @@ def text(
     """
     from fgdata.encode.text import TextOptions, encode_text
 
-    options = TextOptions(encoder=encoder, into=into, subfolder=subfolder, tokenizer_subfolder=tokenizer_subfolder,
-                          text_ext=text_ext, max_length=max_length, padding=padding, hidden_layer=hidden_layer,
-                          dtype=dtype, use_autocast=use_autocast, save_dtype=save_dtype)
-    args = {"src": src, "dst": dst, "options": options, "batch_size": batch_size, "device": device}
-    flags = {"engine": engine, "workers": workers, "ray_address": ray_address, "resume": resume, "overwrite": overwrite,
-             "wait_timeout": wait_timeout, "quiet": quiet,
-             "progress": show_progress, "json": json_out}
-    _run(encode_text, args, flags, label="text", total=_total(into or src))
+    e = encoding
+    options = TextOptions(encoder=e.encoder, into=e.into, subfolder=e.subfolder,
+                          tokenizer_subfolder=e.tokenizer_subfolder, text_ext=e.text_ext, max_length=e.max_length,
+                          padding=e.padding, hidden_layer=e.hidden_layer, dtype=compute.dtype,
+                          use_autocast=precision.use_autocast, save_dtype=precision.save_dtype)
+    args = {"src": src, "dst": dst, "options": options, "batch_size": e.batch_size, "device": compute.device}
+    _run(encode_text, args, engine, job, out, label="text", total=_total(e.into or src))
+
+
+@dataclass(frozen=True, kw_only=True)
+class NegPromptFlags:
+    """``encode neg-prompt``: the encoder, the prompt and the output file."""
+
+    encoder: str = flag(typer.Option(..., "--encoder", help="The same text encoder as the shards' txt_emb."))
+    out: str = flag(typer.Option(..., "--out", "-o", help="Output .npy (plain float32 array, for files_map)."))
+    preset: Optional[str] = flag(typer.Option(None, "--preset", help="A presets_map name, e.g. neg_prompt_wan."))
+    text: Optional[str] = flag(typer.Option(None, "--text", help="A literal negative prompt."))
+    subfolder: Optional[str] = flag(typer.Option(None, "--subfolder"))
+    tokenizer_subfolder: Optional[str] = flag(typer.Option(None, "--tokenizer-subfolder"))
+    max_length: Optional[int] = flag(typer.Option(None, "--max-length"))
+    padding: Optional[str] = flag(typer.Option(None, "--padding"))
+    hidden_layer: int = flag(typer.Option(-1, "--hidden-layer"))
 
 
 @encode_app.command("neg-prompt")
-def neg_prompt(
-    encoder: str = typer.Option(..., "--encoder", help="The same text encoder as the shards' txt_emb."),
-    out: str = typer.Option(..., "--out", "-o", help="Output .npy (plain float32 array, for files_map)."),
-    preset: Optional[str] = typer.Option(None, "--preset", help="A presets_map name, e.g. neg_prompt_wan."),
-    text_: Optional[str] = typer.Option(None, "--text", help="A literal negative prompt."),
-    subfolder: Optional[str] = typer.Option(None, "--subfolder"),
-    tokenizer_subfolder: Optional[str] = typer.Option(None, "--tokenizer-subfolder"),
-    max_length: Optional[int] = typer.Option(None, "--max-length"),
-    padding: Optional[str] = typer.Option(None, "--padding"),
-    hidden_layer: int = typer.Option(-1, "--hidden-layer"),
-    device: str = DEVICE,
-    dtype: str = DTYPE,
-) -> None:
+@flag_groups
+def neg_prompt(*, prompt: NegPromptFlags, compute: DeviceFlags) -> None:
     """Write one negative-prompt embedding, shaped like one txt_emb, as neg_prompt_emb.npy (no pickle).
 
     Example: fgdata encode neg-prompt --preset neg_prompt_wan --encoder ./umt5-xxl -o /data/neg_prompt_emb.npy
@@ -231,48 +250,75 @@ def neg_prompt(
 
     from fgdata.encode.text import encode_neg_prompt
 
-    record = encode_neg_prompt(out, encoder=encoder, preset=preset, text=text_, device=device, dtype=dtype,
-                               max_length=max_length, padding=padding, hidden_layer=hidden_layer, subfolder=subfolder,
-                               tokenizer_subfolder=tokenizer_subfolder)
-    Console().print(f"[green]wrote[/] {out}: {record['shape']} float32 ({record['source']}); record in {out}.json")
+    p = prompt
+    record = encode_neg_prompt(p.out, encoder=p.encoder, preset=p.preset, text=p.text, device=compute.device,
+                               dtype=compute.dtype, max_length=p.max_length, padding=p.padding,
+                               hidden_layer=p.hidden_layer, subfolder=p.subfolder,
+                               tokenizer_subfolder=p.tokenizer_subfolder)
+    Console().print(f"[green]wrote[/] {p.out}: {record['shape']} float32 ({record['source']}); record in {p.out}.json")
 
 
-def _kd(prompts: str, dst: str, options: Any, device: str, flags: dict[str, Any]) -> None:
+def _kd(prompts: str, dst: str, options: Any, device: str, engine: EngineFlags, job: TorchrunJobFlags,
+        out: OutputFlags) -> None:
     """Both kd commands: the CLI built the options; the library does the rest."""
     from fgdata import storage
     from fgdata.encode.kd import kd_run
 
     total = _total(prompts) if storage.is_dir(prompts) else None
     args = {"prompts": prompts, "dst": dst, "options": options, "device": device}
-    _run(kd_run, args, flags, label=f"kd {options.mode}", total=total)
+    _run(kd_run, args, engine, job, out, label=f"kd {options.mode}", total=total)
 
 
-_PROMPTS = typer.Option(..., "--prompts", help="Prompt shards (txt members; keys kept) or a text file, one per line.")
-_TEACHER = typer.Option(..., "--teacher", help="diffusers pipeline id or directory (unet|transformer, scheduler, "
-                                               "text_encoder, tokenizer, vae).")
-_STEPS = typer.Option(..., "--steps", help="Teacher sampling steps.")
-_GUIDANCE = typer.Option(1.0, "--guidance-scale", help="Classifier-free guidance; 1 disables it.")
-_NEG = typer.Option(None, "--negative-prompt", help="Unconditional text for CFG (default: empty string).")
-_NEG_PRESET = typer.Option(None, "--negative-preset", help="Or a presets_map name, e.g. neg_prompt_wan.")
-_SEED = typer.Option(0, "--seed", help="Global seed; each sample's seed derives from it and its key.")
-_SHAPE = typer.Option(None, "--latent-shape", help="C,H,W or C,T,H,W (else from --size and the VAE config).")
-_SIZE = typer.Option(None, "--size", help="Pixel size WxH (or N) to derive the latent shape.")
-_FRAMES = typer.Option(None, "--frames", help="Video teachers: pixel frames (latent T = (frames-1)/4+1).")
-_MAXLEN = typer.Option(None, "--max-length", help="Text tokens (default by encoder family).")
-_PER_SHARD = typer.Option(1000, "--per-shard", help="Prompt files: samples per output shard.")
+@dataclass(frozen=True, kw_only=True)
+class TeacherFlags:
+    """Both kd commands: the prompts, the teacher, its sampling, and the output's shape and layout."""
+
+    prompts: str = flag(typer.Option(..., "--prompts", help="Prompt shards (txt members; keys kept) or a text file, "
+                                                           "one per line."))
+    teacher: str = flag(typer.Option(..., "--teacher", help="diffusers pipeline id or directory (unet|transformer, "
+                                                           "scheduler, text_encoder, tokenizer, vae)."))
+    steps: int = flag(typer.Option(..., "--steps", help="Teacher sampling steps."))
+    guidance_scale: float = flag(typer.Option(1.0, "--guidance-scale", help="Classifier-free guidance; 1 disables it."))
+    negative_prompt: Optional[str] = flag(typer.Option(None, "--negative-prompt",
+                                                       help="Unconditional text for CFG (default: empty string)."))
+    negative_preset: Optional[str] = flag(typer.Option(None, "--negative-preset",
+                                                       help="Or a presets_map name, e.g. neg_prompt_wan."))
+    seed: int = flag(typer.Option(0, "--seed", help="Global seed; each sample's seed derives from it and its key."))
+    latent_shape: Optional[str] = flag(typer.Option(None, "--latent-shape",
+                                                    help="C,H,W or C,T,H,W (else from --size and the VAE config)."))
+    size: Optional[str] = flag(typer.Option(None, "--size", help="Pixel size WxH (or N) to derive the latent shape."))
+    frames: Optional[int] = flag(typer.Option(None, "--frames",
+                                              help="Video teachers: pixel frames (latent T = (frames-1)/4+1)."))
+    max_length: Optional[int] = flag(typer.Option(None, "--max-length", help="Text tokens (default by encoder family)."))
+    per_shard: int = flag(typer.Option(1000, "--per-shard", help="Prompt files: samples per output shard."))
+    batch_size: int = flag(typer.Option(8, "--batch-size"))
+    save_dtype: str = flag(SAVE_DTYPE)
+
+    def options(self, mode: str, dtype: str, **path: Any) -> Any:
+        """The library's KdOptions for ``mode`` (``paths`` adds its record and path steps)."""
+        from fgdata.encode.kd import KdOptions
+
+        return KdOptions(mode=mode, teacher=self.teacher, steps=self.steps, guidance_scale=self.guidance_scale,
+                         negative_prompt=self.negative_prompt, negative_preset=self.negative_preset, seed=self.seed,
+                         latent_shape=self.latent_shape, size=self.size, frames=self.frames,
+                         max_length=self.max_length, per_shard=self.per_shard, batch_size=self.batch_size,
+                         dtype=dtype, save_dtype=self.save_dtype, **path)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PathFlags:
+    """``kd paths``: which teacher states are recorded."""
+
+    record_steps: Optional[str] = flag(typer.Option(None, "--record-steps",
+                                                    help="Teacher step indices, e.g. 0,12,24,36."))
+    path_steps: int = flag(typer.Option(4, "--path-steps", help="Without --record-steps: P evenly spaced states."))
 
 
 @kd_app.command("pairs")
+@flag_groups
 def pairs(
     dst: str = typer.Argument(..., help="Output shards: noise.pth, latent.pth, txt_emb.pth, txt, json."),
-    prompts: str = _PROMPTS, teacher: str = _TEACHER, steps: int = _STEPS, guidance_scale: float = _GUIDANCE,
-    negative_prompt: Optional[str] = _NEG, negative_preset: Optional[str] = _NEG_PRESET, seed: int = _SEED,
-    latent_shape: Optional[str] = _SHAPE, size: Optional[str] = _SIZE, frames: Optional[int] = _FRAMES,
-    max_length: Optional[int] = _MAXLEN, per_shard: int = _PER_SHARD, batch_size: int = typer.Option(8, "--batch-size"),
-    device: str = DEVICE, dtype: str = DTYPE, save_dtype: str = SAVE_DTYPE, engine: str = ENGINE,
-    workers: int = WORKERS, ray_address: Optional[str] = RAY_ADDRESS, resume: bool = RESUME, overwrite: bool = OVERWRITE,
-    wait_timeout: Optional[float] = WAIT, show_progress: Optional[bool] = PROGRESS,
-    quiet: bool = QUIET, json_out: bool = JSON_OUT,
+    *, teacher: TeacherFlags, compute: DeviceFlags, engine: EngineFlags, job: TorchrunJobFlags, out: OutputFlags,
 ) -> None:
     """Single-step KD pairs: the teacher's x0 (latent.pth) from exactly the stored noise (noise.pth).
 
@@ -280,31 +326,15 @@ def pairs(
 
     Per-sample seeds derive from --seed and the sample key, so any subset can be regenerated.
     """
-    from fgdata.encode.kd import KdOptions
-
-    options = KdOptions(mode="pairs", teacher=teacher, steps=steps, guidance_scale=guidance_scale,
-                        negative_prompt=negative_prompt, negative_preset=negative_preset, seed=seed,
-                        latent_shape=latent_shape, size=size, frames=frames, max_length=max_length,
-                        per_shard=per_shard, batch_size=batch_size, dtype=dtype, save_dtype=save_dtype)
-    _kd(prompts, dst, options, device, {"engine": engine, "workers": workers, "ray_address": ray_address, "resume": resume,
-                                        "overwrite": overwrite, "wait_timeout": wait_timeout, "quiet": quiet,
-                                        "progress": show_progress, "json": json_out})
+    _kd(teacher.prompts, dst, teacher.options("pairs", compute.dtype), compute.device, engine, job, out)
 
 
 @kd_app.command("paths")
+@flag_groups
 def paths(
     dst: str = typer.Argument(..., help="Output shards: path.pth [P,C,...], latent.pth, txt_emb.pth, txt, json."),
-    prompts: str = _PROMPTS, teacher: str = _TEACHER, steps: int = _STEPS, guidance_scale: float = _GUIDANCE,
-    negative_prompt: Optional[str] = _NEG, negative_preset: Optional[str] = _NEG_PRESET,
-    record_steps: Optional[str] = typer.Option(None, "--record-steps", help="Teacher step indices, e.g. 0,12,24,36."),
-    path_steps: int = typer.Option(4, "--path-steps", help="Without --record-steps: P evenly spaced states."),
-    seed: int = _SEED, latent_shape: Optional[str] = _SHAPE, size: Optional[str] = _SIZE,
-    frames: Optional[int] = _FRAMES, max_length: Optional[int] = _MAXLEN, per_shard: int = _PER_SHARD,
-    batch_size: int = typer.Option(8, "--batch-size"), device: str = DEVICE, dtype: str = DTYPE,
-    save_dtype: str = SAVE_DTYPE, engine: str = ENGINE, workers: int = WORKERS, ray_address: Optional[str] = RAY_ADDRESS,
-    resume: bool = RESUME,
-    overwrite: bool = OVERWRITE, wait_timeout: Optional[float] = WAIT, show_progress: Optional[bool] = PROGRESS,
-    quiet: bool = QUIET, json_out: bool = JSON_OUT,
+    *, teacher: TeacherFlags, path: PathFlags, compute: DeviceFlags, engine: EngineFlags, job: TorchrunJobFlags,
+    out: OutputFlags,
 ) -> None:
     """Multi-step KD paths: the teacher's states by decreasing t (path[0] = start), clean end in latent.pth.
 
@@ -312,16 +342,8 @@ def paths(
 
     The recorded timesteps go into each sample's json (path_timesteps) and into provenance.json.
     """
-    from fgdata.encode.kd import KdOptions
-
-    options = KdOptions(mode="paths", teacher=teacher, steps=steps, guidance_scale=guidance_scale,
-                        negative_prompt=negative_prompt, negative_preset=negative_preset, record_steps=record_steps,
-                        path_steps=path_steps, seed=seed, latent_shape=latent_shape, size=size, frames=frames,
-                        max_length=max_length, per_shard=per_shard, batch_size=batch_size, dtype=dtype,
-                        save_dtype=save_dtype)
-    _kd(prompts, dst, options, device, {"engine": engine, "workers": workers, "ray_address": ray_address, "resume": resume,
-                                        "overwrite": overwrite, "wait_timeout": wait_timeout, "quiet": quiet,
-                                        "progress": show_progress, "json": json_out})
+    options = teacher.options("paths", compute.dtype, record_steps=path.record_steps, path_steps=path.path_steps)
+    _kd(teacher.prompts, dst, options, compute.device, engine, job, out)
 
 
 def register(app: typer.Typer) -> None:

@@ -5,42 +5,52 @@ Only typer and the standard library load at import; torch, transformers and the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
-from fgdata.cli.options import JSON, OVERWRITE, PROGRESS, QUIET, RESUME, WAIT_TIMEOUT
+from fgdata.cli.flaggroups import flag, flag_groups
+from fgdata.cli.options import OutputFlags, TorchrunJobFlags
 
 NAMES = ("cifar10", "imagenet-64", "imagenet-64-edmv2", "imagenet-256", "all")
 
 
+@dataclass(frozen=True, kw_only=True)
+class RefFlags:
+    """What ``fid-refs`` reads and writes, the detectors, and how it runs them."""
+
+    data_root: Path | None = flag(typer.Option(None, "--data-root", help="Data root (default $DATA_ROOT_DIR); "
+                                                   "zips are read from it, references written to its fid-refs/."))
+    dataset_zip: str | None = flag(typer.Option(None, "--dataset-zip", help="Any EDM zip or image folder (local or "
+                                                    "s3://), or WDS:<shard dir or s3 prefix>."))
+    output: str | None = flag(typer.Option(None, "-o", "--output", help="With --dataset-zip: the reference file, "
+                                               ".npz (EDM, Inception) or .pkl (EDM2, Inception + DINOv2); local or "
+                                               "s3://."))
+    inception: str | None = flag(typer.Option(None, "--inception", help="Inception-v3 FID weights: a .pth state "
+                                                  "dict or .safetensors (path, URL or hub id owner/repo/file). "
+                                                  "Default: the ported TF weights pytorch-fid uses."))
+    dinov2: str | None = flag(typer.Option(None, "--dinov2", help="DINOv2 hub id or save_pretrained directory "
+                                               "(default facebook/dinov2-large)."))
+    trust_pickle: bool = flag(typer.Option(False, "--trust-pickle", help="Allow a pickled detector for --inception "
+                                           "(the official .pkl); unpickling runs code from the file."))
+    device: str = flag(typer.Option("auto", "--device",
+                                    help="auto, cpu or cuda (this rank's LOCAL_RANK GPU under torchrun)."))
+    batch_size: int = flag(typer.Option(128, "--batch-size", help="Images per detector call."))
+    workers: int | None = flag(typer.Option(None, "--workers", help="Decode threads (default: all cores)."))
+    chunk_size: int = flag(typer.Option(50_000, "--chunk-size",
+                                        help="Images per resumable chunk (shards: whole shards)."))
+    work_dir: str | None = flag(typer.Option(None, "--work-dir", help="Chunk files (default OUT.chunks; must be "
+                                                 "shared by all ranks)."))
+
+
+@flag_groups
 def fid_refs(
     dataset: str | None = typer.Argument(None, help=f"{', '.join(NAMES)}; or use --dataset-zip with -o."),
-    data_root: Path | None = typer.Option(None, "--data-root", help="Data root (default $DATA_ROOT_DIR); "
-                                             "zips are read from it, references written to its fid-refs/."),
-    dataset_zip: str | None = typer.Option(None, "--dataset-zip", help="Any EDM zip or image folder (local or "
-                                              "s3://), or WDS:<shard dir or s3 prefix>."),
-    output: str | None = typer.Option(None, "-o", "--output", help="With --dataset-zip: the reference file, "
-                                         ".npz (EDM, Inception) or .pkl (EDM2, Inception + DINOv2); local or s3://."),
-    inception: str | None = typer.Option(None, "--inception", help="Inception-v3 FID weights: a .pth state dict "
-                                            "or .safetensors (path, URL or hub id owner/repo/file). Default: the "
-                                            "ported TF weights pytorch-fid uses."),
-    dinov2: str | None = typer.Option(None, "--dinov2", help="DINOv2 hub id or save_pretrained directory "
-                                         "(default facebook/dinov2-large)."),
-    trust_pickle: bool = typer.Option(False, "--trust-pickle", help="Allow a pickled detector for --inception "
-                                      "(the official .pkl); unpickling runs code from the file."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda (this rank's LOCAL_RANK GPU under torchrun)."),
-    batch_size: int = typer.Option(128, "--batch-size", help="Images per detector call."),
-    workers: int | None = typer.Option(None, "--workers", help="Decode threads (default: all cores)."),
-    chunk_size: int = typer.Option(50_000, "--chunk-size", help="Images per resumable chunk (shards: whole shards)."),
-    work_dir: str | None = typer.Option(None, "--work-dir", help="Chunk files (default OUT.chunks; must be "
-                                           "shared by all ranks)."),
-    wait_timeout: float | None = WAIT_TIMEOUT,
-    resume: bool = RESUME,
-    overwrite: bool = OVERWRITE,
-    progress: bool | None = PROGRESS,
-    quiet: bool = QUIET,
-    json_out: bool = JSON,
+    *,
+    refs: RefFlags,
+    job: TorchrunJobFlags,
+    out: OutputFlags,
 ) -> None:
     """Compute FID reference statistics (Inception-v3 mu/sigma; DINOv2 too for EDM2 .pkl files).
 
@@ -62,61 +72,60 @@ def fid_refs(
         named_paths,
     )
 
-    if (dataset is None) == (dataset_zip is None):
+    if (dataset is None) == (refs.dataset_zip is None):
         raise typer.BadParameter(f"give a dataset name ({', '.join(NAMES)}) or --dataset-zip Z -o OUT")
-    if dataset_zip is not None and output is None:
+    if refs.dataset_zip is not None and refs.output is None:
         raise typer.BadParameter("--dataset-zip needs -o OUT (.npz or .pkl)")
-    if output is not None:
-        metrics_for(output)  # a wrong extension fails before any model loads
+    if refs.output is not None:
+        metrics_for(refs.output)  # a wrong extension fails before any model loads
     if dataset is not None and dataset not in NAMES:
         raise typer.BadParameter(f"unknown dataset {dataset!r}; choose one of {', '.join(NAMES)}")
-    options = RefOptions(trust_pickle=trust_pickle, device=device, batch_size=batch_size, workers=workers,
-                         chunk_size=chunk_size, work_dir=work_dir, resume=resume, overwrite=overwrite,
-                         wait_timeout=wait_timeout)
-    if inception:
-        options.inception = inception
-    if dinov2:
-        options.dinov2 = dinov2
+    options = RefOptions(trust_pickle=refs.trust_pickle, device=refs.device, batch_size=refs.batch_size,
+                         workers=refs.workers, chunk_size=refs.chunk_size, work_dir=refs.work_dir, resume=job.resume,
+                         overwrite=job.overwrite, wait_timeout=job.wait_timeout)
+    if refs.inception:
+        options.inception = refs.inception
+    if refs.dinov2:
+        options.dinov2 = refs.dinov2
 
     jobs: list[tuple[str | None, str, str]] = []
     missing: list[str] = []
-    if dataset_zip is not None:
-        jobs.append((None, dataset_zip, str(output)))
+    if refs.dataset_zip is not None:
+        jobs.append((None, refs.dataset_zip, str(refs.output)))
     else:
         names = list(FID_REFS) if dataset == "all" else [str(dataset)]
         for name in names:
-            zip_path, out = named_paths(name, data_root)
+            zip_path, target = named_paths(name, refs.data_root)
             if zip_path.is_file():
-                jobs.append((name, str(zip_path), str(out)))
+                jobs.append((name, str(zip_path), str(target)))
             else:
                 missing.append(f"{zip_path} (fgdata prepare {FID_REFS[name][1]})")
         if missing and (dataset != "all" or not jobs):
             from fgdata.errors import FgdataError
 
             raise FgdataError(f"dataset zip not found: {'; '.join(missing)}")
-    from fgdata.cli.options import show_progress
     from fgdata.cli.render import console, err_console, phase_progress
     from fgdata.encode.models import resolve_device
 
-    bars = show_progress(progress, quiet=quiet, json_out=json_out)
-    for skipped in [] if quiet else missing:
+    bars = out.bars
+    for skipped in [] if out.quiet else missing:
         err_console.print(f"[yellow]skipped[/] {skipped}")
-    if overwrite:
+    if job.overwrite:
         from fgdata import storage
 
-        for job in jobs:
-            if storage.exists(job[2]) and not quiet:
-                err_console.print(f"[yellow]replacing[/] {job[2]} (--overwrite)")
+        for _, _, dest in jobs:
+            if storage.exists(dest) and not out.quiet:
+                err_console.print(f"[yellow]replacing[/] {dest} (--overwrite)")
     cache = DetectorCache(options, resolve_device(options.device))
     with phase_progress(enabled=bars) as update:
-        results = [compute_refs(src, out, options, detectors=cache, name=name, progress=update if bars else None)
-                   for name, src, out in jobs]
-    if json_out:
+        results = [compute_refs(src, target, options, detectors=cache, name=name, progress=update if bars else None)
+                   for name, src, target in jobs]
+    if out.json_out:
         import json
 
         print(json.dumps({"command": "fid-refs", "outputs": results, "skipped": missing}, default=str))
         return
-    for r in [] if quiet else results:
+    for r in [] if out.quiet else results:
         if r.get("skipped"):
             console.print(f"[green]kept[/] {r['path']} (complete; --no-resume recomputes)")
         elif r.get("rank", 0) != 0:

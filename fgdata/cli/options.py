@@ -19,14 +19,23 @@ the helpers below, never by hand:
   symbolic links resolving outside it; without it each such input is a failure naming the link's target.
 - Jobs that run under torchrun: ``--wait-timeout`` (``WAIT_TIMEOUT``) bounds how long rank 0 waits for the other
   ranks' outputs before it fails, naming the missing ones and their ranks.
+
+Commands take these as flag groups (:mod:`fgdata.cli.flaggroups`): :class:`OutputFlags` (``--progress``,
+``-q``, ``--json``), :class:`JobFlags` (``--resume``, ``--overwrite``) and :class:`TorchrunJobFlags` (those and
+``--wait-timeout``); a command with only some of them declares those fields in its own group with
+:func:`~fgdata.cli.flaggroups.flag` and the objects below.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Optional
 
 import typer
+
+from fgdata.cli.flaggroups import flag
 
 PROGRESS = typer.Option(
     None, "--progress/--no-progress", show_default=False,
@@ -50,6 +59,35 @@ WAIT_TIMEOUT = typer.Option(None, "--wait-timeout",
 #: Flag spelling -> the one definition, for the tests and for anyone adding a command.
 SHARED = {"--progress": PROGRESS, "--quiet": QUIET, "--json": JSON, "--resume": RESUME, "--overwrite": OVERWRITE,
           "--follow-symlinks": FOLLOW_SYMLINKS, "--wait-timeout": WAIT_TIMEOUT}
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputFlags:
+    """How a command reports: ``--progress/--no-progress``, ``-q``, ``--json``."""
+
+    progress: Optional[bool] = flag(PROGRESS)
+    quiet: bool = flag(QUIET)
+    json_out: bool = flag(JSON)
+
+    @property
+    def bars(self) -> bool:
+        """Whether to draw progress bars (:func:`show_progress`)."""
+        return show_progress(self.progress, quiet=self.quiet, json_out=self.json_out)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobFlags:
+    """What a writing command does with the outputs of an earlier run: ``--resume/--no-resume``, ``--overwrite``."""
+
+    resume: bool = flag(RESUME)
+    overwrite: bool = flag(OVERWRITE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchrunJobFlags(JobFlags):
+    """:class:`JobFlags` and ``--wait-timeout``, for writing jobs that can run under torchrun."""
+
+    wait_timeout: Optional[float] = flag(WAIT_TIMEOUT)
 
 
 def show_progress(progress: bool | None, *, quiet: bool = False, json_out: bool = False) -> bool:

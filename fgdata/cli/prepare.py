@@ -6,14 +6,17 @@ Only typer, rich and the standard library load at import; the library modules lo
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from fgdata.cli import options
+from fgdata.cli.flaggroups import flag, flag_groups
+from fgdata.cli.options import JobFlags, OutputFlags
 
 if TYPE_CHECKING:
     from fgdata.cli.jobrun import Outcome
@@ -76,28 +79,44 @@ def download(
     typer.echo(f"ready: {path}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class PrepareFlags:
+    """What ``prepare`` reads and how: the data root, the source, and the checks on it."""
+
+    data_root: Optional[Path] = flag(typer.Option(None, "--data-root", help="Output root (default $DATA_ROOT_DIR)."))
+    source: Optional[Path] = flag(typer.Option(None, "--source", help="cifar10: a local cifar-10-python.tar.gz."))
+    skip_md5: bool = flag(typer.Option(False, "--skip-md5",
+                                       help="cifar10: accept a CIFAR-format tarball that is not the official one."))
+    imagenet_source: Optional[Path] = flag(typer.Option(None, "--imagenet-source",
+                                                        help="ImageNet: Kaggle root or the train folder."))
+    allow_any_tree: bool = flag(typer.Option(
+        False, "--allow-any-tree",
+        help="ImageNet: accept a source that is not the ImageNet train tree (any class-folder tree)."))
+    follow_symlinks: bool = flag(options.FOLLOW_SYMLINKS)
+    max_images: Optional[int] = flag(typer.Option(None, "--max-images", min=1, help="Only the first N images."))
+    workers: Optional[int] = flag(typer.Option(None, "--workers", min=1, help="Decode processes (default: all cores)."))
+    strict: bool = flag(typer.Option(False, "--strict", help="ImageNet: fail on the first source that is not RGB or L."))
+
+
+@dataclass(frozen=True, kw_only=True)
+class VaeFlags:
+    """``prepare imagenet-256``: the VAE pass that turns images into latents."""
+
+    vae: str = flag(typer.Option("stabilityai/sd-vae-ft-mse", "--vae", help="imagenet-256: VAE hub id or local directory."))
+    device: str = flag(typer.Option("auto", "--device", help="imagenet-256: auto, cpu, cuda or cuda:N."))
+    batch_size: int = flag(typer.Option(32, "--batch-size", min=1, help="imagenet-256: images per VAE call."))
+    dtype: str = flag(typer.Option("float32", "--dtype", help="imagenet-256: float32 (reference numerics) or bfloat16."))
+
+
+@flag_groups
 def prepare(
     dataset: Optional[str] = typer.Argument(None, help="cifar10, imagenet-64 or imagenet-256."),
     list_: bool = typer.Option(False, "--list", help="Show the datasets, their outputs and what each needs."),
-    data_root: Optional[Path] = typer.Option(None, "--data-root", help="Output root (default $DATA_ROOT_DIR)."),
-    source: Optional[Path] = typer.Option(None, "--source", help="cifar10: a local cifar-10-python.tar.gz."),
-    skip_md5: bool = typer.Option(False, "--skip-md5", help="cifar10: accept a CIFAR-format tarball that is not the official one."),
-    imagenet_source: Optional[Path] = typer.Option(None, "--imagenet-source", help="ImageNet: Kaggle root or the train folder."),
-    allow_any_tree: bool = typer.Option(False, "--allow-any-tree",
-                                        help="ImageNet: accept a source that is not the ImageNet train tree (any class-folder tree)."),
-    follow_symlinks: bool = options.FOLLOW_SYMLINKS,
-    max_images: Optional[int] = typer.Option(None, "--max-images", min=1, help="Only the first N images."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Decode processes (default: all cores)."),
-    resume: bool = options.RESUME,
-    overwrite: bool = options.OVERWRITE,
-    strict: bool = typer.Option(False, "--strict", help="ImageNet: fail on the first source that is not RGB or L."),
-    vae: str = typer.Option("stabilityai/sd-vae-ft-mse", "--vae", help="imagenet-256: VAE hub id or local directory."),
-    device: str = typer.Option("auto", "--device", help="imagenet-256: auto, cpu, cuda or cuda:N."),
-    batch_size: int = typer.Option(32, "--batch-size", min=1, help="imagenet-256: images per VAE call."),
-    dtype: str = typer.Option("float32", "--dtype", help="imagenet-256: float32 (reference numerics) or bfloat16."),
-    show_progress: Optional[bool] = options.PROGRESS,
-    quiet: bool = options.QUIET,
-    json_out: bool = options.JSON,
+    *,
+    inputs: PrepareFlags,
+    latents: VaeFlags,
+    job: JobFlags,
+    out: OutputFlags,
 ) -> None:
     """Build the class-conditional dataset zips that FastGen-style training reads, under the data root, with the exact file names it expects.
 
@@ -113,39 +132,42 @@ def prepare(
         return
     if dataset not in PREPARES:
         raise typer.BadParameter(f"choose a dataset: {', '.join(PREPARES)} (fgdata prepare --list shows what each needs)")
-    if dataset != "cifar10" and imagenet_source is None:
+    if dataset != "cifar10" and inputs.imagenet_source is None:
         raise typer.BadParameter(f"fgdata prepare {dataset} needs --imagenet-source DIR (fgdata download imagenet)")
     import fgdata.prepare as lib
     from fgdata.errors import FgdataError
     from fgdata.cli.jobrun import finish, notes, run_job
     from fgdata.cli.render import phase_progress
 
+    i = inputs
     if dataset == "cifar10":
-        job: Callable[[ZipRun], list[dict]] = partial(
-            lib.prepare_cifar10, lib.Cifar10Options(data_root, source, skip_md5, max_images=max_images))
+        job_fn: Callable[[ZipRun], list[dict]] = partial(
+            lib.prepare_cifar10, lib.Cifar10Options(i.data_root, i.source, i.skip_md5, max_images=i.max_images))
     else:
-        assert imagenet_source is not None  # refused above
-        imagenet = lib.ImagenetOptions(imagenet_source, data_root, allow_any_tree, max_images=max_images,
-                                       strict=strict, follow_symlinks=follow_symlinks)
+        assert i.imagenet_source is not None  # refused above
+        imagenet = lib.ImagenetOptions(i.imagenet_source, i.data_root, i.allow_any_tree, max_images=i.max_images,
+                                       strict=i.strict, follow_symlinks=i.follow_symlinks)
         if dataset == "imagenet-64":
-            job = partial(lib.prepare_imagenet64, imagenet)
+            job_fn = partial(lib.prepare_imagenet64, imagenet)
         else:
             try:
-                latents = lib.LatentZipOptions(vae=vae, dtype=dtype, device=device, batch_size=batch_size)
+                vae = lib.LatentZipOptions(vae=latents.vae, dtype=latents.dtype, device=latents.device,
+                                           batch_size=latents.batch_size)
             except FgdataError as exc:  # a bad flag value is a usage error (exit 2), as typer's own checks
                 raise typer.BadParameter(str(exc)) from None
-            job = partial(lib.prepare_imagenet256, imagenet, latents)
-    bars = options.show_progress(show_progress, quiet=quiet, json_out=json_out)
+            job_fn = partial(lib.prepare_imagenet256, imagenet, vae)
+    bars = out.bars
 
     def build() -> list[dict]:
         with phase_progress(enabled=bars) as update:
-            return job(lib.ZipRun(workers, resume, overwrite, update if bars else None, notes(quiet)))
+            return job_fn(lib.ZipRun(i.workers, job.resume, job.overwrite, update if bars else None,
+                                     notes(out.quiet)))
 
     started = time.perf_counter()
     summaries = run_job(build)  # the bar is closed before an interrupt line is printed
-    where = str(imagenet_source if dataset != "cifar10" else source or "the CIFAR-10 tarball")
+    where = str(i.imagenet_source if dataset != "cifar10" else i.source or "the CIFAR-10 tarball")
     outcome = _outcome(dataset, where, summaries, time.perf_counter() - started)
-    finish(outcome, quiet=quiet, json_out=json_out)
+    finish(outcome, quiet=out.quiet, json_out=out.json_out)
 
 
 def register(app: typer.Typer) -> None:

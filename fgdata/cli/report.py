@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import typer
 
-from fgdata.cli.options import JSON, OVERWRITE, PROGRESS, QUIET, say_removed, show_progress
+from fgdata.cli.flaggroups import flag, flag_groups
+from fgdata.cli.options import OVERWRITE, OutputFlags, say_removed
 from fgdata.cli.render import console, err_console, print_json, progress
 
 
@@ -78,22 +80,34 @@ def _summary_table(doc: dict[str, Any]) -> None:
     console.print(table)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ReportFlags:
+    """What ``report`` writes and how much of the dataset it decodes."""
+
+    output: str = flag(typer.Option("report.html", "--output", "-o", metavar="FILE",
+                                    help="The HTML page to write (local or s3://)."))
+    sample: int = flag(typer.Option(1000, "--sample", min=0, metavar="N", help="Decode the media of at most N "
+                                    "samples (image headers without json sizes, video probes, tensors), spread "
+                                    "evenly over the dataset."))
+    tiles: int = flag(typer.Option(24, "--tiles", min=0, metavar="N", help="Samples in the contact sheet."))
+    contact_sheet: Optional[str] = flag(typer.Option(None, "--contact-sheet", metavar="PNG",
+                                                     help="Also write the contact sheet as a PNG."))
+    threshold: list[str] = flag(typer.Option([], "--threshold", metavar="FIELD=VALUE", help="The score threshold "
+                                             "shown for a numeric json field (repeatable; default: the score "
+                                             "filter's, else the median)."))
+    name: Optional[str] = flag(typer.Option(None, "--name",
+                                            help="The dataset's name in the report (default: its folder)."))
+    workers: int = flag(typer.Option(4, "--workers", "-w", min=1, help="Shards read in parallel."))
+    overwrite: bool = flag(OVERWRITE)
+
+
+@flag_groups
 def report_cmd(
     paths: list[str] = typer.Argument(..., help="A folder or s3:// prefix of .tar shards, shards, or a brace pattern "
                                       "like 'data/{00000..00099}.tar'."),
-    output: str = typer.Option("report.html", "--output", "-o", metavar="FILE", help="The HTML page to write (local or s3://)."),
-    sample: int = typer.Option(1000, "--sample", min=0, metavar="N", help="Decode the media of at most N samples (image headers "
-                               "without json sizes, video probes, tensors), spread evenly over the dataset."),
-    tiles: int = typer.Option(24, "--tiles", min=0, metavar="N", help="Samples in the contact sheet."),
-    contact_sheet: Optional[str] = typer.Option(None, "--contact-sheet", metavar="PNG", help="Also write the contact sheet as a PNG."),
-    threshold: list[str] = typer.Option([], "--threshold", metavar="FIELD=VALUE", help="The score threshold shown for a numeric "
-                                        "json field (repeatable; default: the score filter's, else the median)."),
-    name: Optional[str] = typer.Option(None, "--name", help="The dataset's name in the report (default: its folder)."),
-    workers: int = typer.Option(4, "--workers", "-w", min=1, help="Shards read in parallel."),
-    overwrite: bool = OVERWRITE,
-    json_out: bool = JSON,
-    progress_flag: Optional[bool] = PROGRESS,
-    quiet: bool = QUIET,
+    *,
+    flags: ReportFlags,
+    out: OutputFlags,
 ) -> None:
     """Describe a dataset of WebDataset shards (fgdata's or anyone's) in one self-contained HTML page.
 
@@ -108,16 +122,16 @@ def report_cmd(
     from fgdata.errors import FgdataError
     from fgdata.report.build import build_report, write_contact_sheet
 
-    wanted = _thresholds(threshold)
-    outputs = [p for p in (output, contact_sheet) if p]
+    wanted = _thresholds(flags.threshold)
+    outputs = [p for p in (flags.output, flags.contact_sheet) if p]
     existing = [p for p in outputs if storage.exists(p)]
-    if existing and not overwrite:
+    if existing and not flags.overwrite:
         raise FgdataError(f"{existing[0]} exists; pass --overwrite to replace it")
     from fgdata.shards import resolve_shards
 
     shards = resolve_shards(paths).shards
     started = time.perf_counter()
-    with progress(enabled=show_progress(progress_flag, quiet=quiet, json_out=json_out)) as bar:
+    with progress(enabled=out.bars) as bar:
         task = bar.add_task("reading shards", total=len(shards), rate="")
 
         def tick(_shard: str) -> None:
@@ -126,23 +140,23 @@ def report_cmd(
             if done == len(shards):
                 bar.update(task, description="drawing")
 
-        report = build_report(shards, name=name or _dataset_name(paths), paths=paths, sample=sample, tiles=tiles,
-                              workers=workers, thresholds=wanted, progress=tick)
+        report = build_report(shards, name=flags.name or _dataset_name(paths), paths=paths, sample=flags.sample,
+                              tiles=flags.tiles, workers=flags.workers, thresholds=wanted, progress=tick)
     doc = report.doc
-    say_removed(existing, quiet=quiet)
-    storage.write_bytes(output, report.html.encode())
-    doc["html"] = output
-    if contact_sheet:
-        write_contact_sheet(report.stats.tiles, contact_sheet)
-        doc["contact_sheet_png"] = contact_sheet
+    say_removed(existing, quiet=out.quiet)
+    storage.write_bytes(flags.output, report.html.encode())
+    doc["html"] = flags.output
+    if flags.contact_sheet:
+        write_contact_sheet(report.stats.tiles, flags.contact_sheet)
+        doc["contact_sheet_png"] = flags.contact_sheet
     doc["seconds"] = round(time.perf_counter() - started, 3)
-    if json_out:
+    if out.json_out:
         print_json(doc)
     else:
         _summary_table(doc)
-        if not quiet:
-            console.print(f"wrote {output}" + (f" and {contact_sheet}" if contact_sheet else ""), highlight=False,
-                          soft_wrap=True)
+        if not out.quiet:
+            sheet = f" and {flags.contact_sheet}" if flags.contact_sheet else ""
+            console.print(f"wrote {flags.output}{sheet}", highlight=False, soft_wrap=True)
     if doc["problems"]:
         found = "; ".join(f"{p['count']:,} × {p['kind']}" for p in doc["problems"])
         err_console.print(f"[red]problems found: {found}[/]", highlight=False, soft_wrap=True)

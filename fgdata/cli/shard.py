@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Optional
+from dataclasses import dataclass, fields
+from typing import Any, Optional
 
 import typer
 
 from fgdata.cli import options
+from fgdata.cli.flaggroups import flag, flag_groups
+from fgdata.cli.options import JobFlags, OutputFlags, TorchrunJobFlags
 from fgdata.cli.render import console, human_bytes
 
 shard_app = typer.Typer(
@@ -33,26 +36,60 @@ def parse_bytes(text: Optional[str]) -> Optional[int]:
 
 SRC = typer.Argument(..., help="A folder (recursive, local or s3://) or a manifest (.csv, .jsonl, .parquet).")
 DST = typer.Argument(..., help="Output folder or s3:// prefix for the shards.")
-PATH_COLUMN = typer.Option("path", "--path-column", help="Manifest column with the media path or s3:// URL.")
-CAPTION_COLUMN = typer.Option("caption", "--caption-column", help="Manifest column with the caption.")
-MAXCOUNT = typer.Option(1000, "--maxcount", min=1, help="Samples per shard at most.")
-MAXSIZE = typer.Option(None, "--maxsize", help="Bytes per shard at most (e.g. 1GB).")
-WORKERS = typer.Option(1, "--workers", "-w", min=1, help="Local worker processes (the output does not depend on it).")
-RESUME = options.RESUME
-OVERWRITE = options.OVERWRITE
-SHUFFLE = typer.Option(None, "--shuffle-seed", help="Write the inputs in a seeded random order.")
-ENGINE = typer.Option("local", "--engine", help="local (process pool, or torchrun ranks) or ray.")
-RAY_ADDRESS = typer.Option(None, "--ray-address", help="Ray cluster address (default: start or join a local one).")
-UNIT_SIZE = typer.Option(None, "--unit-size", min=1,
-                         help="Ray and torchrun: inputs per work unit (default: --maxcount).")
-WAIT_TIMEOUT = options.WAIT_TIMEOUT
-JSON_OUT = options.JSON
-PROGRESS = options.PROGRESS
-QUIET = options.QUIET
-FOLLOW = options.FOLLOW_SYMLINKS
+MAX_SIDE = typer.Option(None, "--max-side", min=2, help="Re-encode, shrinking the longer side to N px.")
 
 
-def _run(job, json_out: bool, show_progress: Optional[bool], quiet: bool) -> None:  # noqa: ANN001 - a ShardJob
+@dataclass(frozen=True, kw_only=True)
+class SourceFlags:
+    """Where a media shard command finds its inputs' paths and captions, and whether it follows symlinks."""
+
+    path_column: str = flag(typer.Option("path", "--path-column", help="Manifest column with the media path or s3:// URL."))
+    caption_column: str = flag(typer.Option("caption", "--caption-column", help="Manifest column with the caption."))
+    follow_symlinks: bool = flag(options.FOLLOW_SYMLINKS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardingFlags:
+    """How inputs become shards: their size and order."""
+
+    maxcount: int = flag(typer.Option(1000, "--maxcount", min=1, help="Samples per shard at most."))
+    maxsize: Optional[str] = flag(typer.Option(None, "--maxsize", help="Bytes per shard at most (e.g. 1GB)."))
+    shuffle_seed: Optional[int] = flag(typer.Option(None, "--shuffle-seed", help="Write the inputs in a seeded random order."))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScaleFlags:
+    """Where a media shard job runs: local processes, torchrun ranks or Ray."""
+
+    workers: int = flag(typer.Option(1, "--workers", "-w", min=1,
+                                     help="Local worker processes (the output does not depend on it)."))
+    engine: str = flag(typer.Option("local", "--engine", help="local (process pool, or torchrun ranks) or ray."))
+    ray_address: Optional[str] = flag(typer.Option(None, "--ray-address",
+                                                   help="Ray cluster address (default: start or join a local one)."))
+    unit_size: Optional[int] = flag(typer.Option(None, "--unit-size", min=1,
+                                                 help="Ray and torchrun: inputs per work unit (default: --maxcount)."))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageFlags:
+    """``shard images``: re-encoding (the original bytes are kept by default)."""
+
+    max_side: Optional[int] = flag(MAX_SIDE)
+    image_format: Optional[str] = flag(typer.Option(None, "--format", help="Re-encode as jpg, png or webp."))
+    quality: int = flag(typer.Option(95, "--quality", min=1, max=100, help="JPEG/WebP quality when re-encoding."))
+
+
+@dataclass(frozen=True, kw_only=True)
+class VideoFlags:
+    """``shard videos``: clipping and re-encoding (the container bytes are kept by default)."""
+
+    clip_seconds: Optional[float] = flag(typer.Option(None, "--clip-seconds", help="Cut each video into clips of S seconds."))
+    exact: bool = flag(typer.Option(False, "--exact", help="Exact clip bounds (re-encodes); default cuts at keyframes."))
+    fps: Optional[float] = flag(typer.Option(None, "--fps", help="Re-encode at this frame rate."))
+    max_side: Optional[int] = flag(MAX_SIDE)
+
+
+def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     from fgdata.cli.jobrun import Outcome, finish, job_progress, notes, run_job
     from fgdata.jobs.ranks import dist_env
     from fgdata.jobs.shard import run_shard_job
@@ -62,9 +99,8 @@ def _run(job, json_out: bool, show_progress: Optional[bool], quiet: bool) -> Non
     label = f"shard {job.options.kind}" + (f" [rank {rank}/{world}]" if world > 1 else "")  # one bar per rank
 
     def shard():  # noqa: ANN202 - a JobReport
-        enabled = options.show_progress(show_progress, quiet=quiet, json_out=json_out)
-        with job_progress(label, enabled=enabled) as bar:
-            return run_shard_job(job, progress=bar.advance, on_start=bar.total, notify=notes(quiet))
+        with job_progress(label, enabled=out.bars) as bar:
+            return run_shard_job(job, progress=bar.advance, on_start=bar.total, notify=notes(out.quiet))
 
     report = run_job(shard)  # the bar is closed before an interrupt line is printed
     rows = [(f"  {reason}", f"{n:,}") for reason, n in report.failed_by_reason.items()]
@@ -82,43 +118,25 @@ def _run(job, json_out: bool, show_progress: Optional[bool], quiet: bool) -> Non
     finish(Outcome(command=f"shard {job.options.kind}", source=job.src, output=job.dest, seen=report.seen,
                    written=report.written, failed=report.failed, failures_file=report.failures_path,
                    seconds=time.perf_counter() - started, details=details, rows=rows, whole_job=report.whole_job),
-           quiet=quiet, json_out=json_out)
+           quiet=out.quiet, json_out=out.json_out)
 
 
-def _job(options, common: dict):  # noqa: ANN001, ANN202 - ShardOptions -> ShardJob
-    """The job from the command's own options plus the flags every shard command shares."""
+def _job(what, src: str, dest: str, *groups: Any, **flags: Any):  # noqa: ANN001, ANN202 - ShardOptions -> ShardJob
+    """The job from the command's own options (``what``) plus the flag groups the shard commands share."""
     from fgdata.errors import FgdataError
     from fgdata.jobs.shard import ShardJob
 
-    if common.get("engine", "local") not in ("local", "ray"):
-        raise FgdataError(f"--engine must be 'local' or 'ray', not {common['engine']!r}")
-    return ShardJob(options=options, **{**common, "maxsize": parse_bytes(common.get("maxsize"))})
+    for group in groups:
+        flags |= {f.name: getattr(group, f.name) for f in fields(group)}
+    if flags.get("engine", "local") not in ("local", "ray"):
+        raise FgdataError(f"--engine must be 'local' or 'ray', not {flags['engine']!r}")
+    return ShardJob(options=what, src=src, dest=dest, **{**flags, "maxsize": parse_bytes(flags.get("maxsize"))})
 
 
 @shard_app.command("images")
-def images_cmd(
-    src: str = SRC,
-    dst: str = DST,
-    max_side: Optional[int] = typer.Option(None, "--max-side", min=2, help="Re-encode, shrinking the longer side to N px."),
-    image_format: Optional[str] = typer.Option(None, "--format", help="Re-encode as jpg, png or webp."),
-    quality: int = typer.Option(95, "--quality", min=1, max=100, help="JPEG/WebP quality when re-encoding."),
-    path_column: str = PATH_COLUMN,
-    caption_column: str = CAPTION_COLUMN,
-    maxcount: int = MAXCOUNT,
-    maxsize: Optional[str] = MAXSIZE,
-    workers: int = WORKERS,
-    resume: bool = RESUME,
-    overwrite: bool = OVERWRITE,
-    shuffle_seed: Optional[int] = SHUFFLE,
-    engine: str = ENGINE,
-    ray_address: Optional[str] = RAY_ADDRESS,
-    unit_size: Optional[int] = UNIT_SIZE,
-    wait_timeout: Optional[float] = WAIT_TIMEOUT,
-    follow_symlinks: bool = FOLLOW,
-    json_out: bool = JSON_OUT,
-    show_progress: Optional[bool] = PROGRESS,
-    quiet: bool = QUIET,
-) -> None:
+@flag_groups
+def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: SourceFlags, sharding: ShardingFlags,
+               scale: ScaleFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
     """Shard images with captions (NAME.txt) and metadata (NAME.json); original bytes by default.
 
     Example: fgdata shard images ./photos s3://bucket/photos-wds --maxcount 1000 --workers 8
@@ -129,39 +147,15 @@ def images_cmd(
     """
     from fgdata.producers.media import ShardOptions
 
-    options = ShardOptions(kind="images", max_side=max_side, image_format=image_format, quality=quality)
-    _run(_job(options, dict(src=src, dest=dst, path_column=path_column, caption_column=caption_column,
-                            maxcount=maxcount, maxsize=maxsize, workers=workers, resume=resume, overwrite=overwrite,
-                            shuffle_seed=shuffle_seed, engine=engine, ray_address=ray_address, unit_size=unit_size,
-                            wait_timeout=wait_timeout, follow_symlinks=follow_symlinks)),
-         json_out, show_progress, quiet)
+    what = ShardOptions(kind="images", max_side=image.max_side, image_format=image.image_format,
+                        quality=image.quality)
+    _run(_job(what, src, dst, source, sharding, scale, job), out)
 
 
 @shard_app.command("videos")
-def videos_cmd(
-    src: str = SRC,
-    dst: str = DST,
-    clip_seconds: Optional[float] = typer.Option(None, "--clip-seconds", help="Cut each video into clips of S seconds."),
-    exact: bool = typer.Option(False, "--exact", help="Exact clip bounds (re-encodes); default cuts at keyframes."),
-    fps: Optional[float] = typer.Option(None, "--fps", help="Re-encode at this frame rate."),
-    max_side: Optional[int] = typer.Option(None, "--max-side", min=2, help="Re-encode, shrinking the longer side to N px."),
-    path_column: str = PATH_COLUMN,
-    caption_column: str = CAPTION_COLUMN,
-    maxcount: int = MAXCOUNT,
-    maxsize: Optional[str] = MAXSIZE,
-    workers: int = WORKERS,
-    resume: bool = RESUME,
-    overwrite: bool = OVERWRITE,
-    shuffle_seed: Optional[int] = SHUFFLE,
-    engine: str = ENGINE,
-    ray_address: Optional[str] = RAY_ADDRESS,
-    unit_size: Optional[int] = UNIT_SIZE,
-    wait_timeout: Optional[float] = WAIT_TIMEOUT,
-    follow_symlinks: bool = FOLLOW,
-    json_out: bool = JSON_OUT,
-    show_progress: Optional[bool] = PROGRESS,
-    quiet: bool = QUIET,
-) -> None:
+@flag_groups
+def videos_cmd(src: str = SRC, dst: str = DST, *, video: VideoFlags, source: SourceFlags, sharding: ShardingFlags,
+               scale: ScaleFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
     """Shard videos (audio kept) with probe metadata, captions and camera tracks.
 
     Example: fgdata shard videos ./clips ./clips-wds --clip-seconds 5 --workers 4
@@ -172,27 +166,21 @@ def videos_cmd(
     """
     from fgdata.producers.media import ShardOptions
 
-    options = ShardOptions(kind="videos", clip_seconds=clip_seconds, exact_clips=exact, fps=fps, max_side=max_side)
-    _run(_job(options, dict(src=src, dest=dst, path_column=path_column, caption_column=caption_column,
-                            maxcount=maxcount, maxsize=maxsize, workers=workers, resume=resume, overwrite=overwrite,
-                            shuffle_seed=shuffle_seed, engine=engine, ray_address=ray_address, unit_size=unit_size,
-                            wait_timeout=wait_timeout, follow_symlinks=follow_symlinks)),
-         json_out, show_progress, quiet)
+    what = ShardOptions(kind="videos", clip_seconds=video.clip_seconds, exact_clips=video.exact, fps=video.fps,
+                        max_side=video.max_side)
+    _run(_job(what, src, dst, source, sharding, scale, job), out)
 
 
 @shard_app.command("prompts")
+@flag_groups
 def prompts_cmd(
     file: str = typer.Argument(..., help="A text file (one prompt per line) or a manifest (.csv, .jsonl, .parquet)."),
     dst: str = DST,
     caption_column: str = typer.Option("caption", "--caption-column", help="Manifest column with the prompt."),
-    maxcount: int = MAXCOUNT,
-    maxsize: Optional[str] = MAXSIZE,
-    resume: bool = RESUME,
-    overwrite: bool = OVERWRITE,
-    shuffle_seed: Optional[int] = SHUFFLE,
-    json_out: bool = JSON_OUT,
-    show_progress: Optional[bool] = PROGRESS,
-    quiet: bool = QUIET,
+    *,
+    sharding: ShardingFlags,
+    job: JobFlags,
+    out: OutputFlags,
 ) -> None:
     """Write prompts as txt-only shards, for prompt-only (data-free) training.
 
@@ -200,9 +188,7 @@ def prompts_cmd(
     """
     from fgdata.producers.media import ShardOptions
 
-    _run(_job(ShardOptions(kind="prompts"), dict(src=file, dest=dst, caption_column=caption_column, maxcount=maxcount,
-                                                 maxsize=maxsize, resume=resume, overwrite=overwrite,
-                                                 shuffle_seed=shuffle_seed)), json_out, show_progress, quiet)
+    _run(_job(ShardOptions(kind="prompts"), file, dst, sharding, job, caption_column=caption_column), out)
 
 
 @camera_app.command("estimate")

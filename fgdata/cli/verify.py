@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Optional
 
 import typer
 
-from fgdata.cli.options import JSON, PROGRESS, QUIET, show_progress
+from fgdata.cli.flaggroups import flag, flag_groups
+from fgdata.cli.options import OutputFlags
 from fgdata.cli.render import console, err_console, human_bytes, print_json, progress
 
 _TABLE_ROWS = 50
@@ -55,18 +57,25 @@ def _render(report) -> None:  # noqa: ANN001 - fgdata.verify.VerifyReport, impor
             listed += 1
 
 
+@dataclass(frozen=True, kw_only=True)
+class VerifyFlags:
+    """What ``verify`` checks and what it writes."""
+
+    decode: bool = flag(typer.Option(False, "--decode", help="Also decode every member by its extension (images, videos, audio, npy/npz, pth weights-only, json, text)."))
+    require: Optional[str] = flag(typer.Option(None, "--require", help="Comma-separated extensions every sample must have, e.g. jpg,txt."))
+    workers: int = flag(typer.Option(4, "--workers", "-w", min=1, help="Shards checked in parallel (processes when decoding)."))
+    write_ignore: Optional[str] = flag(typer.Option(None, "--write-ignore", help="Write an ignore index of the bad samples here (local or s3://)."))
+    write_counts: bool = flag(typer.Option(False, "--write-counts", help="Rewrite shard_count.json with the readable samples of each shard."))
+    counts_output: Optional[str] = flag(typer.Option(None, "--counts-output", help="Write the readable counts here instead (implies --write-counts)."))
+    count_file: Optional[str] = flag(typer.Option(None, "--count-file", help="Check this shard-count file instead of PATH/shard_count.json."))
+
+
+@flag_groups
 def verify_cmd(
     paths: list[str] = typer.Argument(..., help="A folder or s3:// prefix of .tar shards, shards, or a brace pattern like 'data/{00000..00099}.tar'."),
-    decode: bool = typer.Option(False, "--decode", help="Also decode every member by its extension (images, videos, audio, npy/npz, pth weights-only, json, text)."),
-    require: Optional[str] = typer.Option(None, "--require", help="Comma-separated extensions every sample must have, e.g. jpg,txt."),
-    workers: int = typer.Option(4, "--workers", "-w", min=1, help="Shards checked in parallel (processes when decoding)."),
-    write_ignore: Optional[str] = typer.Option(None, "--write-ignore", help="Write an ignore index of the bad samples here (local or s3://)."),
-    write_counts: bool = typer.Option(False, "--write-counts", help="Rewrite shard_count.json with the readable samples of each shard."),
-    counts_output: Optional[str] = typer.Option(None, "--counts-output", help="Write the readable counts here instead (implies --write-counts)."),
-    count_file: Optional[str] = typer.Option(None, "--count-file", help="Check this shard-count file instead of PATH/shard_count.json."),
-    json_out: bool = JSON,
-    progress_flag: Optional[bool] = PROGRESS,
-    quiet: bool = QUIET,
+    *,
+    check: VerifyFlags,
+    out: OutputFlags,
 ) -> None:
     """Check every shard: tar integrity, truncation, duplicate or non-adjacent keys, the key rule, required members,
     and whether shard_count.json and the offset indexes agree; with --decode, decode every member too.
@@ -76,35 +85,34 @@ def verify_cmd(
     The ignore index lists the bad samples and the counts are the samples physically present and readable; loaders subtract the first from the second, so a verified dataset trains without drops.
     Exit code 1 when problems were found.
     """
-    from fgdata.verify import verify_dataset
-    from fgdata.verify import write_counts as write_counts_file
-    from fgdata.verify import write_ignore as write_ignore_file
+    from fgdata.verify import verify_dataset, write_counts, write_ignore
 
-    exts = [e for e in (require or "").split(",") if e.strip()]
+    exts = [e for e in (check.require or "").split(",") if e.strip()]
     started = time.perf_counter()
-    with progress(enabled=show_progress(progress_flag, quiet=quiet, json_out=json_out)) as bar:
+    with progress(enabled=out.bars) as bar:
         task = bar.add_task("verifying", total=None, rate="")
 
         def tick(_result: object) -> None:
             done = bar.tasks[task].completed + 1
             bar.update(task, advance=1, rate=f"{done / max(time.perf_counter() - started, 1e-9):.1f} shards/s")
 
-        report = verify_dataset(paths, decode=decode, require=exts, workers=workers, count_file=count_file, progress=tick,
+        report = verify_dataset(paths, decode=check.decode, require=exts, workers=check.workers,
+                                count_file=check.count_file, progress=tick,
                                 on_start=lambda n: bar.update(task, total=n))
     written: dict[str, str] = {}
-    if write_ignore:
-        write_ignore_file(report, write_ignore)
-        written["ignore"] = write_ignore
-    if write_counts or counts_output:
-        written["counts"] = write_counts_file(report, counts_output)
-    if json_out:
+    if check.write_ignore:
+        write_ignore(report, check.write_ignore)
+        written["ignore"] = check.write_ignore
+    if check.write_counts or check.counts_output:
+        written["counts"] = write_counts(report, check.counts_output)
+    if out.json_out:
         doc = report.to_json()
         doc["written"] = written
         print_json(doc)
     else:
         _render(report)
         for what, where in written.items():
-            if not quiet:
+            if not out.quiet:
                 console.print(f"wrote {what}: {where}")
     if not report.ok:
         err_console.print(f"[red]{report.bad_samples} bad sample(s), {sum(report.by_reason.values())} problem(s)[/]")
