@@ -49,14 +49,12 @@ def flag(info: ParameterInfo) -> Any:
     return dataclasses.field(default=default, metadata={_INFO: info})
 
 
-def _groups(fn: Callable[..., Any]) -> dict[str, type]:
-    """The parameters of ``fn`` whose type is a dataclass: name -> the group's class."""
-    hints = typing.get_type_hints(fn, include_extras=True)
-    return {name: hints[name] for name in inspect.signature(fn).parameters
-            if isinstance(hints.get(name), type) and dataclasses.is_dataclass(hints[name])}
+def _is_group(kind: Any) -> bool:
+    return isinstance(kind, type) and dataclasses.is_dataclass(kind)
 
 
-def _group_fields(cls: type) -> list[tuple[str, Any, ParameterInfo]]:
+@functools.cache  # the shared groups serve many commands
+def _group_fields(cls: type) -> tuple[tuple[str, Any, ParameterInfo], ...]:
     """(name, type, typer.Option) of each field of a group, in declaration order."""
     hints = typing.get_type_hints(cls, include_extras=True)
     out = []
@@ -65,15 +63,15 @@ def _group_fields(cls: type) -> list[tuple[str, Any, ParameterInfo]]:
         if info is None:
             raise TypeError(f"{cls.__name__}.{f.name} is not declared with flag(typer.Option(...))")
         out.append((f.name, hints[f.name], info))
-    return out
+    return tuple(out)
 
 
 def flag_groups(fn: F) -> F:
     """Let a Typer command take flag groups (see the module's docstring); apply it below ``@app.command``."""
-    groups = _groups(fn)
+    hints = typing.get_type_hints(fn, include_extras=True)
+    groups = {name: hints[name] for name in inspect.signature(fn).parameters if _is_group(hints.get(name))}
     if not groups:
         raise TypeError(f"{fn.__name__} takes no flag group: @flag_groups is not needed")
-    hints = typing.get_type_hints(fn, include_extras=True)
     params: list[inspect.Parameter] = []
     members: dict[str, tuple[type, list[str]]] = {}  # group parameter -> its class and its fields
     owner: dict[str, str] = {}  # Typer parameter name -> where it comes from, to refuse a name used twice
