@@ -186,7 +186,7 @@ def wds_shards(tmp_path_factory, sample_data, clip_encoder) -> Path:
 # -- tests ---------------------------------------------------------------------
 
 
-def test_image_report(image_shards, tmp_path):
+def test_image_report(image_shards, sample_data, tmp_path):
     doc, res = report(image_shards, tmp_path / "r.html", "--contact-sheet", str(tmp_path / "sheet.png"))
     assert res.returncode == 0, res.stderr
     page = check_page(tmp_path / "r.html")
@@ -196,7 +196,8 @@ def test_image_report(image_shards, tmp_path):
     im = doc["images"]
     assert im["members"] == im["sized"] == im["sizes_from_json"] == 7  # fgdata's json metadata, no decode
     assert doc["decoded_members"] == 0
-    assert im["width"]["max"] == max(Image.open(p).width for p in image_shards.parent.glob("photos*/*.jpg"))
+    photos = [p for p in sample_data.iterdir() if p.suffix in (".jpg", ".png")]  # what the fixture sharded
+    assert im["width"]["max"] == max(Image.open(p).width for p in photos)
     assert doc["captions"]["samples"] == 7
     assert len(doc["contact_sheet"]) == 7 and len(page.images) >= 7 + 4
     with Image.open(tmp_path / "sheet.png") as sheet:
