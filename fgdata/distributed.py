@@ -24,3 +24,53 @@ def env_rank_world() -> tuple[int, int]:
     if world < 1 or not 0 <= rank < world:
         raise FgdataError(f"RANK={rank}, WORLD_SIZE={world}: need 0 <= RANK < WORLD_SIZE")
     return rank, world
+
+
+#: Where rank 0 leaves the launch id in torchrun's store (one key per restart of the worker group).
+LAUNCH_KEY = "fgdata/launch-id/{restart}"
+_launch: dict[str, str] = {}  # this process's launch id, once read
+_store: list[object] = []  # rank 0's store when it hosts one: kept open so later ranks can still read the key
+
+
+def launch_id(timeout: float) -> str | None:
+    """An id every rank of this torchrun launch shares and no other launch has; None in one process.
+
+    File-only jobs cannot tell an earlier launch's markers from this one's by looking at them, so
+    ``--no-resume`` asks for this id and accepts only markers that carry it. Rank 0 draws it and sets it
+    in a TCPStore at ``MASTER_ADDR:MASTER_PORT``; every other rank reads it, waiting at most
+    ``timeout`` seconds. The store is reached as ``init_process_group(init_method="env://")`` reaches it:
+    every rank is a client of the agent's store when torchrun says ``TORCHELASTIC_USE_AGENT_STORE=True``,
+    else rank 0 hosts it. The key names ``TORCHELASTIC_RESTART_COUNT``, because the agent's store
+    outlives a restart of the workers. No process group is made, so no collective timeout applies.
+    """
+    rank, world = env_rank_world()
+    if world == 1:
+        return None
+    if "id" in _launch:
+        return _launch["id"]
+    import secrets
+    from datetime import timedelta
+
+    addr, port_text = os.environ.get("MASTER_ADDR", "").strip(), os.environ.get("MASTER_PORT", "").strip()
+    where = f"MASTER_ADDR:MASTER_PORT={addr or '?'}:{port_text or '?'}"
+    if not addr or not port_text.isdigit() or not 0 < int(port_text) < 2**16:
+        raise FgdataError(f"--no-resume with WORLD_SIZE={world} needs torchrun's store at {where} to tell this "
+                          "launch from earlier ones; launch with torchrun (with --master-port 0 the port cannot "
+                          "be reached: use --standalone or a fixed port), or rerun with --resume")
+    from torch.distributed import TCPStore
+
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    key = LAUNCH_KEY.format(restart=os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    try:
+        store = TCPStore(addr, int(port_text), is_master=rank == 0 and not agent, timeout=timedelta(seconds=timeout),
+                         wait_for_workers=False, multi_tenant=True)
+        if rank == 0:
+            store.set(key, secrets.token_hex(16))
+            _store.append(store)
+        value = store.get(key).decode()
+    except RuntimeError as exc:  # torch's DistNetworkError / DistStoreError: unreachable, or no id in time
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FgdataError(f"rank {rank}: no launch id from rank 0 through torchrun's store at {where} within "
+                          f"{timeout:g} s (--wait-timeout): {reason}") from None
+    _launch["id"] = value
+    return value

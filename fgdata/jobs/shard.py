@@ -15,7 +15,8 @@ of ``unit_size`` inputs; each unit writes its own shards under ``DST/.fgdata/uni
 one process (the Ray driver, or rank 0) moves them into one numbering (see :func:`_plan` and
 :func:`_merge`), so both give the same bytes for the same unit size. Under torchrun, unit ``u``
 belongs to rank ``u mod WORLD_SIZE``, which leaves ``units/NNNNN.json`` (its result) once the unit
-is complete; rank 0 waits for all of them (bounded, ``--wait-timeout``) before it merges. Keys come
+is complete; rank 0 waits for all of them (bounded, ``--wait-timeout``) before it merges; with ``--no-resume``
+only those of this launch count (:func:`fgdata.jobs.ranks.run_launch`). Keys come
 from the item index, so every executor gives the same samples in the same order; only the shard
 boundaries can differ between the stream and the units.
 """
@@ -37,7 +38,8 @@ from fgdata.errors import FgdataError
 from fgdata.jobs import dest as destmod
 from fgdata.jobs.local import ordered_map
 from fgdata.jobs.options import check_same, fingerprint, options_record
-from fgdata.jobs.ranks import dist_env, owner, wait_for
+from fgdata.jobs import testhook
+from fgdata.jobs.ranks import dist_env, owner, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, by_category, write_failures
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
 from fgdata.producers.media import Outcome, ShardOptions, transform
@@ -425,13 +427,14 @@ def _unit_marker(job: ShardJob, u: int) -> str:
     return storage.join(job.dest, UNITS, "%05d.json" % u)
 
 
-def _read_marker(path: str, fp: str) -> dict[str, Any] | None:
-    """A unit's result, if its marker exists and was written with these options (a torn one reads as absent)."""
+def _read_marker(path: str, fp: str, launch: str | None) -> dict[str, Any] | None:
+    """A unit's result, if its marker exists, was written with these options and counts in this run
+    (``launch``: see :func:`fgdata.jobs.ranks.run_launch`); a torn one reads as absent."""
     try:
         doc = json.loads(storage.read_bytes(path))
     except Exception:  # noqa: BLE001 - missing or torn: not done
         return None
-    return doc if isinstance(doc, dict) and doc.get("fingerprint") == fp else None
+    return doc if isinstance(doc, dict) and doc.get("fingerprint") == fp and this_launch(doc, launch) else None
 
 
 def _run_ranks(job: ShardJob, items: list[WorkItem], order: list[int], rank: int, world: int,
@@ -441,12 +444,16 @@ def _run_ranks(job: ShardJob, items: list[WorkItem], order: list[int], rank: int
     rank 0 then waits for every marker, builds the same plan as the Ray driver and merges.
 
     A rank never touches a unit whose marker exists (rank 0 may be merging it); ``--no-resume`` makes each
-    rank drop its own units and markers, and rank 0 the earlier outputs and an unfinished plan.
+    rank drop its own units and markers, and rank 0 the earlier outputs and an unfinished plan; markers then
+    carry this launch's id and rank 0 merges only those, so it never takes a marker another rank has not
+    removed yet for a finished unit.
     """
     units = _units(job, len(items))
     mine = [u for u in range(len(units)) if owner(u, world) == rank]
     fp = fingerprint(byte_options(job, units=True))
+    launch = run_launch(job.resume, job.wait_timeout)
     if not job.resume:
+        testhook.hold("no-resume", rank)
         if rank == 0:
             _start_over(job, notify, units=False)
         for u in mine:
@@ -457,10 +464,10 @@ def _run_ranks(job: ShardJob, items: list[WorkItem], order: list[int], rank: int
     share: list[dict[str, Any]] = []
     try:
         if plan is None:  # else a merge was stopped half-way: every unit is done, rank 0 finishes the merge
-            _run_share(job, items, order, [(u, units[u]) for u in mine], fp, share, progress, on_start)
+            _run_share(job, items, order, [(u, units[u]) for u in mine], (fp, launch), share, progress, on_start)
             if rank == 0:
                 # this rank's own results carry this run's figures (inputs resumed, bytes read)
-                results = _gather(job, len(units), world, fp, dict(zip(mine, share, strict=True)), notify)
+                results = _gather(job, len(units), world, (fp, launch), dict(zip(mine, share, strict=True)), notify)
                 plan = _plan(job, units, results)
     except Interrupted as stop:
         stop.done = sum(r["inputs"] for r in share)
@@ -473,14 +480,15 @@ def _run_ranks(job: ShardJob, items: list[WorkItem], order: list[int], rank: int
     return report
 
 
-def _gather(job: ShardJob, n: int, world: int, fp: str, results: dict[int, dict[str, Any]],
+def _gather(job: ShardJob, n: int, world: int, stamp: tuple[str, str | None], results: dict[int, dict[str, Any]],
             log: Notify | None) -> list[dict[str, Any]]:
-    """Every unit's result in unit order: ``results`` plus the other ranks' markers, waited for (bounded)."""
+    """Every unit's result in unit order: ``results`` plus the other ranks' markers (of ``stamp``: fingerprint
+    and launch), waited for (bounded)."""
 
     def missing() -> list[str]:
         for u in range(n):
             if u not in results:
-                found = _read_marker(_unit_marker(job, u), fp)
+                found = _read_marker(_unit_marker(job, u), *stamp)
                 if found is not None:
                     results[u] = found
         return ["unit %05d (rank %d)" % (u, owner(u, world)) for u in range(n) if u not in results]
@@ -490,20 +498,22 @@ def _gather(job: ShardJob, n: int, world: int, fp: str, results: dict[int, dict[
 
 
 def _run_share(job: ShardJob, items: list[WorkItem], order: list[int], mine: list[tuple[int, dict[str, Any]]],
-               fp: str, share: list[dict[str, Any]], progress: ProgressFn | None,
+               stamp: tuple[str, str | None], share: list[dict[str, Any]], progress: ProgressFn | None,
                on_start: Callable[[int], None] | None) -> None:
-    """Run this rank's units (skipping those whose marker exists), appending each result to ``share``."""
+    """Run this rank's units (skipping those whose marker of ``stamp`` exists), appending each result to
+    ``share``; each new marker carries ``stamp`` (fingerprint, launch)."""
+    fp, launch = stamp
     if on_start:
         on_start(sum(unit["span"][1] - unit["span"][0] for _, unit in mine))
     for u, unit in mine:
-        result = _read_marker(_unit_marker(job, u), fp)
+        result = _read_marker(_unit_marker(job, u), fp, launch)
         if result is not None:
             result = {**result, "resumed": result["inputs"], "nbytes": 0}
             if progress:
                 progress(result["inputs"], 0)
         else:
             result = _run_unit(items, order, unit["span"], unit["dest"], job, job.workers, progress)
-            storage.write_bytes(_unit_marker(job, u), json.dumps({**result, "fingerprint": fp}).encode())
+            storage.write_bytes(_unit_marker(job, u), json.dumps({**result, "fingerprint": fp, "launch": launch}).encode())
         share.append(result)
 
 

@@ -5,16 +5,23 @@ name, an encoded output shard, a block of zip members), it prints :data:`MARK` o
 waits there until it is signalled. A test reads stderr until the mark, then sends SIGKILL,
 SIGTERM or SIGINT, reruns the command and compares the bytes. Unset (always, outside tests),
 this costs one dictionary lookup per output.
+
+``FGDATA_TEST_HOLD=POINT@RANK,...``: when the job reaches a named point (see :func:`hold`) on that
+rank (``POINT`` alone: on every rank), it prints :data:`HELD` with the point, rank and pid on stderr and
+waits for SIGUSR1, then goes on. A test holds one rank there to order two ranks' steps without timing.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
 STOP_ENV = "FGDATA_TEST_STOP_AFTER"
 MARK = "fgdata-test-hook: paused"
+HOLD_ENV = "FGDATA_TEST_HOLD"
+HELD = "fgdata-test-hook: held"
 
 
 def output_done(done: int) -> None:
@@ -25,3 +32,17 @@ def output_done(done: int) -> None:
     print(f"{MARK} after {done} outputs", file=sys.stderr, flush=True)
     while True:  # until the test's signal arrives (a handler raises, or the process dies)
         time.sleep(3600)
+
+
+def hold(point: str, rank: int) -> None:
+    """Called by the job at ``point``; held there until SIGUSR1 when :data:`HOLD_ENV` names it for ``rank``."""
+    spec = os.environ.get(HOLD_ENV)
+    if not spec or not ({point, f"{point}@{rank}"} & {s.strip() for s in spec.split(",")}):
+        return
+    release = {signal.SIGUSR1}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, release)  # blocked first, so a quick signal is not lost
+    try:
+        print(f"{HELD} at {point} (rank {rank}, pid {os.getpid()})", file=sys.stderr, flush=True)
+        signal.sigwait(release)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

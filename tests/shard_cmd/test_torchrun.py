@@ -1,6 +1,7 @@
 """``fgdata shard images`` under torchrun: ranks own work units, rank 0 waits (bounded) and merges.
 
-Real ``torch.distributed.run`` on CPU; a rank that never comes is a process started with ``RANK=0
+Real ``torch.distributed.run`` on CPU (``--standalone``: its store listens on a free port, which
+``--no-resume`` needs for the launch id); a rank that never comes is a process started with ``RANK=0
 WORLD_SIZE=2`` and no rank 1 (torchrun itself would stop every rank once one fails).
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from faultkit import STOP_MARK, descendants
+from fgdata.jobs.testhook import HELD, HOLD_ENV
 from fgdata.shards import discover_shards, iter_samples
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,10 +44,14 @@ def photos(tmp_path_factory: pytest.TempPathFactory, sample_images: list[Path], 
     return src
 
 
+def launch(ranks: int, *args: object) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--standalone",
+            "-m", "fgdata.cli.main", *map(str, args)]
+
+
 def torchrun(ranks: int, *args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
-                           "--master-port", "0", "-m", "fgdata.cli.main", *map(str, args)],
-                          capture_output=True, text=True, cwd=REPO, timeout=300, env={**os.environ, **ENV, **(env or {})})
+    return subprocess.run(launch(ranks, *args), capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env={**os.environ, **ENV, **(env or {})})
 
 
 def as_rank(rank: int, world: int, *args: object) -> subprocess.CompletedProcess:
@@ -221,9 +228,54 @@ def test_no_resume_under_ranks_redoes_every_unit(photos, two_ranks, tmp_path):
     for rank in (1, 0):  # ranks started one after the other: rank 0 waits for nothing
         assert as_rank(rank, 2, *cmd).returncode == 0
     assert tree(dest) == tree(two)
-    for rank in (1, 0):
-        again = as_rank(rank, 2, *cmd, "--no-resume", "--json")
-        assert again.returncode == 0, again.stderr
-        assert json.loads(again.stdout)["resumed"] == 0
+    again = torchrun(2, *cmd, "--no-resume", "--json")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [doc["resumed"] for doc in documents(again.stdout).values()] == [0, 0]
     assert "--no-resume: removing" in again.stderr  # rank 0 says which earlier outputs go
     assert tree(dest) == tree(two)
+
+
+def test_no_resume_needs_the_launch_store_and_says_so(photos, tmp_path):
+    """Files alone cannot tell launches apart: a rank started by hand, without torchrun's store, is refused."""
+    alone = as_rank(0, 2, "shard", "images", photos, tmp_path / "out", *ARGS, "--no-resume")
+    assert alone.returncode == 1
+    lines = alone.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --no-resume with WORLD_SIZE=2 needs torchrun's store at "
+                                                   "MASTER_ADDR:MASTER_PORT=?:?"), lines
+
+
+def test_no_resume_never_merges_a_unit_an_earlier_launch_left(photos, two_ranks, tmp_path):
+    """An earlier launch's rank 1 finished unit 1 from other captions, and its rank 0 never came. The rerun with
+    --no-resume holds rank 1 where it is about to remove that unit (the job signals the point): rank 0 must
+    wait for unit 1 of this launch instead of merging the earlier one, and the result is a fresh run's bytes."""
+    two, _ = two_ranks
+    old = tmp_path / "old"
+    shutil.copytree(photos, old)
+    for caption in old.glob("*.txt"):
+        caption.write_text("a caption of the earlier run\n")
+    dest = tmp_path / "out"
+    planted = as_rank(1, 2, "shard", "images", old, dest, *ARGS)  # same options, so the same fingerprint
+    assert planted.returncode == 0, planted.stderr
+    assert (dest / ".fgdata" / "units" / "00001.json").is_file()
+
+    cmd = launch(2, "shard", "images", photos, dest, *ARGS, "--no-resume", "--json")
+    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **ENV, HOLD_ENV: "no-resume@1"}, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        lines = iter(proc.stdout)
+        held = next(line for line in lines if HELD in line)
+        assert "at no-resume (rank 1," in held
+        # Rank 0 runs units 0 and 2, then either waits for unit 1 or (the bug) merges the earlier one and reports.
+        seen = next(line for line in lines if "work units of other ranks" in line or line.startswith("{"))
+        os.kill(int(re.findall(r"pid (\d+)", held)[0]), signal.SIGUSR1)  # rank 1 goes on: removes, redoes unit 1
+        out = proc.communicate(timeout=240)[0]
+    finally:
+        if proc.poll() is None:
+            for pid in [proc.pid, *descendants(proc.pid)]:
+                os.kill(pid, signal.SIGKILL)
+            proc.wait()
+    assert seen.startswith("waiting for ") and "1 missing" in seen, seen
+    assert proc.returncode == 0, out[-3000:]
+    assert tree(dest) == tree(two)
+    assert not (dest / ".fgdata" / "units").exists()
