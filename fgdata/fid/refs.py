@@ -7,7 +7,9 @@ checksums, input transforms, batch size, device type). A rerun keeps every chunk
 whatever the world size was. Rank 0 waits for all chunks, adds them in chunk order and writes the output and its
 provenance; so one process, any number of ranks and any resumed run give byte-identical files (the chunk
 sums are the same floats, added in the same order). Ranks coordinate through these files only, as the other
-fgdata jobs do: no process group spans the pass, and the work folder must be visible to every rank.
+fgdata jobs do: no process group spans the pass, and the work folder must be visible to every rank. Under
+``--no-resume`` each chunk also names its launch and rank 0 adds only this launch's
+(:func:`fgdata.jobs.ranks.run_launch`), never one an earlier launch left that its rank has not rewritten yet.
 """
 
 from __future__ import annotations
@@ -122,13 +124,15 @@ def _chunk_path(work: str, chunk: Chunk) -> str:
     return os.path.join(work, f"chunk-{chunk.index:05d}.npz")
 
 
-def _load_chunk(path: str, fp: str, metrics: tuple[str, ...], size: int) -> dict[str, Moments] | None:
-    """The chunk's moments when the file is whole and its fingerprint and count match; else None."""
+def _load_chunk(path: str, fp: str, metrics: tuple[str, ...], size: int,
+                launch: str | None = None) -> dict[str, Moments] | None:
+    """The chunk's moments when the file is whole, its fingerprint and count match and (``launch``: under
+    ``--no-resume``) this launch wrote it; else None."""
     import zipfile
 
     try:
         with np.load(path, allow_pickle=False) as z:
-            if str(z["fingerprint"]) != fp:
+            if str(z["fingerprint"]) != fp or not _of_launch(z, launch):
                 return None
             out = {m: Moments(int(z[f"{m}.n"]), z[f"{m}.s1"], z[f"{m}.s2"]) for m in metrics}
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
@@ -136,15 +140,20 @@ def _load_chunk(path: str, fp: str, metrics: tuple[str, ...], size: int) -> dict
     return out if all(m.n == size for m in out.values()) else None
 
 
-def _chunk_ready(path: str, fp: str) -> bool:
-    """Cheap check for rank 0's wait: the file exists and carries this job's fingerprint."""
+def _chunk_ready(path: str, fp: str, launch: str | None) -> bool:
+    """Cheap check for rank 0's wait: the file exists and carries this job's fingerprint (and launch)."""
     import zipfile
 
     try:
         with np.load(path, allow_pickle=False) as z:
-            return str(z["fingerprint"]) == fp
+            return str(z["fingerprint"]) == fp and _of_launch(z, launch)
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return False
+
+
+def _of_launch(z: Any, launch: str | None) -> bool:
+    """Whether a chunk file counts in a run whose launch (:func:`fgdata.jobs.ranks.run_launch`) is ``launch``."""
+    return launch is None or ("launch" in z.files and str(z["launch"]) == launch)
 
 
 def _shape_groups(batch: list[np.ndarray]) -> list[list[np.ndarray]]:
@@ -185,8 +194,8 @@ def _compute_chunk(source: ImageSource, chunk: Chunk, detectors: dict[str, Detec
     return {m: Moments(seen, s1.cpu().numpy(), s2.cpu().numpy()) for m, (s1, s2) in sums.items()}
 
 
-def _write_chunk(path: str, fp: str, moments: dict[str, Moments]) -> None:
-    arrays: dict[str, np.ndarray] = {"fingerprint": np.array(fp)}
+def _write_chunk(path: str, fp: str, moments: dict[str, Moments], launch: str | None) -> None:
+    arrays: dict[str, np.ndarray] = {"fingerprint": np.array(fp), "launch": np.array(launch or "")}
     for metric, m in moments.items():
         arrays.update({f"{metric}.n": np.array(m.n, np.int64), f"{metric}.s1": m.s1, f"{metric}.s2": m.s2})
     with storage.atomic_path(path) as tmp, open(tmp, "wb") as fh:
@@ -223,8 +232,8 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     """
     from fgdata.encode.models import resolve_device
     from fgdata.jobs.options import fingerprint
-    from fgdata.jobs.ranks import dist_env, owned, owner, wait_for
-    from fgdata.jobs.testhook import output_done
+    from fgdata.jobs.ranks import dist_env, owned, owner, run_launch, wait_for
+    from fgdata.jobs.testhook import hold, output_done
     from fgdata.prepare.build import default_workers
 
     options = options or RefOptions()
@@ -249,6 +258,9 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
         if options.resume and kept is not None and kept.get("fingerprint") == fp:
             return {**kept, "path": out, "skipped": True}
 
+    launch = run_launch(options.resume, options.wait_timeout)
+    if not options.resume:
+        hold("no-resume", rank)
     work = work_dir(out, options.work_dir)
     storage.make_dirs(work)
     chunks = source.chunks(options.chunk_size)
@@ -270,7 +282,7 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
             reused += chunk.size
             tick(chunk.size)
             continue
-        _write_chunk(path, chunk_fp[chunk.index], _compute_chunk(source, chunk, dets, options, device, tick))
+        _write_chunk(path, chunk_fp[chunk.index], _compute_chunk(source, chunk, dets, options, device, tick), launch)
         computed += chunk.size
         computed_chunks += 1
         output_done(computed_chunks)
@@ -282,11 +294,11 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
         return {**summary, "skipped": False}
 
     wait_for(lambda: [f"chunk-{c.index:05d}.npz (rank {owner(c.index, world)})" for c in chunks
-                      if not _chunk_ready(_chunk_path(work, c), chunk_fp[c.index])],
+                      if not _chunk_ready(_chunk_path(work, c), chunk_fp[c.index], launch)],
              f"{work}", timeout=options.wait_timeout, log=print)
     totals = {m: Moments.zeros(d.dim) for m, d in dets.items()}
     for chunk in chunks:
-        part = _load_chunk(_chunk_path(work, chunk), chunk_fp[chunk.index], metrics, chunk.size)
+        part = _load_chunk(_chunk_path(work, chunk), chunk_fp[chunk.index], metrics, chunk.size, launch)
         if part is None:
             raise FgdataError(f"{_chunk_path(work, chunk)}: unreadable or from another job; rerun to recompute it")
         for metric in metrics:

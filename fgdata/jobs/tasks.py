@@ -7,7 +7,8 @@ each finished shard leaves a marker ``DST/.fgdata/<command>/<shard>.json`` holdi
 a rerun skips the shards whose marker matches and refuses, naming the option, those written with other
 options. The finishing rank (rank 0, or the Ray driver) waits for every marker, with a timeout that
 names the missing shards and their ranks, then writes ``shard_count.json``, ``provenance.json`` and
-the one ``failures.json``.
+the one ``failures.json``. With ``--no-resume`` under torchrun the markers carry the launch id and only
+this launch's count (:func:`fgdata.jobs.ranks.run_launch`).
 
 Each shard is built by :class:`fgdata.shards.ShardWriter` in a private work folder, then renamed (or
 uploaded) onto its final name, so a killed job never leaves a partial shard under a real name.
@@ -32,7 +33,7 @@ from fgdata.errors import FgdataError
 from fgdata.jobs import dest as destmod
 from fgdata.jobs import testhook
 from fgdata.jobs.options import check_same, fingerprint, options_record
-from fgdata.jobs.ranks import dist_env, owned, owner, wait_for
+from fgdata.jobs.ranks import dist_env, owned, owner, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, clean_reason, write_failures
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
 from fgdata.shards import COUNT_FILE, ShardScan, ShardWriter, load_index, write_index, write_shard_counts
@@ -218,6 +219,7 @@ def _prepare_dest(job: TaskJob, run: RunSettings, rank: int, world: int) -> None
     inputs = [t.name for t in job.tasks] if job.in_place else []
     destmod.check_foreign(job.dest, keep=inputs, overwrite=run.overwrite and rank == 0, notify=run.notify)
     if not run.resume:
+        testhook.hold("no-resume", rank)
         mine = job.tasks if run.role == "prepare" else owned(job.tasks, rank, world)
         if run.notify:
             run.notify(f"--no-resume: redoing {len(mine)} output shard(s) in {job.dest} from scratch")
@@ -245,22 +247,23 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
     opts = options_record(job.options)
     record = {"command": job.command, "fingerprint": fingerprint(opts), "options": opts, "fgdata": __version__}
     summary = JobSummary(dest=job.dest, command=job.command, rank=rank, world=world)
+    launch = run_launch(run.resume, run.wait_timeout)  # None outside torchrun (a Ray driver clears DST first)
     with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank)):
         _prepare_dest(job, run, rank, world)
         if run.role == "prepare":
             return summary
         try:
-            info = _work(job, run, rank, world, record, summary) if run.role in ("all", "work") else None
+            info = _work(job, run, rank, world, record, launch, summary) if run.role in ("all", "work") else None
         except Interrupted as stop:
             stop.done = summary.written + summary.failed
             raise
         if run.role == "finalize" or (run.role == "all" and rank == 0):
-            info = info or _rank_record(job, record, world) or (job.provenance() if job.provenance else {})
-            _finalize(job, run, world, record, info, summary)
+            info = info or _rank_record(job, record, launch, world) or (job.provenance() if job.provenance else {})
+            _finalize(job, run, world, record, launch, info, summary)
     return summary
 
 
-def _work(job: TaskJob, run: RunSettings, rank: int, world: int, record: dict[str, Any],
+def _work(job: TaskJob, run: RunSettings, rank: int, world: int, record: dict[str, Any], launch: str | None,
           summary: JobSummary) -> dict[str, Any] | None:
     say = run.log or (lambda _msg: None)
     start = time.perf_counter()
@@ -283,7 +286,7 @@ def _work(job: TaskJob, run: RunSettings, rank: int, world: int, record: dict[st
                     run.progress(1)
 
         marker = _write_task(job, task, counted(job.produce(task)), rank, record)
-        storage.write_bytes(marker_path, json.dumps(marker, sort_keys=True).encode())
+        storage.write_bytes(marker_path, json.dumps({**marker, "launch": launch}, sort_keys=True).encode())
         dt = time.perf_counter() - t0
         summary.shards_done += 1
         summary.written += marker["written"]
@@ -297,29 +300,30 @@ def _work(job: TaskJob, run: RunSettings, rank: int, world: int, record: dict[st
     info = job.provenance()
     # Each rank records what it loaded, so the finalizer need not load the model again.
     info_path = storage.join(job.dest, STATE_DIR, _key(job.command), f"model-info.rank{rank}.json")
-    storage.write_bytes(info_path, json.dumps({"fingerprint": record["fingerprint"], "record": info},
+    storage.write_bytes(info_path, json.dumps({"fingerprint": record["fingerprint"], "launch": launch, "record": info},
                                               default=str).encode())
     return info
 
 
-def _rank_record(job: TaskJob, record: dict[str, Any], world: int) -> dict[str, Any] | None:
+def _rank_record(job: TaskJob, record: dict[str, Any], launch: str | None, world: int) -> dict[str, Any] | None:
     for r in range(world):
         doc = _read_json(storage.join(job.dest, STATE_DIR, _key(job.command), f"model-info.rank{r}.json"))
-        if doc and doc.get("fingerprint") == record["fingerprint"]:
+        if doc and doc.get("fingerprint") == record["fingerprint"] and this_launch(doc, launch):
             return doc["record"]
     return None
 
 
-def _finalize(job: TaskJob, run: RunSettings, world: int, record: dict[str, Any], info: dict[str, Any],
-              summary: JobSummary) -> None:
-    """Wait for every shard's marker, then write the side files (rank 0 only: nobody else writes them)."""
+def _finalize(job: TaskJob, run: RunSettings, world: int, record: dict[str, Any], launch: str | None,
+              info: dict[str, Any], summary: JobSummary) -> None:
+    """Wait for every shard's marker (of this launch, under ``--no-resume``), then write the side files
+    (rank 0 only: nobody else writes them)."""
     markers: dict[str, dict[str, Any]] = {}
 
     def missing() -> list[str]:
         for task in job.tasks:
             if task.name not in markers:
                 m = _read_json(_marker(job.dest, job.command, task.name))
-                if m is not None and m.get("fingerprint") == record["fingerprint"]:
+                if m is not None and m.get("fingerprint") == record["fingerprint"] and this_launch(m, launch):
                     markers[task.name] = m
         return [f"{t.name} (rank {owner(i, world)})" for i, t in enumerate(job.tasks) if t.name not in markers]
 

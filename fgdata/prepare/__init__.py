@@ -28,11 +28,15 @@ def prepare_imagenet256(options: ImagenetOptions, latents: LatentZipOptions = La
     """The RGB zip (rank 0 only; other torchrun ranks wait for it), then the latent zip, encoded by every rank.
 
     The VAE is found and loaded once (on the CPU) before the RGB pass, so a missing, unreachable or broken
-    model fails in one line before hours of work instead of after them.
+    model fails in one line before hours of work instead of after them. Under ``--no-resume`` the other ranks
+    wait for the RGB zip of this launch (rank 0 leaves the launch id beside it in ``.fgdata/`` once it is
+    written), never for the one an earlier launch left and rank 0 is about to replace.
     """
+    from fgdata import storage
     from fgdata.encode.models import check_model
     from fgdata.encode.vae import load_vae
-    from fgdata.jobs.ranks import dist_env, wait_for
+    from fgdata.jobs.dest import STATE_DIR
+    from fgdata.jobs.ranks import dist_env, run_launch, wait_for
     from fgdata.prepare.latents import encode_latent_zip, prepare_wait_s
     from fgdata.prepare.zipwriter import provenance_path
 
@@ -40,13 +44,23 @@ def prepare_imagenet256(options: ImagenetOptions, latents: LatentZipOptions = La
     check_model(latents.vae, "VAE", "--vae")
     load_vae(latents.vae, device="cpu")  # downloads and checks the weights; encoding loads them again on its device
     rgb = root / IMAGENET256_RGB_ZIP
+    stamp = root / STATE_DIR / f"{rgb.name}.launch"
     rank, _world = dist_env()
+    launch = run_launch(run.resume, prepare_wait_s())
     results: list[dict] = []
+
+    def written() -> bool:
+        if launch is not None:
+            return stamp.is_file() and stamp.read_text() == launch
+        return provenance_path(rgb).exists() and not rgb.with_name(rgb.name + ".partial").exists()
+
     if rank == 0:
         results += prepare_imagenet256_rgb(options, run)
+        if launch is not None:
+            storage.write_bytes(str(stamp), launch.encode())
     else:
-        wait_for(lambda: [] if provenance_path(rgb).exists() and not rgb.with_name(rgb.name + ".partial").exists()
-                 else [f"{rgb.name} (rank 0)"], f"{root}: the RGB zip", prepare_wait_s(), poll=5.0, log=print)
+        wait_for(lambda: [] if written() else [f"{rgb.name} (rank 0)"], f"{root}: the RGB zip", prepare_wait_s(),
+                 poll=5.0, log=print)
     results.append(encode_latent_zip(rgb, root / IMAGENET256_SD_ZIP, latents, run))
     return results
 

@@ -2,7 +2,10 @@
 
 Under torchrun each rank encodes a contiguous slice into its own resumable part file; rank 0 waits for all parts
 and merges them, in index order, into one zip. Ranks coordinate through the files alone, so no process group
-(and no collective timeout) spans the hours an ImageNet encode takes.
+(and no collective timeout) spans the hours an ImageNet encode takes. Rank 0 merges a part only once it is
+complete and written with these options, and under ``--no-resume`` only when this launch wrote it (the part's
+provenance names the launch, :func:`fgdata.jobs.ranks.run_launch`): a part an earlier launch left, which its
+rank has not removed yet, is never merged.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from PIL import Image
 
 from fgdata.errors import FgdataError
 from fgdata.jobs.dest import LOCK_FILE, DestLock, claimed
-from fgdata.jobs.ranks import dist_env, wait_for
+from fgdata.jobs import testhook
+from fgdata.jobs.ranks import dist_env, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, write_failures
 from fgdata.jobs.signals import Interrupted, stop_on_signals
 from fgdata.prepare.build import (Existing, ProgressFn, ZipRun, check_output, check_partial, clear, default_workers,
@@ -85,12 +89,14 @@ class _LatentJob:
         self.fingerprint = Fingerprint.of(options, dataset="imagenet-256", inputs=n, world_size=world,
                                           source=os.path.relpath(rgb_zip.resolve(), dest.parent.resolve()),
                                           source_size=rgb_zip.stat().st_size)
-        self.start, self.stop = n * rank // world, n * (rank + 1) // world
+        self.start, self.stop = _slice(n, rank, world)
         self.part = _part_path(dest, rank, world)
         self.part_facts = {"rank": rank, "start": self.start, "stop": self.stop}
+        self.launch: str | None = None
 
     def run(self, run: ZipRun) -> dict:
         n, dest, resume, progress = len(self.names), self.dest, run.resume, run.progress
+        self.launch = run_launch(resume, prepare_wait_s())
         checks: list[Existing] = []
         if self.rank == 0:
             final = check_output(dest, self.fingerprint, lambda info: validate_zip(dest, n, LATENT_STEM, LATENT_EXT),
@@ -99,10 +105,11 @@ class _LatentJob:
                 return {**json.loads(provenance_path(dest).read_text()), "path": str(dest), "skipped": True,
                         "failures_file": str(dest.parent / FAILURES_FILE)}
             checks += [final, check_partial(dest, self.fingerprint, resume=resume, merge=True)]
-        elif _complete(dest, n, self.fingerprint):
+        elif resume and _complete(dest, n, self.fingerprint):  # --no-resume: rank 0 is about to redo it
             return {"path": str(dest), "rank": self.rank, "skipped": True}
         checks.append(check_partial(self.part, self.fingerprint, resume=resume, **self.part_facts))
         if not resume:  # a finished part of an earlier run is redone too
+            testhook.hold("no-resume", self.rank)
             done = tuple(p.name for p in (self.part, provenance_path(self.part)) if p.exists())
             checks.append(Existing(self.part, remove=done, why="--no-resume"))
         clear(checks, run.notify)
@@ -112,8 +119,13 @@ class _LatentJob:
         if self.rank != 0:
             return {"path": str(self.part), "rank": self.rank, "start": self.start, "stop": self.stop, "skipped": False}
         parts = [_part_path(dest, r, self.world) for r in range(self.world)]
-        wait_for(lambda: [f"{p.name} (rank {r})" for r, p in enumerate(parts) if not p.exists()],
-                 f"{dest}: the other ranks' part files", prepare_wait_s(), poll=5.0, log=print)
+        ready: set[int] = set()
+
+        def missing() -> list[str]:
+            ready.update(r for r in range(self.world) if r not in ready and self._part_done(r))
+            return [f"{p.name} (rank {r})" for r, p in enumerate(parts) if r not in ready]
+
+        wait_for(missing, f"{dest}: the other ranks' part files", prepare_wait_s(), poll=5.0, log=print)
         summary = _merge(parts, dest, self.names, self.labels, self.fingerprint.record(), info, progress)
         return {**summary, "failures_file": self._report()}
 
@@ -147,13 +159,24 @@ class _LatentJob:
                         progress(f"encode rank {self.rank}", pos - start, stop - start)
                     output_done()
             info.update(batch_size=batch_size, device=str(next(model.parameters()).device))
-            writer.finish(None, {**part_record, **info})
+            writer.finish(None, {**part_record, **info, "launch": self.launch})
         except Interrupted as stopped:
             stopped.done = pos - start
             raise
         finally:
             writer.close()
         return info
+
+    def _part_done(self, rank: int) -> bool:
+        """Whether rank ``rank``'s part is complete, of these options and (under ``--no-resume``) of this launch."""
+        part = _part_path(self.dest, rank, self.world)
+        try:
+            launch_ok = this_launch(json.loads(provenance_path(part).read_text()), self.launch)
+        except (OSError, ValueError):
+            return False
+        start, stop = _slice(len(self.names), rank, self.world)
+        return launch_ok and _complete(part, stop - start, self.fingerprint, first=start, rank=rank, start=start,
+                                       stop=stop)
 
     def _report(self) -> str:
         """``failures.json`` for the whole command: the inputs the RGB pass saw and failed, the latents written."""
@@ -167,6 +190,11 @@ class _LatentJob:
         write_failures(str(path), "prepare imagenet-256", n + len(failures), n, failures,
                        {"outputs": sorted({self.rgb_zip.name, self.dest.name})})
         return str(path)
+
+
+def _slice(n: int, rank: int, world: int) -> tuple[int, int]:
+    """The inputs ``[start, stop)`` rank ``rank`` encodes."""
+    return n * rank // world, n * (rank + 1) // world
 
 
 def _part_path(dest: Path, rank: int, world: int) -> Path:
@@ -211,7 +239,8 @@ def _merge(parts: list[Path], dest: Path, names: list[str], labels: dict[str, in
             raise FgdataError(f"{dest}: merged {writer.count} latents but the RGB zip has {n} images")
         pairs = [[member_name(i, LATENT_STEM, LATENT_EXT), labels[name]] for i, name in enumerate(names) if name in labels]
         if not info:
-            info = {k: v for k, v in json.loads(provenance_path(parts[0]).read_text()).items() if k not in ("rank", "start", "stop")}
+            info = {k: v for k, v in json.loads(provenance_path(parts[0]).read_text()).items()
+                    if k not in ("rank", "start", "stop", "launch")}
         provenance = {**info, **fingerprint, "written": n, "failed": 0, "transform": "sd-vae moments mean||std",
                       "input_range": [0, n], "format": "float32 (8,32,32) mean||std, inputs x/127.5-1"}
         writer.finish(dataset_json_bytes(pairs or None), provenance)
