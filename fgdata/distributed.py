@@ -7,6 +7,10 @@ start from here, so a malformed value gets the same one-line error everywhere.
 from __future__ import annotations
 
 import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from fgdata.errors import FgdataError
 
@@ -48,29 +52,64 @@ def launch_id(timeout: float) -> str | None:
         return None
     if "id" in _launch:
         return _launch["id"]
-    import secrets
-    from datetime import timedelta
-
     addr, port_text = os.environ.get("MASTER_ADDR", "").strip(), os.environ.get("MASTER_PORT", "").strip()
     where = f"MASTER_ADDR:MASTER_PORT={addr or '?'}:{port_text or '?'}"
     if not addr or not port_text.isdigit() or not 0 < int(port_text) < 2**16:
         raise FgdataError(f"--no-resume with WORLD_SIZE={world} needs torchrun's store at {where} to tell this "
                           "launch from earlier ones; launch with torchrun (with --master-port 0 the port cannot "
                           "be reached: use --standalone or a fixed port), or rerun with --resume")
+    value = _exchange(addr, int(port_text), rank, time.monotonic() + timeout)
+    if isinstance(value, _NoId):
+        raise FgdataError(f"rank {rank}: no launch id from rank 0 through torchrun's store at {where} within "
+                          f"{timeout:g} s (--wait-timeout): {value.why}")
+    _launch["id"] = value
+    return value
+
+
+@dataclass(frozen=True)
+class _NoId:
+    """Why no id came (returned, so :func:`launch_id` words the one error)."""
+
+    why: str
+
+
+def _exchange(addr: str, port: int, rank: int, deadline: float) -> str | _NoId:
+    """Rank 0 sets a new id in the store, every rank reads it; waits are polled here, in Python, because
+    torch's own waits print pages of C++ warnings before they give up."""
+    import secrets
+    from datetime import timedelta
+
     from torch.distributed import TCPStore
 
-    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    host = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True)
     key = LAUNCH_KEY.format(restart=os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if not host and not _until(deadline, lambda: _listening(addr, port)):
+        return _NoId("nothing listens there")
     try:
-        store = TCPStore(addr, int(port_text), is_master=rank == 0 and not agent, timeout=timedelta(seconds=timeout),
-                         wait_for_workers=False, multi_tenant=True)
+        store = TCPStore(addr, port, is_master=host, wait_for_workers=False, multi_tenant=True,
+                         timeout=timedelta(seconds=max(1.0, deadline - time.monotonic())))
         if rank == 0:
             store.set(key, secrets.token_hex(16))
             _store.append(store)
-        value = store.get(key).decode()
-    except RuntimeError as exc:  # torch's DistNetworkError / DistStoreError: unreachable, or no id in time
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise FgdataError(f"rank {rank}: no launch id from rank 0 through torchrun's store at {where} within "
-                          f"{timeout:g} s (--wait-timeout): {reason}") from None
-    _launch["id"] = value
-    return value
+        if not _until(deadline, lambda: store.check([key])):
+            return _NoId("rank 0 set no id there")
+        return store.get(key).decode()
+    except RuntimeError as exc:  # torch's DistNetworkError / DistStoreError
+        return _NoId((str(exc).strip().splitlines() or [type(exc).__name__])[0])
+
+
+def _listening(addr: str, port: int) -> bool:
+    try:
+        socket.create_connection((addr, port), timeout=1.0).close()
+    except OSError:
+        return False
+    return True
+
+
+def _until(deadline: float, ready: Callable[[], bool]) -> bool:
+    """Poll ``ready`` until it holds (True) or ``deadline`` passes (False)."""
+    while not ready():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -315,6 +315,52 @@ def test_torchrun_rank_whose_share_all_failed_does_not_fail_the_job(tmp_path, mo
     assert docs[0]["failures_file"] == str(tmp_path / "out" / "failures.json")
 
 
+def test_torchrun_no_resume_never_counts_a_shard_an_earlier_launch_left(tmp_path, models):
+    """An earlier launch's rank 1 encoded 00001.tar from other prompts (3 there) and its rank 0 never came. The
+    rerun with --no-resume holds rank 1 where it is about to remove that marker (the job signals the point):
+    rank 0 must wait for this launch's marker, so the counts and the report are a fresh run's."""
+    import re
+
+    from fgdata.jobs.testhook import HELD, HOLD_ENV
+
+    old = write_shards(tmp_path / "old", [(f"o_{i}", {"txt": PROMPTS[i].encode()}) for i in range(7)], per_shard=3)
+    new = write_shards(tmp_path / "new", [(f"n_{i}", {"txt": PROMPTS[i].encode()}) for i in range(5)], per_shard=2)
+    dst = tmp_path / "out"
+    flags = ["--encoder", str(models["t5"]), "--max-length", "8", "--no-progress"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    planted = subprocess.run([sys.executable, "-m", "fgdata.cli.main", "encode", "text", str(old), str(dst), *flags],
+                             capture_output=True, text=True, cwd=REPO, timeout=240,
+                             env={**env, "RANK": "1", "WORLD_SIZE": "2"})
+    assert planted.returncode == 0, planted.stderr
+    assert json.loads((dst / ".fgdata" / "text" / "00001.tar.json").read_text())["samples"] == 3
+
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                             "-m", "fgdata.cli.main", "encode", "text", str(new), str(dst), *flags, "--no-resume",
+                             "--json"],
+                            cwd=REPO, env={**env, HOLD_ENV: "no-resume@1"}, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        lines = iter(proc.stdout)
+        held = next(line for line in lines if HELD in line)
+        assert "at no-resume (rank 1," in held
+        # rank 0 encodes 00000 and 00002, then either waits for 00001 or (the bug) counts the earlier one and ends
+        seen = next(line for line in lines if "output shards of other ranks" in line or line.startswith("{"))
+        os.kill(int(re.findall(r"pid (\d+)", held)[0]), signal.SIGUSR1)
+        out = proc.communicate(timeout=240)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert seen.startswith("waiting for ") and "1 missing" in seen, seen
+    assert proc.returncode == 0, out[-3000:]
+    fresh = cli("encode", "text", str(new), str(tmp_path / "fresh"), *flags, "-q")
+    assert fresh.returncode == 0, fresh.stderr
+    for name in ("shard_count.json", "failures.json"):
+        assert (dst / name).read_bytes() == (tmp_path / "fresh" / name).read_bytes(), name
+    assert sorted(samples(dst)) == [f"n_{i}" for i in range(5)]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_stopped_job_resumes_to_identical_output(tmp_path, models, sig):
     """Stopped after its 2nd output shard (the job pauses there itself), signalled, rerun: identical bytes."""
