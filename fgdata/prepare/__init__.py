@@ -35,6 +35,7 @@ def prepare_imagenet256(options: ImagenetOptions, latents: LatentZipOptions = La
     from fgdata import storage
     from fgdata.encode.models import check_model
     from fgdata.encode.vae import load_vae
+    from fgdata.jobs import testhook
     from fgdata.jobs.dest import STATE_DIR
     from fgdata.jobs.ranks import dist_env, run_launch, wait_for
     from fgdata.prepare.latents import encode_latent_zip, prepare_wait_s
@@ -44,7 +45,7 @@ def prepare_imagenet256(options: ImagenetOptions, latents: LatentZipOptions = La
     check_model(latents.vae, "VAE", "--vae")
     load_vae(latents.vae, device="cpu")  # downloads and checks the weights; encoding loads them again on its device
     rgb = root / IMAGENET256_RGB_ZIP
-    stamp = root / STATE_DIR / f"{rgb.name}.launch"
+    stamp = rgb.parent / STATE_DIR / f"{rgb.name}.launch"
     rank, _world = dist_env()
     launch = run_launch(run.resume, prepare_wait_s())
     results: list[dict] = []
@@ -54,6 +55,8 @@ def prepare_imagenet256(options: ImagenetOptions, latents: LatentZipOptions = La
             return stamp.is_file() and stamp.read_text() == launch
         return provenance_path(rgb).exists() and not rgb.with_name(rgb.name + ".partial").exists()
 
+    if not run.resume:
+        testhook.hold("no-resume", rank)  # rank 0 is about to replace the earlier RGB zip
     if rank == 0:
         results += prepare_imagenet256_rgb(options, run)
         if launch is not None:

@@ -136,6 +136,80 @@ def test_two_ranks_merge_into_the_single_rank_zip(imagenet_root, tiny_vae_dir, t
         "failures.json", "imagenet_256_sd.zip", "imagenet_256_sd.zip.provenance.json"]
 
 
+def test_rank_0_never_merges_a_part_written_with_other_options(imagenet_root, tiny_vae_dir, tmp_path, monkeypatch):
+    """A finished rank-1 part of bfloat16 latents sits under the part's name; a float32 job's rank 0 waits for
+    rank 1's own part (here: in vain, bounded) instead of merging it."""
+    from fgdata.prepare.latents import encode_latent_zip
+
+    prepare_imagenet256(ImagenetOptions(imagenet_root, tmp_path, max_images=5),
+                        LatentZipOptions(str(tiny_vae_dir), device="cpu", batch_size=3))
+    rgb = tmp_path / "imagenet-256" / "imagenet_256_rgb.zip"
+    dest = tmp_path / "two" / "imagenet_256_sd.zip"
+    other = LatentZipOptions(str(tiny_vae_dir), dtype="bfloat16", device="cpu", batch_size=3)
+    assert encode_latent_zip(rgb, dest, other, rank=1, world_size=2)["start"] == 2
+    monkeypatch.setenv("FGDATA_WAIT_TIMEOUT", "0.2")
+    latents = LatentZipOptions(str(tiny_vae_dir), device="cpu", batch_size=3)
+    with pytest.raises(FgdataError, match=r"the other ranks' part files: still missing .*rank00001-of-00002\.zip "
+                                          r"\(rank 1\)"):
+        encode_latent_zip(rgb, dest, latents, rank=0, world_size=2)
+    assert not dest.exists()
+
+
+def test_no_resume_under_torchrun_rebuilds_both_zips_never_reading_the_earlier_ones(imagenet_root, tiny_vae_dir,
+                                                                                   tmp_path):
+    """The second launch (--no-resume) holds rank 0 where it is about to replace the earlier RGB zip (the job
+    signals the point): rank 1 must wait for this launch's RGB zip, not take the earlier one (and then skip its
+    latent part because the earlier latent zip is complete). Both launches write the same bytes."""
+    import hashlib
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    from fgdata.jobs.testhook import HELD, HOLD_ENV
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "FGDATA_WAIT_TIMEOUT": "200"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", "-m",
+           "fgdata.cli.main", "prepare", "imagenet-256", "--imagenet-source", str(imagenet_root), "--data-root",
+           str(tmp_path), "--vae", str(tiny_vae_dir), "--device", "cpu", "--max-images", "5", "--batch-size", "3",
+           "--workers", "1", "--no-progress", "--json"]
+    out = tmp_path / "imagenet-256"
+
+    def digests() -> dict[str, str]:
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.iterdir()) if p.is_file()}
+
+    first = subprocess.run(cmd, capture_output=True, text=True, cwd=repo, env=env, timeout=240)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = digests()
+    assert {"imagenet_256_rgb.zip", "imagenet_256_sd.zip", "imagenet_256_sd.zip.provenance.json"} <= set(before)
+
+    proc = subprocess.Popen([*cmd, "--no-resume"], cwd=repo, env={**env, HOLD_ENV: "no-resume@0"}, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        lines = iter(proc.stdout)
+        held = next(line for line in lines if HELD in line)
+        assert "at no-resume (rank 0," in held
+        # rank 1 either waits for the RGB zip of this launch or (the bug) goes on with the earlier one and ends
+        seen = next(line for line in lines if "the RGB zip" in line or line.startswith("{"))
+        pid = int(re.findall(r"pid (\d+)", held)[0])
+        os.kill(pid, signal.SIGUSR1)
+        again = next(line for line in lines if HELD in line)  # rank 0 again, before it replaces its latent part
+        os.kill(pid, signal.SIGUSR1)
+        rest = proc.communicate(timeout=240)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert seen.startswith("waiting for ") and "the RGB zip: 1 missing" in seen, seen
+    assert "at no-resume (rank 0," in again
+    assert proc.returncode == 0, rest[-3000:]
+    assert digests() == before
+
+
 def test_offline_hub_id_fails_in_one_line(monkeypatch, tmp_path):
     from fgdata.encode.vae import load_vae
 
