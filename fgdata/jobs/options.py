@@ -33,6 +33,11 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _shown(value: Any) -> str:
+    """An option's value as a user would read it: an option left out is "not set", not ``None``."""
+    return "not set" if value is None else repr(value)
+
+
 def check_same(where: str, old: dict[str, Any], new: dict[str, Any], restart: str = "--no-resume",
                facts: Collection[str] = ()) -> None:
     """Refuse to continue ``where`` when an option that changes bytes differs from the earlier run.
@@ -45,7 +50,7 @@ def check_same(where: str, old: dict[str, Any], new: dict[str, Any], restart: st
         return
     options = [k for k in changed if k not in facts]
     keys, names, why = (options, flag, "with other options") if options else (changed, str, "from other inputs")
-    what = "; ".join(f"{names(k)} was {old.get(k)!r}, now {new.get(k)!r}" for k in keys[:3])
+    what = "; ".join(f"{names(k)} was {_shown(old.get(k))}, now {_shown(new.get(k))}" for k in keys[:3])
     more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
     raise FgdataError(f"{where}: an earlier run wrote it {why} ({what}{more}); "
                       f"rerun with the same options, or with {restart} to start over")
