@@ -21,7 +21,7 @@ from fgdata.shards import iter_samples, read_shard_counts
 from .conftest import PROMPTS, write_shards
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
-from faultkit import leftovers, stop_and_signal  # noqa: E402
+from faultkit import hold_and_release, leftovers, stop_and_signal  # noqa: E402
 from job_summary import check_json_summary  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -319,10 +319,6 @@ def test_torchrun_no_resume_never_counts_a_shard_an_earlier_launch_left(tmp_path
     """An earlier launch's rank 1 encoded 00001.tar from other prompts (3 there) and its rank 0 never came. The
     rerun with --no-resume holds rank 1 where it is about to remove that marker (the job signals the point):
     rank 0 must wait for this launch's marker, so the counts and the report are a fresh run's."""
-    import re
-
-    from fgdata.jobs.testhook import HELD, HOLD_ENV
-
     old = write_shards(tmp_path / "old", [(f"o_{i}", {"txt": PROMPTS[i].encode()}) for i in range(7)], per_shard=3)
     new = write_shards(tmp_path / "new", [(f"n_{i}", {"txt": PROMPTS[i].encode()}) for i in range(5)], per_shard=2)
     dst = tmp_path / "out"
@@ -334,26 +330,14 @@ def test_torchrun_no_resume_never_counts_a_shard_an_earlier_launch_left(tmp_path
     assert planted.returncode == 0, planted.stderr
     assert json.loads((dst / ".fgdata" / "text" / "00001.tar.json").read_text())["samples"] == 3
 
-    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-                             "-m", "fgdata.cli.main", "encode", "text", str(new), str(dst), *flags, "--no-resume",
-                             "--json"],
-                            cwd=REPO, env={**env, HOLD_ENV: "no-resume@1"}, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        assert proc.stdout is not None
-        lines = iter(proc.stdout)
-        held = next(line for line in lines if HELD in line)
-        assert "at no-resume (rank 1," in held
-        # rank 0 encodes 00000 and 00002, then either waits for 00001 or (the bug) counts the earlier one and ends
-        seen = next(line for line in lines if "output shards of other ranks" in line or line.startswith("{"))
-        os.kill(int(re.findall(r"pid (\d+)", held)[0]), signal.SIGUSR1)
-        out = proc.communicate(timeout=240)[0]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert seen.startswith("waiting for ") and "1 missing" in seen, seen
-    assert proc.returncode == 0, out[-3000:]
+    # rank 0 encodes 00000 and 00002, then either waits for 00001 or (the bug) counts the earlier one and ends
+    run = hold_and_release([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                            "-m", "fgdata.cli.main", "encode", "text", str(new), str(dst), *flags, "--no-resume",
+                            "--json"], hold="no-resume@1", env=env, cwd=REPO,
+                           until=lambda line: "output shards of other ranks" in line or line.startswith("{"))
+    assert "at no-resume (rank 1," in run.holds[0]
+    assert run.seen.startswith("waiting for ") and "1 missing" in run.seen, run.seen
+    assert run.returncode == 0, run.output[-3000:]
     fresh = cli("encode", "text", str(new), str(tmp_path / "fresh"), *flags, "-q")
     assert fresh.returncode == 0, fresh.stderr
     for name in ("shard_count.json", "failures.json"):

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -375,3 +376,53 @@ def stop_trials(cmd: Sequence[str], *, out: Path, clean: Path, stops: Sequence[t
         assert again.returncode == 0, f"stop {t}: {again.stderr[-3000:]}"
         assert tree(dest, skip) == reference, f"stop {t} (after {after}, signal {sig}): output differs"
         assert leftovers(dest) == [], f"stop {t}: {leftovers(dest)}"
+
+
+# -- holding one rank at a point it signals (FGDATA_TEST_HOLD), to order two ranks' steps ---------------------
+
+HELD_MARK = "fgdata-test-hook: held"
+
+
+@dataclass
+class Held:
+    returncode: int
+    output: str  # everything the launch printed, stdout and stderr together
+    holds: list[str]  # the hold lines, in order
+    seen: str  # the line ``until`` accepted before the first hold was released
+
+
+def hold_and_release(cmd: Sequence[str], *, hold: str, until: Callable[[str], bool], releases: int = 1,
+                     env: dict | None = None, cwd: Path | None = None, timeout: float = 240) -> Held:
+    """Run ``cmd`` (a torchrun launch) with ``FGDATA_TEST_HOLD=hold``. Once the first hold is in place and
+    ``until`` has accepted a line (what the other ranks did meanwhile; the two may come in either order, as
+    the ranks do not start together), release that hold with SIGUSR1, then each later hold as it comes,
+    ``releases`` in all; then wait for the launch to end."""
+    proc = subprocess.Popen(list(cmd), cwd=cwd, env={**os.environ, **(env or {}), "FGDATA_TEST_HOLD": hold},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    out: list[str] = []
+    holds: list[str] = []
+    seen: str | None = None
+    released = 0
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.append(line)
+            if HELD_MARK in line:
+                holds.append(line)
+            elif seen is None and until(line):
+                seen = line
+            while seen is not None and released < len(holds):  # each hold in place, once the line has come
+                os.kill(int(re.findall(r"pid (\d+)", holds[released])[0]), signal.SIGUSR1)
+                released += 1
+            if released == releases:
+                break
+        else:
+            raise AssertionError(f"the launch ended before its holds and the awaited line: {''.join(out)[-3000:]}")
+        out.append(proc.communicate(timeout=timeout)[0])
+        assert seen is not None  # released only once it came
+    finally:
+        if proc.poll() is None:  # torchrun starts each rank in its own session: kill them by pid
+            for pid in [proc.pid, *descendants(proc.pid)]:
+                os.kill(pid, signal.SIGKILL)
+            proc.wait()
+    return Held(proc.returncode, "".join(out), holds, seen)

@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))  # faultkit, the fault-injection helpers
 
 
 def cifar_rows(sample_images: list[Path], n: int, seed: int = 0) -> np.ndarray:

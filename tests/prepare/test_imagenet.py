@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 import edm_reference as ref
+from faultkit import hold_and_release
 from fgdata.errors import FgdataError
 from fgdata.prepare import ImagenetOptions, LatentZipOptions, ZipRun, prepare_imagenet64, prepare_imagenet256
 from fgdata.sources.imagenet import KAGGLE_TRAIN
@@ -162,12 +163,8 @@ def test_no_resume_under_torchrun_rebuilds_both_zips_never_reading_the_earlier_o
     latent part because the earlier latent zip is complete). Both launches write the same bytes."""
     import hashlib
     import os
-    import re
-    import signal
     import subprocess
     import sys
-
-    from fgdata.jobs.testhook import HELD, HOLD_ENV
 
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(repo), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
@@ -186,27 +183,13 @@ def test_no_resume_under_torchrun_rebuilds_both_zips_never_reading_the_earlier_o
     before = digests()
     assert {"imagenet_256_rgb.zip", "imagenet_256_sd.zip", "imagenet_256_sd.zip.provenance.json"} <= set(before)
 
-    proc = subprocess.Popen([*cmd, "--no-resume"], cwd=repo, env={**env, HOLD_ENV: "no-resume@0"}, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        assert proc.stdout is not None
-        lines = iter(proc.stdout)
-        held = next(line for line in lines if HELD in line)
-        assert "at no-resume (rank 0," in held
-        # rank 1 either waits for the RGB zip of this launch or (the bug) goes on with the earlier one and ends
-        seen = next(line for line in lines if "the RGB zip" in line or line.startswith("{"))
-        pid = int(re.findall(r"pid (\d+)", held)[0])
-        os.kill(pid, signal.SIGUSR1)
-        again = next(line for line in lines if HELD in line)  # rank 0 again, before it replaces its latent part
-        os.kill(pid, signal.SIGUSR1)
-        rest = proc.communicate(timeout=240)[0]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert seen.startswith("waiting for ") and "the RGB zip: 1 missing" in seen, seen
-    assert "at no-resume (rank 0," in again
-    assert proc.returncode == 0, rest[-3000:]
+    # rank 1 either waits for the RGB zip of this launch or (the bug) goes on with the earlier one and ends;
+    # rank 0 holds twice: before it replaces the RGB zip, and before it replaces its latent part
+    run = hold_and_release([*cmd, "--no-resume"], hold="no-resume@0", releases=2, env=env, cwd=repo,
+                           until=lambda line: "the RGB zip" in line or line.startswith("{"))
+    assert all("at no-resume (rank 0," in line for line in run.holds)
+    assert run.seen.startswith("waiting for ") and "the RGB zip: 1 missing" in run.seen, run.seen
+    assert run.returncode == 0, run.output[-3000:]
     assert digests() == before
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -19,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from faultkit import STOP_MARK, descendants
-from fgdata.jobs.testhook import HELD, HOLD_ENV
+from faultkit import STOP_MARK, descendants, hold_and_release
 from fgdata.shards import discover_shards, iter_samples
 
 REPO = Path(__file__).resolve().parents[2]
@@ -258,24 +256,12 @@ def test_no_resume_never_merges_a_unit_an_earlier_launch_left(photos, two_ranks,
     assert planted.returncode == 0, planted.stderr
     assert (dest / ".fgdata" / "units" / "00001.json").is_file()
 
-    cmd = launch(2, "shard", "images", photos, dest, *ARGS, "--no-resume", "--json")
-    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **ENV, HOLD_ENV: "no-resume@1"}, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        assert proc.stdout is not None
-        lines = iter(proc.stdout)
-        held = next(line for line in lines if HELD in line)
-        assert "at no-resume (rank 1," in held
-        # Rank 0 runs units 0 and 2, then either waits for unit 1 or (the bug) merges the earlier one and reports.
-        seen = next(line for line in lines if "work units of other ranks" in line or line.startswith("{"))
-        os.kill(int(re.findall(r"pid (\d+)", held)[0]), signal.SIGUSR1)  # rank 1 goes on: removes, redoes unit 1
-        out = proc.communicate(timeout=240)[0]
-    finally:
-        if proc.poll() is None:
-            for pid in [proc.pid, *descendants(proc.pid)]:
-                os.kill(pid, signal.SIGKILL)
-            proc.wait()
-    assert seen.startswith("waiting for ") and "1 missing" in seen, seen
-    assert proc.returncode == 0, out[-3000:]
+    # Rank 0 runs units 0 and 2, then either waits for unit 1 or (the bug) merges the earlier one and reports.
+    run = hold_and_release(launch(2, "shard", "images", photos, dest, *ARGS, "--no-resume", "--json"),
+                           hold="no-resume@1", until=lambda line: "work units of other ranks" in line
+                           or line.startswith("{"), env=ENV, cwd=REPO)
+    assert "at no-resume (rank 1," in run.holds[0]
+    assert run.seen.startswith("waiting for ") and "1 missing" in run.seen, run.seen
+    assert run.returncode == 0, run.output[-3000:]
     assert tree(dest) == tree(two)
     assert not (dest / ".fgdata" / "units").exists()
