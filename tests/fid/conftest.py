@@ -5,11 +5,14 @@ real weights; nothing of fgdata is mocked.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from fidkit import TinyNet, random_images, write_edm_zip
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))  # faultkit, the fault-injection helpers
 
 
 @pytest.fixture(scope="session")

@@ -332,6 +332,37 @@ def test_cli_killed_after_a_chunk_resumes_to_the_same_bytes(edm_zip, tmp_path, t
     assert out.read_bytes() == clean.read_bytes()
 
 
+def test_no_resume_under_torchrun_never_adds_a_chunk_an_earlier_launch_left(tmp_path, tiny_net):
+    """An earlier launch's rank 1 left chunks 1 and 3 of the same zip name, size and count (the images in
+    another order: the same fingerprint), and its rank 0 never came. The rerun with --no-resume holds rank 1
+    before it redoes them (the job signals the point): rank 0 must wait for this launch's chunks, so the
+    output is a clean run's bytes."""
+    from faultkit import hold_and_release
+
+    env, common = _cli_setup(tmp_path, tiny_net)
+    images = random_images(7, size=8)
+    zip_path, out, clean = tmp_path / "data.zip", tmp_path / "out.npz", tmp_path / "clean.npz"
+    write_edm_zip(zip_path, images[::-1])
+    size = zip_path.stat().st_size
+    args = ["fid-refs", "--dataset-zip", str(zip_path), "-o", str(out), *common]
+    planted = _cli(args, env={**env, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
+    assert planted.wait(timeout=240) == 0
+    assert sorted(p.name for p in Path(f"{out}.chunks").glob("chunk-*.npz")) == ["chunk-00001.npz", "chunk-00003.npz"]
+    write_edm_zip(zip_path, images)
+    assert zip_path.stat().st_size == size
+    p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(clean), *common], env=env)
+    assert p.wait(timeout=240) == 0
+
+    run = hold_and_release([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                            "-m", "fgdata", *args, "--no-resume", "--json"], hold="no-resume@1",
+                           env={**env, "HF_HUB_OFFLINE": "1"}, cwd=tmp_path,
+                           until=lambda line: line.startswith("waiting for ") or line.startswith("{"))
+    assert "at no-resume (rank 1," in run.holds[0]
+    assert run.seen.startswith(f"waiting for {out}.chunks: 2 missing"), run.seen
+    assert run.returncode == 0, run.output[-3000:]
+    assert out.read_bytes() == clean.read_bytes()
+
+
 def test_offline_without_weights_names_the_flag(edm_zip, tmp_path, monkeypatch):
     from fgdata.fid.detectors import DINOV2_DEFAULT, load_dinov2, load_inception
     from fgdata.fid.refs import metrics_for
