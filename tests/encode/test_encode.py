@@ -485,6 +485,6 @@ def test_a_json_member_that_is_not_an_object_fails_that_sample_and_is_kept(tmp_p
         "s_004": "metadata: the sample's json has its own 'fgdata' field (not an object); it is reserved for fgdata's metadata"}
     assert reasons["s_003"].startswith("metadata: the sample's json member is not valid JSON (")
     after = samples(latents)
-    for i, raw in odd.items():
+    for i in odd:
         assert after[f"s_{i:03d}"] == before[f"s_{i:03d}"]  # kept whole: the json member byte for byte, no embedding
     assert "txt_emb.pth" in after["s_000"] and json.loads(after["s_000"]["json"])["i"] == 0
