@@ -15,15 +15,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 from fgdata.loaders.selection import LoaderConfigError
 from fgdata.media.decode import decode_member, member_kind, unwrap_gz
 from fgdata.media.errors import ClipTooShort
-
-if TYPE_CHECKING:
-    from fgdata.media.video import ClipSpec
+from fgdata.media.video import ClipSpec
 
 #: Every image extension ``fgdata shard images`` can write, as ``key_map`` alternatives (JPEG first).
 IMAGE_MEMBERS = "jpg;jpeg;png;webp;gif;bmp;tif;tiff"
@@ -107,55 +104,41 @@ def is_video_spec(alternatives: Sequence[str]) -> bool:
 
 @dataclass
 class VideoDecoder(Decoder):
-    """Clips of ``sequence_length`` frames at ``img_size`` = (W, H) in [-1, 1], ``[C,T,H,W]``.
+    """Clips as ``spec`` says (``sequence_length`` frames at ``img_size`` = (W, H)) in [-1, 1], ``[C,T,H,W]``.
 
-    With ``with_audio`` each video key becomes ``{"video": ..., "audio": [2, N]}`` (``audio``
+    With ``spec.with_audio`` each video key becomes ``{"video": ..., "audio": [2, N]}`` (``audio``
     omitted without an audio stream). Writes ``cropping_params`` (one video key) or
     ``<key>_cropping_params`` and records each clip in ``ctx.clips``.
     """
 
     video_keys: tuple[str, ...]
-    sequence_length: int
-    img_size: tuple[int, int]
-    decoder_type: Literal["segment", "full"] = "segment"
-    target_fps: float | None = None
-    with_audio: bool = False
-    target_sample_rate: int | None = None
-    resize: str = "fast"
-
-    @cached_property
-    def spec(self) -> ClipSpec:
-        """The clip every sample's video becomes (options checked once, on first use)."""
-        from fgdata.media.video import ClipSpec
-
-        return ClipSpec(sequence_length=self.sequence_length, img_size=self.img_size, decoder_type=self.decoder_type,
-                        target_fps=self.target_fps, with_audio=self.with_audio,
-                        target_sample_rate=self.target_sample_rate, resize=self.resize)
+    spec: ClipSpec  # the clip every sample's video becomes
 
     def claims(self, key: str, ext: str) -> bool:
         return key in self.video_keys
 
     def _too_short(self, info: Any) -> str:
         """The reason a clip is too short, in the loader's terms (frames after target_fps)."""
-        if self.target_fps is None:
-            return f"clip has {info.frame_count} frames, sequence_length={self.sequence_length}"
-        frames = math.ceil(info.duration * self.target_fps - 1e-9)
-        return (f"clip has {frames} frames at target_fps={self.target_fps:g} ({info.frame_count} at {info.fps:g} fps), "
-                f"sequence_length={self.sequence_length}")
+        fps, length = self.spec.target_fps, self.spec.sequence_length
+        if fps is None:
+            return f"clip has {info.frame_count} frames, sequence_length={length}"
+        frames = math.ceil(info.duration * fps - 1e-9)
+        return (f"clip has {frames} frames at target_fps={fps:g} ({info.frame_count} at {info.fps:g} fps), "
+                f"sequence_length={length}")
 
     def decode(self, items: Items, ctx: Any, out: dict[str, Any], warn: WarnOnce) -> None:
         from fgdata.media.video import decode_clip, probe_video
 
+        (w, h), length = self.spec.img_size, self.spec.sequence_length
         for key, (ext, data) in items.items():
             payload = unwrap_gz(ext, data)[1]
             info = probe_video(payload)
             try:
-                clip = decode_clip(payload, self.spec, rng=ctx.rng, info=info,
-                                   out=ctx.out(key, (3, self.sequence_length, self.img_size[1], self.img_size[0])))
+                clip = decode_clip(payload, self.spec, rng=ctx.rng, info=info, out=ctx.out(key, (3, length, h, w)))
             except ClipTooShort as exc:
                 raise ClipTooShort(self._too_short(info)) from exc
             ctx.clips[key] = (clip, info)
-            if self.with_audio:
+            if self.spec.with_audio:
                 value: Any = {"video": clip.video}
                 if clip.audio is not None:
                     value["audio"] = clip.audio
@@ -166,7 +149,7 @@ class VideoDecoder(Decoder):
 
     def unstackable(self, samples: list[dict[str, Any]], warn: WarnOnce) -> dict[tuple[str, str], list]:
         """Audio of mixed presence or length stays a per-sample list of tensors (or None), with a warning."""
-        if not self.with_audio:
+        if not self.spec.with_audio:
             return {}
         import torch
 

@@ -63,6 +63,7 @@ from fgdata.loaders.decoders import (
 from fgdata.loaders.plan import EpochStream, SamplePlan
 from fgdata.loaders.presets import build_filters, resolve_presets
 from fgdata.loaders.ranks import default_workers, resolve_rank
+from fgdata.media.video import ClipSpec
 from fgdata.loaders.selection import (
     LoaderConfigError,
     ShardRef,
@@ -469,8 +470,10 @@ class VideoWDSLoader(WDSLoader):
         missing = [k for k in self.video_keys if k not in keys]
         if missing:
             raise LoaderConfigError(f"video_keys {missing} are not key_map keys ({sorted(keys)})")
-        return VideoDecoder(self.video_keys, self.sequence_length, self.img_size, self.decoder_type, self.target_fps,
-                            with_audio=self._with_audio, target_sample_rate=target_sample_rate, resize=self.resize)
+        spec = ClipSpec(sequence_length=self.sequence_length, img_size=self.img_size, decoder_type=self.decoder_type,
+                        target_fps=self.target_fps, with_audio=self._with_audio,
+                        target_sample_rate=target_sample_rate, resize=self.resize)
+        return VideoDecoder(self.video_keys, spec)
 
     def _media_decoders(self, keys: dict[str, tuple[str, ...]]) -> list[Decoder]:
         return [self._video_decoder(keys)]
