@@ -62,7 +62,7 @@ from fgdata.loaders.decoders import (
 )
 from fgdata.loaders.plan import EpochStream, SamplePlan
 from fgdata.loaders.presets import build_filters, resolve_presets
-from fgdata.loaders.ranks import default_workers, resolve_rank
+from fgdata.loaders.ranks import checked_position, default_workers, resolve_rank
 from fgdata.media.video import ClipSpec
 from fgdata.loaders.selection import (
     LoaderConfigError,
@@ -83,18 +83,8 @@ from fgdata.loaders.sources import ShuffleBuffer as _ShuffleBuffer  # noqa: F401
 log = logging.getLogger("fgdata.loaders")
 
 DEFAULT_SHUFFLE_BYTES = 256 << 20
-#: The largest ``sampler_start_idx`` / resume position: positions plus a batch and the drop
-#: rule's look-ahead stay far inside int64.
-MAX_POSITION = 1 << 62
 #: Default share of an epoch's positions that may be replaced before the loader warns.
 REPLACED_WARN_FRACTION = 0.01
-
-
-def _position(value: Any, what: str) -> int:
-    """A global position: an integer (not a boolean) in ``[0, MAX_POSITION]``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= MAX_POSITION:
-        raise LoaderConfigError(f"{what}={value!r}: must be an integer in [0, 2**62] (global samples already consumed)")
-    return int(value)
 
 
 def _fraction(value: Any, what: str) -> float:
@@ -178,7 +168,7 @@ class BaseWDSLoader:
         if seed < 0:
             raise LoaderConfigError(f"seed={seed}: must be non-negative")
         self.seed = int(seed)
-        start = _position(0 if sampler_start_idx is None else sampler_start_idx, "sampler_start_idx")
+        start = checked_position(0 if sampler_start_idx is None else sampler_start_idx, "sampler_start_idx")
 
         if deterministic and num_workers > 1:
             warnings.warn(
@@ -249,7 +239,7 @@ class BaseWDSLoader:
         """Continue from ``state``; a malformed state, or one saved for another dataset, seed or order, is refused."""
         if not isinstance(state, Mapping) or "position" not in state:
             raise LoaderConfigError(f"load_state_dict: expected the dict that state_dict() returns, got {type(state).__name__}")
-        position = _position(state["position"], "state['position']")
+        position = checked_position(state["position"], "state['position']")
         for name in ("epoch", "drops"):
             value = state.get(name, 0)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
@@ -266,6 +256,13 @@ class BaseWDSLoader:
         self._epoch = int(state.get("epoch", 0)) + (0 if self.deterministic else 1)
 
     # -- iteration ----------------------------------------------------------
+
+    @property
+    def loader(self) -> Any:
+        """A torch ``DataLoader`` over this loader (the reference's ``loader.loader``): iterating it is iterating this."""
+        from fgdata.loaders._torch import LoaderView
+
+        return LoaderView(self)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         from fgdata.loaders._torch import iterate

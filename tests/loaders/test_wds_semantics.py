@@ -211,6 +211,21 @@ def test_basename_collisions_across_datatags(tmp_path):
     assert len(loader) == 15
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_attribute_is_a_dataloader_over_the_same_stream(grid, workers):
+    """The reference's loaders expose ``.loader`` (a DataLoader); iterating it is iterating the loader."""
+    from torch.utils.data import DataLoader
+
+    loader = det(grid, batch_size=4, num_workers=workers, sampler_start_idx=6)
+    view = loader.loader
+    assert isinstance(view, DataLoader) and len(view) == len(loader) == 24
+    got = flat(keys(view, 3))
+    assert got == ALL[6:18] and loader.state_dict()["position"] == 18
+    assert flat(keys(loader, 3)) == got
+    with pytest.raises(TypeError, match="deterministic"):
+        len(WDSLoader(["WDS:" + grid], batch_size=4, key_map=KM, num_workers=0, seed=1).loader)
+
+
 def test_ignore_entries_match_however_the_datatag_spells_the_folder(tmp_path, monkeypatch):
     """Absolute keys under relative datatags, relative keys under absolute ones, through a symlink; else refused."""
     write_grid(str(tmp_path / "a"), shards=1)
