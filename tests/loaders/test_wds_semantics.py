@@ -337,7 +337,7 @@ def test_unknown_preset_and_bad_tags(grid):
 def test_construction_warnings(grid):
     with pytest.warns(UserWarning, match="1-worker order"):
         WDSLoader(["WDS:" + grid], batch_size=2, deterministic=True, num_workers=2)
-    with pytest.warns(UserWarning, match="not shuffled"):
+    with pytest.warns(UserWarning, match="unshuffled; pass shuffle_block"):
         WDSLoader(["WDS:" + grid], batch_size=2, deterministic=True)
     with pytest.warns(UserWarning, match="ignored without deterministic"):
         WDSLoader(["WDS:" + grid], batch_size=2, sampler_start_idx=5)
