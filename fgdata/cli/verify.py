@@ -88,6 +88,7 @@ def verify_cmd(
     Example: fgdata verify /data/shards --decode --require jpg,txt --write-ignore /data/shards/ignore.json --write-counts
 
     The ignore index lists the bad samples and the counts are the samples physically present and readable; loaders subtract the first from the second, so a verified dataset trains without drops.
+    Each folder is its own dataset (keys unique within it, its own shard_count.json); with several, rows name shards by path and the ignore index keys them by absolute path.
     Exit code 1 when problems were found.
     """
     from fgdata.verify import verify_dataset, write_counts, write_ignore

@@ -206,8 +206,7 @@ class BaseWDSLoader:
         self._epoch = 0
         self._drops = 0
         self._iter_start = self._position
-        self._replaced: Counter[int] = Counter()
-        self._replaced_warned: set[int] = set()
+        self._replaced: Counter[int] = Counter()  # epoch -> replaced positions, until the epoch ends
 
     # -- identity and state -------------------------------------------------
 
@@ -272,7 +271,6 @@ class BaseWDSLoader:
             self._epoch += 1
         self._position = self._iter_start = start
         self._replaced.clear()  # a new iteration is a new stream: its epochs are counted afresh
-        self._replaced_warned.clear()
         for batch in iterate(self, start, epoch):
             self._drops += int(batch.pop("__drops__", 0))
             self._note_replaced(batch.pop("__replaced__", ()))
@@ -318,10 +316,9 @@ class BaseWDSLoader:
             return
         n = len(self._plan)
         for epoch in sorted(self._replaced):
-            if epoch in self._replaced_warned or not (stream_over or (epoch + 1) * n <= self._position):
+            if not (stream_over or (epoch + 1) * n <= self._position):
                 continue
-            self._replaced_warned.add(epoch)
-            count = self._replaced[epoch]
+            count = self._replaced.pop(epoch)
             delivered = max(count, self._rank_positions(epoch, self._position))
             if count > self.replaced_warn_fraction * delivered:
                 warnings.warn(
