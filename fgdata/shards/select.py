@@ -6,6 +6,7 @@ Every command that reads shards resolves its arguments here, so ``count-shards``
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Sequence
@@ -29,19 +30,19 @@ class ShardSet:
     keeps one ``shard_count.json`` per folder, so keys, counts and shard names are unique only
     within a folder. ``whole`` holds the folders that were given whole: their side files then
     describe exactly their shards. ``sizes`` holds the byte size of every shard whose listing
-    gave one.
+    gave one. :func:`resolve_shards` fills it; it is not changed afterwards (the groupings are cached).
     """
 
     shards: list[str]
     sizes: dict[str, int] = field(default_factory=dict)
     whole: set[str] = field(default_factory=set)
 
-    @property
+    @functools.cached_property
     def folders(self) -> list[str]:
         """The folders holding the shards, in first-seen order (one dataset each; where their side files live)."""
         return list(dict.fromkeys(storage.parent(s) for s in self.shards))
 
-    @property
+    @functools.cached_property
     def datasets(self) -> dict[str, list[str]]:
         """Folder -> its selected shards, in first-seen order."""
         out: dict[str, list[str]] = {}
