@@ -34,6 +34,7 @@ from fgdata.storage.files import (
 )
 from fgdata.storage.local import atomic_path
 from fgdata.storage.paths import (
+    absolute,
     basename,
     is_absolute,
     is_s3,
@@ -41,12 +42,14 @@ from fgdata.storage.paths import (
     join,
     parent,
     relative,
+    same_file_key,
 )
 from fgdata.storage.s5cmd import s5cmd_binary
 
 __all__ = [
     "Backend",
     "FileInfo",
+    "absolute",
     "atomic_path",
     "backend_for",
     "basename",
@@ -76,6 +79,7 @@ __all__ = [
     "remove",
     "remove_tree",
     "s5cmd_binary",
+    "same_file_key",
     "size",
     "staging_dir",
     "stat",
