@@ -205,11 +205,14 @@ def _json(entry: _Entry, stats: Stats, name: str) -> dict[str, Any] | None:
     if ext is None:
         return None
     stats.json_members += 1
-    try:
-        from fgdata.media.decode import unwrap_gz
+    from fgdata.media.decode import InflateLimitError, unwrap_gz
 
+    try:
         doc = json.loads(unwrap_gz(ext, entry.read(ext, None))[1])
-    except (ValueError, UnicodeDecodeError, FgdataError):
+    except InflateLimitError as exc:
+        stats.problem("member too large", f"{name} {entry.key}.{ext}: {exc}")
+        return None
+    except (ValueError, UnicodeDecodeError, RecursionError, FgdataError):
         stats.problem("invalid json", f"{name} {entry.key}")
         return None
     return doc if isinstance(doc, dict) else None
