@@ -41,6 +41,7 @@ from fgdata.loaders.collate import BatchSlots, Delivered
 from fgdata.loaders.plan import SamplePlan, Split
 from fgdata.loaders.selection import COUNT_FIX, Dataset, ShardRef, count_mismatch
 from fgdata.media.errors import ClipTooShort
+from fgdata.report.format import terminal_safe
 from fgdata.shards import ShardFile, scan_shard
 from fgdata.shards.scan import BLOCK
 from fgdata.shards.scan import TarDamage, group_samples, iter_members
@@ -66,7 +67,7 @@ class Drops:
         self.counts[kind] += 1
         n = self.counts[kind]
         if n <= 5 or n % 1000 == 0:
-            log.warning("dropped %s: %s (%d so far for %r)", where, reason, n, kind)
+            log.warning("dropped %s: %s (%d so far for %r)", terminal_safe(where), terminal_safe(reason), n, kind)
 
 
 def _ext_of(name: str) -> str:
