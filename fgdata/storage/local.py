@@ -56,6 +56,16 @@ def _open_regular(path: str) -> int:
 
 
 @contextlib.contextmanager
+def writing_to(path: str) -> Iterator[None]:
+    """An ``OSError`` raised while writing ``path`` (a full disk, a quota, an I/O error) as a StorageError that
+    names it: a failed ``write`` carries no file name of its own."""
+    try:
+        yield
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+
+
+@contextlib.contextmanager
 def atomic_path(path: str) -> Iterator[str]:
     """A temporary path next to ``path``; renamed onto it on success, removed on error.
 
@@ -163,13 +173,13 @@ class LocalBackend(Backend):
         return os.path.isdir(path)
 
     def write_atomic(self, path: str, data: bytes) -> None:
-        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        with writing_to(path), atomic_path(path) as tmp, open(tmp, "wb") as f:
             f.write(data)
 
     def _copy(self, src: str, dst: str) -> None:
         if not os.path.isfile(src):
             raise StorageError(f"{src}: file not found")
-        with atomic_path(dst) as tmp:
+        with writing_to(dst), atomic_path(dst) as tmp:
             shutil.copyfile(src, tmp)
 
     def upload(self, local: str, path: str) -> None:
