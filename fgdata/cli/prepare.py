@@ -77,7 +77,7 @@ def download(
             from fgdata.sources.imagenet import download_imagenet
 
             path = download_imagenet(dest, progress=update)
-    typer.echo(f"ready: {terminal_safe(path)}")
+    typer.echo(f"ready: {terminal_safe(str(path))}")
 
 
 @dataclass(frozen=True, kw_only=True)
