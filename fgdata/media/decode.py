@@ -46,6 +46,15 @@ class InflateLimitError(MemberDecodeError):
     """A ``.gz`` member inflates past the reader's limit (a decompression bomb, or simply too large)."""
 
 
+def _keep(parts: list[bytes], part: bytes, total: int, limit: int, name: str) -> int:
+    """Append an inflated ``part``; the new total, or InflateLimitError past ``limit``."""
+    total += len(part)
+    if total > limit:
+        raise InflateLimitError(f".{name} inflates past the {limit:,}-byte limit; not loaded")
+    parts.append(part)
+    return total
+
+
 def inflate_gz(data: bytes, limit: int = DECODE_LIMIT, *, name: str = "gz") -> bytes:
     """The gzip data inflated (every concatenated gzip member), fed and drained in 1 MiB steps: more than
     ``limit`` bytes raise :class:`InflateLimitError` before they are held, bad data :class:`MemberDecodeError`."""
@@ -64,16 +73,15 @@ def inflate_gz(data: bytes, limit: int = DECODE_LIMIT, *, name: str = "gz") -> b
                 pending, pos = bytes(view[pos:pos + _INFLATE_STEP]), pos + _INFLATE_STEP
             part = inflater.decompress(pending, _INFLATE_STEP)
             fed = True
-            total += len(part)
-            if total > limit:
-                raise InflateLimitError(f".{name} inflates past the {limit:,}-byte limit; not loaded")
-            parts.append(part)
+            total = _keep(parts, part, total, limit, name)
             if inflater.eof:  # the next gzip member, if any, starts in what this one left
                 pending, inflater, fed = inflater.unused_data, zlib.decompressobj(wbits=31), False
+                if not pending.strip(b"\0") and not bytes(view[pos:]).strip(b"\0"):
+                    break  # nothing but zero padding after the last member, as gzip allows
             else:
                 pending = inflater.unconsumed_tail
-        if fed:
-            parts.append(inflater.flush())
+        if fed:  # the input is used up: what zlib still holds (a few bytes) and the trailer's check
+            _keep(parts, inflater.flush(), total, limit, name)
             if not inflater.eof:
                 raise MemberDecodeError(f".{name}: bad gzip data: the data ends inside the compressed stream")
     except zlib.error as e:

@@ -120,3 +120,22 @@ print("keys", sorted(k for batch in loader for k in batch["__key__"]))
     assert "keys ['sample_000000', 'sample_000002']" in proc.stdout
     assert "sample_000001" in proc.stderr and f"inflates past the {GIB:,}-byte limit" in proc.stderr, proc.stderr
     assert peak < GIB + (700 << 20), peak
+
+
+def test_the_stepwise_inflater_reads_what_gzip_reads():
+    """Concatenated gzip members, zero padding, empty input: what gzip.decompress returns; cut or trailing
+    data: a decode error; one byte past the limit: the limit error."""
+    import gzip
+
+    from fgdata.media.decode import InflateLimitError, MemberDecodeError, inflate_gz
+
+    payload = os.urandom(3 << 20)  # incompressible: the input itself spans several steps
+    for data in (gzip.compress(payload) + gzip.compress(b"x" * 5_000_000), gzip.compress(b"abc") + bytes(3000),
+                 b"", gzip.compress(b"")):
+        assert inflate_gz(data) == gzip.decompress(data)
+    for bad in (gzip.compress(payload)[:-5], gzip.compress(b"abc") + b"\0x", b"not gzip"):
+        with pytest.raises(MemberDecodeError, match="bad gzip data"):
+            inflate_gz(bad)
+    assert inflate_gz(gzip.compress(bytes(1000)), 1000) == bytes(1000)
+    with pytest.raises(InflateLimitError, match="inflates past the 999-byte limit"):
+        inflate_gz(gzip.compress(bytes(1000)), 999)
