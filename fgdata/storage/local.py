@@ -105,8 +105,7 @@ class LocalBackend(Backend):
 
     @contextlib.contextmanager
     def open_read(self, path: str, buffering: int = -1) -> Iterator[BinaryIO]:
-        f = os.fdopen(_open_regular(path), "rb", buffering=buffering)
-        with f:
+        with open(path, "rb", buffering=buffering, opener=lambda name, _flags: _open_regular(name)) as f:
             yield f
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
