@@ -17,6 +17,7 @@ import typer
 from fgdata.cli import options
 from fgdata.cli.flaggroups import flag, flag_groups
 from fgdata.cli.options import JobFlags, OutputFlags
+from fgdata.cli.render import terminal_safe
 
 if TYPE_CHECKING:
     from fgdata.cli.jobrun import Outcome
@@ -76,7 +77,7 @@ def download(
             from fgdata.sources.imagenet import download_imagenet
 
             path = download_imagenet(dest, progress=update)
-    typer.echo(f"ready: {path}")
+    typer.echo(f"ready: {terminal_safe(str(path))}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from fgdata import storage
-from fgdata.errors import FgdataError
+from fgdata.errors import FgdataError, StorageError
 from fgdata.media.decode import decode_member
 from fgdata.shards.scan import BLOCK
 from fgdata.shards import (
@@ -278,8 +278,10 @@ def resolve_dataset(
                 try:
                     # Headers only: the workers read the payloads later, so a read-ahead would read them twice.
                     scan = scans[r.path] = scan_shard(r.path, read_ahead=BLOCK)
-                except (FgdataError, OSError) as exc:  # unreadable: no samples, said once
-                    scan = ShardScan(r.path, r.size or 0, [], damage=str(exc).splitlines()[0])
+                except OSError as exc:
+                    raise StorageError(f"{r.path}: {exc.strerror or exc}") from None
+                # A StorageError (a stall, a refused connection, a vanished file) propagates: a count that
+                # depends on the weather would move every later position.
             if scan.damage:
                 warnings.warn(f"{r.path}: damaged ({scan.damage}); using its {len(scan)} readable samples", stacklevel=3)
             counts[r.path] = len(scan)

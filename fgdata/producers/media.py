@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from fgdata import storage
 from fgdata.errors import FgdataError
-from fgdata.shards.metadata import FGDATA_FIELD, with_fgdata_fields
+from fgdata.shards.metadata import FGDATA_FIELD, parse_json, with_fgdata_fields
 from fgdata.sources.folder import WorkItem, sample_key
 
 Kind = Literal["images", "videos", "prompts"]
@@ -123,8 +123,8 @@ def _caption_and_metadata(item: WorkItem) -> tuple[str | None, dict[str, Any], i
         raw = _read(item.metadata_path)
         nbytes += len(raw)
         try:
-            doc = json.loads(raw)
-        except ValueError as e:
+            doc = parse_json(raw)
+        except (ValueError, UnicodeDecodeError) as e:
             raise _Failed("metadata", f"{storage.basename(item.metadata_path)}: {_first_line(e)}") from None
         if not isinstance(doc, dict):
             raise _Failed("metadata", f"{storage.basename(item.metadata_path)} must hold a JSON object")

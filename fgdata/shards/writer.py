@@ -273,7 +273,8 @@ class ShardWriter:
             pad = -len(data) % BLOCK
             parts += (header, data, _ZEROS[:pad]) if pad else (header, data)
             pos += len(data) + pad
-        _write_all(self._file.fileno(), parts)
+        with storage.writing_to(storage.join(self.dest, self._shard_name(self._shard_no))):
+            _write_all(self._file.fileno(), parts)
         self._bytes = pos
         self._entries.append(SampleEntry(key, start, pos, offsets))
         self._keys.add(key)
@@ -296,11 +297,12 @@ class ShardWriter:
         assert self._file is not None and self._tmp is not None
         end = self._bytes + 2 * BLOCK
         total = (end + RECORD - 1) // RECORD * RECORD
-        _write_all(self._file.fileno(), [bytes(total - self._bytes)])
-        self._file.close()  # no fsync: the rename is atomic against a crashed process, which is what resume relies on
-        self._file = None
         name = self._shard_name(self._shard_no)
         final = storage.join(self.dest, name)
+        with storage.writing_to(final):
+            _write_all(self._file.fileno(), [bytes(total - self._bytes)])
+        self._file.close()  # no fsync: the rename is atomic against a crashed process, which is what resume relies on
+        self._file = None
         scan = ShardScan(shard=final, size=total, samples=self._entries)
         job = {
             "options": self._options(),

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 import sys
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any, Union
 
 from fgdata import storage
 from fgdata.errors import FgdataError
+from fgdata.shards.metadata import parse_json
 from fgdata.sources.folder import WorkItem, printable_name
 
 MANIFEST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".parquet")
@@ -95,7 +95,7 @@ def read_rows(path: str) -> list[Row]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = parse_json(line)
             except ValueError as e:
                 rows.append(BadRow(f"{base}:{n}", f"manifest: line {n} of {base} is not valid JSON ({e})"))
                 continue

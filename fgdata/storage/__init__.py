@@ -32,7 +32,7 @@ from fgdata.storage.files import (
     upload,
     write_bytes,
 )
-from fgdata.storage.local import atomic_path
+from fgdata.storage.local import atomic_path, writing_to
 from fgdata.storage.paths import (
     absolute,
     basename,
@@ -85,4 +85,5 @@ __all__ = [
     "stat",
     "upload",
     "write_bytes",
+    "writing_to",
 ]

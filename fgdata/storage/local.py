@@ -6,6 +6,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -20,6 +21,48 @@ def _os_error(path: str, exc: OSError) -> StorageError:
     if isinstance(exc, IsADirectoryError):
         return StorageError(f"{path}: is a directory")
     return StorageError(f"{path}: {exc.strerror or exc}")
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "a special file"
+
+
+def _open_regular(path: str) -> int:
+    """A read descriptor of ``path``, refused unless it is a regular file.
+
+    A FIFO would block the open (or the reads) forever and a device such as ``/dev/zero`` never ends,
+    so the open does not wait (``O_NONBLOCK``) and the opened file itself is checked (no race with a
+    rename between a check and the open). Regular files ignore ``O_NONBLOCK``; it is cleared anyway.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise StorageError(f"{path}: is {_file_kind(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextlib.contextmanager
+def writing_to(path: str) -> Iterator[None]:
+    """An ``OSError`` raised while writing ``path`` (a full disk, a quota, an I/O error) as a StorageError that
+    names it: a failed ``write`` carries no file name of its own."""
+    try:
+        yield
+    except OSError as exc:
+        raise _os_error(path, exc) from None
 
 
 @contextlib.contextmanager
@@ -62,19 +105,12 @@ class LocalBackend(Backend):
 
     @contextlib.contextmanager
     def open_read(self, path: str, buffering: int = -1) -> Iterator[BinaryIO]:
-        try:
-            f = open(path, "rb", buffering=buffering)  # noqa: SIM115 - closed by the with below
-        except OSError as exc:
-            raise _os_error(path, exc) from None
-        with f:
+        with open(path, "rb", buffering=buffering, opener=lambda name, _flags: _open_regular(name)) as f:
             yield f
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
         """Loops over ``os.pread``: one call returns at most about 2 GiB on Linux."""
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError as exc:
-            raise _os_error(path, exc) from None
+        fd = _open_regular(path)
         try:
             parts = []
             while length > 0:
@@ -136,13 +172,13 @@ class LocalBackend(Backend):
         return os.path.isdir(path)
 
     def write_atomic(self, path: str, data: bytes) -> None:
-        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        with writing_to(path), atomic_path(path) as tmp, open(tmp, "wb") as f:
             f.write(data)
 
     def _copy(self, src: str, dst: str) -> None:
         if not os.path.isfile(src):
             raise StorageError(f"{src}: file not found")
-        with atomic_path(dst) as tmp:
+        with writing_to(dst), atomic_path(dst) as tmp:
             shutil.copyfile(src, tmp)
 
     def upload(self, local: str, path: str) -> None:

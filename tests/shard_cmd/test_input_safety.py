@@ -204,3 +204,30 @@ def test_a_jsonl_line_that_is_not_json_fails_alone_naming_file_and_line(cli, sam
     doc = _shard(cli, "prompts", prompts, tmp_path / "prompts")
     assert (doc["seen"], doc["written"], doc["failed"]) == (3, 2, 1)
     assert [f["input"] for f in _report(tmp_path / "prompts")["failures"]] == ["p.jsonl:2"]
+
+
+def test_json_python_cannot_take_fails_as_metadata(cli, sample_images, tmp_path):
+    """Sidecars nested past the recursion limit, or holding NaN or Infinity (the json member is strict JSON),
+    fail their input as ``metadata``; a manifest line nested too deeply is a ``manifest`` failure."""
+    src = tmp_path / "photos"
+    src.mkdir()
+    sidecars = {"deep": "[" * 100_000 + "]" * 100_000, "nan": '{"score": NaN}', "inf": '{"score": 1e999}',
+                "fine": '{"score": 1.5}'}
+    for stem, text in sidecars.items():
+        shutil.copyfile(sample_images[0], src / f"{stem}.jpg")
+        (src / f"{stem}.json").write_text(text)
+    dest = tmp_path / "out"
+    doc = _shard(cli, "images", src, dest)
+    assert (doc["seen"], doc["written"], doc["failed"]) == (4, 1, 3)
+    reasons = {f["input"]: f["reason"] for f in _report(dest)["failures"]}
+    assert reasons == {"deep.jpg": "metadata: deep.json: nested too deeply to parse",
+                       "inf.jpg": "metadata: inf.json: the number 1e999 is out of range (not a finite float)",
+                       "nan.jpg": "metadata: nan.json: NaN is not valid JSON"}
+
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"path": str(sample_images[0])}) + "\n" + "[" * 100_000 + "\n")
+    dest = tmp_path / "out2"
+    doc = _shard(cli, "images", manifest, dest)
+    assert (doc["seen"], doc["written"], doc["failed"]) == (2, 1, 1)
+    (entry,) = _report(dest)["failures"]
+    assert entry["reason"] == "manifest: line 2 of m.jsonl is not valid JSON (nested too deeply to parse)"
