@@ -18,7 +18,8 @@ import io
 import math
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 from PIL import Image
@@ -35,6 +36,7 @@ __all__ = [
     "image_transform_geometry",
     "load_image_for_training",
     "open_image",
+    "pixel_limit",
     "to_rgb",
 ]
 
@@ -49,28 +51,68 @@ RESIZE_REDUCING_GAP = 2.0
 _DCT_FACTORS = tuple(n / 8 for n in range(1, 17))
 
 
+#: The one environment variable that raises (or lowers) the pixel limit in every process that decodes images.
+MAX_PIXELS_ENV = "FGDATA_MAX_PIXELS"
+_RAISE_LIMIT = f"allow it with --max-pixels N (shard, prepare) or {MAX_PIXELS_ENV}=N"
+_env_applied = False
+
+
+def _apply_env_limit() -> None:
+    """Set Pillow's limit from ``FGDATA_MAX_PIXELS`` once per process, so pool workers, Ray tasks and loaders
+    started with it all decode the same images (Pillow's own check in ``Image.open`` reads the same setting)."""
+    global _env_applied
+    if _env_applied:
+        return
+    _env_applied = True
+    text = os.environ.get(MAX_PIXELS_ENV, "").strip()
+    if text:
+        if not text.isdigit() or int(text) < 1:
+            raise ImageDecodeError(f"{MAX_PIXELS_ENV} must be a whole number of pixels, not {text!r}")
+        Image.MAX_IMAGE_PIXELS = int(text)
+
+
+@contextmanager
+def pixel_limit(limit: int | None) -> Iterator[None]:
+    """Decode under ``limit`` pixels (``--max-pixels``); None keeps the process's limit. Restored on exit."""
+    _apply_env_limit()
+    if limit is None:
+        yield
+        return
+    before = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = limit
+    try:
+        yield
+    finally:
+        Image.MAX_IMAGE_PIXELS = before
+
+
 def check_pixels(width: int, height: int) -> None:
     """Refuse an image larger than Pillow's ``MAX_IMAGE_PIXELS`` (a decompression bomb), whoever decodes it.
 
     Pillow itself only warns between one and two times the limit, and the header fast paths
     (JPEG frame header, PNG IHDR, simplejpeg, pyspng) never ask it, so every path calls this
-    instead. Setting ``PIL.Image.MAX_IMAGE_PIXELS = None`` turns the check off, as in Pillow.
+    instead. Setting ``PIL.Image.MAX_IMAGE_PIXELS = None`` turns the check off, as in Pillow;
+    ``FGDATA_MAX_PIXELS`` and :func:`pixel_limit` set it.
     """
+    _apply_env_limit()
     limit = Image.MAX_IMAGE_PIXELS
     if limit is not None and width * height > limit:
         raise ImageDecodeError(
             f"cannot decode image: {width}x{height} is {width * height:,} pixels, over Pillow's "
-            f"MAX_IMAGE_PIXELS ({limit:,}); refused as a possible decompression bomb"
+            f"MAX_IMAGE_PIXELS ({limit:,}); refused as a possible decompression bomb; {_RAISE_LIMIT}"
         )
 
 
 def open_image(data: bytes | str | os.PathLike[str]) -> Image.Image:
     """Open (lazily, header only) image bytes or a file; a one-line ImageDecodeError instead of Pillow's zoo."""
+    _apply_env_limit()
     try:
         with warnings.catch_warnings():  # between 1x and 2x the limit: check_pixels refuses it instead
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             im = Image.open(io.BytesIO(data) if isinstance(data, bytes) else data)
-    except (OSError, ValueError, Image.DecompressionBombError) as e:
+    except Image.DecompressionBombError as e:
+        raise ImageDecodeError(f"cannot decode image: {e}; {_RAISE_LIMIT}") from e
+    except (OSError, ValueError) as e:
         raise ImageDecodeError(f"cannot decode image: {e}") from e
     check_pixels(im.width, im.height)
     return im

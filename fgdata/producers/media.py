@@ -47,6 +47,7 @@ class ShardOptions:
     clip_seconds: float | None = None
     exact_clips: bool = False
     fps: float | None = None
+    max_pixels: int | None = None  # the decompression-bomb limit (None: Pillow's, or FGDATA_MAX_PIXELS)
 
     def __post_init__(self) -> None:
         if self.image_format is not None and self.image_format not in IMAGE_FORMATS:
@@ -59,6 +60,8 @@ class ShardOptions:
             raise FgdataError("--clip-seconds must be > 0")
         if self.fps is not None and self.fps <= 0:
             raise FgdataError("--fps must be > 0")
+        if self.max_pixels is not None and self.max_pixels < 1:
+            raise FgdataError("--max-pixels must be at least 1")
 
     @property
     def reencode_images(self) -> bool:
@@ -305,24 +308,32 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
 
 def transform(position: int, item: WorkItem, options: ShardOptions) -> Outcome:
     """Turn one work item into samples; every error becomes a failure reason, never an exception."""
+    from fgdata.media.image import pixel_limit
+
     out = Outcome(position=position, index=item.index, name=item.name)
     try:
-        if item.refused:
-            out.reason = item.refused
-        elif options.kind == "prompts":
-            if not item.caption:
-                raise _Failed("caption", "empty prompt")
-            out.samples = [(sample_key(item.index), {"txt": item.caption.encode()})]
-            out.nbytes = len(item.caption.encode())
-        elif not item.path:
-            raise _Failed("missing-path", "no media path")
-        elif options.kind == "images":
-            members, out.nbytes = _image_samples(item, options)
-            out.samples = [(sample_key(item.index), members)]
-        else:
-            out.samples, out.nbytes = _video_samples(item, options)
+        with pixel_limit(options.max_pixels):
+            _transform_into(out, item, options)
     except _Failed as e:
         out.reason = str(e)
     except Exception as e:  # noqa: BLE001 - a strange input must not end a long job; it is reported
         out.reason = f"error: {type(e).__name__}: {_first_line(e)}"
     return out
+
+
+def _transform_into(out: Outcome, item: WorkItem, options: ShardOptions) -> None:
+    """The body of :func:`transform`: fill ``out`` with the item's samples; a failure raises :class:`_Failed`."""
+    if item.refused:
+        out.reason = item.refused
+    elif options.kind == "prompts":
+        if not item.caption:
+            raise _Failed("caption", "empty prompt")
+        out.samples = [(sample_key(item.index), {"txt": item.caption.encode()})]
+        out.nbytes = len(item.caption.encode())
+    elif not item.path:
+        raise _Failed("missing-path", "no media path")
+    elif options.kind == "images":
+        members, out.nbytes = _image_samples(item, options)
+        out.samples = [(sample_key(item.index), members)]
+    else:
+        out.samples, out.nbytes = _video_samples(item, options)
