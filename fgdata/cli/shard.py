@@ -93,7 +93,12 @@ class VideoFlags:
 def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     from fgdata.cli.jobrun import Outcome, finish, job_progress, notes, run_job
     from fgdata.jobs.ranks import dist_env
+    from fgdata.jobs.report import by_category
     from fgdata.jobs.shard import run_shard_job
+    from fgdata.sources.folder import skip_summary
+
+    def _by_category(entries: list[dict]) -> str:
+        return ", ".join(f"{category} {n:,}" for category, n in by_category(entries).items())
 
     started = time.perf_counter()
     rank, world = dist_env()
@@ -111,8 +116,13 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     if report.resumed:
         rows.append(("resumed after", f"{report.resumed:,} inputs"))
     rows.append(("read", human_bytes(report.nbytes)))
+    if report.warnings:
+        rows.append(("warnings", f"{len(report.warnings):,}: {_by_category(report.warnings)} (in failures.json)"))
+    if report.skipped:
+        rows.append(("skipped", f"{len(report.skipped):,}: {skip_summary(report.skipped)} (in failures.json)"))
     details = {"samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
-               "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes}
+               "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes,
+               "warnings": len(report.warnings), "skipped": len(report.skipped)}
     if not report.whole_job:  # a torchrun rank other than 0: its own share; rank 0 reports the job
         details |= {"rank": report.rank, "world": report.world}
         rows.insert(0, ("rank", f"{report.rank} of {report.world} (its share only)"))

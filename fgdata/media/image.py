@@ -103,9 +103,57 @@ def check_pixels(width: int, height: int) -> None:
         )
 
 
+#: HEIC/HEIF (phone photos): Pillow reads them through the ``pillow-heif`` plugin (``pip install 'fgdata[heif]'``).
+HEIF_EXTS = frozenset({"heic", "heif", "hif", "heics", "heifs"})
+_plugins: bool | None = None
+
+
+def register_plugins() -> bool:
+    """Teach Pillow HEIC/HEIF when ``pillow-heif`` is installed (once per process); True when it is."""
+    global _plugins
+    if _plugins is None:
+        try:
+            from pillow_heif import register_heif_opener
+        except ImportError:
+            _plugins = False
+        else:
+            register_heif_opener()
+            _plugins = True
+    return _plugins
+
+
+def source_image_extensions() -> frozenset[str]:
+    """Every extension (lower case, no dot) of a still-image format Pillow can decode here: derived from Pillow's
+    registry, less its stub formats (no decoder) and the formats of video extensions (MPEG is header-only)."""
+    from PIL import ImageFile
+
+    from fgdata.media.decode import VIDEO_EXTS
+
+    register_plugins()
+    Image.init()
+    formats = {ext[1:]: fmt for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN}
+    video = {fmt for ext, fmt in formats.items() if ext in VIDEO_EXTS}
+
+    def stub(fmt: str) -> bool:
+        factory = Image.OPEN[fmt][0]
+        return isinstance(factory, type) and issubclass(factory, ImageFile.StubImageFile)
+
+    return frozenset(ext for ext, fmt in formats.items() if fmt not in video and not stub(fmt))
+
+
+def missing_decoder(ext: str) -> str | None:
+    """Why a known image extension cannot be read here (its decoder is not installed), or None."""
+    if ext in HEIF_EXTS and not register_plugins():
+        return f".{ext} (HEIC/HEIF) needs pillow-heif: pip install 'fgdata[heif]'"
+    if ext in ("avif", "avifs") and ext not in source_image_extensions():
+        return f".{ext} needs a Pillow built with AVIF support (Pillow 11.2 or later wheels)"
+    return None
+
+
 def open_image(data: bytes | str | os.PathLike[str]) -> Image.Image:
     """Open (lazily, header only) image bytes or a file; a one-line ImageDecodeError instead of Pillow's zoo."""
     _apply_env_limit()
+    register_plugins()
     try:
         with warnings.catch_warnings():  # between 1x and 2x the limit: check_pixels refuses it instead
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)

@@ -85,6 +85,7 @@ class Outcome:
     samples: list[tuple[str, dict[str, bytes]]] = field(default_factory=list)
     reason: str | None = None
     nbytes: int = 0
+    warnings: list[str] = field(default_factory=list)  # "<category>: <message>" for inputs written without a part
 
 
 class _Failed(Exception):
@@ -193,14 +194,14 @@ def _reencode(data: bytes, options: ShardOptions, source_ext: str) -> tuple[byte
 
 
 def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, bytes], int]:
-    from fgdata.media import describe_image
+    from fgdata.media import IMAGE_EXTS, describe_image
     from fgdata.media.errors import MediaError
 
     data = _read(item.path)
     try:
         facts = describe_image(data)
         source_ext = _PIL_EXT.get(facts["format"]) or item.path.rpartition(".")[2].lower()
-        if options.reencode_images:
+        if options.reencode_images or source_ext not in IMAGE_EXTS:  # AVIF, HEIC, ...: loaders read none of them
             data, ext = _reencode(data, options, source_ext)
             facts = describe_image(data)
         else:
