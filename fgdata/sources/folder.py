@@ -191,8 +191,9 @@ def list_folder(root: str, extensions: Collection[str], follow_symlinks: bool = 
             skipped.append(Skipped(printable_name(rel), f"{entry.kind}: {entry.detail}"))
     skipped.sort(key=lambda s: s.name)
     if not media:
-        found = f" ({len(skipped)} other entries: {skip_summary(skipped)})" if skipped else ""
-        raise FgdataError(f"{root}: no files with extensions {', '.join(sorted(extensions))} found{found}")
+        found = f"; skipped {len(skipped)}: {skip_summary(skipped)}" if skipped else ""
+        wanted = ", ".join(sorted(extensions)) if len(extensions) <= 12 else f"the {len(extensions)} readable formats"
+        raise FgdataError(f"{root}: no files with extensions {wanted} found{found}")
     return Listing(items, skipped)
 
 
