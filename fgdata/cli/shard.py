@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Optional
 
 import typer
@@ -45,6 +45,9 @@ class SourceFlags:
 
     path_column: str = flag(typer.Option("path", "--path-column", help="Manifest column with the media path or s3:// URL."))
     caption_column: str = flag(typer.Option("caption", "--caption-column", help="Manifest column with the caption."))
+    caption_field: str = flag(typer.Option(
+        "caption,text,prompt", "--caption-field",
+        help="Fields of NAME.json (or manifest columns) tried in order for the caption when there is no NAME.txt."))
     follow_symlinks: bool = flag(options.FOLLOW_SYMLINKS)
 
 
@@ -139,6 +142,9 @@ def _job(what, src: str, dest: str, *groups: Any, **flags: Any):  # noqa: ANN001
 
     for group in groups:
         flags |= {f.name: getattr(group, f.name) for f in fields(group)}
+    if "caption_field" in flags:  # the transform reads NAME.json, so the caption's fields are a transform option
+        names = tuple(name.strip() for name in flags.pop("caption_field").split(","))
+        what = replace(what, caption_field=names)
     if flags.get("engine", "local") not in ("local", "ray"):
         raise FgdataError(f"--engine must be 'local' or 'ray', not {flags['engine']!r}")
     return ShardJob(options=what, src=src, dest=dest, **{**flags, "maxsize": parse_bytes(flags.get("maxsize"))})
