@@ -18,8 +18,12 @@ like any other), never a job-wide error:
 - a file name that is not valid UTF-8 (a surrogate-escaped ``str`` from the OS): reported by its
   name with the bad bytes written as backslash escapes (``bad\xff.jpg``);
 - a media file or sidecar that is a symbolic link resolving outside the source folder, unless
-  ``follow_symlinks`` (``--follow-symlinks``) is given. Links that stay inside are fine; linked
-  folders are never descended into.
+  ``follow_symlinks`` (``--follow-symlinks``) is given. Links that stay inside are fine.
+
+Everything else below the folder is a :class:`Skipped` entry (reported, never counted as an input):
+files of other formats, sidecars without a media file, and what the listing does not take
+(:func:`fgdata.storage.list_tree`: special files, broken links, linked folders; with
+``follow_symlinks`` a linked folder leading out of the source is walked instead).
 
 Key scheme (shared by every source): the sample key is ``sample_%06d`` of the item's
 ``index``, its position in the source order (sorted relative paths here, row order in a
