@@ -161,7 +161,7 @@ def _caption_and_metadata(item: WorkItem, options: ShardOptions) -> _Text:
     """The caption (NAME.txt, a manifest's caption column, else the first ``--caption-field`` of the metadata)
     and the user's metadata (sidecars over manifest columns); a caption that cannot be read is a warning, and
     the sample is written without it."""
-    text = _Text(item.caption, dict(item.metadata), 0)
+    text = _Text(item.caption, dict(item.metadata), 0, warnings=[item.warning] if item.warning else [])
     if item.caption_path:
         raw = _read(item.caption_path)
         text.nbytes += len(raw)
@@ -187,7 +187,7 @@ def _caption_and_metadata(item: WorkItem, options: ShardOptions) -> _Text:
         text.metadata.update(doc)
     if FGDATA_FIELD in text.metadata:
         raise _Failed("metadata", f"{item.name}: the field {FGDATA_FIELD!r} is reserved for fgdata's own metadata")
-    if text.caption is None and not item.caption_path:
+    if text.caption is None and not item.caption_path and not item.warning:
         _caption_from_fields(item, options.caption_field, text)
     return text
 

@@ -70,6 +70,7 @@ class WorkItem:
     poses_path: str | None = None
     intrinsics_path: str | None = None
     refused: str | None = None  # "<category>: <message>" when the source already knows the item fails
+    warning: str | None = None  # "<category>: <message>" when the source knows a part is lost (a caption)
 
 
 def printable_name(name: str) -> str:
