@@ -106,3 +106,12 @@ def test_a_manifest_row_takes_its_caption_from_a_caption_field_column(cli, tmp_p
     samples = _samples(dest)
     assert samples["a.jpg"]["txt"] == b"a red square" and samples["a.jpg"]["json"]["fgdata"]["caption_field"] == "text"
     assert samples["b.jpg"]["txt"] == b""  # an empty cell is an empty caption, as in the caption column
+
+
+def test_work_units_report_the_same_warnings_and_skipped_files(cli, caption_folder, tmp_path, ray_local):
+    (caption_folder / "notes.xyz").write_text("not an image")
+    local, units = tmp_path / "local", tmp_path / "units"
+    _shard(cli, "images", caption_folder, local, "--maxcount", "2")
+    doc = _shard(cli, "images", caption_folder, units, "--maxcount", "2", "--unit-size", "3", "--engine", "ray")
+    assert (doc["warnings"], doc["skipped"]) == (4, 1)
+    assert (units / "failures.json").read_bytes() == (local / "failures.json").read_bytes()

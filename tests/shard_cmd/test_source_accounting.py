@@ -6,6 +6,8 @@ import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,3 +125,21 @@ def test_a_folder_of_only_unreadable_entries_says_what_it_found(cli, tmp_path):
     result = cli("shard", "images", str(src), str(tmp_path / "out"), expect=1)
     message = str(result.exception)
     assert "no files with extensions the" in message and message.endswith("readable formats found; skipped 1: .xyz ×1")
+
+
+def test_heic_without_pillow_heif_is_skipped_saying_what_to_install(tmp_path):
+    """A machine without the heif extra (the package hidden from this process): HEIC files are listed, not lost."""
+    src = tmp_path / "src"
+    src.mkdir()
+    _jpeg(src / "a.jpg")
+    pytest.importorskip("pillow_heif").register_heif_opener()
+    Image.new("RGB", (40, 30)).save(src / "phone.heic", "HEIF")
+    code = ("import sys; sys.modules['pillow_heif'] = None; from fgdata.cli.main import run; "
+            "sys.argv = ['fgdata', *sys.argv[1:]]; run()")
+    run = subprocess.run([sys.executable, "-c", code, "shard", "images", str(src), str(tmp_path / "out"),
+                          "--no-progress", "--json"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["seen"] == 1
+    (entry,) = _report(tmp_path / "out")["skipped"]
+    assert entry == {"input": "phone.heic",
+                     "reason": "extension: .heic (HEIC/HEIF) needs pillow-heif: pip install 'fgdata[heif]'"}
