@@ -100,7 +100,7 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     from fgdata.jobs.shard import run_shard_job
     from fgdata.sources.folder import skip_summary
 
-    def _by_category(entries: list[dict]) -> str:
+    def categories(entries: list[dict]) -> str:
         return ", ".join(f"{category} {n:,}" for category, n in by_category(entries).items())
 
     started = time.perf_counter()
@@ -120,7 +120,7 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
         rows.append(("resumed after", f"{report.resumed:,} inputs"))
     rows.append(("read", human_bytes(report.nbytes)))
     if report.warnings:
-        rows.append(("warnings", f"{len(report.warnings):,}: {_by_category(report.warnings)} (in failures.json)"))
+        rows.append(("warnings", f"{len(report.warnings):,}: {categories(report.warnings)} (in failures.json)"))
     if report.skipped:
         rows.append(("skipped", f"{len(report.skipped):,}: {skip_summary(report.skipped)} (in failures.json)"))
     details = {"samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,

@@ -45,8 +45,7 @@ from fgdata.jobs.ranks import dist_env, owner, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, by_category, write_failures
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
 from fgdata.producers.media import Outcome, ShardOptions, transform
-from fgdata.shards import Failure, ShardWriter, load_index, write_shard_counts
-from fgdata.shards.writer import WriteSummary
+from fgdata.shards import Failure, ShardWriter, WriteSummary, load_index, write_shard_counts
 from fgdata.shards.index import COUNT_FILE, index_path, parse_index, write_index
 from fgdata.sources.folder import Listing, WorkItem, sample_key
 

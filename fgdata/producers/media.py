@@ -6,6 +6,10 @@ category (``read``, ``image-decode``, ``video-decode``, ``video-truncated``, ``c
 ``metadata``, ``caption``, ``missing-path``, ``error``, and the source's refusals: ``name``,
 ``symlink``, ``path``, ``manifest``).
 
+A caption that cannot be read (``NAME.txt`` that is not text, a caption field or column that is not
+text) is a *warning* of that input (``Outcome.warnings``, the report's ``warnings``): the sample is
+written without its ``txt``, so an image is never lost with its caption.
+
 The ``json`` member keeps the user's metadata (manifest columns, ``NAME.json``) as given, and
 puts fgdata's own fields under ``fgdata`` (see :mod:`fgdata.shards.metadata`).
 
@@ -193,14 +197,15 @@ def _caption_and_metadata(item: WorkItem, options: ShardOptions) -> _Text:
 
 
 def _caption_from_fields(item: WorkItem, names: tuple[str, ...], text: _Text) -> None:
-    """The first of ``names`` in the metadata that holds text becomes the caption (the field stays in the json)."""
+    """The first of ``names`` in the metadata that holds non-blank text becomes the caption (the field stays in
+    the json)."""
     for name in names:
         value = text.metadata.get(name)
-        if isinstance(value, str):
+        if isinstance(value, str) and value.strip():
             text.caption = value.strip()
             text.fields["caption_field"] = name
             return
-    present = [name for name in names if text.metadata.get(name) is not None]
+    present = [name for name in names if text.metadata.get(name) is not None and not isinstance(text.metadata[name], str)]
     if present:
         where = storage.basename(item.metadata_path) if item.metadata_path else item.name
         text.warnings.append(f"caption: the field {present[0]!r} of {where} is not text; written without a caption")
