@@ -143,3 +143,20 @@ def test_heic_without_pillow_heif_is_skipped_saying_what_to_install(tmp_path):
     (entry,) = _report(tmp_path / "out")["skipped"]
     assert entry == {"input": "phone.heic",
                      "reason": "extension: .heic (HEIC/HEIF) needs pillow-heif: pip install 'fgdata[heif]'"}
+
+
+@pytest.mark.s3
+def test_an_s3_source_lists_its_other_objects_as_skipped(cli, s3_bucket, tmp_path):
+    from fgdata import storage
+
+    buf = io.BytesIO()
+    Image.new("RGB", (16, 16), (5, 6, 7)).save(buf, "JPEG")
+    storage.write_bytes(f"{s3_bucket}/photos/a.jfif", buf.getvalue())
+    storage.write_bytes(f"{s3_bucket}/photos/a.txt", b"a caption")
+    storage.write_bytes(f"{s3_bucket}/photos/data.xyz", b"not an image")
+    dest = tmp_path / "out"
+    doc = _shard(cli, "images", f"{s3_bucket}/photos", dest)
+    assert (doc["seen"], doc["written"], doc["skipped"]) == (1, 1, 1)
+    assert _report(dest)["skipped"] == [{"input": "data.xyz",
+                                         "reason": "extension: .xyz is not a format this command reads"}]
+    assert _samples(dest)[0].members["txt"] == b"a caption"
