@@ -111,7 +111,7 @@ def load_items(job: ShardJob) -> Listing:
     """The job's inputs in source order (a folder listing, manifest rows or prompt lines), and what a folder
     holds besides them."""
     from fgdata.media import VIDEO_EXTS
-    from fgdata.media.image import missing_decoder, source_image_extensions
+    from fgdata.media.image import SourceImageExtensions, missing_decoder
     from fgdata.sources.folder import list_folder
     from fgdata.sources.manifest import is_manifest, read_manifest, read_prompts
 
@@ -124,7 +124,7 @@ def load_items(job: ShardJob) -> Listing:
     if not storage.is_dir(job.src):
         raise FgdataError(f"{job.src}: is a file; expected a folder or a manifest (.csv, .jsonl, .parquet)")
     if job.options.kind == "images":
-        return list_folder(job.src, source_image_extensions(), job.follow_symlinks, missing_decoder)
+        return list_folder(job.src, SourceImageExtensions(), job.follow_symlinks, missing_decoder)
     return list_folder(job.src, VIDEO_EXTS, job.follow_symlinks)
 
 

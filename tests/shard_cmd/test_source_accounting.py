@@ -160,3 +160,12 @@ def test_an_s3_source_lists_its_other_objects_as_skipped(cli, s3_bucket, tmp_pat
     assert _report(dest)["skipped"] == [{"input": "data.xyz",
                                          "reason": "extension: .xyz is not a format this command reads"}]
     assert _samples(dest)[0].members["txt"] == b"a caption"
+
+
+def test_the_extension_shortcut_agrees_with_pillows_registry():
+    """The common formats and sidecars are answered without importing every Pillow plugin: the same answers."""
+    from fgdata.media.image import _COMMON_IMAGE_EXTS, _SIDECAR_EXTS, SourceImageExtensions, source_image_extensions
+
+    derived = source_image_extensions()
+    assert _COMMON_IMAGE_EXTS <= derived and not _SIDECAR_EXTS & derived
+    assert set(SourceImageExtensions()) == derived and "mpg" not in derived and "h5" not in derived
