@@ -16,7 +16,10 @@ the helpers below, never by hand:
   outputs are an error that names them; with it, the command says what it removes (:func:`say_removed`)
   before removing it.
 - Commands that read a local source tree: ``--follow-symlinks`` (``FOLLOW_SYMLINKS``) reads inputs that are
-  symbolic links resolving outside it; without it each such input is a failure naming the link's target.
+  symbolic links resolving outside it; without it each such input is a failure naming the link's target
+  (``shard``: a linked folder is listed as skipped, and walked with the flag when it leads outside).
+- Commands that decode images from a source: ``--max-pixels`` (``MAX_PIXELS``, or the ``FGDATA_MAX_PIXELS``
+  variable that every decoding process also reads) raises Pillow's decompression-bomb limit for one job.
 - Jobs that run under torchrun: ``--wait-timeout`` (``WAIT_TIMEOUT``) bounds how long rank 0 waits for the other
   ranks' outputs before it fails, naming the missing ones and their ranks.
 
@@ -51,14 +54,20 @@ RESUME = typer.Option(
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace existing outputs, listing what is removed.")
 FOLLOW_SYMLINKS = typer.Option(
     False, "--follow-symlinks",
-    help="Read inputs that are symlinks to files outside the source folder (refused per input otherwise).",
+    help="Read inputs that are symlinks to files, or lie in linked folders, outside the source folder "
+         "(refused per input, or listed as skipped, otherwise).",
+)
+MAX_PIXELS = typer.Option(
+    None, "--max-pixels", min=1, envvar="FGDATA_MAX_PIXELS",
+    help="Decode images up to N pixels (default: FGDATA_MAX_PIXELS, else Pillow's decompression-bomb limit, "
+         "about 179 million).",
 )
 WAIT_TIMEOUT = typer.Option(None, "--wait-timeout",
                             help="Under torchrun: seconds rank 0 waits for the other ranks' outputs (default 3600).")
 
 #: Flag spelling -> the one definition, for the tests and for anyone adding a command.
 SHARED = {"--progress": PROGRESS, "--quiet": QUIET, "--json": JSON, "--resume": RESUME, "--overwrite": OVERWRITE,
-          "--follow-symlinks": FOLLOW_SYMLINKS, "--wait-timeout": WAIT_TIMEOUT}
+          "--follow-symlinks": FOLLOW_SYMLINKS, "--wait-timeout": WAIT_TIMEOUT, "--max-pixels": MAX_PIXELS}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,8 +6,10 @@ Side files beside the shards (all written atomically, local or s3://):
   limits, order, Ray unit size) and a hash of the input list. A resumed job must match it, so a
   rerun never mixes two option sets; a mismatch names the option;
 - ``shard_count.json`` and ``<shard>.idx.json``: written by ShardWriter as each shard closes;
-- ``failures.json``: the one failure report (:mod:`fgdata.jobs.report`), plus ``samples`` and
-  ``failed_by_reason``; each failure also carries ``index``, the item's position in source order.
+- ``failures.json``: the one failure report (:mod:`fgdata.jobs.report`), plus ``samples``,
+  ``failed_by_reason``, ``warnings`` (inputs written without a part, e.g. a caption that cannot be read) and
+  ``skipped`` (files below SRC that are not inputs, :class:`fgdata.sources.folder.Skipped`); each failure and
+  warning also carries ``index``, the item's position in source order.
 
 Executors: ``local`` streams every input through one ShardWriter (a process pool transforms,
 results are written in input order). ``ray`` and torchrun ranks split the positions into units
@@ -43,9 +45,9 @@ from fgdata.jobs.ranks import dist_env, owner, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, by_category, write_failures
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
 from fgdata.producers.media import Outcome, ShardOptions, transform
-from fgdata.shards import Failure, ShardWriter, load_index, write_shard_counts
+from fgdata.shards import Failure, ShardWriter, WriteSummary, load_index, write_shard_counts
 from fgdata.shards.index import COUNT_FILE, index_path, parse_index, write_index
-from fgdata.sources.folder import WorkItem, sample_key
+from fgdata.sources.folder import Listing, WorkItem, sample_key
 
 JOB_FILE = "shard_job.json"
 PATTERN = "%05d.tar"
@@ -98,27 +100,32 @@ class JobReport:
     resumed: int = 0  # inputs already covered by complete shards when the job started
     nbytes: int = 0  # input bytes read in this run
     failures: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[dict[str, Any]] = field(default_factory=list)  # inputs written without a part (a caption)
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # files below SRC that are not inputs
     rank: int = 0
     world: int = 1
     whole_job: bool = True  # False: only this torchrun rank's share; the rank that finishes reports the job
 
 
-def load_items(job: ShardJob) -> list[WorkItem]:
-    """The job's inputs in source order: a folder listing, manifest rows or prompt lines."""
-    from fgdata.media import IMAGE_EXTS, VIDEO_EXTS
+def load_items(job: ShardJob) -> Listing:
+    """The job's inputs in source order (a folder listing, manifest rows or prompt lines), and what a folder
+    holds besides them."""
+    from fgdata.media import VIDEO_EXTS
+    from fgdata.media.image import SourceImageExtensions, missing_decoder
     from fgdata.sources.folder import list_folder
     from fgdata.sources.manifest import is_manifest, read_manifest, read_prompts
 
     if job.options.kind == "prompts":
-        return read_prompts(job.src, job.caption_column)
+        return Listing(read_prompts(job.src, job.caption_column), [])
     if is_manifest(job.src):
-        return read_manifest(job.src, job.path_column, job.caption_column)
+        return Listing(read_manifest(job.src, job.path_column, job.caption_column), [])
     if not storage.exists(job.src):
         raise FgdataError(f"{job.src}: no such folder or manifest")
     if not storage.is_dir(job.src):
         raise FgdataError(f"{job.src}: is a file; expected a folder or a manifest (.csv, .jsonl, .parquet)")
-    exts = IMAGE_EXTS if job.options.kind == "images" else VIDEO_EXTS
-    return list_folder(job.src, exts, follow_symlinks=job.follow_symlinks)
+    if job.options.kind == "images":
+        return list_folder(job.src, SourceImageExtensions(), job.follow_symlinks, missing_decoder)
+    return list_folder(job.src, VIDEO_EXTS, job.follow_symlinks)
 
 
 def input_order(n: int, seed: int | None) -> list[int]:
@@ -210,20 +217,21 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
     if world > 1 and (job.engine == "ray" or job.options.kind == "prompts"):
         what = "--engine ray starts its own workers" if job.engine == "ray" else "shard prompts runs in one process"
         raise FgdataError(f"{what}: launch it once, not under torchrun (WORLD_SIZE={world})")
-    items = load_items(job)
+    listing = load_items(job)
+    items = listing.items
     order = input_order(len(items), job.shuffle_seed)
     with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank)):
         # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
         destmod.check_foreign(job.dest, overwrite=job.overwrite and rank == 0, notify=notify)
         if world > 1:
-            return _run_ranks(job, items, order, rank, world, progress, on_start, notify)
+            return _run_ranks(job, listing, order, rank, world, progress, on_start, notify)
         if not job.resume:
             _start_over(job, notify)
         _check_record(job, items, units=job.engine == "ray")
         if on_start:
             on_start(len(items))
         if job.engine == "ray":
-            return _run_ray(job, items, order, progress)
+            return _run_ray(job, listing, order, progress)
         writer = ShardWriter(job.dest, pattern=PATTERN, maxcount=job.maxcount, maxsize=job.maxsize,
                              stage=storage.staging_dir(job.dest))
         resumed = writer.resume_point.next_input
@@ -237,22 +245,30 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
             writer.abort()
             raise
         summary = writer.close()
-        return _report(job, order, len(items), result.written, summary.failures, summary.counts, resumed,
-                       result.nbytes)
+        return _report(job, order, listing, result.written, summary, resumed, result.nbytes)
 
 
-def _report(job: ShardJob, order: list[int], seen: int, written: int, failures: list[Failure],
-            counts: dict[str, int], resumed: int, nbytes: int) -> JobReport:
-    entries = [{"input": f.name, "reason": f.reason, "index": order[f.input] if f.input is not None else None}
-               for f in sorted(failures, key=lambda f: -1 if f.input is None else f.input)]
+def _report_entries(order: Sequence[int], failures: list[Failure]) -> list[dict[str, Any]]:
+    """Failures (or warnings) as report entries, in input order, each with its item's source index."""
+    return [{"input": f.name, "reason": f.reason, "index": order[f.input] if f.input is not None else None}
+            for f in sorted(failures, key=lambda f: -1 if f.input is None else f.input)]
+
+
+def _report(job: ShardJob, order: list[int], listing: Listing, written: int, summary: WriteSummary, resumed: int,
+            nbytes: int) -> JobReport:
+    entries = _report_entries(order, summary.failures)
+    warnings = _report_entries(order, summary.warnings)
+    skipped = [s.to_json() for s in listing.skipped]
     reasons = by_category(entries)
     path = storage.join(job.dest, FAILURES_FILE)
+    counts = summary.counts
     samples = sum(counts.values())
-    write_failures(path, job.command, seen, written, entries, {"samples": samples, "failed_by_reason": reasons})
+    write_failures(path, job.command, len(listing.items), written, entries,
+                   {"samples": samples, "failed_by_reason": reasons, "warnings": warnings, "skipped": skipped})
     shards = [storage.join(job.dest, name) for name in counts]
-    return JobReport(seen=seen, written=written, failed=len(entries), samples=samples, failed_by_reason=reasons,
-                     shards=shards, counts=counts, failures_path=path, resumed=resumed, nbytes=nbytes,
-                     failures=entries)
+    return JobReport(seen=len(listing.items), written=written, failed=len(entries), samples=samples,
+                     failed_by_reason=reasons, shards=shards, counts=counts, failures_path=path, resumed=resumed,
+                     nbytes=nbytes, failures=entries, warnings=warnings, skipped=skipped)
 
 
 # -- the local executor's loop -------------------------------------------------------------------------
@@ -314,6 +330,8 @@ def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
                 if key not in skip:
                     writer.write(key, members, input_pos=out.position if j == last else out.position - 1)
             written += 1
+            for reason in out.warnings:
+                writer.warn(out.position, out.name, reason)
         nbytes += out.nbytes
         if progress:
             progress(1, out.nbytes)
@@ -349,6 +367,7 @@ def _run_unit(items: Sequence[WorkItem], order: Sequence[int], span: tuple[int, 
         "shards": [storage.basename(s) for s in summary.shards],
         "counts": summary.counts,
         "failures": [f.to_json() for f in summary.failures],
+        "warnings": [f.to_json() for f in summary.warnings],
         "written": result.written,
         "nbytes": result.nbytes,
         "inputs": stop - first,
@@ -361,13 +380,15 @@ def _plan(job: ShardJob, units: Sequence[dict[str, Any]], results: Sequence[dict
     moves: list[list[str]] = []
     counts: dict[str, int] = {}
     failures: list[dict[str, Any]] = []
+    warnings: list[dict[str, Any]] = []
     for unit, r in zip(units, results, strict=True):
         for name in r["shards"]:
             final = PATTERN % len(moves)
             moves.append([storage.join(unit["dest"], name), storage.join(job.dest, final)])
             counts[final] = r["counts"][name]
         failures += r["failures"]
-    return {"moves": moves, "counts": counts, "failures": failures,
+        warnings += r.get("warnings", [])  # units an earlier version finished have none
+    return {"moves": moves, "counts": counts, "failures": failures, "warnings": warnings,
             "written": sum(r["written"] for r in results), "resumed": sum(r["resumed"] for r in results),
             "nbytes": sum(r["nbytes"] for r in results)}
 
@@ -386,15 +407,19 @@ def _merge(dest: str, plan: dict[str, Any]) -> None:
     storage.remove_tree(storage.join(dest, UNITS))
 
 
-def _merged_report(job: ShardJob, order: list[int], n: int, plan: dict[str, Any]) -> JobReport:
+def _merged_report(job: ShardJob, order: list[int], listing: Listing, plan: dict[str, Any]) -> JobReport:
     """Write the plan (so a merge killed half-way finishes on the next run), merge, and report the job."""
     plan_path = storage.join(job.dest, UNITS, PLAN)
     if not storage.exists(plan_path):
         storage.write_bytes(plan_path, json.dumps(plan).encode())
     _merge(job.dest, plan)
-    return _report(job, order, n, plan["written"],
-                   [Failure(f["input"], f["name"], f["reason"]) for f in plan["failures"]],
-                   plan["counts"], plan["resumed"], plan["nbytes"])
+
+    def failures(key: str) -> list[Failure]:
+        return [Failure(f["input"], f["name"], f["reason"]) for f in plan.get(key, [])]
+
+    summary = WriteSummary(shards=[], samples=sum(plan["counts"].values()), failures=failures("failures"),
+                           counts=plan["counts"], warnings=failures("warnings"))
+    return _report(job, order, listing, plan["written"], summary, plan["resumed"], plan["nbytes"])
 
 
 def _saved_plan(job: ShardJob) -> dict[str, Any] | None:
@@ -403,9 +428,10 @@ def _saved_plan(job: ShardJob) -> dict[str, Any] | None:
     return json.loads(storage.read_bytes(path)) if storage.exists(path) else None
 
 
-def _run_ray(job: ShardJob, items: list[WorkItem], order: list[int], progress: ProgressFn | None) -> JobReport:
+def _run_ray(job: ShardJob, listing: Listing, order: list[int], progress: ProgressFn | None) -> JobReport:
     from fgdata.jobs.ray_executor import run_units
 
+    items = listing.items
     plan = _saved_plan(job)
     if plan is None:
         units = _units(job, len(items))
@@ -417,7 +443,7 @@ def _run_ray(job: ShardJob, items: list[WorkItem], order: list[int], progress: P
         results = run_units(_run_unit, units, address=job.ray_address, on_done=done,
                             shared={"items": items, "order": order, "job": job})
         plan = _plan(job, units, results)
-    return _merged_report(job, order, len(items), plan)
+    return _merged_report(job, order, listing, plan)
 
 
 # -- torchrun ranks ----------------------------------------------------------------------------------------
@@ -437,7 +463,7 @@ def _read_marker(path: str, fp: str, launch: str | None) -> dict[str, Any] | Non
     return doc if isinstance(doc, dict) and doc.get("fingerprint") == fp and this_launch(doc, launch) else None
 
 
-def _run_ranks(job: ShardJob, items: list[WorkItem], order: list[int], rank: int, world: int,
+def _run_ranks(job: ShardJob, listing: Listing, order: list[int], rank: int, world: int,
                progress: ProgressFn | None, on_start: Callable[[int], None] | None,
                notify: Notify | None) -> JobReport:
     """This rank's work units (unit u belongs to rank ``u mod world``), each leaving its result as a marker;
@@ -448,6 +474,7 @@ def _run_ranks(job: ShardJob, items: list[WorkItem], order: list[int], rank: int
     carry this launch's id and rank 0 merges only those, so it never takes a marker another rank has not
     removed yet for a finished unit.
     """
+    items = listing.items
     units = _units(job, len(items))
     mine = [u for u in range(len(units)) if owner(u, world) == rank]
     fp = fingerprint(byte_options(job, units=True))
@@ -475,7 +502,7 @@ def _run_ranks(job: ShardJob, items: list[WorkItem], order: list[int], rank: int
     if rank != 0:
         return _share_report(job, order, rank, world, share)
     assert plan is not None  # rank 0 built it, or found the one of a merge stopped half-way
-    report = _merged_report(job, order, len(items), plan)
+    report = _merged_report(job, order, listing, plan)
     report.world = world
     return report
 
@@ -520,14 +547,17 @@ def _run_share(job: ShardJob, items: list[WorkItem], order: list[int], mine: lis
 def _share_report(job: ShardJob, order: list[int], rank: int, world: int,
                   share: list[dict[str, Any]]) -> JobReport:
     """What a rank other than 0 did (its units only); it writes no report file, rank 0 writes the job's."""
-    entries = [{"input": f["name"], "reason": f["reason"], "index": order[f["input"]] if f["input"] is not None
-                else None} for r in share for f in r["failures"]]
+    def entries(key: str) -> list[dict[str, Any]]:
+        return [{"input": f["name"], "reason": f["reason"], "index": order[f["input"]] if f["input"] is not None
+                 else None} for r in share for f in r.get(key, [])]
+
+    failures = entries("failures")
     written = sum(r["written"] for r in share)
-    return JobReport(seen=written + len(entries), written=written, failed=len(entries),
-                     samples=sum(sum(r["counts"].values()) for r in share), failed_by_reason=by_category(entries),
+    return JobReport(seen=written + len(failures), written=written, failed=len(failures),
+                     samples=sum(sum(r["counts"].values()) for r in share), failed_by_reason=by_category(failures),
                      shards=[], counts={}, failures_path=None, resumed=sum(r["resumed"] for r in share),
-                     nbytes=sum(r["nbytes"] for r in share), failures=entries, rank=rank, world=world,
-                     whole_job=False)
+                     nbytes=sum(r["nbytes"] for r in share), failures=failures, warnings=entries("warnings"),
+                     rank=rank, world=world, whole_job=False)
 
 
 def quickstart_videos(outdir: str | os.PathLike[str]) -> dict[str, Any]:

@@ -33,7 +33,7 @@ MTIME = 0
 
 @dataclass
 class Failure:
-    """One input that produced no sample, and why."""
+    """One input that produced no sample, and why; also a warning about an input that was written."""
 
     input: int | None
     name: str
@@ -51,6 +51,7 @@ class ResumePoint:
     samples: int = 0
     shards: int = 0
     failures: list[Failure] = field(default_factory=list)
+    warnings: list[Failure] = field(default_factory=list)
 
 
 @dataclass
@@ -59,6 +60,7 @@ class WriteSummary:
     samples: int
     failures: list[Failure]
     counts: dict[str, int]
+    warnings: list[Failure] = field(default_factory=list)  # inputs written with a part missing or changed
 
 
 _USTAR_LIMIT = 0o77777777777  # the largest size an 11-digit octal field holds
@@ -157,6 +159,8 @@ class ShardWriter:
         self._counts: dict[str, int] = {}
         self._failures: list[Failure] = []
         self._pending: list[Failure] = []
+        self._warnings: list[Failure] = []
+        self._pending_warnings: list[Failure] = []
         self._shard_no = 0
         self._input_end = 0
         self._file: BinaryIO | None = None
@@ -214,11 +218,13 @@ class ShardWriter:
             self._counts[info.name] = len(scan.samples)
             self._keys.update(s.key for s in scan.samples)
             self._failures.extend(Failure(f["input"], f["name"], f["reason"]) for f in job.get("failures", []))
+            self._warnings.extend(Failure(f["input"], f["name"], f["reason"]) for f in job.get("warnings", []))
             point.samples += len(scan.samples)
             point.next_input = int(job.get("input_end", point.samples))
             n += 1
         point.shards = n
         point.failures = list(self._failures)
+        point.warnings = list(self._warnings)
         self._shard_no = n
         self._input_end = point.next_input
         self.inputs_done = point.next_input
@@ -287,6 +293,10 @@ class ShardWriter:
         if input_pos is not None:
             self._input_end = max(self._input_end, input_pos + 1)
 
+    def warn(self, input_pos: int | None, name: str, reason: str) -> None:
+        """Record a warning about an input whose sample was written (it goes to the failure report's warnings)."""
+        self._pending_warnings.append(Failure(input_pos, name, reason))
+
     def _close_shard(self) -> None:
         with critical():  # a stop signal waits until the shard is in place and counted
             self._finish_shard()
@@ -309,12 +319,16 @@ class ShardWriter:
             "input_end": self._input_end,
             "failures": [f.to_json() for f in self._pending],
         }
+        if self._pending_warnings:
+            job["warnings"] = [f.to_json() for f in self._pending_warnings]
         write_index(scan, final, job)
         storage.publish(self._tmp, final)
         self._tmp = None
         self._counts[name] = len(self._entries)
         self._failures.extend(self._pending)
         self._pending = []
+        self._warnings.extend(self._pending_warnings)
+        self._pending_warnings = []
         write_shard_counts(storage.join(self.dest, COUNT_FILE), self._counts)
         self._shard_no += 1
         self._entries = []
@@ -337,6 +351,8 @@ class ShardWriter:
             write_shard_counts(storage.join(self.dest, COUNT_FILE), self._counts)
             self._failures.extend(self._pending)
             self._pending = []
+            self._warnings.extend(self._pending_warnings)
+            self._pending_warnings = []
             self._closed = True
             self.inputs_done = self._input_end
         names = [self._shard_name(n) for n in range(self._shard_no)]
@@ -345,6 +361,7 @@ class ShardWriter:
             samples=sum(self._counts.values()),
             failures=list(self._failures),
             counts=dict(self._counts),
+            warnings=list(self._warnings),
         )
 
     def abort(self) -> None:

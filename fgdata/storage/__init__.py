@@ -5,7 +5,7 @@ through the s5cmd binary with argument lists and bounded waits. Only the standar
 library is imported here so ``fgdata --help`` stays fast.
 """
 
-from fgdata.storage.backend import Backend, FileInfo, backend_for
+from fgdata.storage.backend import Backend, FileInfo, Unlisted, backend_for
 from fgdata.storage.cache import fetch_to_cache
 from fgdata.storage.credentials import load_s3_credentials_file
 from fgdata.storage.files import (
@@ -15,6 +15,7 @@ from fgdata.storage.files import (
     list_dir,
     list_names,
     list_recursive,
+    list_tree,
     local_copy,
     make_dirs,
     move,
@@ -49,6 +50,7 @@ from fgdata.storage.s5cmd import s5cmd_binary
 __all__ = [
     "Backend",
     "FileInfo",
+    "Unlisted",
     "absolute",
     "atomic_path",
     "backend_for",
@@ -64,6 +66,7 @@ __all__ = [
     "list_dir",
     "list_names",
     "list_recursive",
+    "list_tree",
     "load_s3_credentials_file",
     "local_copy",
     "make_dirs",

@@ -27,6 +27,19 @@ class FileInfo:
     size: int
 
 
+@dataclass(frozen=True)
+class Unlisted:
+    """An entry below a listed folder that is not a readable file: what :func:`list_tree` leaves out, and why.
+
+    ``kind``: ``special`` (a FIFO, socket or device), ``linked-folder``, ``broken-link`` or ``unreadable``
+    (a folder that cannot be listed); ``detail`` says it in words.
+    """
+
+    path: str
+    kind: str
+    detail: str
+
+
 class Backend(abc.ABC):
     """One kind of storage. Paths are full local paths or full URLs of the backend's scheme."""
 
@@ -50,6 +63,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def list_files(self, path: str, recursive: bool) -> list[FileInfo]:
         """Files directly under (``recursive``: anywhere below) a directory or prefix, unsorted."""
+
+    def list_tree(self, path: str, follow_links: bool) -> tuple[list[FileInfo], list[Unlisted]]:
+        """Every file anywhere below ``path``, and the entries that are not files (object stores have none)."""
+        return self.list_files(path, recursive=True), []
 
     @abc.abstractmethod
     def list_names(self, path: str) -> list[str]:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from fgdata.errors import StorageError
-from fgdata.storage.backend import Backend, FileInfo
+from fgdata.storage.backend import Backend, FileInfo, Unlisted
 from fgdata.storage.paths import is_url
 
 
@@ -97,6 +97,14 @@ def atomic_path(path: str) -> Iterator[str]:
         os.close(dir_fd)
 
 
+def _special_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe), not a file"
+    if stat.S_ISSOCK(mode):
+        return "a socket, not a file"
+    return "a device, not a file" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
 class LocalBackend(Backend):
     """Paths on a local or mounted file system."""
 
@@ -135,14 +143,54 @@ class LocalBackend(Backend):
                 raise StorageError(f"{path}: not a directory") from None
             except OSError as exc:
                 raise _os_error(path, exc) from None
+        return self.list_tree(path, follow_links=False)[0]
+
+    def list_tree(self, path: str, follow_links: bool) -> tuple[list[FileInfo], list[Unlisted]]:
+        """Files below ``path`` (links to files included) and what is not a file, each once.
+
+        A linked folder is walked only with ``follow_links``, and only when it leads out of ``path`` to a
+        folder not walked yet (its files are listed under the link's path); otherwise it is an
+        :class:`Unlisted` entry, as are special files, broken links and folders that cannot be listed.
+        """
         if not os.path.isdir(path):
             raise StorageError(f"{path}: directory not found")
-        return [
-            FileInfo(p, name, os.path.getsize(p))
-            for root, _, names in os.walk(path)
-            for name in names
-            if os.path.isfile(p := os.path.join(root, name))
-        ]
+        real_root = os.path.realpath(path)
+        walked = {real_root}
+        files: list[FileInfo] = []
+        unlisted: list[Unlisted] = []
+        folders = [path]
+        while folders:
+            folder = folders.pop()
+            try:
+                with os.scandir(folder) as it:
+                    entries = list(it)
+            except OSError as exc:
+                unlisted.append(Unlisted(folder, "unreadable", f"cannot be listed ({exc.strerror or exc})"))
+                continue
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(entry.path)
+                    elif entry.is_file():
+                        files.append(FileInfo(entry.path, entry.name, entry.stat().st_size))
+                    elif entry.is_dir():
+                        real = os.path.realpath(entry.path)
+                        inside = real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+                        if follow_links and not inside and real not in walked:
+                            walked.add(real)
+                            folders.append(entry.path)
+                        else:
+                            why = ("its folder is listed under its own name" if inside
+                                   else "its folder was listed through another link" if follow_links
+                                   else "pass --follow-symlinks to read it")
+                            unlisted.append(Unlisted(entry.path, "linked-folder", f"a link to a folder; {why}"))
+                    elif entry.is_symlink():
+                        unlisted.append(Unlisted(entry.path, "broken-link", "a link to nothing"))
+                    else:
+                        unlisted.append(Unlisted(entry.path, "special", _special_kind(entry.stat().st_mode)))
+                except OSError as exc:
+                    unlisted.append(Unlisted(entry.path, "unreadable", f"cannot be read ({exc.strerror or exc})"))
+        return files, unlisted
 
     def list_names(self, path: str) -> list[str]:
         try:
