@@ -54,6 +54,10 @@ def atomic_path(path: str) -> Iterator[str]:
         os.close(dir_fd)
 
 
+def _info(path: str, name: str, st: os.stat_result) -> FileInfo:
+    return FileInfo(path, name, st.st_size, str(st.st_mtime_ns))
+
+
 class LocalBackend(Backend):
     """Paths on a local or mounted file system."""
 
@@ -92,7 +96,7 @@ class LocalBackend(Backend):
         if not recursive:
             try:
                 with os.scandir(path) as it:
-                    return [FileInfo(e.path, e.name, e.stat().st_size) for e in it if e.is_file()]
+                    return [_info(e.path, e.name, e.stat()) for e in it if e.is_file()]
             except FileNotFoundError:
                 raise StorageError(f"{path}: directory not found") from None
             except NotADirectoryError:
@@ -102,7 +106,7 @@ class LocalBackend(Backend):
         if not os.path.isdir(path):
             raise StorageError(f"{path}: directory not found")
         return [
-            FileInfo(p, name, os.path.getsize(p))
+            _info(p, name, os.stat(p))
             for root, _, names in os.walk(path)
             for name in names
             if os.path.isfile(p := os.path.join(root, name))
@@ -127,7 +131,7 @@ class LocalBackend(Backend):
             raise _os_error(path, exc) from None
         if not os.path.isfile(path):
             return None
-        return FileInfo(path, os.path.basename(path.rstrip("/")), st.st_size)
+        return _info(path, os.path.basename(path.rstrip("/")), st)
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
