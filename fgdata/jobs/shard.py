@@ -29,7 +29,7 @@ import os
 import random
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Literal
 
@@ -184,9 +184,10 @@ def _check_record(job: ShardJob, items: list[WorkItem], units: bool, write: bool
 
 
 def _start_over(job: ShardJob, notify: Notify | None, units: bool = True) -> None:
-    """``--no-resume``: remove the earlier run's outputs, saying what goes (``units``: the work units too)."""
-    names = [n for n in destmod._entries(job.dest) if n != destmod.STATE_DIR and not destmod.is_temp(n)]
-    destmod.remove_files(job.dest, names, "--no-resume", notify)
+    """``--no-resume`` or ``--overwrite``: remove the earlier run's outputs, saying what goes (``units``: the work
+    units too)."""
+    destmod.remove_files(job.dest, destmod.own_outputs(job.dest), "--overwrite" if job.overwrite else "--no-resume",
+                         notify)
     if units:
         storage.remove_tree(storage.join(job.dest, UNITS))
     else:
@@ -217,33 +218,48 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
     order = input_order(len(items), job.shuffle_seed)
     stamps = InputStamps(items)
     with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank)):
+        before = destmod.shard_versions(job.dest)
         # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
         destmod.check_foreign(job.dest, overwrite=job.overwrite and rank == 0, notify=notify)
-        if world > 1:
-            return _said(_run_ranks(job, (items, stamps), order, rank, world, progress, on_start, notify), notify)
-        if not job.resume:
-            _start_over(job, notify)
-        _check_record(job, items, units=job.engine == "ray")
-        if on_start:
-            on_start(len(items))
-        if job.engine == "ray":
-            return _said(_run_ray(job, (items, stamps), order, progress), notify)
-        writer = ShardWriter(job.dest, pattern=PATTERN, maxcount=job.maxcount, maxsize=job.maxsize,
-                             stage=storage.staging_dir(job.dest), stamps=lambda p: stamps[order[p]])
-        try:
-            result = write_range(writer, items, order, (0, len(items)), job.options, job.workers, progress)
-        except Interrupted as stop:
-            writer.abort()
-            stop.done = writer.inputs_done
-            raise
-        except BaseException:
-            writer.abort()
-            raise
-        summary = writer.close()
-        report = _report(job, order, len(items), result.written, summary.failures, summary.counts, result.resumed,
-                         result.nbytes)
-        report.changed, report.rewritten = result.changed, result.rewritten
-        return _said(report, notify)
+        if job.overwrite:  # then fgdata's own outputs go too, whatever options made them
+            job = replace(job, resume=False)
+        report = _said(_run_claimed(job, (items, stamps), order, (rank, world), (progress, on_start, notify)), notify)
+        if report.whole_job:
+            destmod.drop_stale_indexes(job.dest, before, notify)
+        return report
+
+
+def _run_claimed(job: ShardJob, inputs: tuple[list[WorkItem], InputStamps], order: list[int], where: tuple[int, int],
+                 calls: tuple[ProgressFn | None, Callable[[int], None] | None, Notify | None]) -> JobReport:
+    """:func:`run_shard_job` once DST is held and checked: ``where`` is (rank, world); ``calls`` the callbacks."""
+    items, stamps = inputs
+    rank, world = where
+    progress, on_start, notify = calls
+    if world > 1:
+        return _run_ranks(job, inputs, order, rank, world, progress, on_start, notify)
+    if not job.resume:
+        _start_over(job, notify)
+    _check_record(job, items, units=job.engine == "ray")
+    if on_start:
+        on_start(len(items))
+    if job.engine == "ray":
+        return _run_ray(job, inputs, order, progress)
+    writer = ShardWriter(job.dest, pattern=PATTERN, maxcount=job.maxcount, maxsize=job.maxsize,
+                         stage=storage.staging_dir(job.dest), stamps=lambda p: stamps[order[p]])
+    try:
+        result = write_range(writer, items, order, (0, len(items)), job.options, job.workers, progress)
+    except Interrupted as stop:
+        writer.abort()
+        stop.done = writer.inputs_done
+        raise
+    except BaseException:
+        writer.abort()
+        raise
+    summary = writer.close()
+    report = _report(job, order, len(items), result.written, summary.failures, summary.counts, result.resumed,
+                     result.nbytes)
+    report.changed, report.rewritten = result.changed, result.rewritten
+    return report
 
 
 def _said(report: JobReport, notify: Notify | None) -> JobReport:
