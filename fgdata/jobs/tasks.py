@@ -220,7 +220,8 @@ def _prepare_dest(job: TaskJob, run: RunSettings, rank: int, world: int) -> None
     inputs = [t.name for t in job.tasks] if job.in_place else []
     destmod.check_foreign(job.dest, keep=inputs, overwrite=run.overwrite and rank == 0, notify=run.notify)
     if run.overwrite and rank == 0 and not job.in_place:
-        rewritten = {t.name for t in job.tasks} | {t.name + destmod.INDEX_SUFFIX for t in job.tasks}
+        rewritten = ({t.name for t in job.tasks} | {t.name + destmod.INDEX_SUFFIX for t in job.tasks}
+                     | {COUNT_FILE, FAILURES_FILE, PROVENANCE_FILE})  # written again by this job
         destmod.remove_files(job.dest, destmod.own_outputs(job.dest, keep=rewritten), "--overwrite", run.notify)
     if not run.resume:
         testhook.hold("no-resume", rank)
