@@ -9,8 +9,8 @@ complete shards, drops the partial one and tells the caller (``resume_point``) w
 to continue from, so it ends with the same bytes as an uninterrupted run.
 
 Given ``stamps`` (input position -> a stamp of that input's content, :mod:`fgdata.sources.stamps`), each shard
-also leaves ``.fgdata/inputs/<shard>.json`` (the stamps of the inputs it covers, written before the shard, so a
-complete shard always has one), and a rerun lists, per complete shard, the inputs that changed since
+also leaves ``.fgdata/inputs/<shard>.json`` (the stamps of the inputs it covers, written once the shard is in
+place, so a stamp never vouches for bytes that are not there), and a rerun lists, per complete shard, the inputs that changed since
 (:attr:`ShardRecord.changed`). The stamps stay out of the shards and their indexes, so the output bytes never
 depend on file times. :meth:`ShardWriter.rewind` and :meth:`ShardWriter.adopt` let the job rewrite exactly the
 shards whose inputs changed (see :func:`fgdata.jobs.shard.write_range`).
@@ -406,12 +406,12 @@ class ShardWriter:
             "input_end": self._input_end,
             "failures": [f.to_json() for f in self._pending],
         }
-        if self._stamps is not None:
+        write_index(scan, final, job)
+        storage.publish(self._tmp, final)
+        if self._stamps is not None:  # after the shard: a stamp never vouches for bytes that are not in place
             stamps = [self._stamps(p) for p in range(self._shard_start, self._input_end)]
             storage.write_bytes(self._stamps_path(name), json.dumps(
                 {"start": self._shard_start, "end": self._input_end, "stamps": stamps}).encode())
-        write_index(scan, final, job)
-        storage.publish(self._tmp, final)
         self._tmp = None
         self._counts[name] = len(self._entries)
         self._failures.extend(self._pending)

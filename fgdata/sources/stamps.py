@@ -20,10 +20,13 @@ from fgdata.sources.folder import WorkItem
 STAMP_BYTES = 8
 
 
+#: The fields of a work item that name one of its files: its media and every sidecar.
+_PATH_FIELDS = tuple(f.name for f in fields(WorkItem) if f.name == "path" or f.name.endswith("_path"))
+
+
 def _paths(item: WorkItem) -> list[str]:
-    """The files an item is made of: its media and every sidecar it has (whatever fields name them)."""
-    return [value for f in fields(item) if f.name == "path" or f.name.endswith("_path")
-            if isinstance(value := getattr(item, f.name), str) and value]
+    """The files an item is made of (those it has)."""
+    return [value for name in _PATH_FIELDS if isinstance(value := getattr(item, name), str) and value]
 
 
 def _listings(items: Sequence[WorkItem]) -> dict[str, storage.FileInfo]:
