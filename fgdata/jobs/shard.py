@@ -611,9 +611,9 @@ def _gather(job: ShardJob, n: int, world: int, stamp: tuple[str, str | None], re
     return [results[u] for u in range(n)]
 
 
-def _run_share(job: ShardJob, items: tuple[list[WorkItem], InputStamps], order: list[int], mine: list[tuple[int, dict[str, Any]]],
-               stamp: tuple[str, str | None], share: list[dict[str, Any]], progress: ProgressFn | None,
-               on_start: Callable[[int], None] | None) -> None:
+def _run_share(job: ShardJob, items: tuple[list[WorkItem], InputStamps], order: list[int],
+               mine: list[tuple[int, dict[str, Any]]], stamp: tuple[str, str | None], share: list[dict[str, Any]],
+               progress: ProgressFn | None, on_start: Callable[[int], None] | None) -> None:
     """Run this rank's units (skipping those whose marker of ``stamp`` exists), appending each result to
     ``share``; each new marker carries ``stamp`` (fingerprint, launch)."""
     fp, launch = stamp

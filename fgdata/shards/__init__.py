@@ -23,8 +23,8 @@ _MODULES = {
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = [
     "COUNT_FILE", "INDEX_SUFFIX", "CountFileUpdate", "Failure", "MemberEntry", "ResumePoint", "Sample", "SampleEntry",
-    "ShardCount", "ShardRecord", "ShardFile", "ShardScan", "ShardSet", "ShardWriter", "TarDamage", "WriteSummary", "count_one",
-    "count_shards", "discover_shards", "expand_braces", "index_path", "iter_members", "iter_samples",
+    "ShardCount", "ShardFile", "ShardRecord", "ShardScan", "ShardSet", "ShardWriter", "TarDamage", "WriteSummary",
+    "count_one", "count_shards", "discover_shards", "expand_braces", "index_path", "iter_members", "iter_samples",
     "load_ignore_index", "load_index", "read_shard_counts", "require_shards", "resolve_shards", "scan_fileobj",
     "scan_shard", "sort_shards", "split_member_name", "validate_extension", "validate_key", "write_counts",
     "write_ignore_index", "write_index", "write_shard_counts",

@@ -10,8 +10,8 @@ to continue from, so it ends with the same bytes as an uninterrupted run.
 
 Given ``stamps`` (input position -> a stamp of that input's content, :mod:`fgdata.sources.stamps`), each shard
 also leaves ``.fgdata/inputs/<shard>.json`` (the stamps of the inputs it covers, written once the shard is in
-place, so a stamp never vouches for bytes that are not there), and a rerun lists, per complete shard, the inputs that changed since
-(:attr:`ShardRecord.changed`). The stamps stay out of the shards and their indexes, so the output bytes never
+place, so a stamp never vouches for bytes that are not there), and a rerun lists, per complete shard, the inputs
+that changed since (:attr:`ShardRecord.changed`). The stamps stay out of the shards and their indexes, so the output bytes never
 depend on file times. :meth:`ShardWriter.rewind` and :meth:`ShardWriter.adopt` let the job rewrite exactly the
 shards whose inputs changed (see :func:`fgdata.jobs.shard.write_range`).
 """

@@ -121,3 +121,18 @@ def test_a_replaced_s3_object_rewrites_only_its_shard(cli, bmp_folder, s3_bucket
     client.download_file(bucket, "out/00000.tar", str(tmp_path / "s3-00000.tar"))
     _run(cli, bmp_folder, local)
     assert (tmp_path / "s3-00000.tar").read_bytes() == (local / "00000.tar").read_bytes()
+
+
+@pytest.mark.parametrize("side", [4, 8, 40], ids=["smaller", "same-size", "larger"])
+def test_size_limited_shards_end_as_a_fresh_run_draws_them(cli, bmp_folder, tmp_path, snapshot, side):
+    """Under --maxsize a replaced input of another size may move the shard boundaries after it: the shards that
+    follow are kept only where the rewritten ones end where a fresh run ends them."""
+    dest, fresh = tmp_path / "out", tmp_path / "fresh"
+    limit = ("--maxsize", "7000")
+    _run(cli, bmp_folder, dest, *limit)
+    Image.new("RGB", (side, side), (7, 7, 7)).save(bmp_folder / "img_1.bmp", format="BMP")
+    os.utime(bmp_folder / "img_1.bmp", ns=(0, 10**18))
+    doc = _run(cli, bmp_folder, dest, *limit)
+    assert doc["changed_inputs"] == ["img_1.bmp"] and "00000.tar" in doc["rewritten_shards"]
+    _run(cli, bmp_folder, fresh, *limit)
+    assert snapshot(dest) == snapshot(fresh)
