@@ -118,6 +118,8 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     rows.append(("shards", f"{len(report.shards):,}"))
     if report.resumed:
         rows.append(("resumed after", f"{report.resumed:,} inputs"))
+    if report.changed:
+        rows.append(("changed inputs", f"{len(report.changed):,}: wrote {len(report.rewritten):,} shard(s) again"))
     rows.append(("read", human_bytes(report.nbytes)))
     if report.warnings:
         rows.append(("warnings", f"{len(report.warnings):,}: {categories(report.warnings)} (in failures.json)"))
@@ -125,7 +127,8 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
         rows.append(("skipped", f"{len(report.skipped):,}: {skip_summary(report.skipped)} (in failures.json)"))
     details = {"samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
                "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes,
-               "warnings": len(report.warnings), "skipped": len(report.skipped)}
+               "warnings": len(report.warnings), "skipped": len(report.skipped),
+               "changed_inputs": report.changed, "rewritten_shards": report.rewritten}
     if not report.whole_job:  # a torchrun rank other than 0: its own share; rank 0 reports the job
         details |= {"rank": report.rank, "world": report.world}
         rows.insert(0, ("rank", f"{report.rank} of {report.world} (its share only)"))

@@ -20,11 +20,13 @@ from fgdata.storage.paths import scheme
 
 @dataclass(frozen=True)
 class FileInfo:
-    """One listed file: full path or URL, basename, size in bytes."""
+    """One listed file: full path or URL, basename, size in bytes, and ``version``: what changes when its content
+    is replaced (local: the modification time in ns; S3: the ETag), so a rerun can tell a replaced input."""
 
     path: str
     name: str
     size: int
+    version: str = ""
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,10 @@ def _special_kind(mode: int) -> str:
     return "a device, not a file" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
 
 
+def _info(path: str, name: str, st: os.stat_result) -> FileInfo:
+    return FileInfo(path, name, st.st_size, str(st.st_mtime_ns))
+
+
 class LocalBackend(Backend):
     """Paths on a local or mounted file system."""
 
@@ -136,7 +140,7 @@ class LocalBackend(Backend):
         if not recursive:
             try:
                 with os.scandir(path) as it:
-                    return [FileInfo(e.path, e.name, e.stat().st_size) for e in it if e.is_file()]
+                    return [_info(e.path, e.name, e.stat()) for e in it if e.is_file()]
             except FileNotFoundError:
                 raise StorageError(f"{path}: directory not found") from None
             except NotADirectoryError:
@@ -172,7 +176,7 @@ class LocalBackend(Backend):
                     if entry.is_dir(follow_symlinks=False):
                         folders.append(entry.path)
                     elif entry.is_file():
-                        files.append(FileInfo(entry.path, entry.name, entry.stat().st_size))
+                        files.append(_info(entry.path, entry.name, entry.stat()))
                     elif entry.is_dir():
                         real = os.path.realpath(entry.path)
                         inside = real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
@@ -211,7 +215,7 @@ class LocalBackend(Backend):
             raise _os_error(path, exc) from None
         if not os.path.isfile(path):
             return None
-        return FileInfo(path, os.path.basename(path.rstrip("/")), st.st_size)
+        return _info(path, os.path.basename(path.rstrip("/")), st)
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
