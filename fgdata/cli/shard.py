@@ -106,12 +106,16 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     rows = [(f"  {reason}", f"{n:,}") for reason, n in report.failed_by_reason.items()]
     if report.samples != report.written:
         rows.append(("samples (clips)", f"{report.samples:,}"))
+    if report.clips is not None:
+        rows += _clip_rows(report.clips)
     rows.append(("shards", f"{len(report.shards):,}"))
     if report.resumed:
         rows.append(("resumed after", f"{report.resumed:,} inputs"))
     rows.append(("read", human_bytes(report.nbytes)))
     details = {"samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
                "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes}
+    if report.clips is not None:
+        details["clips"] = report.clips.to_json()
     if not report.whole_job:  # a torchrun rank other than 0: its own share; rank 0 reports the job
         details |= {"rank": report.rank, "world": report.world}
         rows.insert(0, ("rank", f"{report.rank} of {report.world} (its share only)"))
@@ -119,6 +123,15 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
                    written=report.written, failed=report.failed, failures_file=report.failures_path,
                    seconds=time.perf_counter() - started, details=details, rows=rows, whole_job=report.whole_job),
            quiet=out.quiet, json_out=out.json_out)
+
+
+def _clip_rows(clips) -> list[tuple[str, str]]:  # noqa: ANN001 - a ClipTally
+    """``--clip-seconds``: the clips this run wrote, and those keyframes made longer than asked."""
+    rows = [("clips written", f"{clips.written:,}")]
+    if clips.longer:
+        rows.append((f"  longer than {clips.asked:g} s", f"[yellow]{clips.longer:,} (keyframes; longest "
+                     f"{clips.longest:.2f} s; --exact cuts exactly)[/]"))
+    return rows
 
 
 def _job(what, src: str, dest: str, *groups: Any, **flags: Any):  # noqa: ANN001, ANN202 - ShardOptions -> ShardJob

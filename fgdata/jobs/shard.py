@@ -42,7 +42,7 @@ from fgdata.jobs import testhook
 from fgdata.jobs.ranks import dist_env, owner, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, by_category, write_failures
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
-from fgdata.producers.media import Outcome, ShardOptions, transform
+from fgdata.producers.media import ClipTally, Outcome, ShardOptions, transform
 from fgdata.shards import Failure, ShardWriter, load_index, write_shard_counts
 from fgdata.shards.index import COUNT_FILE, index_path, parse_index, write_index
 from fgdata.sources.folder import WorkItem, sample_key
@@ -98,6 +98,7 @@ class JobReport:
     resumed: int = 0  # inputs already covered by complete shards when the job started
     nbytes: int = 0  # input bytes read in this run
     failures: list[dict[str, Any]] = field(default_factory=list)
+    clips: ClipTally | None = None  # --clip-seconds: the clips written in this run
     rank: int = 0
     world: int = 1
     whole_job: bool = True  # False: only this torchrun rank's share; the rank that finishes reports the job
@@ -238,11 +239,11 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
             raise
         summary = writer.close()
         return _report(job, order, len(items), result.written, summary.failures, summary.counts, resumed,
-                       result.nbytes)
+                       result.nbytes, result.clips)
 
 
 def _report(job: ShardJob, order: list[int], seen: int, written: int, failures: list[Failure],
-            counts: dict[str, int], resumed: int, nbytes: int) -> JobReport:
+            counts: dict[str, int], resumed: int, nbytes: int, clips: ClipTally | None) -> JobReport:
     entries = [{"input": f.name, "reason": f.reason, "index": order[f.input] if f.input is not None else None}
                for f in sorted(failures, key=lambda f: -1 if f.input is None else f.input)]
     reasons = by_category(entries)
@@ -252,7 +253,7 @@ def _report(job: ShardJob, order: list[int], seen: int, written: int, failures: 
     shards = [storage.join(job.dest, name) for name in counts]
     return JobReport(seen=seen, written=written, failed=len(entries), samples=samples, failed_by_reason=reasons,
                      shards=shards, counts=counts, failures_path=path, resumed=resumed, nbytes=nbytes,
-                     failures=entries)
+                     failures=entries, clips=clips)
 
 
 # -- the local executor's loop -------------------------------------------------------------------------
@@ -279,6 +280,11 @@ def _keys_in_complete_shards(writer: ShardWriter, prefix: str) -> set[str]:
 class RangeResult:
     written: int  # inputs in the range that produced samples (resumed ones included)
     nbytes: int  # input bytes read in this run
+    clips: ClipTally | None  # --clip-seconds: the clips written in this run
+
+
+def _clip_tally(options: ShardOptions) -> ClipTally | None:
+    return ClipTally(options.clip_seconds) if options.clip_seconds is not None else None
 
 
 def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[int], span: tuple[int, int],
@@ -301,6 +307,7 @@ def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
     if options.clip_seconds is not None and start < stop and point.shards:
         skip = _keys_in_complete_shards(writer, sample_key(items[order[start]].index) + "_")
     nbytes = 0
+    clips = _clip_tally(options)
     tasks = ((p, items[order[p]]) for p in range(start, stop))
     # Images go to workers in chunks (less pickling per image), small enough that the last chunks
     # spread evenly over the workers; each video is one task.
@@ -313,11 +320,13 @@ def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
             for j, (key, members) in enumerate(out.samples):
                 if key not in skip:
                     writer.write(key, members, input_pos=out.position if j == last else out.position - 1)
+                    if clips is not None and out.clips:
+                        clips.add(*out.clips[j])
             written += 1
         nbytes += out.nbytes
         if progress:
             progress(1, out.nbytes)
-    return RangeResult(written=written, nbytes=nbytes)
+    return RangeResult(written=written, nbytes=nbytes, clips=clips)
 
 
 # -- work units (Ray and torchrun) and their merge ----------------------------------------------------
@@ -351,6 +360,7 @@ def _run_unit(items: Sequence[WorkItem], order: Sequence[int], span: tuple[int, 
         "failures": [f.to_json() for f in summary.failures],
         "written": result.written,
         "nbytes": result.nbytes,
+        "clips": _json_or_none(result.clips),
         "inputs": stop - first,
         "resumed": max(0, writer.resume_point.next_input - first),
     }
@@ -369,7 +379,21 @@ def _plan(job: ShardJob, units: Sequence[dict[str, Any]], results: Sequence[dict
         failures += r["failures"]
     return {"moves": moves, "counts": counts, "failures": failures,
             "written": sum(r["written"] for r in results), "resumed": sum(r["resumed"] for r in results),
-            "nbytes": sum(r["nbytes"] for r in results)}
+            "nbytes": sum(r["nbytes"] for r in results), "clips": _json_or_none(_units_clips(job, [r.get("clips") for r in results]))}
+
+
+def _json_or_none(clips: ClipTally | None) -> dict[str, Any] | None:
+    return clips.to_json() if clips is not None else None
+
+
+def _units_clips(job: ShardJob, tallies: Sequence[dict[str, Any] | None]) -> ClipTally | None:
+    """Work units' clip tallies (their JSON form; None: none in this run) as one; None when the job cuts no clips."""
+    total = _clip_tally(job.options)
+    if total is not None:
+        for tally in tallies:
+            if tally:
+                total.merge(tally)
+    return total
 
 
 def _merge(dest: str, plan: dict[str, Any]) -> None:
@@ -394,7 +418,7 @@ def _merged_report(job: ShardJob, order: list[int], n: int, plan: dict[str, Any]
     _merge(job.dest, plan)
     return _report(job, order, n, plan["written"],
                    [Failure(f["input"], f["name"], f["reason"]) for f in plan["failures"]],
-                   plan["counts"], plan["resumed"], plan["nbytes"])
+                   plan["counts"], plan["resumed"], plan["nbytes"], _units_clips(job, [plan.get("clips")]))
 
 
 def _saved_plan(job: ShardJob) -> dict[str, Any] | None:
@@ -508,7 +532,7 @@ def _run_share(job: ShardJob, items: list[WorkItem], order: list[int], mine: lis
     for u, unit in mine:
         result = _read_marker(_unit_marker(job, u), fp, launch)
         if result is not None:
-            result = {**result, "resumed": result["inputs"], "nbytes": 0}
+            result = {**result, "resumed": result["inputs"], "nbytes": 0, "clips": None}  # none in this run
             if progress:
                 progress(result["inputs"], 0)
         else:
@@ -523,10 +547,11 @@ def _share_report(job: ShardJob, order: list[int], rank: int, world: int,
     entries = [{"input": f["name"], "reason": f["reason"], "index": order[f["input"]] if f["input"] is not None
                 else None} for r in share for f in r["failures"]]
     written = sum(r["written"] for r in share)
+    clips = _units_clips(job, [r.get("clips") for r in share])
     return JobReport(seen=written + len(entries), written=written, failed=len(entries),
                      samples=sum(sum(r["counts"].values()) for r in share), failed_by_reason=by_category(entries),
                      shards=[], counts={}, failures_path=None, resumed=sum(r["resumed"] for r in share),
-                     nbytes=sum(r["nbytes"] for r in share), failures=entries, rank=rank, world=world,
+                     nbytes=sum(r["nbytes"] for r in share), failures=entries, rank=rank, world=world, clips=clips,
                      whole_job=False)
 
 

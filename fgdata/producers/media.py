@@ -73,8 +73,35 @@ class ShardOptions:
 
 
 @dataclass
+class ClipTally:
+    """The clips a ``--clip-seconds`` job wrote in one run, and how many came out longer than asked (cut at
+    keyframes, a clip runs to the first keyframe at least ``clip_seconds`` on: sparse keyframes make long clips)."""
+
+    asked: float
+    written: int = 0
+    longer: int = 0  # longer than asked by more than one frame
+    longest: float = 0.0
+
+    def add(self, length: float, longer: bool) -> None:
+        self.written += 1
+        self.longer += longer
+        self.longest = max(self.longest, length)
+
+    def merge(self, other: dict[str, Any]) -> None:
+        """Add a tally in its :meth:`to_json` form (a work unit's)."""
+        self.written += other["written"]
+        self.longer += other["longer_than_asked"]
+        self.longest = max(self.longest, other["longest_seconds"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"asked_seconds": self.asked, "written": self.written, "longer_than_asked": self.longer,
+                "longest_seconds": round(self.longest, 3)}
+
+
+@dataclass
 class Outcome:
-    """The result of one item: ``samples`` as (key, members), or a failure ``reason``; input bytes read."""
+    """The result of one item: ``samples`` as (key, members), or a failure ``reason``; input bytes read; for
+    ``--clip-seconds``, each sample's (length in seconds, longer than asked)."""
 
     position: int
     index: int
@@ -82,6 +109,7 @@ class Outcome:
     samples: list[tuple[str, dict[str, bytes]]] = field(default_factory=list)
     reason: str | None = None
     nbytes: int = 0
+    clips: list[tuple[float, bool]] = field(default_factory=list)
 
 
 class _Failed(Exception):
@@ -194,6 +222,7 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
     from fgdata.media.errors import MediaError
 
     data = _read(item.path)
+    read = len(data)  # the input's bytes, whatever re-encoding makes of them
     try:
         facts = describe_image(data)
         source_ext = _PIL_EXT.get(facts["format"]) or item.path.rpartition(".")[2].lower()
@@ -207,7 +236,7 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
         raise _Failed("image-decode", _first_line(e)) from None
     caption, metadata, nbytes = _caption_and_metadata(item)
     fields = {"source": item.name, "width": facts["width"], "height": facts["height"], "mode": facts["mode"]}
-    return {ext: data, **_text_members(caption, metadata, fields)}, len(data) + nbytes
+    return {ext: data, **_text_members(caption, metadata, fields)}, read + nbytes
 
 
 # -- videos ------------------------------------------------------------------
@@ -247,7 +276,8 @@ def _camera(item: WorkItem, frame_count: int) -> tuple[Any, Any, int] | None:
     return arrays[0], arrays[1], nbytes
 
 
-def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[str, dict[str, bytes]]], int]:
+def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[str, dict[str, bytes]]], int,
+                                                                   list[tuple[float, bool]]]:
     from fgdata.media import check_member, probe_video
     from fgdata.media.camera import slice_camera, transform_intrinsics
     from fgdata.media.errors import MediaError
@@ -271,7 +301,7 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
         members = {ext: data, **_text_members(caption, metadata, {"source": item.name, **info.to_dict()})}
         if camera:
             members["poses.npy"], members["intrinsics.npy"] = _npy(camera[0]), _npy(camera[1])
-        return [(key, members)], nbytes
+        return [(key, members)], nbytes, []
     try:
         if options.clip_seconds is None:
             bounds = [(0.0, info.duration)]
@@ -297,7 +327,11 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
             samples.append((key if options.clip_seconds is None else f"{key}_{j:04d}", members))
     except MediaError as e:
         raise _Failed("video-decode", _first_line(e)) from None
-    return samples, nbytes
+    if options.clip_seconds is None:
+        return samples, nbytes, []
+    frame = 1 / info.fps if info.fps else 0.0
+    lengths = [clip.end - clip.start for clip in clips]
+    return samples, nbytes, [(n, n > options.clip_seconds + frame + 1e-6) for n in lengths]
 
 
 # -- entry point ---------------------------------------------------------------
@@ -320,7 +354,7 @@ def transform(position: int, item: WorkItem, options: ShardOptions) -> Outcome:
             members, out.nbytes = _image_samples(item, options)
             out.samples = [(sample_key(item.index), members)]
         else:
-            out.samples, out.nbytes = _video_samples(item, options)
+            out.samples, out.nbytes, out.clips = _video_samples(item, options)
     except _Failed as e:
         out.reason = str(e)
     except Exception as e:  # noqa: BLE001 - a strange input must not end a long job; it is reported
