@@ -95,10 +95,15 @@ def _run(fn: Callable[..., Any], args: dict[str, Any], engine: EngineFlags, job:
     from dataclasses import replace
 
     from fgdata.cli.jobrun import Outcome, finish, job_progress, notes, run_job
-    from fgdata.errors import FgdataError
+    from fgdata.errors import OptionError
     from fgdata.jobs.ranks import dist_env
     from fgdata.jobs.tasks import RunSettings, run_on_ray
 
+    from fgdata.encode.models import check_device
+
+    if engine.engine not in ("local", "ray"):
+        raise OptionError(f"--engine {engine.engine!r} is not one of local, ray")
+    check_device(str(args.get("device", "cpu")))
     bars = out.bars
     _quiet_model_libraries(bars and engine.engine == "local", out.quiet)
     say = notes(out.quiet)
@@ -108,7 +113,7 @@ def _run(fn: Callable[..., Any], args: dict[str, Any], engine: EngineFlags, job:
     if engine.engine == "ray":
         gpus = 1.0 if str(args.get("device", "cpu")).startswith("cuda") else 0.0
         summary = run_job(lambda: run_on_ray(fn, args, settings, engine.workers, gpus, engine.ray_address))
-    elif engine.engine == "local":
+    else:
         rank, world = dist_env()
         bar_label = f"{label} [rank {rank}/{world}]" if world > 1 else label  # under torchrun each rank draws one
 
@@ -117,8 +122,6 @@ def _run(fn: Callable[..., Any], args: dict[str, Any], engine: EngineFlags, job:
                 return fn(**args, run=replace(settings, progress=bar.advance))
 
         summary = run_job(local)  # the bar is closed before an interrupt line is printed
-    else:
-        raise FgdataError(f"--engine {engine.engine!r} is not one of local, ray")
     rows = [("output shards written", f"{summary.shards_done:,}"),
             ("output shards resumed", f"{summary.shards_skipped:,}")]
     details: dict[str, Any] = {"shards_written": summary.shards_done, "shards_resumed": summary.shards_skipped,

@@ -136,13 +136,13 @@ def _clip_rows(clips) -> list[tuple[str, str]]:  # noqa: ANN001 - a ClipTally
 
 def _job(what, src: str, dest: str, *groups: Any, **flags: Any):  # noqa: ANN001, ANN202 - ShardOptions -> ShardJob
     """The job from the command's own options (``what``) plus the flag groups the shard commands share."""
-    from fgdata.errors import FgdataError
+    from fgdata.errors import OptionError
     from fgdata.jobs.shard import ShardJob
 
     for group in groups:
         flags |= {f.name: getattr(group, f.name) for f in fields(group)}
     if flags.get("engine", "local") not in ("local", "ray"):
-        raise FgdataError(f"--engine must be 'local' or 'ray', not {flags['engine']!r}")
+        raise OptionError(f"--engine must be 'local' or 'ray', not {flags['engine']!r}")
     return ShardJob(options=what, src=src, dest=dest, **{**flags, "maxsize": parse_bytes(flags.get("maxsize"))})
 
 

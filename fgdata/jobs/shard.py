@@ -34,7 +34,7 @@ from functools import partial
 from typing import Any, Literal
 
 from fgdata import storage
-from fgdata.errors import FgdataError
+from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs import dest as destmod
 from fgdata.jobs.local import ordered_map
 from fgdata.jobs.options import check_same, fingerprint, options_record
@@ -202,11 +202,11 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
     returns its share's report; rank 0 merges and returns the job's.
     """
     if job.maxcount < 1:
-        raise FgdataError("--maxcount must be at least 1")
+        raise OptionError("--maxcount must be at least 1")
     if job.workers < 1:
-        raise FgdataError("--workers must be at least 1")
+        raise OptionError("--workers must be at least 1")
     if job.engine not in ("local", "ray"):
-        raise FgdataError(f"--engine must be 'local' or 'ray', not {job.engine!r}")
+        raise OptionError(f"--engine must be 'local' or 'ray', not {job.engine!r}")
     rank, world = dist_env()
     if world > 1 and (job.engine == "ray" or job.options.kind == "prompts"):
         what = "--engine ray starts its own workers" if job.engine == "ray" else "shard prompts runs in one process"

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from fgdata import storage
-from fgdata.errors import FgdataError
+from fgdata.errors import FgdataError, OptionError
 from fgdata.shards.metadata import FGDATA_FIELD, with_fgdata_fields
 from fgdata.sources.folder import WorkItem, sample_key
 
@@ -50,15 +50,15 @@ class ShardOptions:
 
     def __post_init__(self) -> None:
         if self.image_format is not None and self.image_format not in IMAGE_FORMATS:
-            raise FgdataError(f"--format must be one of {', '.join(IMAGE_FORMATS)}, not {self.image_format!r}")
+            raise OptionError(f"--format must be one of {', '.join(IMAGE_FORMATS)}, not {self.image_format!r}")
         if self.max_side is not None and self.max_side < 2:
-            raise FgdataError("--max-side must be at least 2")
+            raise OptionError("--max-side must be at least 2")
         if not 1 <= self.quality <= 100:
-            raise FgdataError("--quality must be between 1 and 100")
+            raise OptionError("--quality must be between 1 and 100")
         if self.clip_seconds is not None and self.clip_seconds <= 0:
-            raise FgdataError("--clip-seconds must be > 0")
+            raise OptionError("--clip-seconds must be > 0")
         if self.fps is not None and self.fps <= 0:
-            raise FgdataError("--fps must be > 0")
+            raise OptionError("--fps must be > 0")
 
     @property
     def reencode_images(self) -> bool:
