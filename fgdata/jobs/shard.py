@@ -239,11 +239,11 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
             raise
         summary = writer.close()
         return _report(job, order, len(items), result.written, summary.failures, summary.counts, resumed,
-                       result.nbytes, result.clips)
+                       result.nbytes, clips=result.clips)
 
 
 def _report(job: ShardJob, order: list[int], seen: int, written: int, failures: list[Failure],
-            counts: dict[str, int], resumed: int, nbytes: int, clips: ClipTally | None) -> JobReport:
+            counts: dict[str, int], resumed: int, nbytes: int, *, clips: ClipTally | None) -> JobReport:
     entries = [{"input": f.name, "reason": f.reason, "index": order[f.input] if f.input is not None else None}
                for f in sorted(failures, key=lambda f: -1 if f.input is None else f.input)]
     reasons = by_category(entries)
@@ -418,7 +418,7 @@ def _merged_report(job: ShardJob, order: list[int], n: int, plan: dict[str, Any]
     _merge(job.dest, plan)
     return _report(job, order, n, plan["written"],
                    [Failure(f["input"], f["name"], f["reason"]) for f in plan["failures"]],
-                   plan["counts"], plan["resumed"], plan["nbytes"], _units_clips(job, [plan.get("clips")]))
+                   plan["counts"], plan["resumed"], plan["nbytes"], clips=_units_clips(job, [plan.get("clips")]))
 
 
 def _saved_plan(job: ShardJob) -> dict[str, Any] | None:
