@@ -110,7 +110,7 @@ def test_a_character_the_default_font_lacks_uses_an_installed_font_that_has_it()
     text = "\U0001d400\U0001d401 bold"
     assert plots.drawable(text) == text
     assert len(plots._FAMILY) > 1
-    assert plots.drawable("\U000e01ef x") == "\ufffd x"  # a variation selector no font draws
+    assert plots.drawable("\U0010fffd\U0010fffc x") == "\ufffd x"  # private use: no font draws these
 
 
 def test_contact_sheet_keeps_every_text_inside_its_cell():
