@@ -73,11 +73,10 @@ def _run(fn: Callable[..., Any], args: dict[str, Any], engine: EngineFlags, job:
     from dataclasses import replace
 
     from fgdata.cli.jobrun import Outcome, finish, job_progress, notes, run_job
+    from fgdata.encode.models import check_device
     from fgdata.errors import OptionError
     from fgdata.jobs.ranks import dist_env
     from fgdata.jobs.tasks import RunSettings, run_on_ray
-
-    from fgdata.encode.models import check_device
 
     if engine.engine not in ("local", "ray"):
         raise OptionError(f"--engine {engine.engine!r} is not one of local, ray")

@@ -1,14 +1,16 @@
 """One pass over a dataset's shards, gathering what the report shows.
 
 Every sample's tar headers, ``json`` and caption members are read (they are small); the
-bigger members are touched only when needed, and no member is loaded whole past the per-member limit
-``fgdata inspect`` keeps (:data:`fgdata.verify.inspect.MEMBER_LIMIT`; an image over it is sized from its first
-bytes, anything else is counted as not loaded), so memory stays bounded per member: image sizes and video facts come from
+bigger members are touched only when needed: image sizes and video facts come from
 fgdata's own json metadata when it is there, else from the member's header (images) or a
 probe (videos), and those decodes, like the tensor summaries and the contact-sheet tiles,
 are bounded by a budget spread evenly over the dataset. Shards are independent, so they
 are read in parallel processes and merged in shard order: the result does not depend on
 the number of workers.
+
+Memory stays bounded per member: no member is loaded whole past the limit ``fgdata inspect``
+keeps (:data:`fgdata.verify.inspect.MEMBER_LIMIT`; an image over it is sized from its first
+bytes, anything else is counted as not loaded), and captions are counted, never split into lists.
 """
 
 from __future__ import annotations
