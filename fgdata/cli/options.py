@@ -31,10 +31,11 @@ Commands take these as flag groups (:mod:`fgdata.cli.flaggroups`): :class:`Outpu
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -111,6 +112,29 @@ def show_progress(progress: bool | None, *, quiet: bool = False, json_out: bool 
     if progress is not None:
         return progress
     return sys.stderr.isatty()
+
+
+def quiet_model_libraries(*, bars: bool, quiet: bool) -> None:
+    """transformers, diffusers and the hub draw their own bars (loading weights, downloads) and advisories on
+    stderr: without our bars theirs go too, and ``-q`` keeps only their errors."""
+    import importlib
+
+    for name in ("transformers.utils.logging", "diffusers.utils.logging"):
+        try:
+            hf_logging: Any = importlib.import_module(name)
+        except ImportError:  # an extra that is not installed: nothing of it to silence
+            continue
+        if not bars:
+            hf_logging.disable_progress_bar()
+        if quiet:
+            hf_logging.set_verbosity_error()
+    if not bars:
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # for the processes this one starts, too
+        try:
+            from huggingface_hub.utils import disable_progress_bars
+        except ImportError:
+            return
+        disable_progress_bars()
 
 
 def say_removed(paths: Iterable[str], *, quiet: bool = False) -> list[str]:

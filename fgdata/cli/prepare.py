@@ -137,7 +137,6 @@ def prepare(
     if dataset != "cifar10" and inputs.imagenet_source is None:
         raise typer.BadParameter(f"fgdata prepare {dataset} needs --imagenet-source DIR (fgdata download imagenet)")
     import fgdata.prepare as lib
-    from fgdata.errors import FgdataError
     from fgdata.cli.jobrun import finish, notes, run_job
     from fgdata.cli.render import phase_progress
 
@@ -153,11 +152,8 @@ def prepare(
         if dataset == "imagenet-64":
             job_fn = partial(lib.prepare_imagenet64, imagenet)
         else:
-            try:
-                vae = lib.LatentZipOptions(vae=latents.vae, dtype=latents.dtype, device=latents.device,
-                                           batch_size=latents.batch_size)
-            except FgdataError as exc:  # a bad flag value is a usage error (exit 2), as typer's own checks
-                raise typer.BadParameter(str(exc)) from None
+            vae = lib.LatentZipOptions(vae=latents.vae, dtype=latents.dtype, device=latents.device,
+                                       batch_size=latents.batch_size)  # a bad value: OptionError, exit 2
             job_fn = partial(lib.prepare_imagenet256, imagenet, vae)
     bars = out.bars
 

@@ -115,6 +115,8 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     rows = [(f"  {reason}", f"{n:,}") for reason, n in report.failed_by_reason.items()]
     if report.samples != report.written:
         rows.append(("samples (clips)", f"{report.samples:,}"))
+    if report.clips is not None:
+        rows += _clip_rows(report.clips)
     rows.append(("shards", f"{len(report.shards):,}"))
     if report.resumed:
         rows.append(("resumed after", f"{report.resumed:,} inputs"))
@@ -129,6 +131,8 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
                "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes,
                "warnings": len(report.warnings), "skipped": len(report.skipped),
                "changed_inputs": report.changed, "rewritten_shards": report.rewritten}
+    if report.clips is not None:
+        details["clips"] = report.clips.to_json()
     if not report.whole_job:  # a torchrun rank other than 0: its own share; rank 0 reports the job
         details |= {"rank": report.rank, "world": report.world}
         rows.insert(0, ("rank", f"{report.rank} of {report.world} (its share only)"))
@@ -138,9 +142,18 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
            quiet=out.quiet, json_out=out.json_out)
 
 
+def _clip_rows(clips) -> list[tuple[str, str]]:  # noqa: ANN001 - a ClipTally
+    """``--clip-seconds``: the clips this run wrote, and those keyframes made longer than asked."""
+    rows = [("clips written", f"{clips.written:,}")]
+    if clips.longer:
+        rows.append((f"  longer than {clips.asked:g} s", f"[yellow]{clips.longer:,} (keyframes; longest "
+                     f"{clips.longest:.2f} s; --exact cuts exactly)[/]"))
+    return rows
+
+
 def _job(what, src: str, dest: str, *groups: Any, **flags: Any):  # noqa: ANN001, ANN202 - ShardOptions -> ShardJob
     """The job from the command's own options (``what``) plus the flag groups the shard commands share."""
-    from fgdata.errors import FgdataError
+    from fgdata.errors import OptionError
     from fgdata.jobs.shard import ShardJob
 
     for group in groups:
@@ -149,7 +162,7 @@ def _job(what, src: str, dest: str, *groups: Any, **flags: Any):  # noqa: ANN001
         names = tuple(name.strip() for name in flags.pop("caption_field").split(","))
         what = replace(what, caption_field=names)
     if flags.get("engine", "local") not in ("local", "ray"):
-        raise FgdataError(f"--engine must be 'local' or 'ray', not {flags['engine']!r}")
+        raise OptionError(f"--engine must be 'local' or 'ray', not {flags['engine']!r}")
     return ShardJob(options=what, src=src, dest=dest, **{**flags, "maxsize": parse_bytes(flags.get("maxsize"))})
 
 

@@ -97,9 +97,12 @@ def inspect_cmd(
 
     Example: fgdata inspect /data/shards/00000.tar --limit 3 --preview sheet.png
 
+    Several shards (a folder, a pattern) read as one: their extension sets and bytes summed, and the first --limit
+    samples of them all, each with its shard.
+
     Members over 64 MiB are summarised from their headers, never loaded whole.
     """
-    from fgdata.verify.inspect import inspect_shards
+    from fgdata.verify.inspect import combine, inspect_shards
 
     reports, tiles = inspect_shards(paths, limit=limit, key=key, preview=preview is not None)
     drawn = 0
@@ -108,13 +111,16 @@ def inspect_cmd(
 
         drawn = write_contact_sheet(tiles, preview)
     if json_out:
-        doc: dict[str, Any] = reports[0].to_json() if len(reports) == 1 else {"shards": [r.to_json() for r in reports]}
+        doc: dict[str, Any] = reports[0].to_json()
+        if len(reports) > 1:
+            whole = combine(reports).to_json()
+            doc = {"shards": [r.to_json() for r in reports], "total_samples": whole["samples"],
+                   **{k: whole[k] for k in ("extension_sets", "bytes_per_extension", "samples_shown")}}
         if preview:
             doc["preview"] = {"path": preview, "tiles": drawn}
         print_json(doc)
     else:
-        for report in reports:
-            _render_report(report)
+        _render_report(reports[0] if len(reports) == 1 else combine(reports))
         if preview and not quiet:
             console.print(f"wrote preview {preview} ({drawn} tiles)")
     damaged = [r for r in reports if r.damage]
@@ -125,6 +131,7 @@ def inspect_cmd(
 
 
 def _render_report(report) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     console.print(f"[bold]{report.shard}[/]: {report.samples:,} samples", highlight=False, soft_wrap=True)
@@ -148,7 +155,8 @@ def _render_report(report) -> None:
     width = max(console.width - indent, 24)
     console.print("[bold]samples[/]")
     for s in report.shown:
-        console.print(f"[bold cyan]{s['key']}[/]", highlight=False, soft_wrap=True)
+        where = f"[dim]{escape(s['shard'])}[/] " if "shard" in s else ""
+        console.print(f"{where}[bold cyan]{s['key']}[/]", highlight=False, soft_wrap=True)
         for ext, summary in s["members"].items():
             lines = wrap_tokens(_facts(summary), width) or [""]
             head = f"  {ext:<{member_w}}  {human_bytes(summary['bytes']):>9}  "

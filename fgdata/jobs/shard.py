@@ -36,7 +36,7 @@ from functools import partial
 from typing import Any, Literal
 
 from fgdata import storage
-from fgdata.errors import FgdataError
+from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs import dest as destmod
 from fgdata.jobs.local import ordered_map
 from fgdata.jobs.options import check_same, fingerprint, options_record
@@ -44,7 +44,7 @@ from fgdata.jobs import testhook
 from fgdata.jobs.ranks import dist_env, owner, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, by_category, write_failures
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
-from fgdata.producers.media import Outcome, ShardOptions, transform
+from fgdata.producers.media import ClipTally, Outcome, ShardOptions, transform
 from fgdata.shards import Failure, ShardRecord, ShardWriter, WriteSummary, load_index, write_shard_counts
 from fgdata.shards.index import COUNT_FILE, index_path, parse_index, write_index
 from fgdata.sources.folder import Listing, WorkItem, sample_key
@@ -103,6 +103,7 @@ class JobReport:
     failures: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[dict[str, Any]] = field(default_factory=list)  # inputs written without a part (a caption)
     skipped: list[dict[str, Any]] = field(default_factory=list)  # files below SRC that are not inputs
+    clips: ClipTally | None = None  # --clip-seconds: the clips written in this run
     rank: int = 0
     world: int = 1
     whole_job: bool = True  # False: only this torchrun rank's share; the rank that finishes reports the job
@@ -212,11 +213,11 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
     returns its share's report; rank 0 merges and returns the job's.
     """
     if job.maxcount < 1:
-        raise FgdataError("--maxcount must be at least 1")
+        raise OptionError("--maxcount must be at least 1")
     if job.workers < 1:
-        raise FgdataError("--workers must be at least 1")
+        raise OptionError("--workers must be at least 1")
     if job.engine not in ("local", "ray"):
-        raise FgdataError(f"--engine must be 'local' or 'ray', not {job.engine!r}")
+        raise OptionError(f"--engine must be 'local' or 'ray', not {job.engine!r}")
     rank, world = dist_env()
     if world > 1 and (job.engine == "ray" or job.options.kind == "prompts"):
         what = "--engine ray starts its own workers" if job.engine == "ray" else "shard prompts runs in one process"
@@ -266,7 +267,8 @@ def _run_claimed(job: ShardJob, inputs: tuple[Listing, InputStamps], order: list
         writer.abort()
         raise
     summary = writer.close()
-    report = _report(job, order, listing, result.written, summary, result.resumed, result.nbytes)
+    report = _report(job, order, listing, result.written, summary, result.resumed, result.nbytes,
+                     clips=result.clips)
     report.changed, report.rewritten = result.changed, result.rewritten
     return report
 
@@ -288,7 +290,7 @@ def _report_entries(order: Sequence[int], failures: list[Failure]) -> list[dict[
 
 
 def _report(job: ShardJob, order: list[int], listing: Listing, written: int, summary: WriteSummary, resumed: int,
-            nbytes: int) -> JobReport:
+            nbytes: int, *, clips: ClipTally | None) -> JobReport:
     entries = _report_entries(order, summary.failures)
     warnings = _report_entries(order, summary.warnings)
     skipped = [s.to_json() for s in listing.skipped]
@@ -301,7 +303,7 @@ def _report(job: ShardJob, order: list[int], listing: Listing, written: int, sum
     shards = [storage.join(job.dest, name) for name in counts]
     return JobReport(seen=len(listing.items), written=written, failed=len(entries), samples=samples,
                      failed_by_reason=reasons, shards=shards, counts=counts, failures_path=path, resumed=resumed,
-                     nbytes=nbytes, failures=entries, warnings=warnings, skipped=skipped)
+                     nbytes=nbytes, failures=entries, warnings=warnings, skipped=skipped, clips=clips)
 
 
 # -- the local executor's loop -------------------------------------------------------------------------
@@ -328,6 +330,7 @@ def _keys_in_complete_shards(writer: ShardWriter, prefix: str) -> set[str]:
 class RangeResult:
     written: int  # inputs in the range that produced samples (resumed ones included)
     nbytes: int  # input bytes read in this run
+    clips: ClipTally | None  # --clip-seconds: the clips written in this run
     resumed: int = 0  # inputs in the range that were not read again (in complete shards kept as they were)
     changed: list[str] = field(default_factory=list)  # inputs replaced since the earlier run (their names)
     rewritten: list[str] = field(default_factory=list)  # complete shards of the earlier run written again
@@ -335,6 +338,12 @@ class RangeResult:
     def add(self, other: "RangeResult") -> None:
         self.written += other.written
         self.nbytes += other.nbytes
+        if self.clips is not None and other.clips is not None:
+            self.clips.merge(other.clips.to_json())
+
+
+def _clip_tally(options: ShardOptions) -> ClipTally | None:
+    return ClipTally(options.clip_seconds) if options.clip_seconds is not None else None
 
 
 def _holds(key: str, item: WorkItem) -> bool:
@@ -421,6 +430,7 @@ def _write_span(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
     if options.clip_seconds is not None and start < stop and point.shards:
         skip = _keys_in_complete_shards(writer, sample_key(items[order[start]].index) + "_")
     nbytes = 0
+    clips = _clip_tally(options)
     tasks = ((p, items[order[p]]) for p in range(start, stop))
     # Images go to workers in chunks (less pickling per image), small enough that the last chunks
     # spread evenly over the workers; each video is one task.
@@ -433,13 +443,15 @@ def _write_span(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
             for j, (key, members) in enumerate(out.samples):
                 if key not in skip:
                     writer.write(key, members, input_pos=out.position if j == last else out.position - 1)
+                    if clips is not None and out.clips:
+                        clips.add(*out.clips[j])
             written += 1
             for reason in out.warnings:
                 writer.warn(out.position, out.name, reason)
         nbytes += out.nbytes
         if progress:
             progress(1, out.nbytes)
-    return RangeResult(written=written, nbytes=nbytes)
+    return RangeResult(written=written, nbytes=nbytes, clips=clips)
 
 
 # -- work units (Ray and torchrun) and their merge ----------------------------------------------------
@@ -478,6 +490,7 @@ def _run_unit(items: tuple[Sequence[WorkItem], InputStamps], order: Sequence[int
         "warnings": [f.to_json() for f in summary.warnings],
         "written": result.written,
         "nbytes": result.nbytes,
+        "clips": _json_or_none(result.clips),
         "inputs": stop - first,
         "resumed": result.resumed,
     }
@@ -504,7 +517,22 @@ def _plan(job: ShardJob, units: Sequence[dict[str, Any]], results: Sequence[dict
     return {"moves": moves, "counts": counts, "failures": failures, "warnings": warnings, "changed": changed,
             "rewritten": rewritten,
             "written": sum(r["written"] for r in results), "resumed": sum(r["resumed"] for r in results),
-            "nbytes": sum(r["nbytes"] for r in results)}
+            "nbytes": sum(r["nbytes"] for r in results),
+            "clips": _json_or_none(_units_clips(job, [r.get("clips") for r in results]))}
+
+
+def _json_or_none(clips: ClipTally | None) -> dict[str, Any] | None:
+    return clips.to_json() if clips is not None else None
+
+
+def _units_clips(job: ShardJob, tallies: Sequence[dict[str, Any] | None]) -> ClipTally | None:
+    """Work units' clip tallies (their JSON form; None: none in this run) as one; None when the job cuts no clips."""
+    total = _clip_tally(job.options)
+    if total is not None:
+        for tally in tallies:
+            if tally:
+                total.merge(tally)
+    return total
 
 
 def _merge(dest: str, plan: dict[str, Any]) -> None:
@@ -533,7 +561,8 @@ def _merged_report(job: ShardJob, order: list[int], listing: Listing, plan: dict
 
     summary = WriteSummary(shards=[], samples=sum(plan["counts"].values()), failures=failures("failures"),
                            counts=plan["counts"], warnings=failures("warnings"))
-    report = _report(job, order, listing, plan["written"], summary, plan["resumed"], plan["nbytes"])
+    report = _report(job, order, listing, plan["written"], summary, plan["resumed"], plan["nbytes"],
+                     clips=_units_clips(job, [plan.get("clips")]))
     report.changed, report.rewritten = plan.get("changed", []), plan.get("rewritten", [])
     return report
 
@@ -653,7 +682,7 @@ def _run_share(job: ShardJob, items: tuple[list[WorkItem], InputStamps], order: 
     for u, unit in mine:
         result = _read_marker(_unit_marker(job, u), fp, launch)
         if result is not None:
-            result = {**result, "resumed": result["inputs"], "nbytes": 0}
+            result = {**result, "resumed": result["inputs"], "nbytes": 0, "clips": None}  # none in this run
             if progress:
                 progress(result["inputs"], 0)
         else:
@@ -671,11 +700,12 @@ def _share_report(job: ShardJob, order: list[int], rank: int, world: int,
 
     failures = entries("failures")
     written = sum(r["written"] for r in share)
+    clips = _units_clips(job, [r.get("clips") for r in share])
     return JobReport(seen=written + len(failures), written=written, failed=len(failures),
                      samples=sum(sum(r["counts"].values()) for r in share), failed_by_reason=by_category(failures),
                      shards=[], counts={}, failures_path=None, resumed=sum(r["resumed"] for r in share),
                      nbytes=sum(r["nbytes"] for r in share), failures=failures, warnings=entries("warnings"),
-                     rank=rank, world=world, whole_job=False)
+                     rank=rank, world=world, clips=clips, whole_job=False)
 
 
 def quickstart_videos(outdir: str | os.PathLike[str]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fgdata import __version__, storage
-from fgdata.errors import FgdataError
+from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs import dest as destmod
 from fgdata.jobs import testhook
 from fgdata.jobs.options import check_same, fingerprint, options_record
@@ -364,7 +364,7 @@ def run_on_ray(fn: Callable[..., JobSummary], args: dict[str, Any], run: RunSett
     from fgdata.jobs.ray_executor import run_units
 
     if workers < 1:
-        raise FgdataError("--workers must be at least 1")
+        raise OptionError("--workers must be at least 1")
     # DST is checked and cleared here, where what goes can be said; the ranks then continue from a clean DST.
     fn(**args, run=replace(run, rank=0, world=workers, role="prepare"))
     work = replace(run, world=workers, role="work", resume=True, overwrite=False, progress=None, log=None,

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from fgdata import storage
-from fgdata.errors import FgdataError
+from fgdata.errors import FgdataError, OptionError
 from fgdata.shards.metadata import FGDATA_FIELD, parse_json, with_fgdata_fields
 from fgdata.sources.folder import WorkItem, sample_key
 
@@ -57,19 +57,19 @@ class ShardOptions:
 
     def __post_init__(self) -> None:
         if self.image_format is not None and self.image_format not in IMAGE_FORMATS:
-            raise FgdataError(f"--format must be one of {', '.join(IMAGE_FORMATS)}, not {self.image_format!r}")
+            raise OptionError(f"--format must be one of {', '.join(IMAGE_FORMATS)}, not {self.image_format!r}")
         if self.max_side is not None and self.max_side < 2:
-            raise FgdataError("--max-side must be at least 2")
+            raise OptionError("--max-side must be at least 2")
         if not 1 <= self.quality <= 100:
-            raise FgdataError("--quality must be between 1 and 100")
+            raise OptionError("--quality must be between 1 and 100")
         if self.clip_seconds is not None and self.clip_seconds <= 0:
-            raise FgdataError("--clip-seconds must be > 0")
+            raise OptionError("--clip-seconds must be > 0")
         if self.fps is not None and self.fps <= 0:
-            raise FgdataError("--fps must be > 0")
+            raise OptionError("--fps must be > 0")
         if not self.caption_field or not all(name.strip() for name in self.caption_field):
-            raise FgdataError("--caption-field needs one or more field names, e.g. caption,text,prompt")
+            raise OptionError("--caption-field needs one or more field names, e.g. caption,text,prompt")
         if self.max_pixels is not None and self.max_pixels < 1:
-            raise FgdataError("--max-pixels must be at least 1")
+            raise OptionError("--max-pixels must be at least 1")
 
     @property
     def reencode_images(self) -> bool:
@@ -84,8 +84,35 @@ class ShardOptions:
 
 
 @dataclass
+class ClipTally:
+    """The clips a ``--clip-seconds`` job wrote in one run, and how many came out longer than asked (cut at
+    keyframes, a clip runs to the first keyframe at least ``clip_seconds`` on: sparse keyframes make long clips)."""
+
+    asked: float
+    written: int = 0
+    longer: int = 0  # longer than asked by more than one frame
+    longest: float = 0.0
+
+    def add(self, length: float, longer: bool) -> None:
+        self.written += 1
+        self.longer += longer
+        self.longest = max(self.longest, length)
+
+    def merge(self, other: dict[str, Any]) -> None:
+        """Add a tally in its :meth:`to_json` form (a work unit's)."""
+        self.written += other["written"]
+        self.longer += other["longer_than_asked"]
+        self.longest = max(self.longest, other["longest_seconds"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"asked_seconds": self.asked, "written": self.written, "longer_than_asked": self.longer,
+                "longest_seconds": round(self.longest, 3)}
+
+
+@dataclass
 class Outcome:
-    """The result of one item: ``samples`` as (key, members), or a failure ``reason``; input bytes read."""
+    """The result of one item: ``samples`` as (key, members), or a failure ``reason``; input bytes read; for
+    ``--clip-seconds``, each sample's (length in seconds, longer than asked)."""
 
     position: int
     index: int
@@ -94,6 +121,7 @@ class Outcome:
     reason: str | None = None
     nbytes: int = 0
     warnings: list[str] = field(default_factory=list)  # "<category>: <message>" for inputs written without a part
+    clips: list[tuple[float, bool]] = field(default_factory=list)
 
 
 class _Failed(Exception):
@@ -271,6 +299,7 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
     from fgdata.media.errors import MediaError
 
     data = _read(item.path)
+    read = len(data)  # the input's bytes, whatever re-encoding makes of them
     try:
         facts = describe_image(data)
         source_ext = _PIL_EXT.get(facts["format"]) or item.path.rpartition(".")[2].lower()
@@ -284,7 +313,7 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
         raise _Failed("image-decode", _first_line(e)) from None
     text = _caption_and_metadata(item, options)
     fields = {"source": item.name, "width": facts["width"], "height": facts["height"], "mode": facts["mode"]}
-    return {ext: data, **_text_members(text, fields)}, len(data) + text.nbytes, text.warnings
+    return {ext: data, **_text_members(text, fields)}, read + text.nbytes, text.warnings
 
 
 # -- videos ------------------------------------------------------------------
@@ -324,7 +353,10 @@ def _camera(item: WorkItem, frame_count: int) -> tuple[Any, Any, int] | None:
     return arrays[0], arrays[1], nbytes
 
 
-def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[str, dict[str, bytes]]], int, list[str]]:
+def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[str, dict[str, bytes]]], int, list[str],
+                                                                   list[tuple[float, bool]]]:
+    """The item's samples, input bytes read, warnings, and for ``--clip-seconds`` each clip's (length, longer
+    than asked)."""
     from fgdata.media import check_member, probe_video
     from fgdata.media.camera import slice_camera, transform_intrinsics
     from fgdata.media.errors import MediaError
@@ -348,7 +380,7 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
         members = {ext: data, **_text_members(text, {"source": item.name, **info.to_dict()})}
         if camera:
             members["poses.npy"], members["intrinsics.npy"] = _npy(camera[0]), _npy(camera[1])
-        return [(key, members)], nbytes, text.warnings
+        return [(key, members)], nbytes, text.warnings, []
     try:
         if options.clip_seconds is None:
             bounds = [(0.0, info.duration)]
@@ -374,7 +406,11 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
             samples.append((key if options.clip_seconds is None else f"{key}_{j:04d}", members))
     except MediaError as e:
         raise _Failed("video-decode", _first_line(e)) from None
-    return samples, nbytes, text.warnings
+    if options.clip_seconds is None:
+        return samples, nbytes, text.warnings, []
+    frame = 1 / info.fps if info.fps else 0.0
+    lengths = [clip.end - clip.start for clip in clips]
+    return samples, nbytes, text.warnings, [(n, n > options.clip_seconds + frame + 1e-6) for n in lengths]
 
 
 # -- entry point ---------------------------------------------------------------
@@ -410,4 +446,4 @@ def _transform_into(out: Outcome, item: WorkItem, options: ShardOptions) -> None
         members, out.nbytes, out.warnings = _image_samples(item, options)
         out.samples = [(sample_key(item.index), members)]
     else:
-        out.samples, out.nbytes, out.warnings = _video_samples(item, options)
+        out.samples, out.nbytes, out.warnings, out.clips = _video_samples(item, options)

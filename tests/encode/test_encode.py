@@ -437,12 +437,11 @@ def test_offline_hub_id_is_one_line(tmp_path, prompt_shards):
 
 
 def test_neg_prompt_refuses_bad_input(tmp_path, models):
-    from fgdata.errors import FgdataError
-
+    """A bad --preset, or neither --preset nor --text: usage errors (exit 2) that say what to give."""
     r = cli("encode", "neg-prompt", "--preset", "nope", "--encoder", str(models["t5"]), "-o", str(tmp_path / "n.npy"))
-    assert isinstance(r.exception, FgdataError) and "neg_prompt_wan" in str(r.exception)
+    assert r.returncode == 2 and "neg_prompt_wan" in r.stderr
     r = cli("encode", "neg-prompt", "--encoder", str(models["t5"]), "-o", str(tmp_path / "n.npy"))
-    assert isinstance(r.exception, FgdataError) and "exactly one of --preset" in str(r.exception)
+    assert r.returncode == 2 and "exactly one of --preset" in r.stderr
     assert not (tmp_path / "n.npy").exists()
 
 
@@ -522,3 +521,22 @@ def test_a_json_member_that_is_not_an_object_fails_that_sample_and_is_kept(tmp_p
     for i in odd:
         assert after[f"s_{i:03d}"] == before[f"s_{i:03d}"]  # kept whole: the json member byte for byte, no embedding
     assert "txt_emb.pth" in after["s_000"] and json.loads(after["s_000"]["json"])["i"] == 0
+
+
+def test_neg_prompt_takes_the_shared_output_flags_and_q_silences_the_model_libraries(tmp_path):
+    """-q: nothing on stdout or stderr (no "Loading weights" bar); --json: one document; the bar library's own bars
+    go with ours (--no-progress)."""
+    from .conftest import tiny_t5
+
+    encoder = tiny_t5(tmp_path / "t5")
+    quiet = cli_process("encode", "neg-prompt", "--encoder", str(encoder), "--text", "blurry", "--max-length", "8",
+                        "-o", str(tmp_path / "q.npy"), "-q")
+    assert quiet.returncode == 0, quiet.stderr
+    assert (quiet.stdout, quiet.stderr) == ("", "")
+    assert np.load(tmp_path / "q.npy", allow_pickle=False).shape == (8, 32)
+    doc = cli_process("encode", "neg-prompt", "--encoder", str(encoder), "--text", "blurry", "--max-length", "8",
+                      "-o", str(tmp_path / "j.npy"), "--json", "--no-progress")
+    assert doc.returncode == 0, doc.stderr
+    record = json.loads(doc.stdout)
+    assert record["command"] == "encode neg-prompt" and record["output"] == str(tmp_path / "j.npy")
+    assert record["shape"] == [8, 32] and "Loading weights" not in doc.stderr
