@@ -28,8 +28,8 @@ import json
 import os
 import random
 import shutil
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Literal
 
@@ -42,10 +42,11 @@ from fgdata.jobs import testhook
 from fgdata.jobs.ranks import dist_env, owner, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, by_category, write_failures
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
-from fgdata.producers.media import Outcome, ShardOptions, transform
+from fgdata.producers.media import Outcome, ShardOptions, transform, transform_batch
 from fgdata.shards import Failure, ShardWriter, load_index, write_shard_counts
 from fgdata.shards.index import COUNT_FILE, index_path, parse_index, write_index
 from fgdata.sources.folder import WorkItem, sample_key
+from fgdata.storage.http import DownloadOptions
 
 JOB_FILE = "shard_job.json"
 PATTERN = "%05d.tar"
@@ -79,6 +80,7 @@ class ShardJob:
     unit_size: int | None = None  # ray and torchrun: inputs per work unit (default: maxcount)
     follow_symlinks: bool = False  # read links that point outside a source folder (they are refused otherwise)
     wait_timeout: float | None = None  # torchrun: seconds rank 0 waits for the other ranks' units
+    download: DownloadOptions | None = None  # how http(s) inputs are fetched (default settings when None)
 
     @property
     def command(self) -> str:
@@ -119,6 +121,37 @@ def load_items(job: ShardJob) -> list[WorkItem]:
         raise FgdataError(f"{job.src}: is a file; expected a folder or a manifest (.csv, .jsonl, .parquet)")
     exts = IMAGE_EXTS if job.options.kind == "images" else VIDEO_EXTS
     return list_folder(job.src, exts, follow_symlinks=job.follow_symlinks)
+
+
+def with_download(job: ShardJob, items: Sequence[WorkItem]) -> ShardJob:
+    """The job with its download settings in its transform options when any input is an http(s) URL
+    (they then belong to the job record); other jobs keep their options, and their record, unchanged."""
+    if job.options.kind == "prompts" or not any(i.path and i.path.startswith(("http://", "https://")) for i in items):
+        return job
+    return replace(job, options=replace(job.options, download=job.download or DownloadOptions()))
+
+
+def _batches(tasks: Iterable[tuple[int, WorkItem]], size: int) -> Iterator[list[tuple[int, WorkItem]]]:
+    batch: list[tuple[int, WorkItem]] = []
+    for task in tasks:
+        batch.append(task)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _outcomes(tasks: Iterable[tuple[int, WorkItem]], options: ShardOptions, workers: int,
+              chunksize: int) -> Iterator[Outcome]:
+    """Every task's outcome in input order. URL jobs send batches to the workers, each fetched by a thread
+    pool inside its worker (network waits overlap; decoding spreads over the processes)."""
+    if options.download is None:
+        yield from ordered_map(partial(_transform_at, options=options), tasks, workers, chunksize, preload=PRELOAD)
+        return
+    batches = _batches(tasks, 4 * options.download.threads)
+    for batch in ordered_map(partial(transform_batch, options=options), batches, workers, 1, preload=PRELOAD):
+        yield from batch
 
 
 def input_order(n: int, seed: int | None) -> list[int]:
@@ -211,6 +244,7 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
         what = "--engine ray starts its own workers" if job.engine == "ray" else "shard prompts runs in one process"
         raise FgdataError(f"{what}: launch it once, not under torchrun (WORLD_SIZE={world})")
     items = load_items(job)
+    job = with_download(job, items)
     order = input_order(len(items), job.shuffle_seed)
     with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank)):
         # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
@@ -305,7 +339,7 @@ def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
     # Images go to workers in chunks (less pickling per image), small enough that the last chunks
     # spread evenly over the workers; each video is one task.
     chunksize = 1 if options.kind == "videos" else max(1, min(16, (stop - start) // (8 * max(1, workers))))
-    for out in ordered_map(partial(_transform_at, options=options), tasks, workers, chunksize, preload=PRELOAD):
+    for out in _outcomes(tasks, options, workers, chunksize):
         if out.reason is not None:
             writer.fail(out.position, out.name, out.reason)
         else:

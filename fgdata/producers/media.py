@@ -27,6 +27,7 @@ from fgdata import storage
 from fgdata.errors import FgdataError
 from fgdata.shards.metadata import FGDATA_FIELD, with_fgdata_fields
 from fgdata.sources.folder import WorkItem, sample_key
+from fgdata.storage.http import DownloadFailed, DownloadOptions, configure
 
 Kind = Literal["images", "videos", "prompts"]
 IMAGE_FORMATS = ("jpg", "png", "webp")
@@ -47,6 +48,7 @@ class ShardOptions:
     clip_seconds: float | None = None
     exact_clips: bool = False
     fps: float | None = None
+    download: DownloadOptions | None = None  # set for jobs whose inputs are http(s) URLs
 
     def __post_init__(self) -> None:
         if self.image_format is not None and self.image_format not in IMAGE_FORMATS:
@@ -95,9 +97,18 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+def _suffix(path: str) -> str:
+    """The file extension of a path or URL (a URL's query and fragment are not part of it)."""
+    if storage.is_url(path):
+        path = path.split("?", 1)[0].split("#", 1)[0]
+    return storage.basename(path).rpartition(".")[2].lower()
+
+
 def _read(path: str) -> bytes:
     try:
         return storage.read_bytes(path)
+    except DownloadFailed as e:
+        raise _Failed(e.category, e.detail) from None
     except (FgdataError, OSError) as e:
         raise _Failed("read", _first_line(e)) from None
 
@@ -196,7 +207,7 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
     data = _read(item.path)
     try:
         facts = describe_image(data)
-        source_ext = _PIL_EXT.get(facts["format"]) or item.path.rpartition(".")[2].lower()
+        source_ext = _PIL_EXT.get(facts["format"]) or _suffix(item.path)
         if options.reencode_images:
             data, ext = _reencode(data, options, source_ext)
             facts = describe_image(data)
@@ -255,7 +266,7 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
     from fgdata.producers import transcode
 
     data = _read(item.path)
-    ext = item.path.rpartition(".")[2].lower()
+    ext = _suffix(item.path)
     problem = check_member("mp4", data)  # any video extension selects the same container check
     if problem:
         raise _Failed(problem, f"{item.name} does not decode")
@@ -306,6 +317,8 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
 def transform(position: int, item: WorkItem, options: ShardOptions) -> Outcome:
     """Turn one work item into samples; every error becomes a failure reason, never an exception."""
     out = Outcome(position=position, index=item.index, name=item.name)
+    if options.download is not None:
+        configure(options.download)
     try:
         if item.refused:
             out.reason = item.refused
@@ -326,3 +339,15 @@ def transform(position: int, item: WorkItem, options: ShardOptions) -> Outcome:
     except Exception as e:  # noqa: BLE001 - a strange input must not end a long job; it is reported
         out.reason = f"error: {type(e).__name__}: {_first_line(e)}"
     return out
+
+
+def transform_batch(tasks: list[tuple[int, WorkItem]], options: ShardOptions) -> list[Outcome]:
+    """Transform a batch of ``(position, item)`` in input order; URL inputs are fetched (and decoded)
+    by ``options.download.threads`` threads of this process, so many requests are in flight per worker."""
+    threads = options.download.threads if options.download is not None else 1
+    if threads <= 1 or len(tasks) <= 1:
+        return [transform(p, item, options) for p, item in tasks]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(threads, len(tasks)), thread_name_prefix="fgdata-fetch") as pool:
+        return list(pool.map(lambda task: transform(task[0], task[1], options), tasks))

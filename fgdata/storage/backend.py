@@ -3,7 +3,8 @@
 Everything outside :mod:`fgdata.storage` calls the module-level functions of
 :mod:`fgdata.storage.files`, which hand each path to the backend of its scheme:
 local paths to :class:`~fgdata.storage.local.LocalBackend`, ``s3://`` URLs to
-:class:`~fgdata.storage.s3.S3Backend`. Supporting another scheme means writing one
+:class:`~fgdata.storage.s3.S3Backend`, ``http(s)://`` URLs (read-only) to
+:class:`~fgdata.storage.http.HttpBackend`. Supporting another scheme means writing one
 subclass of :class:`Backend` and registering it in ``_BACKENDS``.
 """
 
@@ -113,9 +114,10 @@ class Backend(abc.ABC):
 
 def _backends() -> dict[str, Backend]:
     from fgdata.storage.local import LocalBackend
+    from fgdata.storage.http import HttpBackend, HttpsBackend
     from fgdata.storage.s3 import S3Backend
 
-    return {b.scheme: b for b in (LocalBackend(), S3Backend())}
+    return {b.scheme: b for b in (LocalBackend(), S3Backend(), HttpBackend(), HttpsBackend())}
 
 
 _BACKENDS: dict[str, Backend] = {}
