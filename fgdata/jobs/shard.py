@@ -103,6 +103,7 @@ class JobReport:
     rank: int = 0
     world: int = 1
     whole_job: bool = True  # False: only this torchrun rank's share; the rank that finishes reports the job
+    stats_path: str | None = None  # URL jobs: shard_stats.json (per-shard successes and failures by reason)
 
 
 def load_items(job: ShardJob) -> list[WorkItem]:
@@ -283,10 +284,16 @@ def _report(job: ShardJob, order: list[int], seen: int, written: int, failures: 
     path = storage.join(job.dest, FAILURES_FILE)
     samples = sum(counts.values())
     write_failures(path, job.command, seen, written, entries, {"samples": samples, "failed_by_reason": reasons})
+    stats = None
+    if job.options.download is not None:  # URL jobs: successes and failures by reason, per shard
+        from fgdata.jobs.stats import STATS_FILE, write_stats
+
+        write_stats(job.dest, counts, failures, written)
+        stats = storage.join(job.dest, STATS_FILE)
     shards = [storage.join(job.dest, name) for name in counts]
     return JobReport(seen=seen, written=written, failed=len(entries), samples=samples, failed_by_reason=reasons,
                      shards=shards, counts=counts, failures_path=path, resumed=resumed, nbytes=nbytes,
-                     failures=entries)
+                     failures=entries, stats_path=stats)
 
 
 # -- the local executor's loop -------------------------------------------------------------------------
