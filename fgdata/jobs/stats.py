@@ -27,7 +27,7 @@ def _category(reason: str) -> str:
 
 def _input_ends(dest: str, names: list[str]) -> list[int]:
     """Each shard's end position (one past its last input), from its index's resume record."""
-    ends = []
+    ends: list[int] = []
     for name in names:
         shard = storage.join(dest, name)
         _, record = parse_index(shard, storage.read_bytes(index_path(shard)))
