@@ -41,8 +41,8 @@ def _images() -> list[bytes]:
 
     rng = random.Random(0)
     out = []
-    for i in range(DISTINCT):
-        noise = bytes(rng.randrange(256) for _ in range(64 * 64 * 3))
+    for _ in range(DISTINCT):
+        noise = rng.randbytes(64 * 64 * 3)
         im = Image.frombytes("RGB", (64, 64), noise).resize((256, 256), Image.Resampling.BICUBIC)
         buf = io.BytesIO()
         im.save(buf, "JPEG", quality=90)
