@@ -55,6 +55,8 @@ PLAN = "merge.json"
 #: Imported once in the forkserver, so pool workers start with the decoders loaded (video: PyAV on first use).
 PRELOAD = ("fgdata.jobs.shard", "fgdata.media.image")
 
+#: URL jobs: URLs per fetch thread in one worker batch (memory: a batch's bodies are held until it returns).
+URLS_PER_THREAD = 16
 #: ``progress(inputs_done, bytes_read)``: increments, called after each input is written or failed.
 ProgressFn = Callable[[int, int], None]
 Notify = Callable[[str], None]
@@ -146,11 +148,12 @@ def _batches(tasks: Iterable[tuple[int, WorkItem]], size: int) -> Iterator[list[
 def _outcomes(tasks: Iterable[tuple[int, WorkItem]], options: ShardOptions, workers: int,
               chunksize: int) -> Iterator[Outcome]:
     """Every task's outcome in input order. URL jobs send batches to the workers, each fetched by a thread
-    pool inside its worker (network waits overlap; decoding spreads over the processes)."""
+    pool inside its worker (network waits overlap; decoding spreads over the processes). A batch ends with its
+    slowest URL, so it holds many URLs per thread: one dead URL (a full timeout) then costs a fraction of a batch."""
     if options.download is None:
         yield from ordered_map(partial(_transform_at, options=options), tasks, workers, chunksize, preload=PRELOAD)
         return
-    batches = _batches(tasks, 4 * options.download.threads)
+    batches = _batches(tasks, URLS_PER_THREAD * options.download.threads)
     for batch in ordered_map(partial(transform_batch, options=options), batches, workers, 1, preload=PRELOAD):
         yield from batch
 
