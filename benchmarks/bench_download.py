@@ -7,7 +7,8 @@ The server (a separate process, http.server with threads, bound to 127.0.0.1) se
 bytes (fgdata's default; img2dataset with ``--resize_mode no --disable_all_reencoding True``).
 
 Reported per tool: images/s (wall clock of the whole command), CPU seconds per image (user +
-system of the command and every process it waited for), the peak RSS of its largest process,
+system of the command and every process it waited for), the peak RSS of its largest process
+(each tool is measured from its own fresh parent),
 and its success count. img2dataset runs from its own environment: ``--img2dataset PATH`` names
 the ``img2dataset`` executable of a venv where ``pip install img2dataset`` put it; without it,
 only fgdata runs.
@@ -92,16 +93,27 @@ def _manifest(path: Path, base: str, n: int) -> None:
     pq.write_table(pa.table({"url": urls, "caption": [f"image {i}" for i in range(n)]}), path)
 
 
-def _measure(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def _run_measured(result_file: str, cmd: list[str]) -> None:
+    """Run ``cmd`` as this (fresh) process's only child and write its wall time, CPU and peak RSS as JSON.
+
+    A fresh process, because RUSAGE_CHILDREN's peak RSS is a maximum over every child ever waited for.
+    """
     start = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        raise SystemExit(f"{cmd[0]} failed ({done.returncode}): {done.stderr[-2000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mib": after.ru_maxrss / 1024}
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    Path(result_file).write_text(json.dumps({
+        "returncode": done.returncode, "stderr": done.stderr[-2000:], "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mib": usage.ru_maxrss / 1024}))
+
+
+def _measure(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        subprocess.run([sys.executable, __file__, "--measure", f.name, "--", *cmd], env=env, check=True)
+        result = json.loads(Path(f.name).read_text())
+    if result["returncode"] != 0:
+        raise SystemExit(f"{cmd[0]} failed ({result['returncode']}): {result['stderr']}")
+    return {k: result[k] for k in ("wall_s", "cpu_s", "peak_rss_mib")}
 
 
 def _fgdata(manifest: Path, out: Path, args: argparse.Namespace) -> dict[str, float]:
@@ -133,7 +145,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=32, help="requests in flight per process (both tools)")
     parser.add_argument("--img2dataset", help="the img2dataset executable of its own venv (omit: fgdata only)")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
+    parser.add_argument("--measure", help=argparse.SUPPRESS)
+    parser.add_argument("command", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.measure:
+        _run_measured(args.measure, args.command)
+        return
     if args.serve:
         serve(args.serve, args.latency_ms)
         return
