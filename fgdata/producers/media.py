@@ -16,6 +16,7 @@ garbage is accepted but truncation is not. Re-encoding decodes everything anyway
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -205,6 +206,7 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
     from fgdata.media.errors import MediaError
 
     data = _read(item.path)
+    digest = hashlib.sha256(data).hexdigest() if options.download is not None else None
     try:
         facts = describe_image(data)
         source_ext = _PIL_EXT.get(facts["format"]) or _suffix(item.path)
@@ -218,6 +220,8 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
         raise _Failed("image-decode", _first_line(e)) from None
     caption, metadata, nbytes = _caption_and_metadata(item)
     fields = {"source": item.name, "width": facts["width"], "height": facts["height"], "mode": facts["mode"]}
+    if digest is not None:  # URL inputs: the downloaded bytes' hash, whatever re-encoding did after
+        fields["sha256"] = digest
     return {ext: data, **_text_members(caption, metadata, fields)}, len(data) + nbytes
 
 

@@ -8,6 +8,7 @@ a sleep; every URL must end in exactly one outcome with its reason.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import signal
 import threading
@@ -185,6 +186,7 @@ def test_every_url_ends_in_one_outcome_with_its_reason(cli, server, tmp_path):
     assert server.hits["/missing.png"] == 1  # a 404 is final: never retried
     doc = json.loads(by_source["/img/2.png"]["json"])
     assert doc["aesthetic"] == 0.5 and by_source["/img/2.png"]["txt"] == b"caption 2"  # extra columns kept
+    assert doc["fgdata"]["sha256"] == hashlib.sha256(png_bytes(2)).hexdigest()
     assert all(a.startswith("fgdata/") and "ops@example.org" in a for a in server.agents)
     # per-shard stats: shard 0 covers inputs 0-5 (the 404 at 4), shard 1 the rest
     stats = json.loads((dest / "shard_stats.json").read_text())
