@@ -77,6 +77,7 @@ class ImageFlags:
     max_side: Optional[int] = flag(MAX_SIDE)
     image_format: Optional[str] = flag(typer.Option(None, "--format", help="Re-encode as jpg, png or webp."))
     quality: int = flag(typer.Option(95, "--quality", min=1, max=100, help="JPEG/WebP quality when re-encoding."))
+    dedupe: Optional[str] = flag(typer.Option(None, "--dedupe", help="sha256: keep the first of inputs with the same bytes; the others fail as 'duplicate' (one stream: not with --engine ray or torchrun)."))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,7 +179,7 @@ def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: Sou
     from fgdata.producers.media import ShardOptions
 
     what = ShardOptions(kind="images", max_side=image.max_side, image_format=image.image_format,
-                        quality=image.quality)
+                        quality=image.quality, dedupe=image.dedupe)
     _run(_job(what, src, dst, source, sharding, scale, job, download=fetch.options()), out)
 
 

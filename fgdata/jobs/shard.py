@@ -44,6 +44,7 @@ from fgdata.jobs.report import FAILURES_FILE, by_category, write_failures
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
 from fgdata.producers.media import Outcome, ShardOptions, transform, transform_batch
 from fgdata.shards import Failure, ShardWriter, load_index, write_shard_counts
+from fgdata.shards.metadata import FGDATA_FIELD
 from fgdata.shards.index import COUNT_FILE, index_path, parse_index, write_index
 from fgdata.sources.folder import WorkItem, sample_key
 from fgdata.storage.http import DownloadOptions
@@ -244,6 +245,9 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
     if job.engine not in ("local", "ray"):
         raise FgdataError(f"--engine must be 'local' or 'ray', not {job.engine!r}")
     rank, world = dist_env()
+    if job.options.dedupe and (job.engine == "ray" or world > 1):
+        raise FgdataError("--dedupe compares every input with all before it: run it as one stream "
+                          "(--engine local, not under torchrun)")
     if world > 1 and (job.engine == "ray" or job.options.kind == "prompts"):
         what = "--engine ray starts its own workers" if job.engine == "ray" else "shard prompts runs in one process"
         raise FgdataError(f"{what}: launch it once, not under torchrun (WORLD_SIZE={world})")
@@ -319,6 +323,21 @@ def _keys_in_complete_shards(writer: ShardWriter, prefix: str) -> set[str]:
     return keys
 
 
+def _digest(members: dict[str, bytes]) -> str:
+    return json.loads(members["json"])[FGDATA_FIELD]["sha256"]
+
+
+def _digests_in_complete_shards(writer: ShardWriter) -> dict[str, str]:
+    """``--dedupe`` on resume: the input hash -> first sample key of every sample already in complete shards."""
+    from fgdata.shards import iter_samples
+
+    firsts: dict[str, str] = {}
+    for n in range(writer.resume_point.shards):
+        for sample in iter_samples(storage.join(writer.dest, writer.pattern % n)):
+            firsts.setdefault(_digest(sample.members), sample.key)
+    return firsts
+
+
 @dataclass
 class RangeResult:
     written: int  # inputs in the range that produced samples (resumed ones included)
@@ -345,11 +364,17 @@ def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
     if options.clip_seconds is not None and start < stop and point.shards:
         skip = _keys_in_complete_shards(writer, sample_key(items[order[start]].index) + "_")
     nbytes = 0
+    firsts = _digests_in_complete_shards(writer) if options.dedupe else None
     tasks = ((p, items[order[p]]) for p in range(start, stop))
     # Images go to workers in chunks (less pickling per image), small enough that the last chunks
     # spread evenly over the workers; each video is one task.
     chunksize = 1 if options.kind == "videos" else max(1, min(16, (stop - start) // (8 * max(1, workers))))
     for out in _outcomes(tasks, options, workers, chunksize):
+        if firsts is not None and out.reason is None:
+            key = out.samples[0][0]
+            kept = firsts.setdefault(_digest(out.samples[0][1]), key)
+            if kept != key:
+                out.reason = f"duplicate: same bytes as {kept}"
         if out.reason is not None:
             writer.fail(out.position, out.name, out.reason)
         else:

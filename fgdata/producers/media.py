@@ -50,6 +50,7 @@ class ShardOptions:
     exact_clips: bool = False
     fps: float | None = None
     download: DownloadOptions | None = None  # set for jobs whose inputs are http(s) URLs
+    dedupe: str | None = None  # "sha256": keep the first of inputs with equal bytes (images)
 
     def __post_init__(self) -> None:
         if self.image_format is not None and self.image_format not in IMAGE_FORMATS:
@@ -62,6 +63,8 @@ class ShardOptions:
             raise FgdataError("--clip-seconds must be > 0")
         if self.fps is not None and self.fps <= 0:
             raise FgdataError("--fps must be > 0")
+        if self.dedupe not in (None, "sha256"):
+            raise FgdataError(f"--dedupe must be sha256, not {self.dedupe!r}")
 
     @property
     def reencode_images(self) -> bool:
@@ -206,7 +209,7 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
     from fgdata.media.errors import MediaError
 
     data = _read(item.path)
-    digest = hashlib.sha256(data).hexdigest() if options.download is not None else None
+    digest = hashlib.sha256(data).hexdigest() if options.download is not None or options.dedupe else None
     try:
         facts = describe_image(data)
         source_ext = _PIL_EXT.get(facts["format"]) or _suffix(item.path)
@@ -220,7 +223,7 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
         raise _Failed("image-decode", _first_line(e)) from None
     caption, metadata, nbytes = _caption_and_metadata(item)
     fields = {"source": item.name, "width": facts["width"], "height": facts["height"], "mode": facts["mode"]}
-    if digest is not None:  # URL inputs: the downloaded bytes' hash, whatever re-encoding did after
+    if digest is not None:  # the input bytes' hash (URL inputs, --dedupe), whatever re-encoding did after
         fields["sha256"] = digest
     return {ext: data, **_text_members(caption, metadata, fields)}, len(data) + nbytes
 

@@ -246,3 +246,21 @@ def test_sigkill_and_rerun_give_the_bytes_of_an_uninterrupted_run(server, tmp_pa
     cmd = [*FGDATA, "shard", "images", str(manifest), "{out}", "--path-column", "url", "--maxcount", "5",
            "--fetch-threads", "3", "-q"]
     stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=[(1, signal.SIGKILL), (3, signal.SIGKILL)])
+
+
+def test_dedupe_keeps_the_first_of_equal_bodies_across_a_resume(cli, server, tmp_path):
+    paths = ["/img/1.png", "/img/2.png", "/img/1.png?copy", "/img/3.png", "/img/2.png?copy", "/img/1.png?again"]
+    manifest = _manifest(tmp_path, server.url, paths)
+    dest = tmp_path / "out"
+    cli("shard", "images", manifest, dest, "--path-column", "url", "--dedupe", "sha256", "-q")
+    report = json.loads((dest / "failures.json").read_text())
+    assert [(f["index"], f["reason"]) for f in report["failures"]] == [
+        (2, "duplicate: same bytes as sample_000000"), (4, "duplicate: same bytes as sample_000001"),
+        (5, "duplicate: same bytes as sample_000000")]
+    result = cli("shard", "images", manifest, tmp_path / "ray", "--path-column", "url", "--dedupe", "sha256",
+                 "--engine", "ray", expect=1)
+    assert "--dedupe compares every input" in str(result.exception)
+    # a kill after the first shard: the rerun finds the first bodies in the complete shards
+    cmd = [*FGDATA, "shard", "images", str(manifest), "{out}", "--path-column", "url", "--dedupe", "sha256",
+           "--maxcount", "1", "--fetch-threads", "1", "-q"]
+    stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=[(2, signal.SIGKILL)])
