@@ -96,6 +96,17 @@ class FaultServer:
                     self.wfile.flush()
                     server.release.wait()
                     self.close_connection = True
+                elif path == "/slow.png":  # a byte at a time, each well within the stall timeout: only the
+                    body = png_bytes(14)      # total deadline can end it (the body takes >= 2 s to send)
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    for i in range(len(body)):
+                        self.wfile.write(body[i:i + 1])
+                        self.wfile.flush()
+                        if server.release.wait(2 / len(body)):
+                            break
+                    self.close_connection = True
                 elif path in server.routes:
                     self._send(*server.routes[path])
                 else:
@@ -264,3 +275,12 @@ def test_dedupe_keeps_the_first_of_equal_bodies_across_a_resume(cli, server, tmp
     cmd = [*FGDATA, "shard", "images", str(manifest), "{out}", "--path-column", "url", "--dedupe", "sha256",
            "--maxcount", "1", "--fetch-threads", "1", "-q"]
     stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=[(2, signal.SIGKILL)])
+
+
+def test_a_slow_body_ends_at_the_total_deadline(cli, server, tmp_path):
+    manifest = _manifest(tmp_path, server.url, ["/slow.png", "/img/1.png"])
+    dest = tmp_path / "out"
+    cli("shard", "images", manifest, dest, "--path-column", "url", "--timeout", "0.3", "--stall-timeout", "10",
+        "--retries", "0", "-q")
+    report = json.loads((dest / "failures.json").read_text())
+    assert [f["reason"] for f in report["failures"]] == ["timeout: over 0.3 s in all"]
