@@ -28,7 +28,7 @@ from fgdata import storage
 from fgdata.errors import FgdataError
 from fgdata.shards.metadata import FGDATA_FIELD, with_fgdata_fields
 from fgdata.sources.folder import WorkItem, sample_key
-from fgdata.storage.http import DownloadFailed, DownloadOptions, configure
+from fgdata.storage.http import DownloadFailed, DownloadOptions, configure, stop_fetching
 
 Kind = Literal["images", "videos", "prompts"]
 IMAGE_FORMATS = ("jpg", "png", "webp")
@@ -356,5 +356,12 @@ def transform_batch(tasks: list[tuple[int, WorkItem]], options: ShardOptions) ->
         return [transform(p, item, options) for p, item in tasks]
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(min(threads, len(tasks)), thread_name_prefix="fgdata-fetch") as pool:
+    stop_fetching(False)
+    pool = ThreadPoolExecutor(min(threads, len(tasks)), thread_name_prefix="fgdata-fetch")
+    try:
         return list(pool.map(lambda task: transform(task[0], task[1], options), tasks))
+    except BaseException:  # a stop signal (in-process runs): the threads end without new tries
+        stop_fetching()
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
