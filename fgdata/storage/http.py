@@ -10,7 +10,7 @@ a ``User-Agent`` that names fgdata; ``X-Robots-Tag`` opt-outs (``noai``, ``noima
 per process (:func:`configure`): a shard job sets them in each worker before its first fetch.
 
 A failed fetch raises :class:`DownloadFailed` whose ``category`` (``timeout``, ``connection``,
-``dns``, ``http``, ``too-large``, ``redirect``, ``opt-out``) becomes the failure reason's category;
+``dns``, ``tls``, ``http``, ``too-large``, ``redirect``, ``opt-out``) becomes the failure reason's category;
 :func:`retryable` says which reasons ``--retry-failed`` tries again.
 """
 
@@ -247,7 +247,7 @@ def _once(url: str, options: DownloadOptions, method: str, headers: dict[str, st
             raise _Attempt("timeout", what, retry=True) from None
         except (ConnectionError, http.client.HTTPException, ssl.SSLError, OSError) as e:
             if isinstance(e, ssl.SSLCertVerificationError):
-                raise _Attempt("connection", f"TLS: {e.reason}", retry=False) from None
+                raise _Attempt("tls", f"certificate not verified: {e.reason}", retry=False) from None
             raise _Attempt("connection", f"{type(e).__name__}: {e}"[:200], retry=True) from None
         finally:
             conn.close()
