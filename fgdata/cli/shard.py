@@ -81,6 +81,7 @@ class ImageFlags:
     image_format: Optional[str] = flag(typer.Option(None, "--format", help="Re-encode as jpg, png or webp."))
     quality: int = flag(typer.Option(95, "--quality", min=1, max=100, help="JPEG/WebP quality when re-encoding."))
     max_pixels: Optional[int] = flag(options.MAX_PIXELS)
+    dedupe: Optional[str] = flag(typer.Option(None, "--dedupe", help="sha256: keep the first of inputs with the same bytes; the others fail as 'duplicate' (one stream: not with --engine ray or torchrun)."))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +92,31 @@ class VideoFlags:
     exact: bool = flag(typer.Option(False, "--exact", help="Exact clip bounds (re-encodes); default cuts at keyframes."))
     fps: Optional[float] = flag(typer.Option(None, "--fps", help="Re-encode at this frame rate."))
     max_side: Optional[int] = flag(MAX_SIDE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DownloadFlags:
+    """How http(s) URLs in a manifest are fetched (see "From a URL list" in the README)."""
+
+    fetch_threads: int = flag(typer.Option(32, "--fetch-threads", min=1, help="URL inputs: requests in flight per worker process."))
+    per_host: int = flag(typer.Option(16, "--per-host", min=1, help="URL inputs: requests in flight to one host, per worker."))
+    connect_timeout: float = flag(typer.Option(10.0, "--connect-timeout", help="Seconds to connect (DNS included)."))
+    stall_timeout: float = flag(typer.Option(20.0, "--stall-timeout", help="Seconds without a byte before a request times out."))
+    timeout: float = flag(typer.Option(60.0, "--timeout", help="Seconds for one whole request, redirects included."))
+    retries: int = flag(typer.Option(2, "--retries", min=0, help="Extra tries after a timeout, a dropped connection, 429 or 5xx (with backoff, honouring Retry-After up to 30 s)."))
+    max_download_size: str = flag(typer.Option("50MB", "--max-download-size", help="Largest body accepted (e.g. 20MB)."))
+    max_redirects: int = flag(typer.Option(5, "--max-redirects", min=0, help="Redirects followed at most."))
+    user_agent_token: Optional[str] = flag(typer.Option(None, "--user-agent-token", help="Appended to fgdata's User-Agent: a contact (email or URL) for site owners."))
+    honour_opt_out: bool = flag(typer.Option(True, "--honour-opt-out/--ignore-opt-out", help="Skip URLs whose X-Robots-Tag says noai, noimageai, noindex or none (default), or fetch them anyway."))
+
+    def options(self) -> Any:  # a DownloadOptions
+        from fgdata.storage.http import DownloadOptions
+
+        return DownloadOptions(connect_timeout=self.connect_timeout, stall_timeout=self.stall_timeout,
+                               timeout=self.timeout, retries=self.retries,
+                               max_bytes=parse_bytes(self.max_download_size), max_redirects=self.max_redirects,
+                               per_host=self.per_host, threads=self.fetch_threads,
+                               user_agent_token=self.user_agent_token, honour_opt_out=self.honour_opt_out)
 
 
 def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
@@ -133,6 +159,9 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
                "changed_inputs": report.changed, "rewritten_shards": report.rewritten}
     if report.clips is not None:
         details["clips"] = report.clips.to_json()
+    if report.stats_path:
+        rows.append(("per-shard stats", report.stats_path))
+        details["stats"] = report.stats_path
     if not report.whole_job:  # a torchrun rank other than 0: its own share; rank 0 reports the job
         details |= {"rank": report.rank, "world": report.world}
         rows.insert(0, ("rank", f"{report.rank} of {report.world} (its share only)"))
@@ -169,10 +198,12 @@ def _job(what, src: str, dest: str, *groups: Any, **flags: Any):  # noqa: ANN001
 @shard_app.command("images")
 @flag_groups
 def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: SourceFlags, sharding: ShardingFlags,
-               scale: ScaleFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
+               scale: ScaleFlags, fetch: DownloadFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
     """Shard images with captions (NAME.txt) and metadata (NAME.json); original bytes by default.
 
     Example: fgdata shard images ./photos s3://bucket/photos-wds --maxcount 1000 --workers 8
+
+    From a URL list: fgdata shard images laion.parquet ./laion-wds --path-column url --caption-column caption --workers 4 (each URL is fetched with the download flags below; every URL ends written or in failures.json with its reason).
 
     Many processes or nodes: torchrun --nproc-per-node 8 -m fgdata.cli.main shard images SRC DST --unit-size 10000 (each rank writes the work units u with u mod WORLD_SIZE == rank; rank 0 merges them into one numbering, the same bytes as --engine ray with that --unit-size).
 
@@ -181,14 +212,14 @@ def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: Sou
     from fgdata.producers.media import ShardOptions
 
     what = ShardOptions(kind="images", max_side=image.max_side, image_format=image.image_format,
-                        quality=image.quality, max_pixels=image.max_pixels)
-    _run(_job(what, src, dst, source, sharding, scale, job), out)
+                        quality=image.quality, max_pixels=image.max_pixels, dedupe=image.dedupe)
+    _run(_job(what, src, dst, source, sharding, scale, job, download=fetch.options()), out)
 
 
 @shard_app.command("videos")
 @flag_groups
 def videos_cmd(src: str = SRC, dst: str = DST, *, video: VideoFlags, source: SourceFlags, sharding: ShardingFlags,
-               scale: ScaleFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
+               scale: ScaleFlags, fetch: DownloadFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
     """Shard videos (audio kept) with probe metadata, captions and camera tracks.
 
     Example: fgdata shard videos ./clips ./clips-wds --clip-seconds 5 --workers 4
@@ -201,7 +232,7 @@ def videos_cmd(src: str = SRC, dst: str = DST, *, video: VideoFlags, source: Sou
 
     what = ShardOptions(kind="videos", clip_seconds=video.clip_seconds, exact_clips=video.exact, fps=video.fps,
                         max_side=video.max_side)
-    _run(_job(what, src, dst, source, sharding, scale, job), out)
+    _run(_job(what, src, dst, source, sharding, scale, job, download=fetch.options()), out)
 
 
 @shard_app.command("prompts")

@@ -42,7 +42,8 @@ LOCK_FILE = "lock"
 TEMP_MARK = ".fgtmp-"
 INDEX_SUFFIX = ".idx.json"
 #: Side files fgdata writes beside its outputs (every writing command).
-SIDE_FILES = frozenset({STATE_DIR, "shard_count.json", "failures.json", "provenance.json", "shard_job.json"})
+SIDE_FILES = frozenset({STATE_DIR, "shard_count.json", "failures.json", "provenance.json", "shard_job.json",
+                        "shard_stats.json"})
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 Notify = Callable[[str], None]

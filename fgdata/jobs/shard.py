@@ -30,7 +30,7 @@ import json
 import os
 import random
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Literal
@@ -44,11 +44,13 @@ from fgdata.jobs import testhook
 from fgdata.jobs.ranks import dist_env, owner, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, by_category, write_failures
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
-from fgdata.producers.media import ClipTally, Outcome, ShardOptions, transform
+from fgdata.producers.media import ClipTally, Outcome, ShardOptions, transform, transform_batch
 from fgdata.shards import Failure, ShardRecord, ShardWriter, WriteSummary, load_index, write_shard_counts
+from fgdata.shards.metadata import FGDATA_FIELD
 from fgdata.shards.index import COUNT_FILE, index_path, parse_index, write_index
 from fgdata.sources.folder import Listing, WorkItem, sample_key
 from fgdata.sources.stamps import InputStamps
+from fgdata.storage.http import DownloadOptions
 
 JOB_FILE = "shard_job.json"
 PATTERN = "%05d.tar"
@@ -57,6 +59,8 @@ PLAN = "merge.json"
 #: Imported once in the forkserver, so pool workers start with the decoders loaded (video: PyAV on first use).
 PRELOAD = ("fgdata.jobs.shard", "fgdata.media.image")
 
+#: URL jobs: URLs per fetch thread in one worker batch (memory: a batch's bodies are held until it returns).
+URLS_PER_THREAD = 16
 #: ``progress(inputs_done, bytes_read)``: increments, called after each input is written or failed.
 ProgressFn = Callable[[int, int], None]
 Notify = Callable[[str], None]
@@ -82,6 +86,7 @@ class ShardJob:
     unit_size: int | None = None  # ray and torchrun: inputs per work unit (default: maxcount)
     follow_symlinks: bool = False  # read links that point outside a source folder (they are refused otherwise)
     wait_timeout: float | None = None  # torchrun: seconds rank 0 waits for the other ranks' units
+    download: DownloadOptions | None = None  # how http(s) inputs are fetched (default settings when None)
 
     @property
     def command(self) -> str:
@@ -109,6 +114,7 @@ class JobReport:
     whole_job: bool = True  # False: only this torchrun rank's share; the rank that finishes reports the job
     changed: list[str] = field(default_factory=list)  # inputs replaced since the earlier run (their names)
     rewritten: list[str] = field(default_factory=list)  # shards of the earlier run written again for them
+    stats_path: str | None = None  # URL jobs: shard_stats.json (per-shard successes and failures by reason)
 
 
 def load_items(job: ShardJob) -> Listing:
@@ -130,6 +136,38 @@ def load_items(job: ShardJob) -> Listing:
     if job.options.kind == "images":
         return list_folder(job.src, SourceImageExtensions(), job.follow_symlinks, missing_decoder)
     return list_folder(job.src, VIDEO_EXTS, job.follow_symlinks)
+
+
+def with_download(job: ShardJob, items: Sequence[WorkItem]) -> ShardJob:
+    """The job with its download settings in its transform options when any input is an http(s) URL
+    (they then belong to the job record); other jobs keep their options, and their record, unchanged."""
+    if job.options.kind == "prompts" or not any(i.path and i.path.startswith(("http://", "https://")) for i in items):
+        return job
+    return replace(job, options=replace(job.options, download=job.download or DownloadOptions()))
+
+
+def _batches(tasks: Iterable[tuple[int, WorkItem]], size: int) -> Iterator[list[tuple[int, WorkItem]]]:
+    batch: list[tuple[int, WorkItem]] = []
+    for task in tasks:
+        batch.append(task)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _outcomes(tasks: Iterable[tuple[int, WorkItem]], options: ShardOptions, workers: int,
+              chunksize: int) -> Iterator[Outcome]:
+    """Every task's outcome in input order. URL jobs send batches to the workers, each fetched by a thread
+    pool inside its worker (network waits overlap; decoding spreads over the processes). A batch ends with its
+    slowest URL, so it holds many URLs per thread: one dead URL (a full timeout) then costs a fraction of a batch."""
+    if options.download is None:
+        yield from ordered_map(partial(_transform_at, options=options), tasks, workers, chunksize, preload=PRELOAD)
+        return
+    batches = _batches(tasks, URLS_PER_THREAD * options.download.threads)
+    for batch in ordered_map(partial(transform_batch, options=options), batches, workers, 1, preload=PRELOAD):
+        yield from batch
 
 
 def input_order(n: int, seed: int | None) -> list[int]:
@@ -219,11 +257,15 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
     if job.engine not in ("local", "ray"):
         raise OptionError(f"--engine must be 'local' or 'ray', not {job.engine!r}")
     rank, world = dist_env()
+    if job.options.dedupe and (job.engine == "ray" or world > 1):
+        raise FgdataError("--dedupe compares every input with all before it: run it as one stream "
+                          "(--engine local, not under torchrun)")
     if world > 1 and (job.engine == "ray" or job.options.kind == "prompts"):
         what = "--engine ray starts its own workers" if job.engine == "ray" else "shard prompts runs in one process"
         raise FgdataError(f"{what}: launch it once, not under torchrun (WORLD_SIZE={world})")
     listing = load_items(job)
     items = listing.items
+    job = with_download(job, items)
     order = input_order(len(items), job.shuffle_seed)
     stamps = InputStamps(items)
     with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank)):
@@ -300,10 +342,17 @@ def _report(job: ShardJob, order: list[int], listing: Listing, written: int, sum
     samples = sum(counts.values())
     write_failures(path, job.command, len(listing.items), written, entries,
                    {"samples": samples, "failed_by_reason": reasons, "warnings": warnings, "skipped": skipped})
+    stats = None
+    if job.options.download is not None:  # URL jobs: successes and failures by reason, per shard
+        from fgdata.jobs.stats import STATS_FILE, write_stats
+
+        write_stats(job.dest, counts, summary.failures, written)
+        stats = storage.join(job.dest, STATS_FILE)
     shards = [storage.join(job.dest, name) for name in counts]
     return JobReport(seen=len(listing.items), written=written, failed=len(entries), samples=samples,
                      failed_by_reason=reasons, shards=shards, counts=counts, failures_path=path, resumed=resumed,
-                     nbytes=nbytes, failures=entries, warnings=warnings, skipped=skipped, clips=clips)
+                     nbytes=nbytes, failures=entries, warnings=warnings, skipped=skipped, clips=clips,
+                     stats_path=stats)
 
 
 # -- the local executor's loop -------------------------------------------------------------------------
@@ -324,6 +373,21 @@ def _keys_in_complete_shards(writer: ShardWriter, prefix: str) -> set[str]:
         if not scan.samples or not scan.samples[0].key.startswith(prefix):
             break
     return keys
+
+
+def _digest(members: dict[str, bytes]) -> str:
+    return json.loads(members["json"])[FGDATA_FIELD]["sha256"]
+
+
+def _digests_in_complete_shards(writer: ShardWriter) -> dict[str, str]:
+    """``--dedupe`` on resume: the input hash -> first sample key of every sample already in complete shards."""
+    from fgdata.shards import iter_samples
+
+    firsts: dict[str, str] = {}
+    for n in range(writer.resume_point.shards):
+        for sample in iter_samples(storage.join(writer.dest, writer.pattern % n)):
+            firsts.setdefault(_digest(sample.members), sample.key)
+    return firsts
 
 
 @dataclass
@@ -431,11 +495,17 @@ def _write_span(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
         skip = _keys_in_complete_shards(writer, sample_key(items[order[start]].index) + "_")
     nbytes = 0
     clips = _clip_tally(options)
+    firsts = _digests_in_complete_shards(writer) if options.dedupe else None
     tasks = ((p, items[order[p]]) for p in range(start, stop))
     # Images go to workers in chunks (less pickling per image), small enough that the last chunks
     # spread evenly over the workers; each video is one task.
     chunksize = 1 if options.kind == "videos" else max(1, min(16, (stop - start) // (8 * max(1, workers))))
-    for out in ordered_map(partial(_transform_at, options=options), tasks, workers, chunksize, preload=PRELOAD):
+    for out in _outcomes(tasks, options, workers, chunksize):
+        if firsts is not None and out.reason is None:
+            key = out.samples[0][0]
+            kept = firsts.setdefault(_digest(out.samples[0][1]), key)
+            if kept != key:
+                out.reason = f"duplicate: same bytes as {kept}"
         if out.reason is not None:
             writer.fail(out.position, out.name, out.reason)
         else:

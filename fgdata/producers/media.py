@@ -21,6 +21,7 @@ garbage is accepted but truncation is not. Re-encoding decodes everything anyway
 from __future__ import annotations
 
 import codecs
+import hashlib
 import io
 import json
 import math
@@ -32,6 +33,7 @@ from fgdata import storage
 from fgdata.errors import FgdataError, OptionError
 from fgdata.shards.metadata import FGDATA_FIELD, parse_json, with_fgdata_fields
 from fgdata.sources.folder import WorkItem, sample_key
+from fgdata.storage.http import DownloadFailed, DownloadOptions, configure, stop_fetching
 
 Kind = Literal["images", "videos", "prompts"]
 IMAGE_FORMATS = ("jpg", "png", "webp")
@@ -54,6 +56,8 @@ class ShardOptions:
     fps: float | None = None
     caption_field: tuple[str, ...] = ("caption", "text", "prompt")  # metadata fields tried for a missing caption
     max_pixels: int | None = None  # the decompression-bomb limit (None: Pillow's, or FGDATA_MAX_PIXELS)
+    download: DownloadOptions | None = None  # set for jobs whose inputs are http(s) URLs
+    dedupe: str | None = None  # "sha256": keep the first of inputs with equal bytes (images)
 
     def __post_init__(self) -> None:
         if self.image_format is not None and self.image_format not in IMAGE_FORMATS:
@@ -70,6 +74,8 @@ class ShardOptions:
             raise OptionError("--caption-field needs one or more field names, e.g. caption,text,prompt")
         if self.max_pixels is not None and self.max_pixels < 1:
             raise OptionError("--max-pixels must be at least 1")
+        if self.dedupe not in (None, "sha256"):
+            raise OptionError(f"--dedupe must be sha256, not {self.dedupe!r}")
 
     @property
     def reencode_images(self) -> bool:
@@ -135,9 +141,18 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+def _suffix(path: str) -> str:
+    """The file extension of a path or URL (a URL's query and fragment are not part of it)."""
+    if storage.is_url(path):
+        path = path.split("?", 1)[0].split("#", 1)[0]
+    return storage.basename(path).rpartition(".")[2].lower()
+
+
 def _read(path: str) -> bytes:
     try:
         return storage.read_bytes(path)
+    except DownloadFailed as e:
+        raise _Failed(e.category, e.detail) from None
     except (FgdataError, OSError) as e:
         raise _Failed("read", _first_line(e)) from None
 
@@ -300,9 +315,10 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
 
     data = _read(item.path)
     read = len(data)  # the input's bytes, whatever re-encoding makes of them
+    digest = hashlib.sha256(data).hexdigest() if options.download is not None or options.dedupe else None
     try:
         facts = describe_image(data)
-        source_ext = _PIL_EXT.get(facts["format"]) or item.path.rpartition(".")[2].lower()
+        source_ext = _PIL_EXT.get(facts["format"]) or _suffix(item.path)
         if options.reencode_images or source_ext not in IMAGE_EXTS:  # AVIF, HEIC, ...: loaders read none of them
             data, ext = _reencode(data, options, source_ext)
             facts = describe_image(data)
@@ -313,6 +329,8 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
         raise _Failed("image-decode", _first_line(e)) from None
     text = _caption_and_metadata(item, options)
     fields = {"source": item.name, "width": facts["width"], "height": facts["height"], "mode": facts["mode"]}
+    if digest is not None:  # the input bytes' hash (URL inputs, --dedupe), whatever re-encoding did after
+        fields["sha256"] = digest
     return {ext: data, **_text_members(text, fields)}, read + text.nbytes, text.warnings
 
 
@@ -364,7 +382,7 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
     from fgdata.producers import transcode
 
     data = _read(item.path)
-    ext = item.path.rpartition(".")[2].lower()
+    ext = _suffix(item.path)
     problem = check_member("mp4", data)  # any video extension selects the same container check
     if problem:
         raise _Failed(problem, f"{item.name} does not decode")
@@ -421,6 +439,8 @@ def transform(position: int, item: WorkItem, options: ShardOptions) -> Outcome:
     from fgdata.media.image import pixel_limit
 
     out = Outcome(position=position, index=item.index, name=item.name)
+    if options.download is not None:
+        configure(options.download)
     try:
         with pixel_limit(options.max_pixels):
             _transform_into(out, item, options)
@@ -447,3 +467,22 @@ def _transform_into(out: Outcome, item: WorkItem, options: ShardOptions) -> None
         out.samples = [(sample_key(item.index), members)]
     else:
         out.samples, out.nbytes, out.warnings, out.clips = _video_samples(item, options)
+
+
+def transform_batch(tasks: list[tuple[int, WorkItem]], options: ShardOptions) -> list[Outcome]:
+    """Transform a batch of ``(position, item)`` in input order; URL inputs are fetched (and decoded)
+    by ``options.download.threads`` threads of this process, so many requests are in flight per worker."""
+    threads = options.download.threads if options.download is not None else 1
+    if threads <= 1 or len(tasks) <= 1:
+        return [transform(p, item, options) for p, item in tasks]
+    from concurrent.futures import ThreadPoolExecutor
+
+    stop_fetching(False)
+    pool = ThreadPoolExecutor(min(threads, len(tasks)), thread_name_prefix="fgdata-fetch")
+    try:
+        return list(pool.map(lambda task: transform(task[0], task[1], options), tasks))
+    except BaseException:  # a stop signal (in-process runs): the threads end without new tries
+        stop_fetching()
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)

@@ -35,11 +35,43 @@ from fgdata.shards.metadata import parse_json
 from fgdata.sources.folder import WorkItem, printable_name
 
 MANIFEST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".parquet")
+#: Compressed text manifests (``list.csv.gz``, ``list.jsonl.zst``): the table type is the suffix before these.
+COMPRESSED_SUFFIXES = (".gz", ".zst")
 _NUMBER = re.compile(r"-?(0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?")
 
 
+def _uncompressed_name(path: str) -> str:
+    lower = path.lower()
+    for suffix in COMPRESSED_SUFFIXES:
+        if lower.endswith(suffix):
+            return lower[: -len(suffix)]
+    return lower
+
+
 def is_manifest(path: str) -> bool:
-    return path.lower().endswith(MANIFEST_SUFFIXES)
+    return _uncompressed_name(path).endswith(MANIFEST_SUFFIXES)
+
+
+def _decompress(path: str, data: bytes) -> bytes:
+    """The bytes of a ``.gz`` or ``.zst`` manifest, uncompressed (a damaged one is a one-line error)."""
+    lower = path.lower()
+    if lower.endswith(".gz"):
+        import gzip
+
+        try:
+            return gzip.decompress(data)
+        except (OSError, EOFError) as e:
+            raise FgdataError(f"{path}: not a readable gzip file ({e})") from None
+    if lower.endswith(".zst"):
+        try:
+            import zstandard  # type: ignore[import-not-found, unused-ignore]
+        except ImportError:
+            raise FgdataError(f"{path}: reading .zst manifests needs zstandard: pip install zstandard") from None
+        try:
+            return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read()
+        except zstandard.ZstdError as e:
+            raise FgdataError(f"{path}: not a readable zstd file ({e})") from None
+    return data
 
 
 def _cell(value: str) -> Any:
@@ -75,8 +107,8 @@ Row = Union[dict[str, Any], BadRow]
 
 def read_rows(path: str) -> list[Row]:
     """All rows of a manifest as dicts, in file order; an unreadable JSONL line as a :class:`BadRow` in its place."""
-    lower = path.lower()
-    data = storage.read_bytes(path)
+    lower = _uncompressed_name(path)
+    data = _decompress(path, storage.read_bytes(path))
     if lower.endswith(".csv"):
         try:
             text = data.decode("utf-8-sig")

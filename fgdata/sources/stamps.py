@@ -25,8 +25,10 @@ _PATH_FIELDS = tuple(f.name for f in fields(WorkItem) if f.name == "path" or f.n
 
 
 def _paths(item: WorkItem) -> list[str]:
-    """The files an item is made of (those it has)."""
-    return [value for name in _PATH_FIELDS if isinstance(value := getattr(item, name), str) and value]
+    """The files an item is made of (those it has) on storage that versions them; an http(s) URL has no version
+    to compare, so its stamp is its text alone."""
+    return [value for name in _PATH_FIELDS if isinstance(value := getattr(item, name), str) and value
+            and storage.backend_for(value).versioned]
 
 
 def _listings(items: Sequence[WorkItem]) -> dict[str, storage.FileInfo]:

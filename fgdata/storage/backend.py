@@ -3,7 +3,8 @@
 Everything outside :mod:`fgdata.storage` calls the module-level functions of
 :mod:`fgdata.storage.files`, which hand each path to the backend of its scheme:
 local paths to :class:`~fgdata.storage.local.LocalBackend`, ``s3://`` URLs to
-:class:`~fgdata.storage.s3.S3Backend`. Supporting another scheme means writing one
+:class:`~fgdata.storage.s3.S3Backend`, ``http(s)://`` URLs (read-only) to
+:class:`~fgdata.storage.http.HttpBackend`. Supporting another scheme means writing one
 subclass of :class:`Backend` and registering it in ``_BACKENDS``.
 """
 
@@ -50,6 +51,8 @@ class Backend(abc.ABC):
     missing: ClassVar[str] = "file not found"
     #: Reads can start at any byte cheaply (``open_read`` streams are seekable, ``read_range`` works).
     random_access: ClassVar[bool] = False
+    #: Files can be listed with their size and version, so a rerun can tell a changed input from a kept one.
+    versioned: ClassVar[bool] = True
 
     @abc.abstractmethod
     def open_read(self, path: str, buffering: int = -1) -> contextlib.AbstractContextManager[BinaryIO]:
@@ -132,9 +135,10 @@ class Backend(abc.ABC):
 
 def _backends() -> dict[str, Backend]:
     from fgdata.storage.local import LocalBackend
+    from fgdata.storage.http import HttpBackend, HttpsBackend
     from fgdata.storage.s3 import S3Backend
 
-    return {b.scheme: b for b in (LocalBackend(), S3Backend())}
+    return {b.scheme: b for b in (LocalBackend(), S3Backend(), HttpBackend(), HttpsBackend())}
 
 
 _BACKENDS: dict[str, Backend] = {}

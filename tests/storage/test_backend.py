@@ -19,7 +19,7 @@ def test_backend_by_scheme():
 
 
 def test_an_unknown_scheme_is_one_line():
-    with pytest.raises(StorageError, match=r"^gs://bucket/x\.tar: unsupported URL scheme \(supported: local paths, s3://\)$"):
+    with pytest.raises(StorageError, match=r"^gs://bucket/x\.tar: unsupported URL scheme \(supported: local paths, http://, https://, s3://\)$"):
         storage.read_bytes("gs://bucket/x.tar")
 
 

@@ -1,0 +1,287 @@
+"""``shard images`` from a manifest of http:// URLs, against a loopback server the test starts, with faults.
+
+The server (http.server in a thread, bound to 127.0.0.1) serves generated images and one fault per path.
+A stalling body waits on an Event the test holds, so the stall ends by fgdata's own stall timeout, never by
+a sleep; every URL must end in exactly one outcome with its reason.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import signal
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from faultkit import FGDATA, jpg_bytes, png_bytes, stop_trials
+from fgdata.shards import discover_shards, iter_samples
+
+
+def _noise_png(size: int) -> bytes:
+    import io
+    import random
+
+    from PIL import Image
+
+    rng = random.Random(size)
+    im = Image.frombytes("RGB", (size, size), bytes(rng.randrange(256) for _ in range(size * size * 3)))
+    buf = io.BytesIO()
+    im.save(buf, "PNG")
+    return buf.getvalue()
+
+
+class FaultServer:
+    """Generated images under /img/N.png, and one fault per named path."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()  # a stalled body waits for this (set only at teardown)
+        self.hits: dict[str, int] = {}
+        self.agents: set[str] = set()
+        self.lock = threading.Lock()
+        self.big = _noise_png(64)
+        truncated = jpg_bytes(7, 64)
+        self.routes = {
+            "/wrong-type.jpg": (200, {"Content-Type": "text/html"}, jpg_bytes(3)),
+            "/not-image.png": (200, {"Content-Type": "image/png"}, b"<html>not an image</html>"),
+            "/big.png": (200, {"Content-Type": "image/png"}, self.big),
+            "/opt-out.png": (200, {"Content-Type": "image/png", "X-Robots-Tag": "noai"}, png_bytes(5)),
+            "/other-agent.png": (200, {"X-Robots-Tag": "otherbot: noindex"}, png_bytes(6)),
+            "/truncated.jpg": (200, {"Content-Type": "image/jpeg"}, truncated[: len(truncated) // 2]),
+            "/missing.png": (404, {}, b"not found"),
+        }
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _send(self, status: int, headers: dict[str, str], body: bytes) -> None:
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                path = self.path.split("?", 1)[0]
+                with server.lock:
+                    server.hits[path] = hit = server.hits.get(path, 0) + 1
+                    server.agents.add(self.headers.get("User-Agent", ""))
+                if path.startswith("/img/"):
+                    self._send(200, {"Content-Type": "image/png"}, png_bytes(int(path[5:].split(".")[0])))
+                elif path == "/flaky.png" and hit == 1:  # 500, then the image
+                    self._send(500, {}, b"oops")
+                elif path == "/busy.png" and hit == 1:  # 429 with Retry-After, then the image
+                    self._send(429, {"Retry-After": "0"}, b"")
+                elif path in ("/flaky.png", "/busy.png"):
+                    self._send(200, {}, png_bytes(11 if path == "/flaky.png" else 12))
+                elif path == "/loop-a":
+                    self._send(302, {"Location": "/loop-b"}, b"")
+                elif path == "/loop-b":
+                    self._send(302, {"Location": "/loop-a"}, b"")
+                elif path == "/stall.png":  # half the body, then nothing until the test lets go
+                    body = png_bytes(13)
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body[: len(body) // 2])
+                    self.wfile.flush()
+                    server.release.wait()
+                    self.close_connection = True
+                elif path == "/slow.png":  # a byte at a time, each well within the stall timeout: only the
+                    body = png_bytes(14)      # total deadline can end it (the body takes >= 2 s to send)
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    for i in range(len(body)):
+                        self.wfile.write(body[i:i + 1])
+                        self.wfile.flush()
+                        if server.release.wait(2 / len(body)):
+                            break
+                    self.close_connection = True
+                elif path in server.routes:
+                    self._send(*server.routes[path])
+                else:
+                    self._send(404, {}, b"")
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: object, client_address: object) -> None:
+                pass  # fgdata closing a too-large or stalled body mid-way is expected here
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.hits.clear()
+
+
+@pytest.fixture
+def server() -> Iterator[FaultServer]:
+    s = FaultServer()
+    s.thread.start()
+    try:
+        yield s
+    finally:
+        s.release.set()
+        s.httpd.shutdown()
+        s.httpd.server_close()
+
+
+#: path -> the failure category it must end in (None: written)
+FAULTS = {
+    "/missing.png": "http: status 404",
+    "/flaky.png": None,
+    "/busy.png": None,
+    "/loop-a": "redirect: redirect loop",
+    "/wrong-type.jpg": None,
+    "/not-image.png": "image-decode",
+    "/big.png": "too-large",
+    "/opt-out.png": "opt-out: X-Robots-Tag: noai",
+    "/other-agent.png": None,
+    "/truncated.jpg": "image-decode",
+}
+
+
+def _manifest(folder: Path, base: str, paths: list[str], name: str = "urls.jsonl") -> Path:
+    rows = [{"url": base + p, "caption": f"caption {i}", "aesthetic": i / 4} for i, p in enumerate(paths)]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    path = folder / name
+    path.write_bytes(gzip.compress(text.encode(), mtime=0) if name.endswith(".gz") else text.encode())
+    return path
+
+
+def _samples(dest: Path) -> list:
+    return [s.members for shard in discover_shards(str(dest)) for s in iter_samples(shard)]
+
+
+def _tree(dest: Path) -> dict[str, bytes]:
+    return {p.relative_to(dest).as_posix(): p.read_bytes() for p in sorted(dest.rglob("*"))
+            if p.is_file() and not p.relative_to(dest).as_posix().startswith(".fgdata")}
+
+
+def test_every_url_ends_in_one_outcome_with_its_reason(cli, server, tmp_path):
+    paths = [f"/img/{i}.png" for i in range(4)] + list(FAULTS) + ["/stall.png"]
+    manifest = _manifest(tmp_path, server.url, paths, "urls.jsonl.gz")
+    dest = tmp_path / "out"
+    cli("shard", "images", manifest, dest, "--path-column", "url", "--stall-timeout", "0.5", "--retries", "1",
+        "--max-download-size", str(len(server.big) - 1), "--user-agent-token", "ops@example.org", "--maxcount", "5",
+        "-q")
+    report = json.loads((dest / "failures.json").read_text())
+    reasons = {f["input"].removeprefix(server.url): f["reason"] for f in report["failures"]}
+    expected = {p: r for p, r in FAULTS.items() if r is not None}
+    assert set(reasons) == set(expected) | {"/stall.png"}
+    for path, reason in expected.items():
+        assert reasons[path].startswith(reason), (path, reasons[path])
+    assert reasons["/stall.png"] == "timeout: no answer in time (2 tries)"
+    assert report["seen"] == len(paths) == report["written"] + report["failed"]
+    assert report["failed_by_reason"] == {"http": 1, "image-decode": 2, "opt-out": 1, "redirect": 1, "timeout": 1,
+                                          "too-large": 1}
+    samples = _samples(dest)
+    assert len(samples) == report["written"] == 4 + sum(r is None for r in FAULTS.values())
+    by_source = {json.loads(s["json"])["fgdata"]["source"].removeprefix(server.url): s for s in samples}
+    assert by_source["/wrong-type.jpg"]["jpg"] == jpg_bytes(3)  # the bytes decide, not the Content-Type
+    assert by_source["/flaky.png"]["png"] == png_bytes(11) and server.hits["/flaky.png"] == 2
+    assert by_source["/busy.png"]["png"] == png_bytes(12) and server.hits["/busy.png"] == 2
+    assert server.hits["/missing.png"] == 1  # a 404 is final: never retried
+    doc = json.loads(by_source["/img/2.png"]["json"])
+    assert doc["aesthetic"] == 0.5 and by_source["/img/2.png"]["txt"] == b"caption 2"  # extra columns kept
+    assert doc["fgdata"]["sha256"] == hashlib.sha256(png_bytes(2)).hexdigest()
+    assert all(a.startswith("fgdata/") and "ops@example.org" in a for a in server.agents)
+    # per-shard stats: shard 0 covers inputs 0-5 (the 404 at 4), shard 1 the rest
+    stats = json.loads((dest / "shard_stats.json").read_text())
+    assert stats["successes"] == 8 and stats["failed"] == 7 and stats["retryable"] == 1  # the stall
+    assert stats["failed_by_reason"] == report["failed_by_reason"]
+    assert stats["shards"] == {
+        "00000.tar": {"samples": 5, "failed_by_reason": {"http": 1}},
+        "00001.tar": {"samples": 3, "failed_by_reason": {"image-decode": 2, "opt-out": 1, "redirect": 1,
+                                                         "timeout": 1, "too-large": 1}},
+    }
+
+
+def test_videos_from_direct_media_urls(cli, server, keyframed_clip, tmp_path):
+    clip = keyframed_clip.read_bytes()
+    server.routes["/clip.mp4"] = (200, {"Content-Type": "application/octet-stream"}, clip)
+    manifest = _manifest(tmp_path, server.url, ["/clip.mp4?sig=abc", "/missing.png"])
+    dest = tmp_path / "out"
+    cli("shard", "videos", manifest, dest, "--path-column", "url", "-q")
+    (sample,) = _samples(dest)
+    assert sample["mp4"] == clip  # the member is named by the URL's path, not its query
+    report = json.loads((dest / "failures.json").read_text())
+    assert report["failures"][0]["reason"] == "http: status 404"
+
+
+def test_opt_out_can_be_ignored(cli, server, tmp_path):
+    manifest = _manifest(tmp_path, server.url, ["/opt-out.png", "/img/1.png"])
+    dest = tmp_path / "out"
+    cli("shard", "images", manifest, dest, "--path-column", "url", "--ignore-opt-out", "-q")
+    report = json.loads((dest / "failures.json").read_text())
+    assert (report["written"], report["failed"]) == (2, 0)
+
+
+def test_too_many_redirects_and_bad_flags(cli, server, tmp_path):
+    manifest = _manifest(tmp_path, server.url, ["/loop-a", "/img/1.png"])
+    result = cli("shard", "images", manifest, tmp_path / "out", "--path-column", "url", "--timeout", "0", expect=1)
+    assert str(result.exception) == "--timeout must be > 0"
+    cli("shard", "images", manifest, tmp_path / "out", "--path-column", "url", "--max-redirects", "0", "-q")
+    report = json.loads((tmp_path / "out" / "failures.json").read_text())
+    assert report["failures"][0]["reason"] == "redirect: more than 0 redirects"
+
+
+def test_same_bytes_for_one_or_two_workers(cli, server, tmp_path):
+    paths = [f"/img/{i}.png" for i in range(40)] + list(FAULTS)  # two batches of 32 URLs (2 threads)
+    manifest = _manifest(tmp_path, server.url, paths)
+    runs = {}
+    for workers in (1, 2):
+        server.reset()  # the same server responses for both runs (500 and 429 first, again)
+        dest = tmp_path / f"w{workers}"
+        cli("shard", "images", manifest, dest, "--path-column", "url", "--maxcount", "6", "--workers", str(workers),
+            "--fetch-threads", "2", "--max-download-size", "2000", "-q")
+        runs[workers] = _tree(dest)
+    assert runs[1] == runs[2] and len([n for n in runs[1] if n.endswith(".tar")]) == 8  # 44 written
+
+
+def test_sigkill_and_rerun_give_the_bytes_of_an_uninterrupted_run(server, tmp_path):
+    manifest = _manifest(tmp_path, server.url, [f"/img/{i}.png" for i in range(24)] + ["/missing.png"])
+    cmd = [*FGDATA, "shard", "images", str(manifest), "{out}", "--path-column", "url", "--maxcount", "5",
+           "--fetch-threads", "3", "-q"]
+    stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=[(1, signal.SIGKILL), (3, signal.SIGKILL),
+                                                                    (2, signal.SIGINT)])
+
+
+def test_dedupe_keeps_the_first_of_equal_bodies_across_a_resume(cli, server, tmp_path):
+    paths = ["/img/1.png", "/img/2.png", "/img/1.png?copy", "/img/3.png", "/img/2.png?copy", "/img/1.png?again"]
+    manifest = _manifest(tmp_path, server.url, paths)
+    dest = tmp_path / "out"
+    cli("shard", "images", manifest, dest, "--path-column", "url", "--dedupe", "sha256", "-q")
+    report = json.loads((dest / "failures.json").read_text())
+    assert [(f["index"], f["reason"]) for f in report["failures"]] == [
+        (2, "duplicate: same bytes as sample_000000"), (4, "duplicate: same bytes as sample_000001"),
+        (5, "duplicate: same bytes as sample_000000")]
+    result = cli("shard", "images", manifest, tmp_path / "ray", "--path-column", "url", "--dedupe", "sha256",
+                 "--engine", "ray", expect=1)
+    assert "--dedupe compares every input" in str(result.exception)
+    # a kill after the first shard: the rerun finds the first bodies in the complete shards
+    cmd = [*FGDATA, "shard", "images", str(manifest), "{out}", "--path-column", "url", "--dedupe", "sha256",
+           "--maxcount", "1", "--fetch-threads", "1", "-q"]
+    stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=[(2, signal.SIGKILL)])
+
+
+def test_a_slow_body_ends_at_the_total_deadline(cli, server, tmp_path):
+    manifest = _manifest(tmp_path, server.url, ["/slow.png", "/img/1.png"])
+    dest = tmp_path / "out"
+    cli("shard", "images", manifest, dest, "--path-column", "url", "--timeout", "0.3", "--stall-timeout", "10",
+        "--retries", "0", "-q")
+    report = json.loads((dest / "failures.json").read_text())
+    assert [f["reason"] for f in report["failures"]] == ["timeout: over 0.3 s in all"]

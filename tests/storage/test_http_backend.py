@@ -1,0 +1,67 @@
+"""The read-only http(s):// backend against a loopback server the test starts (a folder served by http.server)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from fgdata import storage
+from fgdata.errors import StorageError
+from fgdata.sources.manifest import read_manifest
+from fgdata.storage.http import HttpBackend, HttpsBackend
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    root = tmp_path / "site"
+    root.mkdir()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield root, f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_backend_by_scheme_is_read_only():
+    assert isinstance(storage.backend_for("http://example.org/x.jpg"), HttpBackend)
+    assert isinstance(storage.backend_for("https://example.org/x.jpg"), HttpsBackend)
+    with pytest.raises(StorageError, match=r"^https://example.org/out/x.tar: http\(s\) URLs are read-only"):
+        storage.write_bytes("https://example.org/out/x.tar", b"x")
+    with pytest.raises(StorageError, match="cannot be listed; give a manifest of URLs instead"):
+        storage.list_dir("http://example.org/photos/")
+
+
+def test_read_stat_and_ranges(served):
+    root, base = served
+    (root / "x.bin").write_bytes(bytes(range(256)))
+    assert storage.read_bytes(f"{base}/x.bin") == bytes(range(256))
+    assert storage.read_range(f"{base}/x.bin", 250, 10) == bytes(range(250, 256))  # short only at the end
+    info = storage.stat(f"{base}/x.bin")
+    assert info is not None and (info.name, info.size) == ("x.bin", 256)
+    assert storage.stat(f"{base}/nope.bin") is None and not storage.exists(f"{base}/nope.bin")
+    with pytest.raises(StorageError, match=r"/nope\.bin: status 404$"):
+        storage.read_bytes(f"{base}/nope.bin")
+
+
+def test_a_manifest_at_a_url_resolves_relative_rows_against_it(served):
+    root, base = served
+    (root / "lists").mkdir()
+    rows = [{"path": "img/a.jpg", "caption": "a", "score": 1}, {"path": "https://cdn.example.org/b.jpg"}]
+    (root / "lists" / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    items = read_manifest(f"{base}/lists/m.jsonl")
+    assert [i.path for i in items] == [f"{base}/lists/img/a.jpg", "https://cdn.example.org/b.jpg"]
+    assert items[0].metadata == {"score": 1}
