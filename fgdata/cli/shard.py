@@ -72,11 +72,18 @@ class ScaleFlags:
 
 @dataclass(frozen=True, kw_only=True)
 class ImageFlags:
-    """``shard images``: re-encoding (the original bytes are kept by default)."""
+    """``shard images``: one output format, re-encoding, and how images are normalised for display."""
 
     max_side: Optional[int] = flag(MAX_SIDE)
-    image_format: Optional[str] = flag(typer.Option(None, "--format", help="Re-encode as jpg, png or webp."))
-    quality: int = flag(typer.Option(95, "--quality", min=1, max=100, help="JPEG/WebP quality when re-encoding."))
+    image_format: str = flag(typer.Option(
+        "jpg", "--format",
+        help="jpg (JPEG inputs kept byte for byte, others encoded at --quality), png, webp, or keep (each input's "
+             "own format: other readers may miss samples)."))
+    quality: int = flag(typer.Option(95, "--quality", min=1, max=100, help="JPEG/WebP quality when encoding."))
+    background: str = flag(typer.Option("white", "--background",
+                                        help="Composite transparent images on white, black, gray or #rrggbb."))
+    keep_icc: bool = flag(typer.Option(False, "--keep-icc",
+                                       help="Keep wide-gamut ICC profiles (Display P3, Adobe RGB) instead of converting to sRGB."))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,12 +113,15 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     rows = [(f"  {reason}", f"{n:,}") for reason, n in report.failed_by_reason.items()]
     if report.samples != report.written:
         rows.append(("samples (clips)", f"{report.samples:,}"))
+    if report.normalised:
+        rows.append(("normalised", ", ".join(f"{change} {n:,}" for change, n in report.normalised.items())))
     rows.append(("shards", f"{len(report.shards):,}"))
     if report.resumed:
         rows.append(("resumed after", f"{report.resumed:,} inputs"))
     rows.append(("read", human_bytes(report.nbytes)))
     details = {"samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
-               "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes}
+               "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes,
+               "normalised": report.normalised}
     if not report.whole_job:  # a torchrun rank other than 0: its own share; rank 0 reports the job
         details |= {"rank": report.rank, "world": report.world}
         rows.insert(0, ("rank", f"{report.rank} of {report.world} (its share only)"))
@@ -137,18 +147,20 @@ def _job(what, src: str, dest: str, *groups: Any, **flags: Any):  # noqa: ANN001
 @flag_groups
 def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: SourceFlags, sharding: ShardingFlags,
                scale: ScaleFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
-    """Shard images with captions (NAME.txt) and metadata (NAME.json); original bytes by default.
+    """Shard images with captions (NAME.txt) and metadata (NAME.json), all in one image format (JPEG by default).
 
     Example: fgdata shard images ./photos s3://bucket/photos-wds --maxcount 1000 --workers 8
 
     Many processes or nodes: torchrun --nproc-per-node 8 -m fgdata.cli.main shard images SRC DST --unit-size 10000 (each rank writes the work units u with u mod WORLD_SIZE == rank; rank 0 merges them into one numbering, the same bytes as --engine ray with that --unit-size).
 
     Each sample holds the image, a json (your metadata as given, with fgdata's source, width, height and mode under its "fgdata" key) and a txt caption. Undecodable images, names that are not UTF-8 and symlinks out of SRC go to DST/failures.json.
+
+    Images are stored as a viewer shows them: EXIF orientation applied, 16-bit and float scaled to 8 bits, CMYK to RGB, transparency on --background, wide-gamut ICC to sRGB; each change is listed under "normalised" in the json and counted in the summary. JPEGs that need none of it are kept byte for byte.
     """
     from fgdata.producers.media import ShardOptions
 
     what = ShardOptions(kind="images", max_side=image.max_side, image_format=image.image_format,
-                        quality=image.quality)
+                        quality=image.quality, background=image.background, keep_icc=image.keep_icc)
     _run(_job(what, src, dst, source, sharding, scale, job), out)
 
 

@@ -28,6 +28,7 @@ import json
 import os
 import random
 import shutil
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -42,7 +43,7 @@ from fgdata.jobs import testhook
 from fgdata.jobs.ranks import dist_env, owner, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, by_category, write_failures
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
-from fgdata.producers.media import Outcome, ShardOptions, transform
+from fgdata.producers.media import Outcome, ShardOptions, mixed_format_warning, transform
 from fgdata.shards import Failure, ShardWriter, load_index, write_shard_counts
 from fgdata.shards.index import COUNT_FILE, index_path, parse_index, write_index
 from fgdata.sources.folder import WorkItem, sample_key
@@ -97,6 +98,7 @@ class JobReport:
     failures_path: str | None  # None: a torchrun rank's share (rank 0 writes the job's report)
     resumed: int = 0  # inputs already covered by complete shards when the job started
     nbytes: int = 0  # input bytes read in this run
+    normalised: dict[str, int] = field(default_factory=dict)  # images changed to display as a viewer does, by change (this run)
     failures: list[dict[str, Any]] = field(default_factory=list)
     rank: int = 0
     world: int = 1
@@ -212,6 +214,9 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
         raise FgdataError(f"{what}: launch it once, not under torchrun (WORLD_SIZE={world})")
     items = load_items(job)
     order = input_order(len(items), job.shuffle_seed)
+    warning = mixed_format_warning(items, job.options)
+    if warning and notify and rank == 0:
+        notify(warning)
     with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank)):
         # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
         destmod.check_foreign(job.dest, overwrite=job.overwrite and rank == 0, notify=notify)
@@ -237,8 +242,10 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
             writer.abort()
             raise
         summary = writer.close()
-        return _report(job, order, len(items), result.written, summary.failures, summary.counts, resumed,
-                       result.nbytes)
+        report = _report(job, order, len(items), result.written, summary.failures, summary.counts, resumed,
+                         result.nbytes)
+        report.normalised = result.normalised
+        return report
 
 
 def _report(job: ShardJob, order: list[int], seen: int, written: int, failures: list[Failure],
@@ -279,6 +286,7 @@ def _keys_in_complete_shards(writer: ShardWriter, prefix: str) -> set[str]:
 class RangeResult:
     written: int  # inputs in the range that produced samples (resumed ones included)
     nbytes: int  # input bytes read in this run
+    normalised: dict[str, int]  # images normalised in this run, by change
 
 
 def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[int], span: tuple[int, int],
@@ -301,6 +309,7 @@ def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
     if options.clip_seconds is not None and start < stop and point.shards:
         skip = _keys_in_complete_shards(writer, sample_key(items[order[start]].index) + "_")
     nbytes = 0
+    normalised: Counter[str] = Counter()
     tasks = ((p, items[order[p]]) for p in range(start, stop))
     # Images go to workers in chunks (less pickling per image), small enough that the last chunks
     # spread evenly over the workers; each video is one task.
@@ -314,10 +323,11 @@ def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
                 if key not in skip:
                     writer.write(key, members, input_pos=out.position if j == last else out.position - 1)
             written += 1
+            normalised.update(out.normalised)
         nbytes += out.nbytes
         if progress:
             progress(1, out.nbytes)
-    return RangeResult(written=written, nbytes=nbytes)
+    return RangeResult(written=written, nbytes=nbytes, normalised=dict(sorted(normalised.items())))
 
 
 # -- work units (Ray and torchrun) and their merge ----------------------------------------------------
@@ -351,6 +361,7 @@ def _run_unit(items: Sequence[WorkItem], order: Sequence[int], span: tuple[int, 
         "failures": [f.to_json() for f in summary.failures],
         "written": result.written,
         "nbytes": result.nbytes,
+        "normalised": result.normalised,
         "inputs": stop - first,
         "resumed": max(0, writer.resume_point.next_input - first),
     }
@@ -369,7 +380,8 @@ def _plan(job: ShardJob, units: Sequence[dict[str, Any]], results: Sequence[dict
         failures += r["failures"]
     return {"moves": moves, "counts": counts, "failures": failures,
             "written": sum(r["written"] for r in results), "resumed": sum(r["resumed"] for r in results),
-            "nbytes": sum(r["nbytes"] for r in results)}
+            "nbytes": sum(r["nbytes"] for r in results),
+            "normalised": dict(sorted(sum((Counter(r.get("normalised", {})) for r in results), Counter()).items()))}
 
 
 def _merge(dest: str, plan: dict[str, Any]) -> None:
@@ -392,9 +404,11 @@ def _merged_report(job: ShardJob, order: list[int], n: int, plan: dict[str, Any]
     if not storage.exists(plan_path):
         storage.write_bytes(plan_path, json.dumps(plan).encode())
     _merge(job.dest, plan)
-    return _report(job, order, n, plan["written"],
-                   [Failure(f["input"], f["name"], f["reason"]) for f in plan["failures"]],
-                   plan["counts"], plan["resumed"], plan["nbytes"])
+    report = _report(job, order, n, plan["written"],
+                     [Failure(f["input"], f["name"], f["reason"]) for f in plan["failures"]],
+                     plan["counts"], plan["resumed"], plan["nbytes"])
+    report.normalised = plan.get("normalised", {})
+    return report
 
 
 def _saved_plan(job: ShardJob) -> dict[str, Any] | None:
@@ -508,7 +522,7 @@ def _run_share(job: ShardJob, items: list[WorkItem], order: list[int], mine: lis
     for u, unit in mine:
         result = _read_marker(_unit_marker(job, u), fp, launch)
         if result is not None:
-            result = {**result, "resumed": result["inputs"], "nbytes": 0}
+            result = {**result, "resumed": result["inputs"], "nbytes": 0, "normalised": {}}
             if progress:
                 progress(result["inputs"], 0)
         else:

@@ -20,37 +20,53 @@ import io
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from fgdata import storage
 from fgdata.errors import FgdataError
+from fgdata.media.display import Display, parse_background
 from fgdata.shards.metadata import FGDATA_FIELD, with_fgdata_fields
 from fgdata.sources.folder import WorkItem, sample_key
 
 Kind = Literal["images", "videos", "prompts"]
 IMAGE_FORMATS = ("jpg", "png", "webp")
+#: ``--format`` choices: one output format, or ``keep`` (each input's own format).
+FORMAT_CHOICES = (*IMAGE_FORMATS, "keep")
 _PIL_EXT = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff"}
-_PIL_SAVE = {"jpg": "JPEG", "png": "PNG", "webp": "WEBP"}
 _PNG_END = b"IEND\xaeB`\x82"
 _ADDRESS = re.compile(r"\s*<[^<>]* at 0x[0-9a-fA-F]+>")
 
 
 @dataclass(frozen=True)
 class ShardOptions:
-    """What the transform does; part of the job record, so a resumed job must use the same options."""
+    """What the transform does; part of the job record, so a resumed job must use the same options.
+
+    Images: every output is one ``image_format`` (``jpg`` by default; ``keep`` keeps each input's
+    format). An input already in that format which needs no display change (EXIF orientation,
+    16-bit, CMYK, transparency, wide-gamut ICC: :mod:`fgdata.media.display`) and no ``max_side``
+    is kept byte for byte; anything else is decoded as a viewer shows it and encoded (JPEG and
+    WebP at ``quality``; ``keep`` encodes jpg/png/webp inputs in their own format, others as PNG).
+    """
 
     kind: Kind
     max_side: int | None = None
-    image_format: str | None = None  # jpg | png | webp; None keeps the format (re-encode: jpg/png/webp, else png)
+    image_format: str = "jpg"
     quality: int = 95
+    background: str = "white"  # transparency is composited on it: white, black, gray or #rrggbb
+    keep_icc: bool = False  # keep wide-gamut ICC profiles instead of converting to sRGB
     clip_seconds: float | None = None
     exact_clips: bool = False
     fps: float | None = None
 
     def __post_init__(self) -> None:
-        if self.image_format is not None and self.image_format not in IMAGE_FORMATS:
-            raise FgdataError(f"--format must be one of {', '.join(IMAGE_FORMATS)}, not {self.image_format!r}")
+        if self.image_format not in FORMAT_CHOICES:
+            raise FgdataError(f"--format must be one of {', '.join(FORMAT_CHOICES)}, not {self.image_format!r}")
+        try:
+            parse_background(self.background)
+        except ValueError as e:
+            raise FgdataError(f"--background: {e}") from None
         if self.max_side is not None and self.max_side < 2:
             raise FgdataError("--max-side must be at least 2")
         if not 1 <= self.quality <= 100:
@@ -61,8 +77,9 @@ class ShardOptions:
             raise FgdataError("--fps must be > 0")
 
     @property
-    def reencode_images(self) -> bool:
-        return self.max_side is not None or self.image_format is not None
+    def display(self) -> Display:
+        """How images are normalised (:mod:`fgdata.media.display`)."""
+        return Display(background=parse_background(self.background), keep_icc=self.keep_icc)
 
     @property
     def reencode_video(self) -> bool:
@@ -74,7 +91,8 @@ class ShardOptions:
 
 @dataclass
 class Outcome:
-    """The result of one item: ``samples`` as (key, members), or a failure ``reason``; input bytes read."""
+    """The result of one item: ``samples`` as (key, members), or a failure ``reason``; input bytes read;
+    what was normalised."""
 
     position: int
     index: int
@@ -82,6 +100,7 @@ class Outcome:
     samples: list[tuple[str, dict[str, bytes]]] = field(default_factory=list)
     reason: str | None = None
     nbytes: int = 0
+    normalised: tuple[str, ...] = ()  # the display changes made to an image (fgdata.media.display.CHANGES)
 
 
 class _Failed(Exception):
@@ -144,70 +163,103 @@ def _text_members(caption: str | None, metadata: dict[str, Any], fields: dict[st
 
 # -- images ------------------------------------------------------------------
 
-
-def _check_complete(data: bytes, fmt: str | None) -> None:
-    """Cheap truncation check by end marker; a full decode decides when the marker is absent."""
-    tail = data.rstrip(b"\0")
-    if fmt == "JPEG" and tail.endswith(b"\xff\xd9"):
-        return
-    if fmt == "PNG" and tail.endswith(_PNG_END):
-        return
-    from fgdata.media.image import _load, open_image
-
-    _load(open_image(data))
+_SAME_FORMAT = {"jpeg": "jpg", "jpe": "jpg", "jfif": "jpg", "tif": "tiff"}
 
 
-def _reencode(data: bytes, options: ShardOptions, source_ext: str) -> tuple[bytes, str]:
-    from PIL import Image, ImageOps
+def mixed_format_warning(items: list[WorkItem], options: ShardOptions) -> str | None:
+    """The one warning of ``--format keep`` on inputs of several formats: what each reader will miss."""
+    if options.kind != "images" or options.image_format != "keep":
+        return None
+    exts = Counter(_SAME_FORMAT.get(e, e) for e in (i.path.rpartition(".")[2].lower() for i in items if i.path) if e)
+    if len(exts) < 2:
+        return None
+    (top, n), *_ = exts.most_common()
+    counts = ", ".join(f"{k} {v:,}" for k, v in exts.most_common())
+    return (f"--format keep: the samples will carry {len(exts)} image extensions ({counts}); HF datasets refuses "
+            f"such shards and a single-key loader config such as {{\"real\": \"{top}\"}} misses the other "
+            f"{sum(exts.values()) - n:,} samples. Use --format jpg (the default), png or webp for one format.")
 
-    from fgdata.media.image import _load, open_image
 
-    im = open_image(data)
-    if options.max_side and im.format == "JPEG" and max(im.size) > 2 * options.max_side:
-        # DCT scaling: decode at >= 2x the target (Pillow's reducing gap) instead of full size.
-        s = 2 * options.max_side / max(im.size)
-        im.draft(im.mode, (math.ceil(im.width * s), math.ceil(im.height * s)))
-    im = ImageOps.exif_transpose(_load(im))
+
+def _png_16bit(data: bytes) -> bool:
+    """A PNG with 16 bits per sample (IHDR bit depth): Pillow keeps only the high byte of RGB(A)
+    ones, other readers keep all 16 bits, so it is stored as 8-bit."""
+    return data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) > 24 and data[24] == 16
+
+
+def _encode(im: Any, ext: str, options: ShardOptions, icc: bytes | None) -> bytes:
+    """Encode a displayed image (RGB or L) as ``ext``; ``icc``: a kept profile to embed."""
+    if ext == "webp" and im.mode != "RGB":
+        im = im.convert("RGB")
+    extra = {"icc_profile": icc} if icc else {}
+    buf = io.BytesIO()
+    if ext == "jpg":
+        im.save(buf, "JPEG", quality=options.quality, **extra)
+    elif ext == "webp":
+        im.save(buf, "WEBP", quality=options.quality, method=4, **extra)
+    else:
+        im.save(buf, "PNG", compress_level=6, **extra)
+    return buf.getvalue()
+
+
+def _reencode(data: bytes, options: ShardOptions, ext: str, changes: dict[str, Any]) -> bytes:
+    """Decode as a viewer shows it (recording the changes), shrink to ``max_side``, encode as ``ext``."""
+    from PIL import Image
+
+    from fgdata.media.image import decode_display, open_image
+
+    draft = None
+    if options.max_side:
+        # DCT scaling: decode a JPEG at >= 2x the target (Pillow's reducing gap) instead of full size.
+        w, h = open_image(data).size
+        s = min(1.0, 2 * options.max_side / max(w, h))
+        draft = (math.ceil(w * s), math.ceil(h * s))
+    im, made = decode_display(data, options.display, draft)
+    changes.update(made)
     if options.max_side and max(im.size) > options.max_side:
         s = options.max_side / max(im.size)
         size = (max(1, round(im.width * s)), max(1, round(im.height * s)))
-        if im.mode not in ("RGB", "RGBA", "L", "LA"):
-            im = im.convert("RGBA" if "A" in im.getbands() or im.mode == "P" else "RGB")
         im = im.resize(size, Image.Resampling.BICUBIC, reducing_gap=3.0)
-    ext = options.image_format or (source_ext if source_ext in IMAGE_FORMATS else "png")
-    if ext == "jpg" and im.mode not in ("RGB", "L"):
-        im = im.convert("RGB")
-    elif ext == "webp" and im.mode not in ("RGB", "RGBA"):
-        im = im.convert("RGBA" if "A" in im.getbands() else "RGB")
-    buf = io.BytesIO()
-    if ext == "jpg":
-        im.save(buf, "JPEG", quality=options.quality)
-    elif ext == "webp":
-        im.save(buf, "WEBP", quality=options.quality, method=4)
-    else:
-        im.save(buf, "PNG", compress_level=6)
-    return buf.getvalue(), ext
+    icc = open_image(data).info.get("icc_profile") if options.keep_icc and "cmyk" not in changes else None
+    return _encode(im, ext, options, icc)
 
 
-def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, bytes], int]:
+def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, bytes], int, tuple[str, ...]]:
+    """The image (kept, or normalised and encoded as ``--format`` says), its json and caption; the bytes
+    read and the display changes made."""
     from fgdata.media import describe_image
     from fgdata.media.errors import MediaError
+    from fgdata.media.image import _load, decode_display, jpeg_display_changes, open_image
 
     data = _read(item.path)
     try:
         facts = describe_image(data)
         source_ext = _PIL_EXT.get(facts["format"]) or item.path.rpartition(".")[2].lower()
-        if options.reencode_images:
-            data, ext = _reencode(data, options, source_ext)
+        ext = source_ext if options.image_format == "keep" else options.image_format
+        reencode = bool(options.max_side) or ext != source_ext
+        changes: dict[str, Any] = {}
+        if not reencode:  # kept unless a viewer would show it differently: a JPEG's header tells, else a decode
+            found = jpeg_display_changes(data, options.display) if facts["format"] == "JPEG" else None
+            if found is None:
+                found = decode_display(data, options.display)[1]
+            elif not data.rstrip(b"\0").endswith(b"\xff\xd9"):
+                _load(open_image(data))  # no end marker: a full decode decides (trailing garbage is accepted)
+            changes = found
+            reencode = bool(changes) or _png_16bit(data)
+        if reencode:
+            if _png_16bit(data):
+                changes["8-bit"] = "16-bit PNG"
+            ext = ext if ext in IMAGE_FORMATS else "png"  # keep: a GIF, BMP or TIFF to change becomes PNG
+            data = _reencode(data, options, ext, changes)
             facts = describe_image(data)
-        else:
-            _check_complete(data, facts["format"])
-            ext = source_ext
     except MediaError as e:
         raise _Failed("image-decode", _first_line(e)) from None
     caption, metadata, nbytes = _caption_and_metadata(item)
-    fields = {"source": item.name, "width": facts["width"], "height": facts["height"], "mode": facts["mode"]}
-    return {ext: data, **_text_members(caption, metadata, fields)}, len(data) + nbytes
+    fields: dict[str, Any] = {"source": item.name, "width": facts["width"], "height": facts["height"],
+                              "mode": facts["mode"]}
+    if changes:
+        fields["normalised"] = dict(sorted(changes.items()))
+    return {ext: data, **_text_members(caption, metadata, fields)}, len(data) + nbytes, tuple(sorted(changes))
 
 
 # -- videos ------------------------------------------------------------------
@@ -317,7 +369,7 @@ def transform(position: int, item: WorkItem, options: ShardOptions) -> Outcome:
         elif not item.path:
             raise _Failed("missing-path", "no media path")
         elif options.kind == "images":
-            members, out.nbytes = _image_samples(item, options)
+            members, out.nbytes, out.normalised = _image_samples(item, options)
             out.samples = [(sample_key(item.index), members)]
         else:
             out.samples, out.nbytes = _video_samples(item, options)
