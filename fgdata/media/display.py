@@ -91,7 +91,8 @@ def _srgb_chromaticities() -> tuple[tuple[float, float], ...]:
     from PIL import ImageCms
 
     p = ImageCms.createProfile("sRGB")
-    return tuple((c[1][0], c[1][1]) for c in (p.red_colorant, p.green_colorant, p.blue_colorant))
+    colorants = (p.red_colorant, p.green_colorant, p.blue_colorant)
+    return tuple((c[1][0], c[1][1]) for c in colorants if c is not None)
 
 
 @functools.lru_cache(maxsize=64)
@@ -111,6 +112,7 @@ def wide_gamut_profile(icc: bytes) -> str | None:
     if any(c is None for c in colorants):  # a table-based profile: its name decides
         return None if "srgb" in description.lower() else description
     for (x, y), c in zip(_srgb_chromaticities(), colorants):
+        assert c is not None  # checked above
         if abs(c[1][0] - x) > _CHROMATICITY_TOLERANCE or abs(c[1][1] - y) > _CHROMATICITY_TOLERANCE:
             return description
     return None
@@ -125,7 +127,7 @@ def _to_8bit(im: Image.Image) -> Image.Image:
     else:
         a = a.astype(np.float64)
         lo, hi = min(float(a.min(initial=0)), 0.0), max(float(a.max(initial=0)), 65535.0)
-    return Image.fromarray(np.round((a - lo) * (255.0 / (hi - lo))).astype(np.uint8), "L")
+    return Image.fromarray(np.round((a - lo) * (255.0 / (hi - lo))).astype(np.uint8))
 
 
 def _srgb(im: Image.Image, icc: bytes, mode: str) -> Image.Image:
@@ -133,10 +135,14 @@ def _srgb(im: Image.Image, icc: bytes, mode: str) -> Image.Image:
 
     try:
         source = ImageCms.ImageCmsProfile(io.BytesIO(icc))
-        return ImageCms.profileToProfile(im, source, ImageCms.createProfile("sRGB"),
-                                         renderingIntent=ImageCms.Intent.PERCEPTUAL, outputMode=mode)
+        out = ImageCms.profileToProfile(im, source, ImageCms.createProfile("sRGB"),
+                                        renderingIntent=ImageCms.Intent.PERCEPTUAL, outputMode=mode)
     except (OSError, ValueError, ImageCms.PyCMSError) as e:
         raise ImageDecodeError(f"cannot convert the image's ICC profile to sRGB: {e}") from e
+    assert out is not None  # not in place, so a new image
+    return out
+
+
 
 
 def _cmyk_profile(icc: bytes | None) -> bool:
@@ -185,7 +191,7 @@ def display_image(im: Image.Image, display: Display = Display()) -> tuple[Image.
     elif im.mode not in ("RGB", "L"):
         im = im.convert("RGB")
     wide = wide_gamut_profile(icc) if icc and not display.keep_icc else None
-    if wide:
+    if icc and wide:
         im = _srgb(im.convert("RGB"), icc, "RGB")
         changes["icc"] = wide
     if orientation != 1:

@@ -24,6 +24,7 @@ import math
 import os
 import warnings
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 from PIL import Image
@@ -216,7 +217,7 @@ def _exif_orientation(segment: bytes) -> int:
     """The Orientation tag of an APP1 Exif payload (after ``Exif\\0\\0``); 1 when absent or unreadable."""
     if len(segment) < 8 or segment[:2] not in (b"II", b"MM"):
         return 1
-    order = "little" if segment[:2] == b"II" else "big"
+    order: Literal["little", "big"] = "little" if segment[:2] == b"II" else "big"
     ifd = int.from_bytes(segment[4:8], order)
     if ifd + 2 > len(segment):
         return 1
@@ -291,12 +292,19 @@ def _png_header(data: bytes) -> dict | None:
 
 
 def describe_image(data: bytes) -> dict:
-    """Header facts for inspect/provenance: width, height, mode, format (no pixel decode)."""
-    facts = _checked_jpeg_header(data)
-    if facts is not None:
-        return {k: facts[k] for k in ("width", "height", "mode", "format")}
-    im = open_image(data)
-    return {"width": im.width, "height": im.height, "mode": im.mode, "format": im.format}
+    """Header facts for inspect/provenance: width, height, mode, format, and ``orientation`` when an
+    EXIF tag turns the stored pixels (width and height are the stored ones; no pixel decode)."""
+    head = _checked_jpeg_header(data)
+    if head is not None:
+        facts = {k: head[k] for k in ("width", "height", "mode", "format")}
+        orientation = head["orientation"]
+    else:
+        im = open_image(data)
+        facts = {"width": im.width, "height": im.height, "mode": im.mode, "format": im.format}
+        orientation = exif_orientation(im)
+    if orientation != 1:
+        facts["orientation"] = orientation
+    return facts
 
 
 def jpeg_display_changes(data: bytes, display: Display = Display()) -> dict | None:

@@ -168,17 +168,13 @@ _SAME_FORMAT = {"jpeg": "jpg", "jpe": "jpg", "jfif": "jpg", "tif": "tiff"}
 
 def mixed_format_warning(items: list[WorkItem], options: ShardOptions) -> str | None:
     """The one warning of ``--format keep`` on inputs of several formats: what each reader will miss."""
+    from fgdata.media.decode import mixed_image_formats
+
     if options.kind != "images" or options.image_format != "keep":
         return None
     exts = Counter(_SAME_FORMAT.get(e, e) for e in (i.path.rpartition(".")[2].lower() for i in items if i.path) if e)
-    if len(exts) < 2:
-        return None
-    (top, n), *_ = exts.most_common()
-    counts = ", ".join(f"{k} {v:,}" for k, v in exts.most_common())
-    return (f"--format keep: the samples will carry {len(exts)} image extensions ({counts}); HF datasets refuses "
-            f"such shards and a single-key loader config such as {{\"real\": \"{top}\"}} misses the other "
-            f"{sum(exts.values()) - n:,} samples. Use --format jpg (the default), png or webp for one format.")
-
+    mixed = mixed_image_formats(exts)
+    return f"--format keep: the samples will carry {mixed[0]}" if mixed else None
 
 
 def _png_16bit(data: bytes) -> bool:
