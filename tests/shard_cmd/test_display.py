@@ -212,7 +212,7 @@ def test_verify_and_report_flag_mixed_image_formats(cli, photos: Path, tmp_path:
     verify = json.loads(cli("verify", dest, "--json").stdout)
     assert verify["ok"] and verify["warnings"] == [verify["warnings"][0]]
     assert "mixed image formats: 2 image extensions (jpg 4, png 3)" in verify["warnings"][0]
-    report = json.loads(cli("report", dest, "-o", tmp_path / "r.html", "--json", "--no-progress").stdout)
+    report = json.loads(cli("report", dest, "-o", tmp_path / "r.html", "--json", "--no-progress", expect=1).stdout)
     mixed = [p for p in report["problems"] if p["kind"] == "mixed image formats"]
     assert mixed and mixed[0]["count"] == 3 and "{'real': 'jpg'} misses 3 samples" in mixed[0]["examples"][0]
     clean = tmp_path / "clean"
