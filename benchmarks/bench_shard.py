@@ -1,6 +1,9 @@
 """Shard-writing speed: fgdata vs a plain webdataset ShardWriter loop vs ``tar cf``, and re-encode scaling.
 
 Run: .venv/bin/python benchmarks/bench_shard.py [--images 400] [--repeats 3]
+     .venv/bin/python benchmarks/bench_shard.py --base /work/main --images 300 --rounds 5
+       (copy mode on sRGB JPEGs against another checkout, each in its own process, in paired rounds;
+       then the cost per image that needs normalising: target within 5 % of the base's time)
 
 All three pass-through writers read the same folder (copies of the bundled JPEGs, each with
 a caption sidecar) from the page cache and write shards to the same disk; each figure is
@@ -23,6 +26,7 @@ import os
 import statistics
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -101,7 +105,14 @@ def main() -> None:
     parser.add_argument("--reencode-images", type=int, default=240)
     parser.add_argument("--max-side", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=7, help="(1 worker, 2 workers) pairs for the scaling figures")
+    parser.add_argument("--base", type=Path, default=None,
+                        help="another fgdata checkout (e.g. /work/main): compare copy mode with it, then exit")
     args = parser.parse_args()
+    if args.base is not None:
+        with tempfile.TemporaryDirectory(prefix="bench-shard-") as tmp:
+            print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")
+            compare_copy_mode(Path(tmp), args.base, args.images, args.rounds, args.repeats)
+        return
     import webdataset  # noqa: F401 - import cost (torch) stays out of the timings
 
     with tempfile.TemporaryDirectory(prefix="bench-shard-") as tmp:
@@ -138,6 +149,75 @@ def main() -> None:
         print(f"  re-encode speed-up 1 -> 2 workers, median of {args.rounds}: {reencode:.2f}x (target >= 1.7x)"
               f"   identical output: {same}")
         print(f"  the machine's ceiling (pure CPU through the same pool), median: {ceiling:.2f}x")
+
+
+# -- copy mode against another checkout (main), and the cost of normalising ---------------------------
+
+SRGB_JPEGS = ("hubble_deep_field.jpg", "grace_hopper.jpg")  # JPEGs that need no display change: kept as is
+_CHILD = """
+import shutil, sys, time
+from fgdata.jobs.shard import ShardJob, run_shard_job
+from fgdata.producers.media import ShardOptions
+src, dest, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
+runs = []
+for _ in range(repeats):
+    shutil.rmtree(dest, ignore_errors=True)
+    t = time.perf_counter()
+    report = run_shard_job(ShardJob(src=src, dest=dest, options=ShardOptions(kind="images"), resume=False))
+    runs.append(time.perf_counter() - t)
+    assert report.failed == 0
+print(min(runs))
+"""
+
+
+def jpeg_folder(root: Path, n: int, orientation: int | None = None) -> Path:
+    """``n`` copies of the sRGB JPEGs with captions; ``orientation``: an EXIF APP1 segment with that tag is
+    inserted after SOI (the compressed data stays the same), so every copy needs turning upright."""
+    from PIL import Image
+
+    root.mkdir(parents=True)
+    app1 = b""
+    if orientation:
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        payload = exif.tobytes()
+        app1 = b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload
+    for i in range(n):
+        name = SRGB_JPEGS[i % len(SRGB_JPEGS)]
+        data = (EXAMPLES / name).read_bytes()
+        (root / f"img{i:05d}.jpg").write_bytes(data[:2] + app1 + data[2:])
+        shutil.copyfile(EXAMPLES / name.replace(".jpg", ".txt"), root / f"img{i:05d}.txt")
+    return root
+
+
+def child_time(tree: Path, src: Path, dest: Path, repeats: int) -> float:
+    """Best of ``repeats`` default ``shard images`` runs of ``src`` with the fgdata of ``tree``, in a fresh process."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(src), str(dest), str(repeats)], env=env, check=True,
+                         capture_output=True, text=True)
+    return float(out.stdout.split()[-1])
+
+
+def compare_copy_mode(root: Path, base: Path, n: int, rounds: int, repeats: int) -> None:
+    """Copy mode on a JPEG-only folder, this tree against ``base`` (e.g. /work/main), in paired rounds;
+    then the cost per normalised image (the same JPEGs with an EXIF orientation to apply)."""
+    here = Path(__file__).resolve().parents[1]
+    plain = jpeg_folder(root / "plain", n)
+    turned = jpeg_folder(root / "turned", n, orientation=6)
+    print(f"copy mode, {n} sRGB JPEGs + captions, {rounds} rounds of (base, this tree), best of {repeats} each")
+    ratios = []
+    for i in range(rounds):
+        t_base = child_time(base, plain, root / "b", repeats)
+        t_here = child_time(here, plain, root / "h", repeats)
+        ratios.append(t_here / t_base)
+        print(f"  round {i + 1}: base {t_base:6.3f} s, this tree {t_here:6.3f} s, time ratio {t_here / t_base:.3f}")
+    print(f"  this tree / base time, median: {statistics.median(ratios):.3f} (target <= 1.05)")
+    t_plain = [child_time(here, plain, root / "h", repeats) for _ in range(rounds)]
+    t_turned = [child_time(here, turned, root / "t", repeats) for _ in range(rounds)]
+    per = (statistics.median(t_turned) - statistics.median(t_plain)) / n
+    print(f"  the same {n} JPEGs with EXIF orientation 6 (each decoded, turned, re-encoded at quality 95): "
+          f"median {statistics.median(t_turned):.3f} s vs {statistics.median(t_plain):.3f} s kept")
+    print(f"  cost per normalised image: {per * 1e3:.1f} ms")
 
 
 def cpu_loop(workers: int, n: int) -> None:
