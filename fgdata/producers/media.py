@@ -9,9 +9,10 @@ category (``read``, ``image-decode``, ``video-decode``, ``video-truncated``, ``c
 The ``json`` member keeps the user's metadata (manifest columns, ``NAME.json``) as given, and
 puts fgdata's own fields under ``fgdata`` (see :mod:`fgdata.shards.metadata`).
 
-Image checks: pass-through keeps the original bytes and checks the header plus the format's
-end marker (JPEG EOI, PNG IEND); a file without its marker is fully decoded, so trailing
-garbage is accepted but truncation is not. Re-encoding decodes everything anyway.
+Image checks: a JPEG kept as it is has its header read (size, EXIF orientation, ICC profile: what
+decides whether it needs a display change) and its end marker (EOI) checked; a JPEG without the
+marker is fully decoded, so trailing garbage is accepted but truncation is not. Any other image
+is fully decoded (to learn whether a viewer shows it differently), and so is everything re-encoded.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ IMAGE_FORMATS = ("jpg", "png", "webp")
 #: ``--format`` choices: one output format, or ``keep`` (each input's own format).
 FORMAT_CHOICES = (*IMAGE_FORMATS, "keep")
 _PIL_EXT = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff"}
-_PNG_END = b"IEND\xaeB`\x82"
 _ADDRESS = re.compile(r"\s*<[^<>]* at 0x[0-9a-fA-F]+>")
 
 
