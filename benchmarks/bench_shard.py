@@ -37,6 +37,23 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "data"
 JPEGS = ("hubble_deep_field.jpg", "grace_hopper.jpg")
 
 
+_TRANSFORM_CHILD = """
+import sys, time
+from pathlib import Path
+from fgdata.producers.media import ShardOptions, transform
+from fgdata.sources.folder import WorkItem
+items = [WorkItem(index=i, name=p.name, path=str(p)) for i, p in enumerate(sorted(Path(sys.argv[1]).glob("*.jpg")))]
+options = ShardOptions(kind="images")
+runs = []
+for _ in range(8):  # the first warms the caches
+    c = time.process_time()
+    for item in items:
+        transform(0, item, options)
+    runs.append(time.process_time() - c)
+print(min(runs[1:]) / len(items))
+"""
+
+
 def make_folder(root: Path, n: int, orientation: int | None = None) -> tuple[int, int]:
     """``n`` images (cycling through the bundled JPEGs) with captions; returns (files, bytes). ``orientation``:
     an EXIF APP1 segment with that tag is inserted after SOI (the compressed data stays the same), so every
@@ -208,6 +225,15 @@ def compare_copy_mode(root: Path, base: Path, n: int, rounds: int, repeats: int)
         print(f"  round {i + 1}: base {w_base:6.3f} s (cpu {c_base:6.3f}), this tree {w_here:6.3f} s (cpu {c_here:6.3f})")
     print(f"  this tree / base, median of {rounds}: wall time {statistics.median(walls):.3f}, "
           f"CPU time {statistics.median(cpus):.3f} (target <= 1.05)")
+    per_jpeg = {tree: [] for tree in (base, here)}
+    for _ in range(3):
+        for tree in (base, here):
+            out = subprocess.run([sys.executable, "-c", _TRANSFORM_CHILD, str(plain)], check=True, capture_output=True,
+                                 text=True, env={**os.environ, "PYTHONPATH": str(tree)})
+            per_jpeg[tree].append(float(out.stdout.split()[-1]))
+    t_base, t_here = min(per_jpeg[base]), min(per_jpeg[here])
+    print(f"  the per-input transform alone (header, checks, json), CPU per JPEG kept: base {t_base * 1e6:.1f} us, "
+          f"this tree {t_here * 1e6:.1f} us, ratio {t_here / t_base:.3f}")
     t_plain = [child_time(here, plain, root / "h", repeats)[1] for _ in range(rounds)]
     t_turned = [child_time(here, turned, root / "t", repeats)[1] for _ in range(rounds)]
     per = (statistics.median(t_turned) - statistics.median(t_plain)) / n

@@ -22,9 +22,9 @@ from __future__ import annotations
 import io
 import math
 import os
+import struct
 import warnings
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 from PIL import Image
@@ -42,6 +42,7 @@ __all__ = [
     "image_size",
     "image_transform_geometry",
     "jpeg_display_changes",
+    "jpeg_header",
     "load_image_for_training",
     "open_image",
     "to_rgb",
@@ -213,20 +214,21 @@ _JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xC
 _JPEG_MODES = {1: "L", 3: "RGB", 4: "CMYK"}
 
 
-def _exif_orientation(segment: bytes) -> int:
-    """The Orientation tag of an APP1 Exif payload (after ``Exif\\0\\0``); 1 when absent or unreadable."""
-    if len(segment) < 8 or segment[:2] not in (b"II", b"MM"):
+def _exif_orientation(data: bytes, start: int, end: int) -> int:
+    """The Orientation tag of the TIFF structure in ``data[start:end]`` (an APP1 Exif payload after
+    ``Exif\\0\\0``); 1 when absent or unreadable. Reads in place: segments can be tens of KB."""
+    if end - start < 8 or data[start : start + 2] not in (b"II", b"MM"):
         return 1
-    order: Literal["little", "big"] = "little" if segment[:2] == b"II" else "big"
-    ifd = int.from_bytes(segment[4:8], order)
-    if ifd + 2 > len(segment):
+    order = "<" if data[start] == 0x49 else ">"
+    ifd = start + struct.unpack_from(order + "I", data, start + 4)[0]
+    if ifd + 2 > end:
         return 1
-    for i in range(int.from_bytes(segment[ifd : ifd + 2], order)):
+    for i in range(struct.unpack_from(order + "H", data, ifd)[0]):
         entry = ifd + 2 + 12 * i
-        if entry + 12 > len(segment):
+        if entry + 12 > end:
             return 1
-        if int.from_bytes(segment[entry : entry + 2], order) == 0x0112:
-            value = int.from_bytes(segment[entry + 8 : entry + 10], order)
+        tag, _, _, value = struct.unpack_from(order + "HHIH", data, entry)
+        if tag == 0x0112:
             return value if 1 <= value <= 8 else 1
     return 1
 
@@ -243,7 +245,7 @@ def _jpeg_header(data: bytes) -> dict | None:
         return None
     pos, n = 2, len(data)
     orientation = 1
-    icc: list[tuple[int, bytes]] = []
+    icc: list[tuple[int, int, int]] = []  # (chunk number, start, end) of each ICC_PROFILE chunk
     while pos + 4 <= n:
         if data[pos] != 0xFF:
             return None
@@ -254,12 +256,12 @@ def _jpeg_header(data: bytes) -> dict | None:
         if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
             pos += 2
             continue
-        length = int.from_bytes(data[pos + 2 : pos + 4], "big")
-        if marker == 0xE1 and data[pos + 4 : pos + 10] == b"Exif\0\0":
-            orientation = _exif_orientation(data[pos + 10 : pos + 2 + length])
-        elif marker == 0xE2 and data[pos + 4 : pos + 16] == b"ICC_PROFILE\0":
-            icc.append((data[pos + 16], data[pos + 18 : pos + 2 + length]))
-        if marker in _JPEG_SOF:
+        length = (data[pos + 2] << 8) | data[pos + 3]
+        if marker == 0xE1 and data.startswith(b"Exif\0\0", pos + 4):
+            orientation = _exif_orientation(data, pos + 10, min(n, pos + 2 + length))
+        elif marker == 0xE2 and data.startswith(b"ICC_PROFILE\0", pos + 4) and pos + 18 <= n:
+            icc.append((data[pos + 16], pos + 18, pos + 2 + length))
+        elif marker in _JPEG_SOF:
             if pos + 10 > n:
                 return None
             height = int.from_bytes(data[pos + 5 : pos + 7], "big")
@@ -267,10 +269,10 @@ def _jpeg_header(data: bytes) -> dict | None:
             mode = _JPEG_MODES.get(data[pos + 9])
             if data[pos + 4] != 8 or mode is None or not width or not height:
                 return None
-            profile = b"".join(chunk for _, chunk in sorted(icc)) or None
+            profile = b"".join(data[a:b] for _, a, b in sorted(icc)) if icc else None
             return {"width": width, "height": height, "mode": mode, "format": "JPEG",
                     "orientation": orientation, "icc_profile": profile}
-        if marker == 0xDA:  # start of scan before any frame header
+        elif marker == 0xDA:  # start of scan before any frame header
             return None
         pos += 2 + length
     return None
@@ -307,12 +309,15 @@ def describe_image(data: bytes) -> dict:
     return facts
 
 
-def jpeg_display_changes(data: bytes, display: Display = Display()) -> dict | None:
-    """What :func:`~fgdata.media.display.display_image` would change in a JPEG, from its header alone
-    (no pixel decode); None when the header walk cannot tell (Pillow decides then)."""
-    head = _checked_jpeg_header(data)
-    if head is None:
-        return None
+def jpeg_header(data: bytes) -> dict | None:
+    """A JPEG's header facts (:func:`describe_image`'s plus ``orientation`` and ``icc_profile``), from one walk
+    of its marker segments, refused over the pixel limit; None when Pillow must decide (not a JPEG, or unusual)."""
+    return _checked_jpeg_header(data)
+
+
+def jpeg_display_changes(head: dict, display: Display = Display()) -> dict:
+    """What :func:`~fgdata.media.display.display_image` would change in a JPEG, from its header
+    (:func:`jpeg_header`) alone, without decoding a pixel."""
     changes: dict = {}
     if head["mode"] == "CMYK":
         changes["cmyk"] = "CMYK"

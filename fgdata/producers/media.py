@@ -225,22 +225,23 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
     read and the display changes made."""
     from fgdata.media import describe_image
     from fgdata.media.errors import MediaError
-    from fgdata.media.image import _load, decode_display, jpeg_display_changes, open_image
+    from fgdata.media.image import _load, decode_display, jpeg_display_changes, jpeg_header, open_image
 
     data = _read(item.path)
     try:
-        facts = describe_image(data)
+        head = jpeg_header(data)  # one walk of a JPEG's markers: its size and what decides its display
+        facts = head or describe_image(data)
         source_ext = _PIL_EXT.get(facts["format"]) or item.path.rpartition(".")[2].lower()
         ext = source_ext if options.image_format == "keep" else options.image_format
         reencode = bool(options.max_side) or ext != source_ext
         changes: dict[str, Any] = {}
         if not reencode:  # kept unless a viewer would show it differently: a JPEG's header tells, else a decode
-            found = jpeg_display_changes(data, options.display) if facts["format"] == "JPEG" else None
-            if found is None:
-                found = decode_display(data, options.display)[1]
-            elif not data.rstrip(b"\0").endswith(b"\xff\xd9"):
-                _load(open_image(data))  # no end marker: a full decode decides (trailing garbage is accepted)
-            changes = found
+            if head is None:
+                changes = decode_display(data, options.display)[1]
+            else:
+                changes = jpeg_display_changes(head, options.display)
+                if not data.rstrip(b"\0").endswith(b"\xff\xd9"):
+                    _load(open_image(data))  # no end marker: a full decode decides (trailing garbage is accepted)
             reencode = bool(changes) or _png_16bit(data)
         if reencode:
             if _png_16bit(data):
