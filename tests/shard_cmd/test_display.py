@@ -185,8 +185,9 @@ def test_other_tools_shards_load_upright_and_unclipped(photos: Path, tmp_path: P
         assert changes == CHANGES.get(name, {}), name
         _check_shown(name, np.asarray(shown.convert("RGB")).astype(int))
         size = shown.size
-        tensor = load_image_for_training(data, (size[1], size[0]), simplejpeg=True)
-        _check_shown(name, np.round((tensor.transpose(1, 2, 0) + 1) * 127.5).astype(int))
+        for fast_jpeg in (True, False):  # False: what ``encode latents`` decodes with
+            tensor = load_image_for_training(data, (size[1], size[0]), simplejpeg=fast_jpeg)
+            _check_shown(name, np.round((tensor.transpose(1, 2, 0) + 1) * 127.5).astype(int))
         tile = Image.open(io.BytesIO(thumbnail(data, "image")))
         assert tile.size == size  # smaller than the tile: not shrunk, upright
         _check_shown(name, np.asarray(tile.convert("RGB")).astype(int))
@@ -218,3 +219,27 @@ def test_verify_and_report_flag_mixed_image_formats(cli, photos: Path, tmp_path:
     clean = tmp_path / "clean"
     cli("shard", "images", photos, clean, "--no-progress")
     assert json.loads(cli("verify", clean, "--json").stdout)["warnings"] == []
+
+
+def test_float_and_32bit_images_are_scaled_not_clipped(tmp_path: Path):
+    """Float images from 0..1 (or their own wider range); 32-bit integers beyond 16 bits by their range."""
+    ramp = np.linspace(0, 1, 64, dtype=np.float32).reshape(8, 8)
+    wide = (ramp * 65535 * 4).astype(np.int32)  # up to 4 x 65535: scaled by its own maximum
+    cases = {"F": (ramp, np.round(ramp * 255)), "F-wide": (ramp * 4 - 1, np.round(ramp * 255)),
+             "I": (wide, np.round(wide * (255 / wide.max())))}
+    for label, (array, expected) in cases.items():
+        path = tmp_path / f"{label}.tiff"
+        Image.fromarray(array).save(path)
+        shown, changes = decode_display(path.read_bytes())
+        assert changes == {"8-bit": Image.open(path).mode} and shown.mode == "L", label
+        np.testing.assert_array_equal(np.asarray(shown), expected.astype(np.uint8), err_msg=label)
+
+
+def test_max_side_shrinks_the_upright_image(cli, photos: Path, tmp_path: Path):
+    dest = tmp_path / "small"
+    cli("shard", "images", photos, dest, "--max-side", "16", "--no-progress")
+    members = _by_source(dest)["sideways.jpg"]
+    meta = json.loads(members["json"])["fgdata"]
+    assert (meta["width"], meta["height"]) == (8, 16) and meta["normalised"] == {"orientation": 6}
+    rgb = _pixels(members["jpg"])
+    assert np.abs(rgb[1, 4] - RED).max() < 40 and np.abs(rgb[14, 4] - BLUE).max() < 40
