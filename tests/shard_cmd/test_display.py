@@ -243,3 +243,30 @@ def test_max_side_shrinks_the_upright_image(cli, photos: Path, tmp_path: Path):
     assert (meta["width"], meta["height"]) == (8, 16) and meta["normalised"] == {"orientation": 6}
     rgb = _pixels(members["jpg"])
     assert np.abs(rgb[1, 4] - RED).max() < 40 and np.abs(rgb[14, 4] - BLUE).max() < 40
+
+
+def _rgb16_png(rgb: np.ndarray) -> bytes:
+    """A 16-bit RGB PNG written by hand (Pillow writes none): IHDR bit depth 16, colour type 2."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    h, w, _ = rgb.shape
+    rows = b"".join(b"\0" + rgb[y].astype(">u2").tobytes() for y in range(h))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def test_a_16bit_rgb_png_is_stored_as_8bit_even_in_its_own_format(cli, tmp_path: Path):
+    src = tmp_path / "src"
+    src.mkdir()
+    rgb = np.zeros((8, 8, 3), np.uint16)
+    rgb[..., 0], rgb[..., 1] = 65535, 32896  # 32896 = 128 * 257
+    (src / "deep.png").write_bytes(_rgb16_png(rgb))
+    dest = tmp_path / "out"
+    cli("shard", "images", src, dest, "--format", "png", "--no-progress")
+    members = _by_source(dest)["deep.png"]
+    assert json.loads(members["json"])["fgdata"]["normalised"] == {"8-bit": "16-bit PNG"}
+    assert members["png"][24] == 8 and np.array_equal(_pixels(members["png"])[0, 0], (255, 128, 0))
