@@ -233,8 +233,9 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
         facts = head or describe_image(data)
         source_ext = _PIL_EXT.get(facts["format"]) or item.path.rpartition(".")[2].lower()
         ext = source_ext if options.image_format == "keep" else options.image_format
-        reencode = bool(options.max_side) or ext != source_ext
-        changes: dict[str, Any] = {}
+        deep = _png_16bit(data)
+        reencode = bool(options.max_side) or ext != source_ext or deep
+        changes: dict[str, Any] = {"8-bit": "16-bit PNG"} if deep else {}
         if not reencode:  # kept unless a viewer would show it differently: a JPEG's header tells, else a decode
             if head is None:
                 changes = decode_display(data, options.display)[1]
@@ -242,10 +243,8 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
                 changes = jpeg_display_changes(head, options.display)
                 if not data.rstrip(b"\0").endswith(b"\xff\xd9"):
                     _load(open_image(data))  # no end marker: a full decode decides (trailing garbage is accepted)
-            reencode = bool(changes) or _png_16bit(data)
+            reencode = bool(changes)
         if reencode:
-            if _png_16bit(data):
-                changes["8-bit"] = "16-bit PNG"
             ext = ext if ext in IMAGE_FORMATS else "png"  # keep: a GIF, BMP or TIFF to change becomes PNG
             data = _reencode(data, options, ext, changes)
             facts = describe_image(data)
