@@ -246,8 +246,7 @@ def neg_prompt(*, prompt: NegPromptFlags, compute: DeviceFlags) -> None:
 
     Example: fgdata encode neg-prompt --preset neg_prompt_wan --encoder ./umt5-xxl -o /data/neg_prompt_emb.npy
     """
-    from rich.console import Console
-
+    from fgdata.cli.render import console
     from fgdata.encode.text import encode_neg_prompt
 
     p = prompt
@@ -255,7 +254,7 @@ def neg_prompt(*, prompt: NegPromptFlags, compute: DeviceFlags) -> None:
                                dtype=compute.dtype, max_length=p.max_length, padding=p.padding,
                                hidden_layer=p.hidden_layer, subfolder=p.subfolder,
                                tokenizer_subfolder=p.tokenizer_subfolder)
-    Console().print(f"[green]wrote[/] {p.out}: {record['shape']} float32 ({record['source']}); record in {p.out}.json")
+    console.print(f"[green]wrote[/] {p.out}: {record['shape']} float32 ({record['source']}); record in {p.out}.json")
 
 
 def _kd(prompts: str, dst: str, options: Any, device: str, engine: EngineFlags, job: TorchrunJobFlags,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Optional
 
 import typer
@@ -45,6 +45,9 @@ class SourceFlags:
 
     path_column: str = flag(typer.Option("path", "--path-column", help="Manifest column with the media path or s3:// URL."))
     caption_column: str = flag(typer.Option("caption", "--caption-column", help="Manifest column with the caption."))
+    caption_field: str = flag(typer.Option(
+        "caption,text,prompt", "--caption-field",
+        help="Fields of NAME.json (or manifest columns) tried in order for the caption when there is no NAME.txt."))
     follow_symlinks: bool = flag(options.FOLLOW_SYMLINKS)
 
 
@@ -84,6 +87,7 @@ class ImageFlags:
                                         help="Composite transparent images on white, black, gray or #rrggbb."))
     keep_icc: bool = flag(typer.Option(False, "--keep-icc",
                                        help="Keep wide-gamut ICC profiles (Display P3, Adobe RGB) instead of converting to sRGB."))
+    max_pixels: Optional[int] = flag(options.MAX_PIXELS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +103,12 @@ class VideoFlags:
 def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     from fgdata.cli.jobrun import Outcome, finish, job_progress, notes, run_job
     from fgdata.jobs.ranks import dist_env
+    from fgdata.jobs.report import by_category
     from fgdata.jobs.shard import run_shard_job
+    from fgdata.sources.folder import skip_summary
+
+    def categories(entries: list[dict]) -> str:
+        return ", ".join(f"{category} {n:,}" for category, n in by_category(entries).items())
 
     started = time.perf_counter()
     rank, world = dist_env()
@@ -118,9 +127,17 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     rows.append(("shards", f"{len(report.shards):,}"))
     if report.resumed:
         rows.append(("resumed after", f"{report.resumed:,} inputs"))
+    if report.changed:
+        rows.append(("changed inputs", f"{len(report.changed):,}: wrote {len(report.rewritten):,} shard(s) again"))
     rows.append(("read", human_bytes(report.nbytes)))
+    if report.warnings:
+        rows.append(("warnings", f"{len(report.warnings):,}: {categories(report.warnings)} (in failures.json)"))
+    if report.skipped:
+        rows.append(("skipped", f"{len(report.skipped):,}: {skip_summary(report.skipped)} (in failures.json)"))
     details = {"samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
                "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes,
+               "warnings": len(report.warnings), "skipped": len(report.skipped),
+               "changed_inputs": report.changed, "rewritten_shards": report.rewritten,
                "normalised": report.normalised}
     if not report.whole_job:  # a torchrun rank other than 0: its own share; rank 0 reports the job
         details |= {"rank": report.rank, "world": report.world}
@@ -138,6 +155,9 @@ def _job(what, src: str, dest: str, *groups: Any, **flags: Any):  # noqa: ANN001
 
     for group in groups:
         flags |= {f.name: getattr(group, f.name) for f in fields(group)}
+    if "caption_field" in flags:  # the transform reads NAME.json, so the caption's fields are a transform option
+        names = tuple(name.strip() for name in flags.pop("caption_field").split(","))
+        what = replace(what, caption_field=names)
     if flags.get("engine", "local") not in ("local", "ray"):
         raise FgdataError(f"--engine must be 'local' or 'ray', not {flags['engine']!r}")
     return ShardJob(options=what, src=src, dest=dest, **{**flags, "maxsize": parse_bytes(flags.get("maxsize"))})
@@ -153,14 +173,15 @@ def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: Sou
 
     Many processes or nodes: torchrun --nproc-per-node 8 -m fgdata.cli.main shard images SRC DST --unit-size 10000 (each rank writes the work units u with u mod WORLD_SIZE == rank; rank 0 merges them into one numbering, the same bytes as --engine ray with that --unit-size).
 
-    Each sample holds the image, a json (your metadata as given, with fgdata's source, width, height and mode under its "fgdata" key) and a txt caption. Undecodable images, names that are not UTF-8 and symlinks out of SRC go to DST/failures.json.
+    Each sample holds the image, a json (your metadata as given, with fgdata's source, width, height and mode under its "fgdata" key) and a txt caption (NAME.txt, else the --caption-field of NAME.json or the manifest row). Undecodable images, names that are not UTF-8 and symlinks out of SRC go to DST/failures.json, with captions that cannot be read (warnings: the image is still written) and the files of SRC that are not inputs (skipped).
 
     Images are stored as a viewer shows them: EXIF orientation applied, 16-bit and float scaled to 8 bits, CMYK to RGB, transparency on --background, wide-gamut ICC to sRGB; each change is listed under "normalised" in the json and counted in the summary. JPEGs that need none of it are kept byte for byte.
     """
     from fgdata.producers.media import ShardOptions
 
     what = ShardOptions(kind="images", max_side=image.max_side, image_format=image.image_format,
-                        quality=image.quality, background=image.background, keep_icc=image.keep_icc)
+                        quality=image.quality, background=image.background, keep_icc=image.keep_icc,
+                        max_pixels=image.max_pixels)
     _run(_job(what, src, dst, source, sharding, scale, job), out)
 
 

@@ -25,8 +25,8 @@ def count_shards_cmd(
 
     Example: fgdata count-shards /data/video_shards --workers 16
 
-    A whole folder's count file lists exactly its shards; counting single shards or a pattern
-    updates their entries and keeps the others. Damaged shards count the samples readable before
+    Each folder is its own dataset: a folder given whole gets a count file that lists exactly its
+    shards; counting single shards or a pattern updates their entries and keeps the others. Damaged shards count the samples readable before
     the damage; a shard that cannot be read gets no new count (its old entry is kept). Either way
     the exit code is then 1.
     """
@@ -53,6 +53,9 @@ def count_shards_cmd(
             "path": label,
             "total_samples": total,
             "total_bytes": sum(r.bytes for r in rows),
+            "datasets": [{"path": folder, "shards": len(members),
+                          "samples": sum(r.samples for r in rows if r.shard in members and not r.error)}
+                         for folder, members in ((f, set(m)) for f, m in selection.datasets.items())],
             "shards": [{"shard": r.name, "path": r.shard, "samples": None if r.error else r.samples, "bytes": r.bytes,
                         "damage": r.damage, "error": r.error} for r in rows],
             "count_files": [{"path": u.path, "kept": u.kept, "uncounted": u.uncounted} for u in updates],
@@ -67,16 +70,16 @@ def count_shards_cmd(
         table.add_column("status")
         for r in rows:
             status = f"[red]unreadable: {r.error}[/]" if r.error else f"[red]damaged: {r.damage}[/]" if r.damage else "ok"
-            table.add_row(r.name, "?" if r.error else f"{r.samples:,}", human_bytes(r.bytes), status)
+            table.add_row(selection.label(r.shard), "?" if r.error else f"{r.samples:,}", human_bytes(r.bytes), status)
         console.print(table)
         for u in updates:
             if not quiet:
                 console.print(f"wrote {u.path}")
-    for u in updates:
+    for u in updates:  # u.path names the dataset's count file
         for name, n in u.kept.items():
-            err_console.print(f"[red]{name}: could not be read; {u.path} keeps its old count ({n:,})[/]")
+            err_console.print(f"[red]{name}: could not be read; {u.path} keeps its old count ({n:,})[/]", highlight=False)
         for name in u.uncounted:
-            err_console.print(f"[red]{name}: could not be read; {u.path} has no count for it[/]")
+            err_console.print(f"[red]{name}: could not be read; {u.path} has no count for it[/]", highlight=False)
     if damaged or unreadable:
         err_console.print(f"[red]{len(damaged)} damaged and {len(unreadable)} unreadable shard(s)[/]")
         raise typer.Exit(1)

@@ -213,16 +213,22 @@ def _key(command: str) -> str:
 def _prepare_dest(job: TaskJob, run: RunSettings, rank: int, world: int) -> None:
     """Refuse foreign files (every rank checks: outputs appear with their index first, so no rank takes another's
     output for a foreign file); ``--no-resume`` drops this rank's earlier markers (every rank's for the "prepare"
-    role, which a driver runs before it starts the ranks), saying so."""
+    role, which a driver runs before it starts the ranks), saying so. ``--overwrite`` removes the foreign files and
+    (rank 0) fgdata's earlier outputs that no task of this job writes again, then redoes every task."""
     if run.role == "finalize":
         return
     inputs = [t.name for t in job.tasks] if job.in_place else []
     destmod.check_foreign(job.dest, keep=inputs, overwrite=run.overwrite and rank == 0, notify=run.notify)
+    if run.overwrite and rank == 0 and not job.in_place:
+        rewritten = ({t.name for t in job.tasks} | {t.name + destmod.INDEX_SUFFIX for t in job.tasks}
+                     | {COUNT_FILE, FAILURES_FILE, PROVENANCE_FILE})  # written again by this job
+        destmod.remove_files(job.dest, destmod.own_outputs(job.dest, keep=rewritten), "--overwrite", run.notify)
     if not run.resume:
         testhook.hold("no-resume", rank)
         mine = job.tasks if run.role == "prepare" else owned(job.tasks, rank, world)
         if run.notify:
-            run.notify(f"--no-resume: redoing {len(mine)} output shard(s) in {job.dest} from scratch")
+            flag = "--overwrite" if run.overwrite else "--no-resume"
+            run.notify(f"{flag}: redoing {len(mine)} output shard(s) in {job.dest} from scratch")
         for task in mine:
             storage.remove(_marker(job.dest, job.command, task.name))
 
@@ -235,6 +241,8 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
     can report the loaded model. SIGINT/SIGTERM raise :class:`Interrupted` with the inputs done so far.
     """
     run = run or RunSettings()
+    if run.overwrite:  # a fresh run: fgdata's earlier outputs go, whatever options made them
+        run = replace(run, resume=False)
     env_rank, env_world = dist_env()
     rank = env_rank if run.rank is None else run.rank
     world = env_world if run.world is None else run.world
@@ -249,6 +257,7 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
     summary = JobSummary(dest=job.dest, command=job.command, rank=rank, world=world)
     launch = run_launch(run.resume, run.wait_timeout)  # None outside torchrun (a Ray driver clears DST first)
     with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank)):
+        before = destmod.shard_versions(job.dest) if run.role == "all" and rank == 0 else None
         _prepare_dest(job, run, rank, world)
         if run.role == "prepare":
             return summary
@@ -260,6 +269,8 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
         if run.role == "finalize" or (run.role == "all" and rank == 0):
             info = info or _rank_record(job, record, launch, world) or (job.provenance() if job.provenance else {})
             _finalize(job, run, world, record, launch, info, summary)
+        if before is not None:
+            destmod.drop_stale_indexes(job.dest, before, run.notify)
     return summary
 
 

@@ -54,6 +54,7 @@ class ImagenetOptions:
     max_images: int | None = byte_option(None)
     strict: bool = byte_option(False)
     follow_symlinks: bool = byte_option(False)
+    max_pixels: int | None = byte_option(None)  # the decompression-bomb limit (None: Pillow's, or FGDATA_MAX_PIXELS)
 
 
 @dataclass(frozen=True)

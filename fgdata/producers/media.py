@@ -6,6 +6,10 @@ category (``read``, ``image-decode``, ``video-decode``, ``video-truncated``, ``c
 ``metadata``, ``caption``, ``missing-path``, ``error``, and the source's refusals: ``name``,
 ``symlink``, ``path``, ``manifest``).
 
+A caption that cannot be read (``NAME.txt`` that is not text, a caption field or column that is not
+text) is a *warning* of that input (``Outcome.warnings``, the report's ``warnings``): the sample is
+written without its ``txt``, so an image is never lost with its caption.
+
 The ``json`` member keeps the user's metadata (manifest columns, ``NAME.json``) as given, and
 puts fgdata's own fields under ``fgdata`` (see :mod:`fgdata.shards.metadata`).
 
@@ -17,6 +21,7 @@ is fully decoded (to learn whether a viewer shows it differently), and so is eve
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import math
@@ -28,7 +33,7 @@ from typing import Any, Literal
 from fgdata import storage
 from fgdata.errors import FgdataError
 from fgdata.media.display import Display, parse_background
-from fgdata.shards.metadata import FGDATA_FIELD, with_fgdata_fields
+from fgdata.shards.metadata import FGDATA_FIELD, parse_json, with_fgdata_fields
 from fgdata.sources.folder import WorkItem, sample_key
 
 Kind = Literal["images", "videos", "prompts"]
@@ -59,6 +64,8 @@ class ShardOptions:
     clip_seconds: float | None = None
     exact_clips: bool = False
     fps: float | None = None
+    caption_field: tuple[str, ...] = ("caption", "text", "prompt")  # metadata fields tried for a missing caption
+    max_pixels: int | None = None  # the decompression-bomb limit (None: Pillow's, or FGDATA_MAX_PIXELS)
 
     def __post_init__(self) -> None:
         if self.image_format not in FORMAT_CHOICES:
@@ -75,6 +82,10 @@ class ShardOptions:
             raise FgdataError("--clip-seconds must be > 0")
         if self.fps is not None and self.fps <= 0:
             raise FgdataError("--fps must be > 0")
+        if not self.caption_field or not all(name.strip() for name in self.caption_field):
+            raise FgdataError("--caption-field needs one or more field names, e.g. caption,text,prompt")
+        if self.max_pixels is not None and self.max_pixels < 1:
+            raise FgdataError("--max-pixels must be at least 1")
 
     @property
     def display(self) -> Display:
@@ -91,8 +102,7 @@ class ShardOptions:
 
 @dataclass
 class Outcome:
-    """The result of one item: ``samples`` as (key, members), or a failure ``reason``; input bytes read;
-    what was normalised."""
+    """The result of one item: ``samples`` as (key, members), or a failure ``reason``; input bytes read."""
 
     position: int
     index: int
@@ -100,6 +110,7 @@ class Outcome:
     samples: list[tuple[str, dict[str, bytes]]] = field(default_factory=list)
     reason: str | None = None
     nbytes: int = 0
+    warnings: list[str] = field(default_factory=list)  # "<category>: <message>" for inputs written without a part
     normalised: tuple[str, ...] = ()  # the display changes made to an image (fgdata.media.display.CHANGES)
 
 
@@ -126,42 +137,108 @@ def json_bytes(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
-def _caption_and_metadata(item: WorkItem) -> tuple[str | None, dict[str, Any], int]:
-    """The caption and the user's metadata (sidecars over manifest columns); fgdata adds its own fields later."""
-    nbytes = 0
-    caption = item.caption
+#: Captions that are not UTF-8: a byte-order mark decides (UTF-32 before UTF-16: its BOM starts with UTF-16's).
+_BOMS = ((codecs.BOM_UTF8, "utf-8-sig", "utf-8"), (codecs.BOM_UTF32_LE, "utf-32", "utf-32"),
+         (codecs.BOM_UTF32_BE, "utf-32", "utf-32"), (codecs.BOM_UTF16_LE, "utf-16", "utf-16"),
+         (codecs.BOM_UTF16_BE, "utf-16", "utf-16"))
+#: Without a BOM, a caption that is not UTF-8 is read as Windows-1252, then Latin-1 (what old tools wrote).
+_FALLBACKS = (("cp1252", "cp1252"), ("latin-1", "latin-1"))
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def decode_caption(raw: bytes) -> tuple[str | None, str]:
+    """A caption file's text and the encoding it was read in (``utf-8`` mostly); None when it is not text in
+    that encoding (it does not decode, or holds control characters other than tab and line breaks)."""
+    text, encoding = None, "utf-8"
+    for bom, codec, name in _BOMS:
+        if raw.startswith(bom):
+            encoding = name
+            try:
+                text = raw.decode(codec)
+            except UnicodeDecodeError:
+                return None, name
+            break
+    else:
+        for codec, name in (("utf-8", "utf-8"), *_FALLBACKS):
+            try:
+                text, encoding = raw.decode(codec), name
+                break
+            except UnicodeDecodeError:
+                continue
+    return (None if text is None or _CONTROL.search(text) else text.strip()), encoding
+
+
+@dataclass
+class _Text:
+    """An item's caption and the user's metadata, with what fgdata records about them and the warnings."""
+
+    caption: str | None
+    metadata: dict[str, Any]
+    nbytes: int
+    fields: dict[str, Any] = field(default_factory=dict)  # for the json's "fgdata" object
+    warnings: list[str] = field(default_factory=list)
+
+
+def _caption_and_metadata(item: WorkItem, options: ShardOptions) -> _Text:
+    """The caption (NAME.txt, a manifest's caption column, else the first ``--caption-field`` of the metadata)
+    and the user's metadata (sidecars over manifest columns); a caption that cannot be read is a warning, and
+    the sample is written without it."""
+    text = _Text(item.caption, dict(item.metadata), 0, warnings=[item.warning] if item.warning else [])
     if item.caption_path:
         raw = _read(item.caption_path)
-        nbytes += len(raw)
-        try:
-            caption = raw.decode("utf-8-sig").strip()
-        except UnicodeDecodeError:
-            raise _Failed("caption", f"{storage.basename(item.caption_path)} is not UTF-8") from None
-    metadata = dict(item.metadata)
+        text.nbytes += len(raw)
+        name = storage.basename(item.caption_path)
+        text.caption, encoding = decode_caption(raw)
+        if text.caption is None:
+            why = ("is not text in UTF-8, Windows-1252 or Latin-1" if encoding not in ("utf-16", "utf-32")
+                   else f"has a {encoding.upper()} byte-order mark but is not {encoding.upper()} text")
+            text.warnings.append(f"caption: {name} {why}; written without a caption")
+        elif encoding != "utf-8":
+            text.fields["caption_encoding"] = encoding
+            if encoding in dict(_FALLBACKS).values():
+                text.warnings.append(f"caption: {name} is not UTF-8; read as {encoding}")
     if item.metadata_path:
         raw = _read(item.metadata_path)
-        nbytes += len(raw)
+        text.nbytes += len(raw)
         try:
-            doc = json.loads(raw)
-        except ValueError as e:
+            doc = parse_json(raw)
+        except (ValueError, UnicodeDecodeError) as e:
             raise _Failed("metadata", f"{storage.basename(item.metadata_path)}: {_first_line(e)}") from None
         if not isinstance(doc, dict):
             raise _Failed("metadata", f"{storage.basename(item.metadata_path)} must hold a JSON object")
-        metadata.update(doc)
-    if FGDATA_FIELD in metadata:
+        text.metadata.update(doc)
+    if FGDATA_FIELD in text.metadata:
         raise _Failed("metadata", f"{item.name}: the field {FGDATA_FIELD!r} is reserved for fgdata's own metadata")
-    return caption, metadata, nbytes
+    if text.caption is None and not item.caption_path and not item.warning:
+        _caption_from_fields(item, options.caption_field, text)
+    return text
 
 
-def _text_members(caption: str | None, metadata: dict[str, Any], fields: dict[str, Any]) -> dict[str, bytes]:
-    """``txt`` and ``json``: the user's metadata with fgdata's ``fields`` under its own key."""
-    members = {"json": json_bytes(with_fgdata_fields(metadata, fields))}
-    if caption is not None:
-        members["txt"] = caption.encode()
+def _caption_from_fields(item: WorkItem, names: tuple[str, ...], text: _Text) -> None:
+    """The first of ``names`` in the metadata that holds non-blank text becomes the caption (the field stays in
+    the json)."""
+    for name in names:
+        value = text.metadata.get(name)
+        if isinstance(value, str) and value.strip():
+            text.caption = value.strip()
+            text.fields["caption_field"] = name
+            return
+    present = [name for name in names if text.metadata.get(name) is not None and not isinstance(text.metadata[name], str)]
+    if present:
+        where = storage.basename(item.metadata_path) if item.metadata_path else item.name
+        text.warnings.append(f"caption: the field {present[0]!r} of {where} is not text; written without a caption")
+
+
+def _text_members(text: _Text, fields: dict[str, Any]) -> dict[str, bytes]:
+    """``txt`` and ``json``: the user's metadata with fgdata's ``fields`` (and the caption's) under its own key."""
+    members = {"json": json_bytes(with_fgdata_fields(text.metadata, {**fields, **text.fields}))}
+    if text.caption is not None:
+        members["txt"] = text.caption.encode()
     return members
 
 
 # -- images ------------------------------------------------------------------
+
 
 _SAME_FORMAT = {"jpeg": "jpg", "jpe": "jpg", "jfif": "jpg", "tif": "tiff"}
 
@@ -220,10 +297,10 @@ def _reencode(data: bytes, options: ShardOptions, ext: str, changes: dict[str, A
     return _encode(im, ext, options, icc)
 
 
-def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, bytes], int, tuple[str, ...]]:
+def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, bytes], int, list[str], tuple[str, ...]]:
     """The image (kept, or normalised and encoded as ``--format`` says), its json and caption; the bytes
-    read and the display changes made."""
-    from fgdata.media import describe_image
+    read, the caption's warnings and the display changes made."""
+    from fgdata.media import IMAGE_EXTS, describe_image
     from fgdata.media.errors import MediaError
     from fgdata.media.image import _load, decode_display, jpeg_display_changes, jpeg_header, open_image
 
@@ -234,7 +311,8 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
         source_ext = _PIL_EXT.get(facts["format"]) or item.path.rpartition(".")[2].lower()
         ext = source_ext if options.image_format == "keep" else options.image_format
         deep = _png_16bit(data)
-        reencode = bool(options.max_side) or ext != source_ext or deep
+        # AVIF, HEIC, ... are always encoded: the loaders read none of them.
+        reencode = bool(options.max_side) or ext != source_ext or deep or source_ext not in IMAGE_EXTS
         changes: dict[str, Any] = {"8-bit": "16-bit PNG"} if deep else {}
         if not reencode:  # kept unless a viewer would show it differently: a JPEG's header tells, else a decode
             if head is None:
@@ -245,17 +323,17 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
                     _load(open_image(data))  # no end marker: a full decode decides (trailing garbage is accepted)
             reencode = bool(changes)
         if reencode:
-            ext = ext if ext in IMAGE_FORMATS else "png"  # keep: a GIF, BMP or TIFF to change becomes PNG
+            ext = ext if ext in IMAGE_FORMATS else "png"  # keep: a GIF, BMP, TIFF, AVIF, ... to encode becomes PNG
             data = _reencode(data, options, ext, changes)
             facts = describe_image(data)
     except MediaError as e:
         raise _Failed("image-decode", _first_line(e)) from None
-    caption, metadata, nbytes = _caption_and_metadata(item)
+    text = _caption_and_metadata(item, options)
     fields: dict[str, Any] = {"source": item.name, "width": facts["width"], "height": facts["height"],
                               "mode": facts["mode"]}
     if changes:
         fields["normalised"] = dict(sorted(changes.items()))
-    return {ext: data, **_text_members(caption, metadata, fields)}, len(data) + nbytes, tuple(sorted(changes))
+    return {ext: data, **_text_members(text, fields)}, len(data) + text.nbytes, text.warnings, tuple(sorted(changes))
 
 
 # -- videos ------------------------------------------------------------------
@@ -295,7 +373,7 @@ def _camera(item: WorkItem, frame_count: int) -> tuple[Any, Any, int] | None:
     return arrays[0], arrays[1], nbytes
 
 
-def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[str, dict[str, bytes]]], int]:
+def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[str, dict[str, bytes]]], int, list[str]]:
     from fgdata.media import check_member, probe_video
     from fgdata.media.camera import slice_camera, transform_intrinsics
     from fgdata.media.errors import MediaError
@@ -312,14 +390,14 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
     except MediaError as e:
         raise _Failed("video-decode", _first_line(e)) from None
     camera = _camera(item, info.frame_count)
-    caption, metadata, nbytes = _caption_and_metadata(item)
-    nbytes += len(data) + (camera[2] if camera else 0)
+    text = _caption_and_metadata(item, options)
+    nbytes = text.nbytes + len(data) + (camera[2] if camera else 0)
     key = sample_key(item.index)
     if options.clip_seconds is None and not options.reencode_video:
-        members = {ext: data, **_text_members(caption, metadata, {"source": item.name, **info.to_dict()})}
+        members = {ext: data, **_text_members(text, {"source": item.name, **info.to_dict()})}
         if camera:
             members["poses.npy"], members["intrinsics.npy"] = _npy(camera[0]), _npy(camera[1])
-        return [(key, members)], nbytes
+        return [(key, members)], nbytes, text.warnings
     try:
         if options.clip_seconds is None:
             bounds = [(0.0, info.duration)]
@@ -336,7 +414,7 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
             clip_info = probe_video(clip.data)
             fields = {"source": item.name, **clip_info.to_dict(),
                       "clip": {"index": j, "start": clip.start, "end": clip.end}}
-            members = {out_ext: clip.data, **_text_members(caption, metadata, fields)}
+            members = {out_ext: clip.data, **_text_members(text, fields)}
             if camera:
                 poses, intrinsics = slice_camera(camera[0], camera[1], clip.frame_indices)
                 crop = {"resize_w": clip_info.width, "resize_h": clip_info.height, "crop_x0": 0, "crop_y0": 0}
@@ -345,7 +423,7 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
             samples.append((key if options.clip_seconds is None else f"{key}_{j:04d}", members))
     except MediaError as e:
         raise _Failed("video-decode", _first_line(e)) from None
-    return samples, nbytes
+    return samples, nbytes, text.warnings
 
 
 # -- entry point ---------------------------------------------------------------
@@ -353,24 +431,32 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
 
 def transform(position: int, item: WorkItem, options: ShardOptions) -> Outcome:
     """Turn one work item into samples; every error becomes a failure reason, never an exception."""
+    from fgdata.media.image import pixel_limit
+
     out = Outcome(position=position, index=item.index, name=item.name)
     try:
-        if item.refused:
-            out.reason = item.refused
-        elif options.kind == "prompts":
-            if not item.caption:
-                raise _Failed("caption", "empty prompt")
-            out.samples = [(sample_key(item.index), {"txt": item.caption.encode()})]
-            out.nbytes = len(item.caption.encode())
-        elif not item.path:
-            raise _Failed("missing-path", "no media path")
-        elif options.kind == "images":
-            members, out.nbytes, out.normalised = _image_samples(item, options)
-            out.samples = [(sample_key(item.index), members)]
-        else:
-            out.samples, out.nbytes = _video_samples(item, options)
+        with pixel_limit(options.max_pixels):
+            _transform_into(out, item, options)
     except _Failed as e:
         out.reason = str(e)
     except Exception as e:  # noqa: BLE001 - a strange input must not end a long job; it is reported
         out.reason = f"error: {type(e).__name__}: {_first_line(e)}"
     return out
+
+
+def _transform_into(out: Outcome, item: WorkItem, options: ShardOptions) -> None:
+    """The body of :func:`transform`: fill ``out`` with the item's samples; a failure raises :class:`_Failed`."""
+    if item.refused:
+        out.reason = item.refused
+    elif options.kind == "prompts":
+        if not item.caption:
+            raise _Failed("caption", "empty prompt")
+        out.samples = [(sample_key(item.index), {"txt": item.caption.encode()})]
+        out.nbytes = len(item.caption.encode())
+    elif not item.path:
+        raise _Failed("missing-path", "no media path")
+    elif options.kind == "images":
+        members, out.nbytes, out.warnings, out.normalised = _image_samples(item, options)
+        out.samples = [(sample_key(item.index), members)]
+    else:
+        out.samples, out.nbytes, out.warnings = _video_samples(item, options)

@@ -171,8 +171,6 @@ def _open(path: str, stats: Stats) -> tuple[int | None, Iterator[_Entry]]:
     if scan.damage:
         row["damage"] = scan.damage
         stats.problem("damaged shard", f"{name}: {scan.damage} (after {len(scan.samples)} samples)")
-    for p in scan.problems:
-        stats.problem("key problem", f"{name}: {p}")
 
     def local() -> Iterator[_Entry]:
         if not scan.samples:
@@ -205,11 +203,14 @@ def _json(entry: _Entry, stats: Stats, name: str) -> dict[str, Any] | None:
     if ext is None:
         return None
     stats.json_members += 1
-    try:
-        from fgdata.media.decode import unwrap_gz
+    from fgdata.media.decode import InflateLimitError, unwrap_gz
 
+    try:
         doc = json.loads(unwrap_gz(ext, entry.read(ext, None))[1])
-    except (ValueError, UnicodeDecodeError, FgdataError):
+    except InflateLimitError as exc:
+        stats.problem("member too large", f"{name} {entry.key}.{ext}: {exc}")
+        return None
+    except (ValueError, UnicodeDecodeError, RecursionError, FgdataError):
         stats.problem("invalid json", f"{name} {entry.key}")
         return None
     return doc if isinstance(doc, dict) else None
@@ -417,7 +418,25 @@ def collect_shard(path: str, budget: int, tiles: int, thumb: int = 192) -> Stats
     except FgdataError as exc:
         stats.shards[-1]["damage"] = str(exc).splitlines()[0]
         stats.problem("unreadable shard", f"{name}: {stats.shards[-1]['damage']}")
+        return stats
+    _structure(path, size, stats, name)
     return stats
+
+
+# Verify's findings that the pass above already reports in its own words ("damaged shard", "unreadable shard").
+_DAMAGE = frozenset({"corrupt", "not-a-tar", "truncated", "unreadable"})
+
+
+def _structure(path: str, size: int, stats: Stats, name: str) -> None:
+    """Every structural problem ``fgdata verify`` finds in the shard (keys, links and devices, a missing end of
+    archive, an empty shard, a stale index), by verify's own checks: the two commands cannot disagree."""
+    from fgdata.verify.shard import check_shard
+
+    result = check_shard(path, size=size)
+    for p in result.problems:
+        if p.reason in _DAMAGE and (result.damage is not None or p.reason != "truncated"):
+            continue
+        stats.problem(p.reason, f"{name} {p.key}: {p.detail}" if p.key is not None else f"{name}: {p.detail}")
 
 
 # -- the dataset ---------------------------------------------------------------

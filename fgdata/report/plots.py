@@ -12,7 +12,7 @@ from typing import Any
 
 from fgdata.errors import FgdataError
 from fgdata.report.collect import Tile
-from fgdata.report.format import human_bytes
+from fgdata.report.format import human_bytes, terminal_safe
 
 ACCENT = "#3b6fd4"
 SECOND = "#e8833a"
@@ -72,9 +72,10 @@ def _bins(values: Sequence[float], integer: bool = False) -> Any:
 
 
 def _category_bars(ax: Any, counts: list[tuple[str, int]], colour: str = ACCENT, slots: int = 8) -> None:
-    """Horizontal bars for a few named categories, largest on top, with their counts."""
+    """Horizontal bars for a few named categories, largest on top, with their counts. Names come from the data:
+    control characters are drawn escaped (matplotlib has no glyph for them and would warn with them raw)."""
     items = counts[::-1]
-    bars = ax.barh([k for k, _ in items], [v for _, v in items], color=colour, height=0.6)
+    bars = ax.barh([terminal_safe(k) for k, _ in items], [v for _, v in items], color=colour, height=0.6)
     ax.bar_label(bars, labels=[f"{v:,}" for _, v in items], padding=3, fontsize=8, color="#30353c")
     ax.grid(axis="y", visible=False)
     ax.set_xlim(0, max(v for _, v in items) * 1.2)
@@ -108,7 +109,7 @@ def extension_sets(ext_sets: dict[str, int], top: int = 12) -> bytes:
     plt = _plt()
     items = list(ext_sets.items())[:top]
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(items) + 0.9), layout="constrained")
-    labels = [k or "(no extension)" for k, _ in items][::-1]
+    labels = [terminal_safe(k) or "(no extension)" for k, _ in items][::-1]
     values = [v for _, v in items][::-1]
     bars = ax.barh(labels, values, color=ACCENT, height=0.6)
     ax.bar_label(bars, labels=[f"{v:,}" for v in values], padding=3, fontsize=8, color="#30353c")
@@ -201,7 +202,7 @@ def numeric_field(name: str, values: Sequence[float], threshold: float, kept_sha
             label=["below threshold", "kept"])
     share = f", keeps {kept_share:.1%} of samples" if kept_share is not None else ""
     ax.axvline(threshold, color="#30353c", lw=1, ls="--", label=f"threshold {threshold:g}{share}")
-    ax.set_xlabel(name)
+    ax.set_xlabel(terminal_safe(name))
     ax.set_ylabel("samples")
     _counts_axis(ax)
     ax.legend(frameon=False, fontsize=8, loc="lower right", bbox_to_anchor=(1, 1), ncols=3)
@@ -227,9 +228,11 @@ def contact_sheet(tiles: list[Tile], columns: int = 6, tile: int = 192) -> bytes
         square = Image.new("RGB", (side, side), "white")  # centred, so every tile has the same footprint
         square.paste(im, ((side - im.width) // 2, (side - im.height) // 2))
         ax.imshow(square)
-        ax.set_title(t.key if len(t.key) <= 26 else t.key[:25] + "…", fontsize=7, loc="center", color="#30353c",
+        key = terminal_safe(t.key)
+        ax.set_title(key if len(key) <= 26 else key[:25] + "…", fontsize=7, loc="center", color="#30353c",
                      fontweight="normal")
-        caption = t.caption if len(t.caption) <= 60 else t.caption[:59] + "…"
+        caption = terminal_safe(t.caption)
+        caption = caption if len(caption) <= 60 else caption[:59] + "…"
         words, lines, line = caption.split(), [], ""
         for w in words:
             if len(line) + len(w) + 1 > 30 and line:

@@ -76,7 +76,7 @@ def _describe_head(ext: str, head: bytes, size: int) -> dict[str, Any]:
 def _summarise(ext: str, data: bytes) -> dict[str, Any]:
     from fgdata.media.decode import describe_member
 
-    return {"bytes": len(data), **describe_member(ext, data)}
+    return {"bytes": len(data), **describe_member(ext, data, MEMBER_LIMIT)}
 
 
 class _Shown:
