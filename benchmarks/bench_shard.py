@@ -1,6 +1,9 @@
 """Shard-writing speed: fgdata vs a plain webdataset ShardWriter loop vs ``tar cf``, and re-encode scaling.
 
 Run: .venv/bin/python benchmarks/bench_shard.py [--images 400] [--repeats 3]
+     .venv/bin/python benchmarks/bench_shard.py --base /work/main --images 300 --rounds 5
+       (copy mode on sRGB JPEGs against another checkout, each in its own process, in paired rounds;
+       then the cost per image that needs normalising: target within 5 % of the base's time)
 
 All three pass-through writers read the same folder (copies of the bundled JPEGs, each with
 a caption sidecar) from the page cache and write shards to the same disk; each figure is
@@ -23,23 +26,54 @@ import os
 import statistics
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "data"
-JPEGS = ("rocket.jpg", "hubble_deep_field.jpg", "grace_hopper.jpg")
+# The bundled sRGB JPEGs: shard images keeps them byte for byte. (rocket.jpg carries an Adobe RGB profile,
+# which it converts to sRGB: a re-encode, not a copy.)
+JPEGS = ("hubble_deep_field.jpg", "grace_hopper.jpg")
 
 
-def make_folder(root: Path, n: int) -> tuple[int, int]:
-    """``n`` images (cycling through the bundled JPEGs) with captions; returns (files, bytes)."""
+_TRANSFORM_CHILD = """
+import sys, time
+from pathlib import Path
+from fgdata.producers.media import ShardOptions, transform
+from fgdata.sources.folder import WorkItem
+items = [WorkItem(index=i, name=p.name, path=str(p)) for i, p in enumerate(sorted(Path(sys.argv[1]).glob("*.jpg")))]
+options = ShardOptions(kind="images")
+runs = []
+for _ in range(8):  # the first warms the caches
+    c = time.process_time()
+    for item in items:
+        transform(0, item, options)
+    runs.append(time.process_time() - c)
+print(min(runs[1:]) / len(items))
+"""
+
+
+def make_folder(root: Path, n: int, orientation: int | None = None) -> tuple[int, int]:
+    """``n`` images (cycling through the bundled JPEGs) with captions; returns (files, bytes). ``orientation``:
+    an EXIF APP1 segment with that tag is inserted after SOI (the compressed data stays the same), so every
+    copy needs turning upright."""
+    from PIL import Image
+
     root.mkdir(parents=True)
+    app1 = b""
+    if orientation:
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        payload = exif.tobytes()
+        app1 = b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload
     total = 0
     for i in range(n):
         name = JPEGS[i % len(JPEGS)]
-        shutil.copyfile(EXAMPLES / name, root / f"img{i:05d}.jpg")
+        data = (EXAMPLES / name).read_bytes()
+        (root / f"img{i:05d}.jpg").write_bytes(data[:2] + app1 + data[2:])
         shutil.copyfile(EXAMPLES / name.replace(".jpg", ".txt"), root / f"img{i:05d}.txt")
-        total += (EXAMPLES / name).stat().st_size
+        total += len(data) + len(app1)
     return n, total
 
 
@@ -101,7 +135,14 @@ def main() -> None:
     parser.add_argument("--reencode-images", type=int, default=240)
     parser.add_argument("--max-side", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=7, help="(1 worker, 2 workers) pairs for the scaling figures")
+    parser.add_argument("--base", type=Path, default=None,
+                        help="another fgdata checkout (e.g. /work/main): compare copy mode with it, then exit")
     args = parser.parse_args()
+    if args.base is not None:
+        with tempfile.TemporaryDirectory(prefix="bench-shard-") as tmp:
+            print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")
+            compare_copy_mode(Path(tmp), args.base, args.images, args.rounds, args.repeats)
+        return
     import webdataset  # noqa: F401 - import cost (torch) stays out of the timings
 
     with tempfile.TemporaryDirectory(prefix="bench-shard-") as tmp:
@@ -138,6 +179,67 @@ def main() -> None:
         print(f"  re-encode speed-up 1 -> 2 workers, median of {args.rounds}: {reencode:.2f}x (target >= 1.7x)"
               f"   identical output: {same}")
         print(f"  the machine's ceiling (pure CPU through the same pool), median: {ceiling:.2f}x")
+
+
+# -- copy mode against another checkout (main), and the cost of normalising ---------------------------
+
+_CHILD = """
+import shutil, sys, time
+from fgdata.jobs.shard import ShardJob, run_shard_job
+from fgdata.producers.media import ShardOptions
+src, dest, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
+runs = []
+for _ in range(repeats):
+    shutil.rmtree(dest, ignore_errors=True)
+    t, c = time.perf_counter(), time.process_time()
+    report = run_shard_job(ShardJob(src=src, dest=dest, options=ShardOptions(kind="images"), resume=False))
+    runs.append((time.perf_counter() - t, time.process_time() - c))
+    assert report.failed == 0
+print(*min(runs))
+"""
+
+
+def child_time(tree: Path, src: Path, dest: Path, repeats: int) -> tuple[float, float]:
+    """(wall, CPU) seconds of the best of ``repeats`` default ``shard images`` runs of ``src`` with the
+    fgdata of ``tree``, in a fresh process (one worker: the job runs in that process)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(src), str(dest), str(repeats)], env=env, check=True,
+                         capture_output=True, text=True)
+    wall, cpu = out.stdout.split()[-2:]
+    return float(wall), float(cpu)
+
+
+def compare_copy_mode(root: Path, base: Path, n: int, rounds: int, repeats: int) -> None:
+    """Copy mode on a JPEG-only folder, this tree against ``base`` (e.g. /work/main), in paired rounds;
+    then the cost per normalised image (the same JPEGs with an EXIF orientation to apply)."""
+    here = Path(__file__).resolve().parents[1]
+    plain, turned = root / "plain", root / "turned"
+    make_folder(plain, n)
+    make_folder(turned, n, orientation=6)
+    print(f"copy mode, {n} sRGB JPEGs + captions, {rounds} rounds of (base, this tree), best of {repeats} each")
+    walls, cpus = [], []
+    for i in range(rounds):
+        (w_base, c_base), (w_here, c_here) = child_time(base, plain, root / "b", repeats), child_time(here, plain, root / "h", repeats)
+        walls.append(w_here / w_base)
+        cpus.append(c_here / c_base)
+        print(f"  round {i + 1}: base {w_base:6.3f} s (cpu {c_base:6.3f}), this tree {w_here:6.3f} s (cpu {c_here:6.3f})")
+    print(f"  this tree / base, median of {rounds}: wall time {statistics.median(walls):.3f}, "
+          f"CPU time {statistics.median(cpus):.3f} (target <= 1.05)")
+    per_jpeg = {tree: [] for tree in (base, here)}
+    for _ in range(3):
+        for tree in (base, here):
+            out = subprocess.run([sys.executable, "-c", _TRANSFORM_CHILD, str(plain)], check=True, capture_output=True,
+                                 text=True, env={**os.environ, "PYTHONPATH": str(tree)})
+            per_jpeg[tree].append(float(out.stdout.split()[-1]))
+    t_base, t_here = min(per_jpeg[base]), min(per_jpeg[here])
+    print(f"  the per-input transform alone (header, checks, json), CPU per JPEG kept: base {t_base * 1e6:.1f} us, "
+          f"this tree {t_here * 1e6:.1f} us, ratio {t_here / t_base:.3f}")
+    t_plain = [child_time(here, plain, root / "h", repeats)[1] for _ in range(rounds)]
+    t_turned = [child_time(here, turned, root / "t", repeats)[1] for _ in range(rounds)]
+    per = (statistics.median(t_turned) - statistics.median(t_plain)) / n
+    print(f"  the same {n} JPEGs with EXIF orientation 6 (each decoded, turned, re-encoded at quality 95): "
+          f"median CPU {statistics.median(t_turned):.3f} s vs {statistics.median(t_plain):.3f} s kept")
+    print(f"  cost per normalised image: {per * 1e3:.1f} ms CPU")
 
 
 def cpu_loop(workers: int, n: int) -> None:

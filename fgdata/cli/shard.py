@@ -75,11 +75,18 @@ class ScaleFlags:
 
 @dataclass(frozen=True, kw_only=True)
 class ImageFlags:
-    """``shard images``: re-encoding (the original bytes are kept by default)."""
+    """``shard images``: one output format, re-encoding, and how images are normalised for display."""
 
     max_side: Optional[int] = flag(MAX_SIDE)
-    image_format: Optional[str] = flag(typer.Option(None, "--format", help="Re-encode as jpg, png or webp."))
-    quality: int = flag(typer.Option(95, "--quality", min=1, max=100, help="JPEG/WebP quality when re-encoding."))
+    image_format: str = flag(typer.Option(
+        "jpg", "--format",
+        help="jpg (JPEG inputs kept byte for byte, others encoded at --quality), png, webp, or keep (each input's "
+             "own format: other readers may miss samples)."))
+    quality: int = flag(typer.Option(95, "--quality", min=1, max=100, help="JPEG/WebP quality when encoding."))
+    background: str = flag(typer.Option("white", "--background",
+                                        help="Composite transparent images on white, black, gray or #rrggbb."))
+    keep_icc: bool = flag(typer.Option(False, "--keep-icc",
+                                       help="Keep wide-gamut ICC profiles (Display P3, Adobe RGB) instead of converting to sRGB."))
     max_pixels: Optional[int] = flag(options.MAX_PIXELS)
     dedupe: Optional[str] = flag(typer.Option(None, "--dedupe", help="sha256: keep the first of inputs with the same bytes; the others fail as 'duplicate' (one stream: not with --engine ray or torchrun)."))
 
@@ -143,6 +150,8 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
         rows.append(("samples (clips)", f"{report.samples:,}"))
     if report.clips is not None:
         rows += _clip_rows(report.clips)
+    if report.normalised:
+        rows.append(("normalised", ", ".join(f"{change} {n:,}" for change, n in report.normalised.items())))
     rows.append(("shards", f"{len(report.shards):,}"))
     if report.resumed:
         rows.append(("resumed after", f"{report.resumed:,} inputs"))
@@ -156,7 +165,8 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     details = {"samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
                "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes,
                "warnings": len(report.warnings), "skipped": len(report.skipped),
-               "changed_inputs": report.changed, "rewritten_shards": report.rewritten}
+               "changed_inputs": report.changed, "rewritten_shards": report.rewritten,
+               "normalised": report.normalised}
     if report.clips is not None:
         details["clips"] = report.clips.to_json()
     if report.stats_path:
@@ -199,7 +209,7 @@ def _job(what, src: str, dest: str, *groups: Any, **flags: Any):  # noqa: ANN001
 @flag_groups
 def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: SourceFlags, sharding: ShardingFlags,
                scale: ScaleFlags, fetch: DownloadFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
-    """Shard images with captions (NAME.txt) and metadata (NAME.json); original bytes by default.
+    """Shard images with captions (NAME.txt) and metadata (NAME.json), all in one image format (JPEG by default).
 
     Example: fgdata shard images ./photos s3://bucket/photos-wds --maxcount 1000 --workers 8
 
@@ -208,11 +218,14 @@ def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: Sou
     Many processes or nodes: torchrun --nproc-per-node 8 -m fgdata.cli.main shard images SRC DST --unit-size 10000 (each rank writes the work units u with u mod WORLD_SIZE == rank; rank 0 merges them into one numbering, the same bytes as --engine ray with that --unit-size).
 
     Each sample holds the image, a json (your metadata as given, with fgdata's source, width, height and mode under its "fgdata" key) and a txt caption (NAME.txt, else the --caption-field of NAME.json or the manifest row). Undecodable images, names that are not UTF-8 and symlinks out of SRC go to DST/failures.json, with captions that cannot be read (warnings: the image is still written) and the files of SRC that are not inputs (skipped).
+
+    Images are stored as a viewer shows them: EXIF orientation applied, 16-bit and float scaled to 8 bits, CMYK to RGB, transparency on --background, wide-gamut ICC to sRGB; each change is listed under "normalised" in the json and counted in the summary. JPEGs that need none of it are kept byte for byte.
     """
     from fgdata.producers.media import ShardOptions
 
     what = ShardOptions(kind="images", max_side=image.max_side, image_format=image.image_format,
-                        quality=image.quality, max_pixels=image.max_pixels, dedupe=image.dedupe)
+                        quality=image.quality, background=image.background, keep_icc=image.keep_icc,
+                        max_pixels=image.max_pixels, dedupe=image.dedupe)
     _run(_job(what, src, dst, source, sharding, scale, job, download=fetch.options()), out)
 
 

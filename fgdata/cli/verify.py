@@ -46,6 +46,8 @@ def _render(report) -> None:  # noqa: ANN001 - fgdata.verify.VerifyReport, impor
         console.print(f"{len(report.shards) - len(shown)} clean shard(s) not shown")
     for p in report.problems:
         console.print(f"[red]{p.reason}[/]: {p.detail}")
+    for line in report.warnings:
+        console.print(f"[yellow]warning[/]: {line}", highlight=False)
     notes = [(s, n) for s in report.shards for n in s.notes]
     for s, n in notes[:_LISTED_SAMPLES]:
         console.print(f"[yellow]{n.reason}[/] {report.label(s)} {n.key}: {n.detail}", highlight=False)

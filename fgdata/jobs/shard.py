@@ -30,6 +30,7 @@ import json
 import os
 import random
 import shutil
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -44,7 +45,7 @@ from fgdata.jobs import testhook
 from fgdata.jobs.ranks import dist_env, owner, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, by_category, write_failures
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
-from fgdata.producers.media import ClipTally, Outcome, ShardOptions, transform, transform_batch
+from fgdata.producers.media import ClipTally, Outcome, ShardOptions, mixed_format_warning, transform, transform_batch
 from fgdata.shards import Failure, ShardRecord, ShardWriter, WriteSummary, load_index, write_shard_counts
 from fgdata.shards.metadata import FGDATA_FIELD
 from fgdata.shards.index import COUNT_FILE, index_path, parse_index, write_index
@@ -105,6 +106,7 @@ class JobReport:
     failures_path: str | None  # None: a torchrun rank's share (rank 0 writes the job's report)
     resumed: int = 0  # inputs already covered by complete shards when the job started
     nbytes: int = 0  # input bytes read in this run
+    normalised: dict[str, int] = field(default_factory=dict)  # images changed to display as a viewer does, by change (this run)
     failures: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[dict[str, Any]] = field(default_factory=list)  # inputs written without a part (a caption)
     skipped: list[dict[str, Any]] = field(default_factory=list)  # files below SRC that are not inputs
@@ -268,6 +270,9 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
     job = with_download(job, items)
     order = input_order(len(items), job.shuffle_seed)
     stamps = InputStamps(items)
+    warning = mixed_format_warning(items, job.options)
+    if warning and notify and rank == 0:
+        notify(warning)
     with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank)):
         before = destmod.shard_versions(job.dest)
         # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
@@ -312,6 +317,7 @@ def _run_claimed(job: ShardJob, inputs: tuple[Listing, InputStamps], order: list
     report = _report(job, order, listing, result.written, summary, result.resumed, result.nbytes,
                      clips=result.clips)
     report.changed, report.rewritten = result.changed, result.rewritten
+    report.normalised = dict(sorted(result.normalised.items()))
     return report
 
 
@@ -398,12 +404,14 @@ class RangeResult:
     resumed: int = 0  # inputs in the range that were not read again (in complete shards kept as they were)
     changed: list[str] = field(default_factory=list)  # inputs replaced since the earlier run (their names)
     rewritten: list[str] = field(default_factory=list)  # complete shards of the earlier run written again
+    normalised: Counter[str] = field(default_factory=Counter)  # images normalised in this run, by change
 
     def add(self, other: "RangeResult") -> None:
         self.written += other.written
         self.nbytes += other.nbytes
         if self.clips is not None and other.clips is not None:
             self.clips.merge(other.clips.to_json())
+        self.normalised.update(other.normalised)
 
 
 def _clip_tally(options: ShardOptions) -> ClipTally | None:
@@ -496,6 +504,7 @@ def _write_span(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
     nbytes = 0
     clips = _clip_tally(options)
     firsts = _digests_in_complete_shards(writer) if options.dedupe else None
+    normalised: Counter[str] = Counter()
     tasks = ((p, items[order[p]]) for p in range(start, stop))
     # Images go to workers in chunks (less pickling per image), small enough that the last chunks
     # spread evenly over the workers; each video is one task.
@@ -516,12 +525,13 @@ def _write_span(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
                     if clips is not None and out.clips:
                         clips.add(*out.clips[j])
             written += 1
+            normalised.update(out.normalised)
             for reason in out.warnings:
                 writer.warn(out.position, out.name, reason)
         nbytes += out.nbytes
         if progress:
             progress(1, out.nbytes)
-    return RangeResult(written=written, nbytes=nbytes, clips=clips)
+    return RangeResult(written=written, nbytes=nbytes, clips=clips, normalised=normalised)
 
 
 # -- work units (Ray and torchrun) and their merge ----------------------------------------------------
@@ -561,6 +571,7 @@ def _run_unit(items: tuple[Sequence[WorkItem], InputStamps], order: Sequence[int
         "written": result.written,
         "nbytes": result.nbytes,
         "clips": _json_or_none(result.clips),
+        "normalised": dict(sorted(result.normalised.items())),
         "inputs": stop - first,
         "resumed": result.resumed,
     }
@@ -588,7 +599,8 @@ def _plan(job: ShardJob, units: Sequence[dict[str, Any]], results: Sequence[dict
             "rewritten": rewritten,
             "written": sum(r["written"] for r in results), "resumed": sum(r["resumed"] for r in results),
             "nbytes": sum(r["nbytes"] for r in results),
-            "clips": _json_or_none(_units_clips(job, [r.get("clips") for r in results]))}
+            "clips": _json_or_none(_units_clips(job, [r.get("clips") for r in results])),
+            "normalised": dict(sorted(sum((Counter(r.get("normalised", {})) for r in results), Counter()).items()))}
 
 
 def _json_or_none(clips: ClipTally | None) -> dict[str, Any] | None:
@@ -634,6 +646,7 @@ def _merged_report(job: ShardJob, order: list[int], listing: Listing, plan: dict
     report = _report(job, order, listing, plan["written"], summary, plan["resumed"], plan["nbytes"],
                      clips=_units_clips(job, [plan.get("clips")]))
     report.changed, report.rewritten = plan.get("changed", []), plan.get("rewritten", [])
+    report.normalised = plan.get("normalised", {})
     return report
 
 
@@ -752,7 +765,8 @@ def _run_share(job: ShardJob, items: tuple[list[WorkItem], InputStamps], order: 
     for u, unit in mine:
         result = _read_marker(_unit_marker(job, u), fp, launch)
         if result is not None:
-            result = {**result, "resumed": result["inputs"], "nbytes": 0, "clips": None}  # none in this run
+            result = {**result, "resumed": result["inputs"], "nbytes": 0, "clips": None,
+                      "normalised": {}}  # none in this run
             if progress:
                 progress(result["inputs"], 0)
         else:

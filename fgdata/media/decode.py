@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import zlib
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ __all__ = [
     "describe_member",
     "inflate_gz",
     "member_kind",
+    "mixed_image_formats",
     "unwrap_gz",
 ]
 
@@ -117,6 +119,20 @@ def member_kind(ext: str, txt_extensions: Sequence[str] = ("txt",)) -> str:
     if last in INT_EXTS:
         return "int"
     return "bytes"
+
+
+def mixed_image_formats(exts: Counter[str]) -> tuple[str, int] | None:
+    """``(line, samples a single-key config misses)`` for a dataset whose samples carry several image
+    extensions (``{ext: samples}``); None for one. What ``shard images --format keep``, ``report`` and
+    ``verify`` say."""
+    if len(exts) < 2:
+        return None
+    (top, n), *_ = exts.most_common()
+    missed = sum(exts.values()) - n
+    counts = ", ".join(f"{e} {k:,}" for e, k in exts.most_common())
+    return (f"{len(exts)} image extensions ({counts}): HF datasets refuses such shards and a single-key "
+            f"loader config such as {{'real': '{top}'}} misses {missed:,} samples; "
+            f"shard with --format jpg (the default), png or webp for one format"), missed
 
 
 def _load_pth(data: bytes) -> Any:
@@ -274,7 +290,12 @@ def check_member(ext: str, data: bytes) -> str | None:
     if kind == "video":
         return _check_video(data)
     try:
-        decode_member(ext, data)
+        if kind == "image":  # the loaders' decode (as a viewer shows it), so what verifies is what loads
+            from fgdata.media.image import decode_display
+
+            decode_display(data)
+        else:
+            decode_member(ext, data)
     except MediaError as e:
         if kind in ("json", "int") and "not UTF-8" in str(e):
             return "utf8"

@@ -10,6 +10,11 @@ JPEG DCT scaling (Pillow ``draft`` or simplejpeg) decodes a smaller image when t
 much smaller than the source, and ``Image.resize(box=...)`` resamples only the centre crop.
 Geometry (sizes and crop offsets) is identical; pixels differ slightly (docs/DIFFERENCES.md
 gives the measured PSNR). Both modes share the geometry and the float conversion.
+
+``"fast"`` also decodes as a viewer shows (:mod:`fgdata.media.display`: EXIF orientation, 16-bit
+scaled, CMYK, transparency on white, wide-gamut ICC to sRGB) through :func:`decode_display`'s rule,
+so another tool's shards load upright and unclipped; ``"reference"`` keeps the reference's plain
+``convert("RGB")``. On shards written by ``fgdata shard images`` (already normalised) both agree.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import functools
 import io
 import math
 import os
+import struct
 import warnings
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -25,6 +31,7 @@ from contextlib import contextmanager
 import numpy as np
 from PIL import Image
 
+from fgdata.media.display import Display, display_image, exif_orientation, wide_gamut_profile
 from fgdata.media.errors import ImageDecodeError
 from fgdata.media.geometry import ImageGeometry, image_transform_geometry
 from fgdata.media.pixels import check_resize, image_to_float
@@ -32,9 +39,12 @@ from fgdata.media.pixels import check_resize, image_to_float
 __all__ = [
     "ImageGeometry",
     "check_pixels",
+    "decode_display",
     "describe_image",
     "image_size",
     "image_transform_geometry",
+    "jpeg_display_changes",
+    "jpeg_header",
     "load_image_for_training",
     "open_image",
     "pixel_limit",
@@ -246,27 +256,31 @@ def _fast_rgb_crop(
 ) -> np.ndarray:
     """HWC uint8 centre crop with the reference geometry, decoding and resampling as little as possible.
 
-    A plain RGB or grey JPEG with simplejpeg allowed never goes through Pillow's parser: its
-    frame header gives the size, simplejpeg decodes DCT-scaled, Pillow only resamples.
+    A plain RGB or grey JPEG (upright, sRGB) with simplejpeg allowed never goes through Pillow's
+    parser: its frame header gives the size, simplejpeg decodes DCT-scaled, Pillow only resamples.
+    Anything else is decoded as a viewer shows it (:func:`decode_display`'s rule), then cropped.
     """
     head = _checked_jpeg_header(data)
+    plain = (head is not None and head["mode"] in ("RGB", "L") and head["orientation"] == 1
+             and not (head["icc_profile"] and wide_gamut_profile(head["icc_profile"])))
     src = None
-    if head is not None:
+    if head is not None and plain:
         w, h = head["width"], head["height"]
     else:
         src = open_image(data)
-        w, h = src.size
+        turned = exif_orientation(src) in (5, 6, 7, 8)
+        w, h = (src.height, src.width) if turned else src.size
     g = image_transform_geometry(w, h, input_res)
     need_w = math.ceil(g.resize_w * DCT_REDUCING_GAP)
     need_h = math.ceil(g.resize_h * DCT_REDUCING_GAP)
     im = None
-    if use_simplejpeg and head is not None and head["mode"] in ("RGB", "L"):
+    if use_simplejpeg and plain:
         im = _simplejpeg_scaled(data, need_w, need_h)
     if im is None:
         src = src or open_image(data)
         if src.format == "JPEG" and w >= 2 * need_w and h >= 2 * need_h:
-            src.draft("RGB", (need_w, need_h))
-        im = _load(src)
+            src.draft("RGB", (need_h, need_w) if (src.width, src.height) != (w, h) else (need_w, need_h))
+        im = _load(src) if plain else display_image(_load(src))[0]
     f = _dct_factor(w, h, im.width, im.height) if im.size != (w, h) else 1.0
     if im.mode != "L":  # grey resamples 3x cheaper and converts exactly the same afterwards
         im = to_rgb(im)
@@ -313,8 +327,28 @@ _JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xC
 _JPEG_MODES = {1: "L", 3: "RGB", 4: "CMYK"}
 
 
+def _exif_orientation(data: bytes, start: int, end: int) -> int:
+    """The Orientation tag of the TIFF structure in ``data[start:end]`` (an APP1 Exif payload after
+    ``Exif\\0\\0``); 1 when absent or unreadable. Reads in place: segments can be tens of KB."""
+    if end - start < 8 or data[start : start + 2] not in (b"II", b"MM"):
+        return 1
+    order = "<" if data[start] == 0x49 else ">"
+    ifd = start + struct.unpack_from(order + "I", data, start + 4)[0]
+    if ifd + 2 > end:
+        return 1
+    for i in range(struct.unpack_from(order + "H", data, ifd)[0]):
+        entry = ifd + 2 + 12 * i
+        if entry + 12 > end:
+            return 1
+        tag, _, _, value = struct.unpack_from(order + "HHIH", data, entry)
+        if tag == 0x0112:
+            return value if 1 <= value <= 8 else 1
+    return 1
+
+
 def _jpeg_header(data: bytes) -> dict | None:
-    """Width, height and mode from a baseline/progressive JPEG's frame header, as Pillow reports them.
+    """Width, height and mode from a baseline/progressive JPEG's frame header, as Pillow reports them,
+    plus what decides its display (``orientation`` from EXIF, ``icc_profile`` from the APP2 chunks).
 
     Walking the marker segments costs microseconds, against a few hundred for Pillow's Python
     parser; sharding millions of JPEGs pays that per file. None when the file is anything
@@ -323,6 +357,8 @@ def _jpeg_header(data: bytes) -> dict | None:
     if data[:2] != b"\xff\xd8":
         return None
     pos, n = 2, len(data)
+    orientation = 1
+    icc: list[tuple[int, int, int]] = []  # (chunk number, start, end) of each ICC_PROFILE chunk
     while pos + 4 <= n:
         if data[pos] != 0xFF:
             return None
@@ -333,7 +369,12 @@ def _jpeg_header(data: bytes) -> dict | None:
         if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
             pos += 2
             continue
-        if marker in _JPEG_SOF:
+        length = (data[pos + 2] << 8) | data[pos + 3]
+        if marker == 0xE1 and data.startswith(b"Exif\0\0", pos + 4):
+            orientation = _exif_orientation(data, pos + 10, min(n, pos + 2 + length))
+        elif marker == 0xE2 and data.startswith(b"ICC_PROFILE\0", pos + 4) and pos + 18 <= n:
+            icc.append((data[pos + 16], pos + 18, pos + 2 + length))
+        elif marker in _JPEG_SOF:
             if pos + 10 > n:
                 return None
             height = int.from_bytes(data[pos + 5 : pos + 7], "big")
@@ -341,10 +382,12 @@ def _jpeg_header(data: bytes) -> dict | None:
             mode = _JPEG_MODES.get(data[pos + 9])
             if data[pos + 4] != 8 or mode is None or not width or not height:
                 return None
-            return {"width": width, "height": height, "mode": mode, "format": "JPEG"}
-        if marker == 0xDA:  # start of scan before any frame header
+            profile = b"".join(data[a:b] for _, a, b in sorted(icc)) if icc else None
+            return {"width": width, "height": height, "mode": mode, "format": "JPEG",
+                    "orientation": orientation, "icc_profile": profile}
+        elif marker == 0xDA:  # start of scan before any frame header
             return None
-        pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
+        pos += 2 + length
     return None
 
 
@@ -364,9 +407,53 @@ def _png_header(data: bytes) -> dict | None:
 
 
 def describe_image(data: bytes) -> dict:
-    """Header facts for inspect/provenance: width, height, mode, format (no pixel decode)."""
-    facts = _checked_jpeg_header(data)
-    if facts is not None:
-        return facts
+    """Header facts for inspect/provenance: width, height, mode, format, and ``orientation`` when an
+    EXIF tag turns the stored pixels (width and height are the stored ones; no pixel decode)."""
+    head = _checked_jpeg_header(data)
+    if head is not None:
+        facts = {k: head[k] for k in ("width", "height", "mode", "format")}
+        orientation = head["orientation"]
+    else:
+        im = open_image(data)
+        facts = {"width": im.width, "height": im.height, "mode": im.mode, "format": im.format}
+        orientation = exif_orientation(im)
+    if orientation != 1:
+        facts["orientation"] = orientation
+    return facts
+
+
+def jpeg_header(data: bytes) -> dict | None:
+    """A JPEG's header facts (:func:`describe_image`'s plus ``orientation`` and ``icc_profile``), from one walk
+    of its marker segments, refused over the pixel limit; None when Pillow must decide (not a JPEG, or unusual)."""
+    return _checked_jpeg_header(data)
+
+
+def jpeg_display_changes(head: dict, display: Display = Display()) -> dict:
+    """What :func:`~fgdata.media.display.display_image` would change in a JPEG, from its header
+    (:func:`jpeg_header`) alone, without decoding a pixel."""
+    changes: dict = {}
+    if head["mode"] == "CMYK":
+        changes["cmyk"] = "CMYK"
+    elif head["icc_profile"] and not display.keep_icc:
+        wide = wide_gamut_profile(head["icc_profile"])
+        if wide:
+            changes["icc"] = wide
+    if head["orientation"] != 1:
+        changes["orientation"] = head["orientation"]
+    return changes
+
+
+def decode_display(data: bytes, display: Display = Display(), draft: tuple[int, int] | None = None,
+                   ) -> tuple[Image.Image, dict]:
+    """Image bytes -> (8-bit RGB or L as a viewer shows it, the changes made): the one decode of
+    ``shard images``, the loaders' fast path, previews, the report, ``encode`` and ``verify --decode``.
+
+    ``draft``: a JPEG may be decoded DCT-scaled to at least this (width, height) of the displayed image.
+    """
     im = open_image(data)
-    return {"width": im.width, "height": im.height, "mode": im.mode, "format": im.format}
+    if draft is not None and im.format == "JPEG":
+        w, h = draft
+        if exif_orientation(im) in (5, 6, 7, 8):  # the draft works on the stored, unturned image
+            w, h = h, w
+        im.draft("RGB", (w, h))
+    return display_image(_load(im), display)

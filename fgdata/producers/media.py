@@ -13,9 +13,10 @@ written without its ``txt``, so an image is never lost with its caption.
 The ``json`` member keeps the user's metadata (manifest columns, ``NAME.json``) as given, and
 puts fgdata's own fields under ``fgdata`` (see :mod:`fgdata.shards.metadata`).
 
-Image checks: pass-through keeps the original bytes and checks the header plus the format's
-end marker (JPEG EOI, PNG IEND); a file without its marker is fully decoded, so trailing
-garbage is accepted but truncation is not. Re-encoding decodes everything anyway.
+Image checks: a JPEG kept as it is has its header read (size, EXIF orientation, ICC profile: what
+decides whether it needs a display change) and its end marker (EOI) checked; a JPEG without the
+marker is fully decoded, so trailing garbage is accepted but truncation is not. Any other image
+is fully decoded (to learn whether a viewer shows it differently), and so is everything re-encoded.
 """
 
 from __future__ import annotations
@@ -26,31 +27,42 @@ import io
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from fgdata import storage
 from fgdata.errors import FgdataError, OptionError
+from fgdata.media.display import Display, parse_background
 from fgdata.shards.metadata import FGDATA_FIELD, parse_json, with_fgdata_fields
 from fgdata.sources.folder import WorkItem, sample_key
 from fgdata.storage.http import DownloadFailed, DownloadOptions, configure, stop_fetching
 
 Kind = Literal["images", "videos", "prompts"]
 IMAGE_FORMATS = ("jpg", "png", "webp")
+#: ``--format`` choices: one output format, or ``keep`` (each input's own format).
+FORMAT_CHOICES = (*IMAGE_FORMATS, "keep")
 _PIL_EXT = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff"}
-_PIL_SAVE = {"jpg": "JPEG", "png": "PNG", "webp": "WEBP"}
-_PNG_END = b"IEND\xaeB`\x82"
 _ADDRESS = re.compile(r"\s*<[^<>]* at 0x[0-9a-fA-F]+>")
 
 
 @dataclass(frozen=True)
 class ShardOptions:
-    """What the transform does; part of the job record, so a resumed job must use the same options."""
+    """What the transform does; part of the job record, so a resumed job must use the same options.
+
+    Images: every output is one ``image_format`` (``jpg`` by default; ``keep`` keeps each input's
+    format). An input already in that format which needs no display change (EXIF orientation,
+    16-bit, CMYK, transparency, wide-gamut ICC: :mod:`fgdata.media.display`) and no ``max_side``
+    is kept byte for byte; anything else is decoded as a viewer shows it and encoded (JPEG and
+    WebP at ``quality``; ``keep`` encodes jpg/png/webp inputs in their own format, others as PNG).
+    """
 
     kind: Kind
     max_side: int | None = None
-    image_format: str | None = None  # jpg | png | webp; None keeps the format (re-encode: jpg/png/webp, else png)
+    image_format: str = "jpg"
     quality: int = 95
+    background: str = "white"  # transparency is composited on it: white, black, gray or #rrggbb
+    keep_icc: bool = False  # keep wide-gamut ICC profiles instead of converting to sRGB
     clip_seconds: float | None = None
     exact_clips: bool = False
     fps: float | None = None
@@ -60,8 +72,12 @@ class ShardOptions:
     dedupe: str | None = None  # "sha256": keep the first of inputs with equal bytes (images)
 
     def __post_init__(self) -> None:
-        if self.image_format is not None and self.image_format not in IMAGE_FORMATS:
-            raise OptionError(f"--format must be one of {', '.join(IMAGE_FORMATS)}, not {self.image_format!r}")
+        if self.image_format not in FORMAT_CHOICES:
+            raise OptionError(f"--format must be one of {', '.join(FORMAT_CHOICES)}, not {self.image_format!r}")
+        try:
+            parse_background(self.background)
+        except ValueError as e:
+            raise OptionError(f"--background: {e}") from None
         if self.max_side is not None and self.max_side < 2:
             raise OptionError("--max-side must be at least 2")
         if not 1 <= self.quality <= 100:
@@ -78,8 +94,9 @@ class ShardOptions:
             raise OptionError(f"--dedupe must be sha256, not {self.dedupe!r}")
 
     @property
-    def reencode_images(self) -> bool:
-        return self.max_side is not None or self.image_format is not None
+    def display(self) -> Display:
+        """How images are normalised (:mod:`fgdata.media.display`)."""
+        return Display(background=parse_background(self.background), keep_icc=self.keep_icc)
 
     @property
     def reencode_video(self) -> bool:
@@ -128,6 +145,7 @@ class Outcome:
     nbytes: int = 0
     warnings: list[str] = field(default_factory=list)  # "<category>: <message>" for inputs written without a part
     clips: list[tuple[float, bool]] = field(default_factory=list)
+    normalised: tuple[str, ...] = ()  # the display changes made to an image (fgdata.media.display.CHANGES)
 
 
 class _Failed(Exception):
@@ -265,73 +283,104 @@ def _text_members(text: _Text, fields: dict[str, Any]) -> dict[str, bytes]:
 # -- images ------------------------------------------------------------------
 
 
-def _check_complete(data: bytes, fmt: str | None) -> None:
-    """Cheap truncation check by end marker; a full decode decides when the marker is absent."""
-    tail = data.rstrip(b"\0")
-    if fmt == "JPEG" and tail.endswith(b"\xff\xd9"):
-        return
-    if fmt == "PNG" and tail.endswith(_PNG_END):
-        return
-    from fgdata.media.image import _load, open_image
-
-    _load(open_image(data))
+_SAME_FORMAT = {"jpeg": "jpg", "jpe": "jpg", "jfif": "jpg", "tif": "tiff"}
 
 
-def _reencode(data: bytes, options: ShardOptions, source_ext: str) -> tuple[bytes, str]:
-    from PIL import Image, ImageOps
+def mixed_format_warning(items: list[WorkItem], options: ShardOptions) -> str | None:
+    """The one warning of ``--format keep`` on inputs of several formats: what each reader will miss."""
+    from fgdata.media.decode import mixed_image_formats
 
-    from fgdata.media.image import _load, open_image
+    if options.kind != "images" or options.image_format != "keep":
+        return None
+    exts = Counter(_SAME_FORMAT.get(e, e) for e in (i.path.rpartition(".")[2].lower() for i in items if i.path) if e)
+    mixed = mixed_image_formats(exts)
+    return f"--format keep: the samples will carry {mixed[0]}" if mixed else None
 
-    im = open_image(data)
-    if options.max_side and im.format == "JPEG" and max(im.size) > 2 * options.max_side:
-        # DCT scaling: decode at >= 2x the target (Pillow's reducing gap) instead of full size.
-        s = 2 * options.max_side / max(im.size)
-        im.draft(im.mode, (math.ceil(im.width * s), math.ceil(im.height * s)))
-    im = ImageOps.exif_transpose(_load(im))
+
+def _png_16bit(data: bytes) -> bool:
+    """A PNG with 16 bits per sample (IHDR bit depth): Pillow keeps only the high byte of RGB(A)
+    ones, other readers keep all 16 bits, so it is stored as 8-bit."""
+    return data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) > 24 and data[24] == 16
+
+
+def _encode(im: Any, ext: str, options: ShardOptions, icc: bytes | None) -> bytes:
+    """Encode a displayed image (RGB or L) as ``ext``; ``icc``: a kept profile to embed."""
+    if ext == "webp" and im.mode != "RGB":
+        im = im.convert("RGB")
+    extra = {"icc_profile": icc} if icc else {}
+    buf = io.BytesIO()
+    if ext == "jpg":
+        im.save(buf, "JPEG", quality=options.quality, **extra)
+    elif ext == "webp":
+        im.save(buf, "WEBP", quality=options.quality, method=4, **extra)
+    else:
+        im.save(buf, "PNG", compress_level=6, **extra)
+    return buf.getvalue()
+
+
+def _reencode(data: bytes, options: ShardOptions, ext: str, changes: dict[str, Any]) -> bytes:
+    """Decode as a viewer shows it (recording the changes), shrink to ``max_side``, encode as ``ext``."""
+    from PIL import Image
+
+    from fgdata.media.image import decode_display, open_image
+
+    draft = None
+    if options.max_side:
+        # DCT scaling: decode a JPEG at >= 2x the target (Pillow's reducing gap) instead of full size.
+        w, h = open_image(data).size
+        s = min(1.0, 2 * options.max_side / max(w, h))
+        draft = (math.ceil(w * s), math.ceil(h * s))
+    im, made = decode_display(data, options.display, draft)
+    changes.update(made)
     if options.max_side and max(im.size) > options.max_side:
         s = options.max_side / max(im.size)
         size = (max(1, round(im.width * s)), max(1, round(im.height * s)))
-        if im.mode not in ("RGB", "RGBA", "L", "LA"):
-            im = im.convert("RGBA" if "A" in im.getbands() or im.mode == "P" else "RGB")
         im = im.resize(size, Image.Resampling.BICUBIC, reducing_gap=3.0)
-    ext = options.image_format or (source_ext if source_ext in IMAGE_FORMATS else "png")
-    if ext == "jpg" and im.mode not in ("RGB", "L"):
-        im = im.convert("RGB")
-    elif ext == "webp" and im.mode not in ("RGB", "RGBA"):
-        im = im.convert("RGBA" if "A" in im.getbands() else "RGB")
-    buf = io.BytesIO()
-    if ext == "jpg":
-        im.save(buf, "JPEG", quality=options.quality)
-    elif ext == "webp":
-        im.save(buf, "WEBP", quality=options.quality, method=4)
-    else:
-        im.save(buf, "PNG", compress_level=6)
-    return buf.getvalue(), ext
+    icc = open_image(data).info.get("icc_profile") if options.keep_icc and "cmyk" not in changes else None
+    return _encode(im, ext, options, icc)
 
 
-def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, bytes], int, list[str]]:
+def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, bytes], int, list[str], tuple[str, ...]]:
+    """The image (kept, or normalised and encoded as ``--format`` says), its json and caption; the bytes
+    read, the caption's warnings and the display changes made."""
     from fgdata.media import IMAGE_EXTS, describe_image
     from fgdata.media.errors import MediaError
+    from fgdata.media.image import _load, decode_display, jpeg_display_changes, jpeg_header, open_image
 
     data = _read(item.path)
     read = len(data)  # the input's bytes, whatever re-encoding makes of them
     digest = hashlib.sha256(data).hexdigest() if options.download is not None or options.dedupe else None
     try:
-        facts = describe_image(data)
+        head = jpeg_header(data)  # one walk of a JPEG's markers: its size and what decides its display
+        facts = head or describe_image(data)
         source_ext = _PIL_EXT.get(facts["format"]) or _suffix(item.path)
-        if options.reencode_images or source_ext not in IMAGE_EXTS:  # AVIF, HEIC, ...: loaders read none of them
-            data, ext = _reencode(data, options, source_ext)
+        ext = source_ext if options.image_format == "keep" else options.image_format
+        deep = _png_16bit(data)
+        # AVIF, HEIC, ... are always encoded: the loaders read none of them.
+        reencode = bool(options.max_side) or ext != source_ext or deep or source_ext not in IMAGE_EXTS
+        changes: dict[str, Any] = {"8-bit": "16-bit PNG"} if deep else {}
+        if not reencode:  # kept unless a viewer would show it differently: a JPEG's header tells, else a decode
+            if head is None:
+                changes = decode_display(data, options.display)[1]
+            else:
+                changes = jpeg_display_changes(head, options.display)
+                if not data.rstrip(b"\0").endswith(b"\xff\xd9"):
+                    _load(open_image(data))  # no end marker: a full decode decides (trailing garbage is accepted)
+            reencode = bool(changes)
+        if reencode:
+            ext = ext if ext in IMAGE_FORMATS else "png"  # keep: a GIF, BMP, TIFF, AVIF, ... to encode becomes PNG
+            data = _reencode(data, options, ext, changes)
             facts = describe_image(data)
-        else:
-            _check_complete(data, facts["format"])
-            ext = source_ext
     except MediaError as e:
         raise _Failed("image-decode", _first_line(e)) from None
     text = _caption_and_metadata(item, options)
-    fields = {"source": item.name, "width": facts["width"], "height": facts["height"], "mode": facts["mode"]}
+    fields: dict[str, Any] = {"source": item.name, "width": facts["width"], "height": facts["height"],
+                              "mode": facts["mode"]}
+    if changes:
+        fields["normalised"] = dict(sorted(changes.items()))
     if digest is not None:  # the input bytes' hash (URL inputs, --dedupe), whatever re-encoding did after
         fields["sha256"] = digest
-    return {ext: data, **_text_members(text, fields)}, read + text.nbytes, text.warnings
+    return {ext: data, **_text_members(text, fields)}, read + text.nbytes, text.warnings, tuple(sorted(changes))
 
 
 # -- videos ------------------------------------------------------------------
@@ -463,7 +512,7 @@ def _transform_into(out: Outcome, item: WorkItem, options: ShardOptions) -> None
     elif not item.path:
         raise _Failed("missing-path", "no media path")
     elif options.kind == "images":
-        members, out.nbytes, out.warnings = _image_samples(item, options)
+        members, out.nbytes, out.warnings, out.normalised = _image_samples(item, options)
         out.samples = [(sample_key(item.index), members)]
     else:
         out.samples, out.nbytes, out.warnings, out.clips = _video_samples(item, options)

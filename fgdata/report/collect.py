@@ -312,8 +312,9 @@ def _image_size(entry: _Entry, ext: str, doc: dict | None, decode: bool, stats: 
     except FgdataError as exc:
         stats.problem("undecodable image", f"{name} {entry.key}.{ext}: {str(exc).splitlines()[0]}")
         return
-    stats.image_w.append(int(facts["width"]))
-    stats.image_h.append(int(facts["height"]))
+    turned = facts.get("orientation", 1) in (5, 6, 7, 8)  # the size a viewer (and the loader) shows
+    stats.image_w.append(int(facts["height" if turned else "width"]))
+    stats.image_h.append(int(facts["width" if turned else "height"]))
 
 
 _VIDEO_JSON = ("duration", "fps", "frame_count", "width", "height")
@@ -378,11 +379,9 @@ def thumbnail(data: bytes, kind: str, size: int = 192) -> bytes | None:
 
     try:
         if kind == "image":
-            from fgdata.media.image import open_image, to_rgb
+            from fgdata.media.image import decode_display
 
-            im = open_image(data)
-            im.draft("RGB", (size, size))
-            im = to_rgb(im)
+            im = decode_display(data, draft=(size, size))[0]
         else:
             from fgdata.media.video import ClipSpec, decode_clip, probe_video
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import inspect
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -142,6 +143,12 @@ def _problems(stats: Stats) -> list[dict[str, Any]]:
         for role in {_role(e) for e in ext_set.split(",") if e}:
             roles[role] = roles.get(role, 0) + n
             sets_with.setdefault(role, set()).add(ext_set)
+    from fgdata.media.decode import member_kind, mixed_image_formats
+
+    mixed = mixed_image_formats(Counter({e: n for ext_set, n in stats.ext_sets.items() for e in ext_set.split(",")
+                                         if e and member_kind(e) == "image"}))
+    if mixed:
+        out.append({"kind": "mixed image formats", "count": mixed[1], "examples": [mixed[0]]})
     for role, n in sorted(roles.items(), key=lambda kv: -kv[1]):
         if total and total / 2 < n < total:
             lacking = [s for s in stats.ext_sets if s not in sets_with[role]]

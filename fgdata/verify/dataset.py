@@ -82,6 +82,17 @@ class VerifyReport:
             total.update(s.by_reason)
         return total
 
+    @property
+    def warnings(self) -> list[str]:
+        """Findings about the whole dataset that are not damage (verify still passes): mixed image formats."""
+        from fgdata.media.decode import mixed_image_formats
+
+        exts: Counter = Counter()
+        for s in self.shards:
+            exts.update(s.image_exts)
+        mixed = mixed_image_formats(exts)
+        return [f"mixed image formats: {mixed[0]}"] if mixed else []
+
     def ignore_mapping(self) -> dict[str, list[str]]:
         """Shard (see :meth:`side_file_key`) -> bad keys; every key listed is among the shard's readable samples."""
         return {self.side_file_key(s): sorted(s.bad_keys) for s in self.shards if s.bad_keys}
@@ -111,6 +122,7 @@ class VerifyReport:
             "by_reason": dict(sorted(self.by_reason.items())),
             "notes": dict(sorted(Counter(n.reason for s in self.shards for n in s.notes).items())),
             "problems": [p.to_json() for p in self.problems],
+            "warnings": self.warnings,
             "ignore": self.ignore_mapping(),
             "per_shard": [s.to_json() for s in self.shards],
         }

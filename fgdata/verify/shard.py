@@ -64,6 +64,7 @@ class ShardResult:
     damage: str | None = None
     problems: list[Problem] = field(default_factory=list)
     notes: list[Problem] = field(default_factory=list)
+    image_exts: Counter = field(default_factory=Counter)  # samples per image extension (one format per dataset?)
     key_hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
 
     @property
@@ -172,6 +173,12 @@ def _decodable(ext: str) -> bool:
     return member_kind(ext) != "bytes" or ext.lower().endswith("gz")
 
 
+def _is_image(ext: str) -> bool:
+    from fgdata.media.decode import member_kind
+
+    return member_kind(ext) == "image"
+
+
 def _check_sample(entry: SampleEntry, data: dict[str, bytes], require: Sequence[str], decode: bool) -> list[Problem]:
     key = entry.key
     found: list[Problem] = []
@@ -231,6 +238,7 @@ def _scan(result: ShardResult, f: BinaryIO, seekable: bool, total: int | None, r
             entries.append(entry)
             hashes.append(key_hash(entry.key))
             exts = set(entry.members)
+            result.image_exts.update(e for e in exts if _is_image(e))
             if entry.key in seen:
                 reason = "not-adjacent" if not (seen[entry.key] & exts) else "duplicate-key"
                 what = "members of one sample are not adjacent" if reason == "not-adjacent" else "key appears twice in the shard"

@@ -45,7 +45,9 @@ def mixed_folder(dest: Path, sample_data: Path, captions: bool = True, only: tup
 
 
 def shard_images(src: Path, dest: Path, maxcount: int = 4) -> str:
-    report = run_shard_job(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="images"), maxcount=maxcount))
+    """Shard keeping each photo's format (``--format keep``): these tests want datasets that mix formats."""
+    report = run_shard_job(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="images", image_format="keep"),
+                                    maxcount=maxcount))
     assert report.failed == 0
     return str(dest)
 

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 from job_summary import check_json_summary
+from PIL import Image
 
 from fgdata.shards import discover_shards, iter_samples, read_shard_counts
+
+
+#: The bundled photos that are not stored as they are: transparency, and an Adobe RGB profile.
+NORMALISED = {"horse.png": {"alpha": "#ffffff"}, "sub/rocket.jpg": {"icc": "Adobe RGB (1998)"}}
 
 
 def _samples(dest: Path) -> list:
@@ -17,15 +23,20 @@ def _samples(dest: Path) -> list:
 
 
 def test_pass_through_keeps_bytes_captions_and_metadata(cli, image_folder: Path, tmp_path: Path):
+    """--format keep: every photo byte for byte but those a viewer shows differently (NORMALISED)."""
     dest = tmp_path / "out"
-    cli("shard", "images", image_folder, dest, "--maxcount", "3", "--no-progress")
+    cli("shard", "images", image_folder, dest, "--maxcount", "3", "--format", "keep", "--no-progress")
     samples = _samples(dest)
     files = sorted(p.relative_to(image_folder).as_posix() for p in image_folder.rglob("*") if p.suffix in (".jpg", ".png"))
     assert [s.key for s in samples] == [f"sample_{i:06d}" for i in range(len(files))]
     for sample, rel in zip(samples, files):
         ext = "jpg" if rel.endswith(".jpg") else "png"
-        assert sample.members[ext] == (image_folder / rel).read_bytes()  # no re-encode
         meta = json.loads(sample.members["json"])["fgdata"]
+        if rel in NORMALISED:
+            assert meta["normalised"] == NORMALISED[rel] and meta["mode"] == "RGB"
+        else:
+            assert sample.members[ext] == (image_folder / rel).read_bytes()  # no re-encode
+            assert "normalised" not in meta
         assert meta["source"] == rel and {"width", "height", "mode"} <= meta.keys()
         assert sample.members["txt"].decode() == (image_folder / rel).with_suffix(".txt").read_text().strip()
     rocket = json.loads(samples[files.index("sub/rocket.jpg")].members["json"])
@@ -35,6 +46,21 @@ def test_pass_through_keeps_bytes_captions_and_metadata(cli, image_folder: Path,
     assert counts == {f"{i:05d}.tar": min(3, n - 3 * i) for i in range((n + 2) // 3)}
     report = json.loads((dest / "failures.json").read_text())
     assert report["seen"] == report["written"] == n and report["failed"] == 0
+
+
+def test_default_format_is_jpeg_with_jpeg_inputs_kept(cli, image_folder: Path, tmp_path: Path):
+    dest = tmp_path / "out"
+    doc = json.loads(cli("shard", "images", image_folder, dest, "--json").stdout)
+    files = sorted(p.relative_to(image_folder).as_posix() for p in image_folder.rglob("*") if p.suffix in (".jpg", ".png"))
+    samples = _samples(dest)
+    assert len(samples) == len(files) and doc["normalised"] == {"alpha": 1, "icc": 1}
+    for sample, rel in zip(samples, files):
+        assert set(sample.members) == {"jpg", "json", "txt"}
+        if rel.endswith(".jpg") and rel not in NORMALISED:
+            assert sample.members["jpg"] == (image_folder / rel).read_bytes()
+        else:
+            im = Image.open(io.BytesIO(sample.members["jpg"]))
+            assert im.format == "JPEG" and im.size == Image.open(image_folder / rel).size
 
 
 def test_corrupt_inputs_are_reported_and_counts_reconcile(cli, corrupt_folder: Path, tmp_path: Path):

@@ -118,11 +118,11 @@ def test_symlinks_out_of_the_source_folder_are_refused_unless_followed(cli, imag
     secret = tmp_path / "secret.txt"
     secret.write_text("host secret\n")
     outside_image = tmp_path / "outside.jpg"
-    shutil.copyfile(image_folder / "sub" / "rocket.jpg", outside_image)
+    shutil.copyfile(image_folder / "hubble_deep_field.jpg", outside_image)  # kept byte for byte (sRGB)
     (image_folder / "coffee.txt").unlink()
     (image_folder / "coffee.txt").symlink_to(secret)  # a caption sidecar pointing out of SRC
     (image_folder / "linked.jpg").symlink_to(outside_image)  # a media file pointing out of SRC
-    (image_folder / "inside.jpg").symlink_to(image_folder / "sub" / "rocket.jpg")  # stays inside: fine
+    (image_folder / "inside.jpg").symlink_to(image_folder / "hubble_deep_field.jpg")  # stays inside: fine
     dest = tmp_path / "out"
     doc = _shard(cli, "images", image_folder, dest)
     failures = {f["input"]: f["reason"] for f in _report(dest)["failures"]}

@@ -86,7 +86,7 @@ def test_every_file_is_an_input_or_skipped_and_listed(cli, mixed_folder, tmp_pat
         Image.open(io.BytesIO(s.members[ext])).load()
     by_source = {json.loads(s.members["json"])["fgdata"]["source"]: s for s in samples}
     assert by_source["b.jfif"].members["jpg"] == (mixed_folder / "a.jpg").read_bytes()  # a JPEG passes through
-    heic = Image.open(io.BytesIO(by_source["g.heic"].members["png"])).convert("RGB")
+    heic = Image.open(io.BytesIO(by_source["g.heic"].members["jpg"])).convert("RGB")  # encoded in the default format
     assert max(abs(c - e) for c, e in zip(heic.getpixel((20, 15)), (90, 10, 160))) < 12
 
 
