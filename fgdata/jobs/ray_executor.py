@@ -13,13 +13,21 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fgdata.errors import FgdataError
+from fgdata.jobs import signals
 
 #: Retries of a unit whose worker process or node died (Ray's own failure detection).
 MAX_RETRIES = 3
 
 
 def connect(address: str | None) -> bool:
-    """Join ``address`` (or ``RAY_ADDRESS``), or start a local instance; True when this call started it."""
+    """Join ``address`` (or ``RAY_ADDRESS``), else start this job's own local instance; True when this call
+    started or joined one (the job then shuts its connection, and its own instance, down).
+
+    Without an address Ray would join the newest cluster it finds on the machine, which may be another
+    user's: ``"local"`` starts a private one instead; ``--ray-address auto`` asks for the joining.
+    Ray's ``init`` installs its own SIGTERM handler (exit at once, with a stack dump from its core): the
+    job's stop handlers are put back after it.
+    """
     try:
         import ray
     except ImportError:
@@ -27,7 +35,9 @@ def connect(address: str | None) -> bool:
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    ray.init(address=address or os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False,
+             log_to_driver=False)
+    signals.rearm()
     return True
 
 

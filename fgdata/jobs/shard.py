@@ -212,9 +212,11 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
         raise FgdataError(f"{what}: launch it once, not under torchrun (WORLD_SIZE={world})")
     items = load_items(job)
     order = input_order(len(items), job.shuffle_seed)
-    with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank)):
+    removes = job.overwrite and rank == 0
+    refuse = None if removes else partial(destmod.check_foreign, job.dest)  # before .fgdata/ is created
+    with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse):
         # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
-        destmod.check_foreign(job.dest, overwrite=job.overwrite and rank == 0, notify=notify)
+        destmod.check_foreign(job.dest, overwrite=removes, notify=notify)
         if world > 1:
             return _run_ranks(job, items, order, rank, world, progress, on_start, notify)
         if not job.resume:
@@ -229,6 +231,7 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
         resumed = writer.resume_point.next_input
         try:
             result = write_range(writer, items, order, (0, len(items)), job.options, job.workers, progress)
+            summary = writer.close()  # the last shard may still be staged when a stop comes
         except Interrupted as stop:
             writer.abort()
             stop.done = writer.inputs_done
@@ -236,7 +239,6 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
         except BaseException:
             writer.abort()
             raise
-        summary = writer.close()
         return _report(job, order, len(items), result.written, summary.failures, summary.counts, resumed,
                        result.nbytes)
 
@@ -339,10 +341,10 @@ def _run_unit(items: Sequence[WorkItem], order: Sequence[int], span: tuple[int, 
                          stage=storage.staging_dir(dest))
     try:
         result = write_range(writer, items, order, span, job.options, workers, progress)
+        summary = writer.close()
     except BaseException:
         writer.abort()
         raise
-    summary = writer.close()
     first, stop = span
     return {
         "dest": dest,

@@ -11,6 +11,7 @@ to continue from, so it ends with the same bytes as an uninterrupted run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tarfile
@@ -287,18 +288,28 @@ class ShardWriter:
             self._input_end = max(self._input_end, input_pos + 1)
 
     def _close_shard(self) -> None:
-        with critical():  # a stop signal waits until the shard is in place and counted
-            self._finish_shard()
+        total = self._seal()
+        assert self._tmp is not None
+        # A stop may land while the shard is staged (s3 under a lease: a long upload to the job's own prefix) ...
+        staged = storage.stage(self._tmp, storage.join(self.dest, self._shard_name(self._shard_no)))
+        if staged != self._tmp:  # uploaded, and the local file removed
+            self._tmp = None
+        with critical():  # ... but waits while it is moved into place and counted
+            self._finish_shard(staged, total)
         self._closed_here += 1
         testhook.output_done(self._closed_here)
 
-    def _finish_shard(self) -> None:
+    def _seal(self) -> int:
+        """Pad the open shard to whole records and close its file; returns its size."""
         assert self._file is not None and self._tmp is not None
         end = self._bytes + 2 * BLOCK
         total = (end + RECORD - 1) // RECORD * RECORD
         _write_all(self._file.fileno(), [bytes(total - self._bytes)])
         self._file.close()  # no fsync: the rename is atomic against a crashed process, which is what resume relies on
         self._file = None
+        return total
+
+    def _finish_shard(self, staged: str, total: int) -> None:
         name = self._shard_name(self._shard_no)
         final = storage.join(self.dest, name)
         scan = ShardScan(shard=final, size=total, samples=self._entries)
@@ -308,7 +319,7 @@ class ShardWriter:
             "failures": [f.to_json() for f in self._pending],
         }
         write_index(scan, final, job)
-        storage.publish(self._tmp, final)
+        storage.publish(staged, final)
         self._tmp = None
         self._counts[name] = len(self._entries)
         self._failures.extend(self._pending)
@@ -346,11 +357,15 @@ class ShardWriter:
         )
 
     def abort(self) -> None:
-        """Stop without closing the open shard (its temporary file is removed)."""
+        """Stop without closing the open shard (its temporary file is removed; a staged copy goes with the job's
+        staging prefix)."""
         if self._file is not None:
             self._file.close()
-            os.unlink(self._tmp)  # type: ignore[arg-type]
             self._file = None
+        if self._tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._tmp)
+            self._tmp = None
         self._closed = True
 
     def __enter__(self) -> "ShardWriter":
