@@ -45,7 +45,7 @@ def _prctl() -> Callable[..., int] | None:
         return None
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
-    return prctl  # type: ignore[no-any-return]
+    return prctl
 
 
 def die_with_parent() -> dict[str, Any]:

@@ -5,9 +5,9 @@ is what a closed terminal or a lost ssh session sends; SIGQUIT is Ctrl-\\).
 It is a ``BaseException``, so per-item ``except Exception`` handlers never swallow it; the
 executors terminate their workers on the way out (no orphans), writers remove their
 temporary files, and the CLI prints one line and exits 128 + the signal number (130 for
-SIGINT, 143 for SIGTERM, 129 for SIGHUP, 131 for SIGQUIT). A signal that arrives inside :func:`critical` (a shard being renamed
-into place and counted) waits until that step is done, so a stop never leaves a half-finished
-step behind.
+SIGINT, 143 for SIGTERM, 129 for SIGHUP, 131 for SIGQUIT). A signal that arrives inside
+:func:`critical` (a shard being renamed into place and counted) waits until that step is done,
+so a stop never leaves a half-finished step behind.
 """
 
 from __future__ import annotations
