@@ -17,6 +17,8 @@ from fgdata.jobs import signals
 
 #: Retries of a unit whose worker process or node died (Ray's own failure detection).
 MAX_RETRIES = 3
+#: The driver waits for its tasks in steps this long, so a stop signal is acted on within one step.
+WAIT_STEP_S = 0.5
 
 
 def connect(address: str | None) -> bool:
@@ -70,16 +72,18 @@ def run_units(fn: Callable[..., Any], units: Sequence[dict[str, Any]], *, addres
         results: dict[int, Any] = {}
         pending = list(refs)
         try:
-            while pending:
-                done, pending = ray.wait(pending, num_returns=1)
-                for ref in done:
-                    i = index[ref]
-                    try:
-                        results[i] = ray.get(ref)
-                    except (ray.exceptions.RayError, OSError) as exc:
-                        raise _unit_error(exc, i) from None
-                    if on_done:
-                        on_done(i, results[i])
+            with signals.critical():  # a stop is recorded, and raised between two short waits
+                while pending:
+                    signals.stop_if_signalled()
+                    done, pending = ray.wait(pending, num_returns=1, timeout=WAIT_STEP_S)
+                    for ref in done:
+                        i = index[ref]
+                        try:
+                            results[i] = ray.get(ref)
+                        except (ray.exceptions.RayError, OSError) as exc:
+                            raise _unit_error(exc, i) from None
+                        if on_done:
+                            on_done(i, results[i])
         except BaseException:
             for ref in pending:
                 ray.cancel(ref, force=True)

@@ -412,12 +412,19 @@ def _run_ray(job: ShardJob, items: list[WorkItem], order: list[int], progress: P
     if plan is None:
         units = _units(job, len(items))
 
+        finished = [0]  # inputs of the units done so far: what a stop reports
+
         def done(_i: int, r: dict[str, Any]) -> None:
+            finished[0] += r["inputs"]
             if progress:
                 progress(r["inputs"], r["nbytes"])
 
-        results = run_units(_run_unit, units, address=job.ray_address, on_done=done,
-                            shared={"items": items, "order": order, "job": job})
+        try:
+            results = run_units(_run_unit, units, address=job.ray_address, on_done=done,
+                                shared={"items": items, "order": order, "job": job})
+        except Interrupted as stop:
+            stop.done = finished[0]
+            raise
         plan = _plan(job, units, results)
     return _merged_report(job, order, len(items), plan)
 

@@ -79,6 +79,19 @@ def critical() -> Iterator[None]:
             raise Interrupted(pending)
 
 
+def stop_if_signalled() -> None:
+    """Inside :func:`critical`: raise the stop a signal asked for meanwhile, if any, now.
+
+    For a wait in foreign code that swallows exceptions raised by signal handlers (Ray's ``wait`` checks
+    signals from C++ and drops anything but KeyboardInterrupt): wait in short steps inside ``critical``
+    and call this between them.
+    """
+    pending = _state["pending"]
+    if pending:
+        _state["pending"] = 0
+        raise Interrupted(pending)
+
+
 def rearm() -> None:
     """Take the stop signals back after a library installed its own handlers (``ray.init`` exits on SIGTERM)."""
     if _state["active"] and threading.current_thread() is threading.main_thread():
