@@ -213,6 +213,9 @@ class Lease:
             self._clear_dead_staging()
         except BaseException:
             guard.unregister(self)
+            with contextlib.suppress(FgdataError):  # refused or stopped: a lease written here is given back
+                if (self._read() or {}).get("job") == self.job:
+                    storage.remove(self.url)
             raise
         self._thread = threading.Thread(target=self._heartbeat, name="fgdata-lease", daemon=True)
         self._thread.start()

@@ -21,6 +21,9 @@ MAX_RETRIES = 3
 WAIT_STEP_S = 0.5
 
 
+_watchdogs: list[Any] = []  # the watchdog of the local cluster this process started (fgdata.jobs.raywatch)
+
+
 def connect(address: str | None) -> bool:
     """Join ``address`` (or ``RAY_ADDRESS``), else start this job's own local instance; True when this call
     started or joined one (the job then shuts its connection, and its own instance, down).
@@ -28,7 +31,8 @@ def connect(address: str | None) -> bool:
     Without an address Ray would join the newest cluster it finds on the machine, which may be another
     user's: ``"local"`` starts a private one instead; ``--ray-address auto`` asks for the joining.
     Ray's ``init`` installs its own SIGTERM handler (exit at once, with a stack dump from its core): the
-    job's stop handlers are put back after it.
+    job's stop handlers are put back after it. A local cluster gets a watchdog that ends its processes if the
+    driver is killed (:mod:`fgdata.jobs.raywatch`).
     """
     try:
         import ray
@@ -37,10 +41,25 @@ def connect(address: str | None) -> bool:
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(address=address or os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False,
-             log_to_driver=False)
+    target = address or os.environ.get("RAY_ADDRESS") or "local"
+    if target == "local":
+        from fgdata.jobs import raywatch
+
+        _watchdogs.extend(w for w in [raywatch.start()] if w is not None)
+    ray.init(address=target, include_dashboard=False, log_to_driver=False)
     signals.rearm()
     return True
+
+
+def disconnect() -> None:
+    """Leave the cluster (shutting down the local one this process started) and dismiss its watchdog."""
+    import ray
+
+    ray.shutdown()
+    while _watchdogs:
+        from fgdata.jobs import raywatch
+
+        raywatch.stop(_watchdogs.pop())
 
 
 def _unit_error(exc: BaseException, unit: int) -> FgdataError:
@@ -93,4 +112,4 @@ def run_units(fn: Callable[..., Any], units: Sequence[dict[str, Any]], *, addres
         return [results[i] for i in range(len(units))]
     finally:
         if started:
-            ray.shutdown()
+            disconnect()
