@@ -41,7 +41,7 @@ def _command(pid: int) -> str:
         return "(gone)"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_a_stopped_ray_driver_leaves_no_process_of_its_own_cluster(tmp_path, sig):
     pytest.importorskip("ray")
     src = _photos(tmp_path / "src", 8)
