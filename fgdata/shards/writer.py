@@ -3,7 +3,8 @@
 Each shard is written to a private temporary file (``O_EXCL|O_NOFOLLOW``, an unpredictable
 name: :func:`fgdata.jobs.dest.open_temp`); when it closes, its offset index (with the
 writer's resume record) is written, the shard is renamed into place (or uploaded, for
-s3://, from a staging folder that is never the system temp folder), and
+s3://, from a staging folder that is never the system temp folder; under a job's lease to the
+job's staging prefix first, which a stop may interrupt, then moved into place), and
 ``shard_count.json`` is rewritten. A rerun after a crash removes the temporaries, keeps the
 complete shards, drops the partial one and tells the caller (``resume_point``) which input
 to continue from, so it ends with the same bytes as an uninterrupted run.
