@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 import typer
 
 from fgdata.cli.flaggroups import flag, flag_groups
-from fgdata.cli.options import OutputFlags, TorchrunJobFlags
+from fgdata.cli.options import OutputFlags, TorchrunJobFlags, quiet_model_libraries
 
 encode_app = typer.Typer(help="Precompute latents and text embeddings into shards.", no_args_is_help=True)
 kd_app = typer.Typer(help="Knowledge-distillation shards from a diffusers teacher.", no_args_is_help=True)
@@ -67,28 +67,6 @@ def _total(src: str) -> int | None:
         return None
 
 
-def _quiet_model_libraries(bars: bool, quiet: bool) -> None:
-    """transformers, diffusers and the hub draw their own bars (loading weights, downloads) and advisories on
-    stderr: without our bars theirs go too, and ``-q`` keeps only their errors."""
-    import importlib
-
-    for name in ("transformers.utils.logging", "diffusers.utils.logging"):
-        try:
-            hf_logging: Any = importlib.import_module(name)
-        except ImportError:  # an extra that is not installed: nothing of it to silence
-            continue
-        if not bars:
-            hf_logging.disable_progress_bar()
-        if quiet:
-            hf_logging.set_verbosity_error()
-    if not bars:
-        try:
-            from huggingface_hub.utils import disable_progress_bars
-        except ImportError:
-            return
-        disable_progress_bars()
-
-
 def _run(fn: Callable[..., Any], args: dict[str, Any], engine: EngineFlags, job: TorchrunJobFlags, out: OutputFlags, *,
          label: str, total: int | None) -> None:
     """Run a library job with the shared flags (engine, workers, resume, overwrite, wait timeout, progress,
@@ -96,12 +74,16 @@ def _run(fn: Callable[..., Any], args: dict[str, Any], engine: EngineFlags, job:
     from dataclasses import replace
 
     from fgdata.cli.jobrun import Outcome, finish, job_progress, notes, run_job
-    from fgdata.errors import FgdataError
+    from fgdata.encode.models import check_device
+    from fgdata.errors import OptionError
     from fgdata.jobs.ranks import dist_env
     from fgdata.jobs.tasks import RunSettings, run_on_ray
 
+    if engine.engine not in ("local", "ray"):
+        raise OptionError(f"--engine {engine.engine!r} is not one of local, ray")
+    check_device(str(args.get("device", "cpu")))
     bars = out.bars
-    _quiet_model_libraries(bars and engine.engine == "local", out.quiet)
+    quiet_model_libraries(bars=bars and engine.engine == "local", quiet=out.quiet)
     say = notes(out.quiet)
     settings = RunSettings(resume=job.resume, overwrite=job.overwrite, wait_timeout=job.wait_timeout, log=say,
                            notify=say)
@@ -109,7 +91,7 @@ def _run(fn: Callable[..., Any], args: dict[str, Any], engine: EngineFlags, job:
     if engine.engine == "ray":
         gpus = 1.0 if str(args.get("device", "cpu")).startswith("cuda") else 0.0
         summary = run_job(lambda: run_on_ray(fn, args, settings, engine.workers, gpus, engine.ray_address))
-    elif engine.engine == "local":
+    else:
         rank, world = dist_env()
         bar_label = f"{label} [rank {rank}/{world}]" if world > 1 else label  # under torchrun each rank draws one
 
@@ -118,8 +100,6 @@ def _run(fn: Callable[..., Any], args: dict[str, Any], engine: EngineFlags, job:
                 return fn(**args, run=replace(settings, progress=bar.advance))
 
         summary = run_job(local)  # the bar is closed before an interrupt line is printed
-    else:
-        raise FgdataError(f"--engine {engine.engine!r} is not one of local, ray")
     rows = [("output shards written", f"{summary.shards_done:,}"),
             ("output shards resumed", f"{summary.shards_skipped:,}")]
     details: dict[str, Any] = {"shards_written": summary.shards_done, "shards_resumed": summary.shards_skipped,
@@ -242,21 +222,27 @@ class NegPromptFlags:
 
 @encode_app.command("neg-prompt")
 @flag_groups
-def neg_prompt(*, prompt: NegPromptFlags, compute: DeviceFlags) -> None:
+def neg_prompt(*, prompt: NegPromptFlags, compute: DeviceFlags, out: OutputFlags) -> None:
     """Write one negative-prompt embedding, shaped like one txt_emb, as neg_prompt_emb.npy (no pickle).
 
     Example: fgdata encode neg-prompt --preset neg_prompt_wan --encoder ./umt5-xxl -o /data/neg_prompt_emb.npy
     """
-    from rich.console import Console
-
+    from fgdata.cli.render import console, print_json
+    from fgdata.encode.models import check_device
     from fgdata.encode.text import encode_neg_prompt
 
     p = prompt
+    check_device(compute.device)
+    quiet_model_libraries(bars=out.bars, quiet=out.quiet)
     record = encode_neg_prompt(p.out, encoder=p.encoder, preset=p.preset, text=p.text, device=compute.device,
                                dtype=compute.dtype, max_length=p.max_length, padding=p.padding,
                                hidden_layer=p.hidden_layer, subfolder=p.subfolder,
                                tokenizer_subfolder=p.tokenizer_subfolder)
-    Console().print(f"[green]wrote[/] {p.out}: {record['shape']} float32 ({record['source']}); record in {p.out}.json")
+    if out.json_out:
+        print_json({"command": "encode neg-prompt", "output": p.out, "record": f"{p.out}.json", **record})
+    elif not out.quiet:
+        console.print(f"[green]wrote[/] {p.out}: {record['shape']} float32 ({record['source']}); record in "
+                      f"{p.out}.json", highlight=False, soft_wrap=True)
 
 
 def _kd(prompts: str, dst: str, options: Any, device: str, engine: EngineFlags, job: TorchrunJobFlags,

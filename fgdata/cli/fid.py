@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from fgdata.cli.flaggroups import flag, flag_groups
-from fgdata.cli.options import OutputFlags, TorchrunJobFlags
+from fgdata.cli.options import OutputFlags, TorchrunJobFlags, quiet_model_libraries
 
 NAMES = ("cifar10", "imagenet-64", "imagenet-64-edmv2", "imagenet-256", "all")
 
@@ -108,6 +108,7 @@ def fid_refs(
     from fgdata.encode.models import resolve_device
 
     bars = out.bars
+    quiet_model_libraries(bars=bars, quiet=out.quiet)
     for skipped in [] if out.quiet else missing:
         err_console.print(f"[yellow]skipped[/] {skipped}")
     if job.overwrite:

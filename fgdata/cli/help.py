@@ -203,6 +203,17 @@ class FgdataCommand(TyperCommand):
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return _usage_pieces(self, ctx)
 
+    def invoke(self, ctx: Any) -> Any:
+        """Run the command; a bad option value the library refuses (``OptionError``) is a usage error, exit 2."""
+        import typer
+
+        from fgdata.errors import OptionError
+
+        try:
+            return super().invoke(ctx)
+        except OptionError as exc:
+            raise typer.BadParameter(str(exc), ctx=ctx) from None
+
     def format_help(self, ctx: Any, formatter: Any) -> None:
         format_help(self, ctx)
 

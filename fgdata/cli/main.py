@@ -80,7 +80,9 @@ def run() -> None:
         message = text.splitlines()[0] if text else type(exc).__name__
         if not isinstance(exc, (FgdataError, OSError)):
             message = f"{type(exc).__name__}: {message}"
-        typer.secho(f"error: {message}", fg="red", err=True)
+        from fgdata.report.format import terminal_safe
+
+        typer.secho(f"error: {terminal_safe(message)}", fg="red", err=True)
         sys.exit(1)
 
 

@@ -11,12 +11,15 @@ the helpers below, never by hand:
   nothing else may go to stdout then (bars and notes go to stderr). Writing commands print their summary
   through ``fgdata.cli.jobrun.finish``, which does all three the same way for each.
 - Writing commands: ``--resume/--no-resume`` (``RESUME``) keeps the complete outputs of an earlier run of the
-  same job and continues after them; ``--no-resume`` starts the job from its first input. ``--overwrite``
-  (``OVERWRITE``) is how a command may replace outputs it did not write in this run: without it, existing
-  outputs are an error that names them; with it, the command says what it removes (:func:`say_removed`)
-  before removing it.
+  same job and continues after them; ``--no-resume`` starts the job from its first input, replacing fgdata's
+  own outputs (files it did not write still make the job refuse). ``--overwrite`` (``OVERWRITE``) replaces
+  whatever DST holds: fgdata's earlier outputs, whatever options made them, and files it did not write; the
+  command says what it removes (:func:`say_removed`) before removing it, then runs fresh.
 - Commands that read a local source tree: ``--follow-symlinks`` (``FOLLOW_SYMLINKS``) reads inputs that are
-  symbolic links resolving outside it; without it each such input is a failure naming the link's target.
+  symbolic links resolving outside it; without it each such input is a failure naming the link's target
+  (``shard``: a linked folder is listed as skipped, and walked with the flag when it leads outside).
+- Commands that decode images from a source: ``--max-pixels`` (``MAX_PIXELS``, or the ``FGDATA_MAX_PIXELS``
+  variable that every decoding process also reads) raises Pillow's decompression-bomb limit for one job.
 - Jobs that run under torchrun: ``--wait-timeout`` (``WAIT_TIMEOUT``) bounds how long rank 0 waits for the other
   ranks' outputs before it fails, naming the missing ones and their ranks.
 
@@ -28,10 +31,11 @@ Commands take these as flag groups (:mod:`fgdata.cli.flaggroups`): :class:`Outpu
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -46,19 +50,30 @@ QUIET = typer.Option(False, "--quiet", "-q",
 JSON = typer.Option(False, "--json", help="Print the result as one JSON document on stdout, and nothing else there.")
 RESUME = typer.Option(
     True, "--resume/--no-resume", show_default=False,
-    help="Keep complete outputs of an earlier run of the same job and continue after them (default: resume).",
+    help="Keep complete outputs of an earlier run of the same job and continue after them (default: resume); "
+         "--no-resume redoes the job, replacing fgdata's own outputs only.",
 )
-OVERWRITE = typer.Option(False, "--overwrite", help="Replace existing outputs, listing what is removed.")
+OVERWRITE = typer.Option(
+    False, "--overwrite",
+    help="Replace what DST holds: fgdata's earlier outputs (whatever options made them) and files it did not "
+         "write, listing what is removed, then run fresh.",
+)
 FOLLOW_SYMLINKS = typer.Option(
     False, "--follow-symlinks",
-    help="Read inputs that are symlinks to files outside the source folder (refused per input otherwise).",
+    help="Read inputs that are symlinks to files, or lie in linked folders, outside the source folder "
+         "(refused per input, or listed as skipped, otherwise).",
+)
+MAX_PIXELS = typer.Option(
+    None, "--max-pixels", min=1, envvar="FGDATA_MAX_PIXELS",
+    help="Decode images up to N pixels (default: FGDATA_MAX_PIXELS, else Pillow's decompression-bomb limit, "
+         "about 179 million).",
 )
 WAIT_TIMEOUT = typer.Option(None, "--wait-timeout",
                             help="Under torchrun: seconds rank 0 waits for the other ranks' outputs (default 3600).")
 
 #: Flag spelling -> the one definition, for the tests and for anyone adding a command.
 SHARED = {"--progress": PROGRESS, "--quiet": QUIET, "--json": JSON, "--resume": RESUME, "--overwrite": OVERWRITE,
-          "--follow-symlinks": FOLLOW_SYMLINKS, "--wait-timeout": WAIT_TIMEOUT}
+          "--follow-symlinks": FOLLOW_SYMLINKS, "--wait-timeout": WAIT_TIMEOUT, "--max-pixels": MAX_PIXELS}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +112,29 @@ def show_progress(progress: bool | None, *, quiet: bool = False, json_out: bool 
     if progress is not None:
         return progress
     return sys.stderr.isatty()
+
+
+def quiet_model_libraries(*, bars: bool, quiet: bool) -> None:
+    """transformers, diffusers and the hub draw their own bars (loading weights, downloads) and advisories on
+    stderr: without our bars theirs go too, and ``-q`` keeps only their errors."""
+    import importlib
+
+    for name in ("transformers.utils.logging", "diffusers.utils.logging"):
+        try:
+            hf_logging: Any = importlib.import_module(name)
+        except ImportError:  # an extra that is not installed: nothing of it to silence
+            continue
+        if not bars:
+            hf_logging.disable_progress_bar()
+        if quiet:
+            hf_logging.set_verbosity_error()
+    if not bars:
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # for the processes this one starts, too
+        try:
+            from huggingface_hub.utils import disable_progress_bars
+        except ImportError:
+            return
+        disable_progress_bars()
 
 
 def say_removed(paths: Iterable[str], *, quiet: bool = False) -> list[str]:

@@ -17,6 +17,7 @@ import typer
 from fgdata.cli import options
 from fgdata.cli.flaggroups import flag, flag_groups
 from fgdata.cli.options import JobFlags, OutputFlags
+from fgdata.cli.render import terminal_safe
 
 if TYPE_CHECKING:
     from fgdata.cli.jobrun import Outcome
@@ -76,7 +77,7 @@ def download(
             from fgdata.sources.imagenet import download_imagenet
 
             path = download_imagenet(dest, progress=update)
-    typer.echo(f"ready: {path}")
+    typer.echo(f"ready: {terminal_safe(str(path))}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +94,7 @@ class PrepareFlags:
         False, "--allow-any-tree",
         help="ImageNet: accept a source that is not the ImageNet train tree (any class-folder tree)."))
     follow_symlinks: bool = flag(options.FOLLOW_SYMLINKS)
+    max_pixels: Optional[int] = flag(options.MAX_PIXELS)
     max_images: Optional[int] = flag(typer.Option(None, "--max-images", min=1, help="Only the first N images."))
     workers: Optional[int] = flag(typer.Option(None, "--workers", min=1, help="Decode processes (default: all cores)."))
     strict: bool = flag(typer.Option(False, "--strict", help="ImageNet: fail on the first source that is not RGB or L."))
@@ -135,7 +137,6 @@ def prepare(
     if dataset != "cifar10" and inputs.imagenet_source is None:
         raise typer.BadParameter(f"fgdata prepare {dataset} needs --imagenet-source DIR (fgdata download imagenet)")
     import fgdata.prepare as lib
-    from fgdata.errors import FgdataError
     from fgdata.cli.jobrun import finish, notes, run_job
     from fgdata.cli.render import phase_progress
 
@@ -146,15 +147,13 @@ def prepare(
     else:
         assert i.imagenet_source is not None  # refused above
         imagenet = lib.ImagenetOptions(i.imagenet_source, i.data_root, i.allow_any_tree, max_images=i.max_images,
-                                       strict=i.strict, follow_symlinks=i.follow_symlinks)
+                                       strict=i.strict, follow_symlinks=i.follow_symlinks,
+                                       max_pixels=i.max_pixels)
         if dataset == "imagenet-64":
             job_fn = partial(lib.prepare_imagenet64, imagenet)
         else:
-            try:
-                vae = lib.LatentZipOptions(vae=latents.vae, dtype=latents.dtype, device=latents.device,
-                                           batch_size=latents.batch_size)
-            except FgdataError as exc:  # a bad flag value is a usage error (exit 2), as typer's own checks
-                raise typer.BadParameter(str(exc)) from None
+            vae = lib.LatentZipOptions(vae=latents.vae, dtype=latents.dtype, device=latents.device,
+                                       batch_size=latents.batch_size)  # a bad value: OptionError, exit 2
             job_fn = partial(lib.prepare_imagenet256, imagenet, vae)
     bars = out.bars
 

@@ -10,15 +10,27 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from fgdata.report.format import human_bytes
+from fgdata.report.format import human_bytes, terminal_safe
 
-__all__ = ["console", "err_console", "human_bytes", "phase_progress", "print_json", "progress", "wrap_tokens"]
+__all__ = ["console", "err_console", "human_bytes", "phase_progress", "print_json", "progress", "terminal_safe",
+           "wrap_tokens"]
 
 if TYPE_CHECKING:
     from rich.progress import Progress
+    from rich.text import Text
 
-console = Console()
-err_console = Console(stderr=True)
+
+class SafeConsole(Console):
+    """A console that prints every string through :func:`terminal_safe`: whatever a command prints (table cells and
+    titles, messages), a key or file name from the data cannot send the terminal a control sequence. Rich turns
+    every ``str`` into text here, before measuring it, so tables stay aligned."""
+
+    def render_str(self, text: str, **kwargs: Any) -> "Text":
+        return super().render_str(terminal_safe(text), **kwargs)
+
+
+console = SafeConsole()
+err_console = SafeConsole(stderr=True)
 
 
 def print_json(doc: Any) -> None:

@@ -36,6 +36,23 @@ def _dataset_name(paths: list[str]) -> str:
     return base or first
 
 
+def numeric_field_line(f: dict[str, Any]) -> str:
+    """One numeric json field in the terminal summary: in how many samples it is, its spread, and what the score
+    filter keeps among those samples and in all (samples without the field pass the filter)."""
+    from fgdata.report.format import number
+
+    sf = f["score_filter"]
+    t = sf["presets_filter"]["score"]["threshold"]
+    present, total = f["present"], f["samples"]
+    spread = f"{number(f['p50'])} median ({number(f['min'])}–{number(f['max'])})"
+    if present == total:
+        return f"in all {total:,} samples; {spread}; ≥ {t:g} keeps {sf['kept']:,} ({sf['kept_share']:.1%})"
+    share = f" ({sf['kept_share']:.1%})" if sf["kept_share"] is not None else ""
+    return (f"in {present:,} of {total:,} samples; {spread}; ≥ {t:g} keeps {sf['kept_with_field']:,} of those "
+            f"{present:,}, and the {sf['passed_without_field']:,} without it pass: {sf['kept']:,} of {total:,} "
+            f"kept{share}")
+
+
 def _summary_table(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -67,11 +84,7 @@ def _summary_table(doc: dict[str, Any]) -> None:
         first = ", ".join(f"“{w}”" for w, _ in c["first_words"][:3])
         table.add_row("captions", f"{c['samples']:,}; {dist(c['words'], ' words')}; often starting {first}")
     for name, f in doc.get("numeric_fields", {}).items():
-        sf = f["score_filter"]
-        t = sf["presets_filter"]["score"]["threshold"]
-        share = f" ({sf['kept_share']:.1%})" if sf["kept_share"] is not None else ""
-        table.add_row(name, f"{number(f['p50'])} median ({number(f['min'])}–{number(f['max'])}); "
-                            f"≥ {t:g} keeps {sf['kept']:,}{share}")
+        table.add_row(name, numeric_field_line(f))
     for key, n in list(doc.get("tensors", {}).items())[:3]:
         table.add_row("tensors", f"{key} ×{n:,}")
     problems = doc["problems"]

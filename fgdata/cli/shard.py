@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Optional
 
 import typer
@@ -45,6 +45,9 @@ class SourceFlags:
 
     path_column: str = flag(typer.Option("path", "--path-column", help="Manifest column with the media path or s3:// URL."))
     caption_column: str = flag(typer.Option("caption", "--caption-column", help="Manifest column with the caption."))
+    caption_field: str = flag(typer.Option(
+        "caption,text,prompt", "--caption-field",
+        help="Fields of NAME.json (or manifest columns) tried in order for the caption when there is no NAME.txt."))
     follow_symlinks: bool = flag(options.FOLLOW_SYMLINKS)
 
 
@@ -78,6 +81,7 @@ class ImageFlags:
     max_side: Optional[int] = flag(MAX_SIDE)
     image_format: Optional[str] = flag(typer.Option(None, "--format", help="Re-encode as jpg, png or webp."))
     quality: int = flag(typer.Option(95, "--quality", min=1, max=100, help="JPEG/WebP quality when re-encoding."))
+    max_pixels: Optional[int] = flag(options.MAX_PIXELS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,7 +97,12 @@ class VideoFlags:
 def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     from fgdata.cli.jobrun import Outcome, finish, job_progress, notes, run_job
     from fgdata.jobs.ranks import dist_env
+    from fgdata.jobs.report import by_category
     from fgdata.jobs.shard import run_shard_job
+    from fgdata.sources.folder import skip_summary
+
+    def categories(entries: list[dict]) -> str:
+        return ", ".join(f"{category} {n:,}" for category, n in by_category(entries).items())
 
     started = time.perf_counter()
     rank, world = dist_env()
@@ -107,12 +116,24 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     rows = [(f"  {reason}", f"{n:,}") for reason, n in report.failed_by_reason.items()]
     if report.samples != report.written:
         rows.append(("samples (clips)", f"{report.samples:,}"))
+    if report.clips is not None:
+        rows += _clip_rows(report.clips)
     rows.append(("shards", f"{len(report.shards):,}"))
     if report.resumed:
         rows.append(("resumed after", f"{report.resumed:,} inputs"))
+    if report.changed:
+        rows.append(("changed inputs", f"{len(report.changed):,}: wrote {len(report.rewritten):,} shard(s) again"))
     rows.append(("read", human_bytes(report.nbytes)))
+    if report.warnings:
+        rows.append(("warnings", f"{len(report.warnings):,}: {categories(report.warnings)} (in failures.json)"))
+    if report.skipped:
+        rows.append(("skipped", f"{len(report.skipped):,}: {skip_summary(report.skipped)} (in failures.json)"))
     details = {"samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
-               "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes}
+               "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes,
+               "warnings": len(report.warnings), "skipped": len(report.skipped),
+               "changed_inputs": report.changed, "rewritten_shards": report.rewritten}
+    if report.clips is not None:
+        details["clips"] = report.clips.to_json()
     if not report.whole_job:  # a torchrun rank other than 0: its own share; rank 0 reports the job
         details |= {"rank": report.rank, "world": report.world}
         rows.insert(0, ("rank", f"{report.rank} of {report.world} (its share only)"))
@@ -122,15 +143,27 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
            quiet=out.quiet, json_out=out.json_out)
 
 
+def _clip_rows(clips) -> list[tuple[str, str]]:  # noqa: ANN001 - a ClipTally
+    """``--clip-seconds``: the clips this run wrote, and those keyframes made longer than asked."""
+    rows = [("clips written", f"{clips.written:,}")]
+    if clips.longer:
+        rows.append((f"  longer than {clips.asked:g} s", f"[yellow]{clips.longer:,} (keyframes; longest "
+                     f"{clips.longest:.2f} s; --exact cuts exactly)[/]"))
+    return rows
+
+
 def _job(what, src: str, dest: str, *groups: Any, **flags: Any):  # noqa: ANN001, ANN202 - ShardOptions -> ShardJob
     """The job from the command's own options (``what``) plus the flag groups the shard commands share."""
-    from fgdata.errors import FgdataError
+    from fgdata.errors import OptionError
     from fgdata.jobs.shard import ShardJob
 
     for group in groups:
         flags |= {f.name: getattr(group, f.name) for f in fields(group)}
+    if "caption_field" in flags:  # the transform reads NAME.json, so the caption's fields are a transform option
+        names = tuple(name.strip() for name in flags.pop("caption_field").split(","))
+        what = replace(what, caption_field=names)
     if flags.get("engine", "local") not in ("local", "ray"):
-        raise FgdataError(f"--engine must be 'local' or 'ray', not {flags['engine']!r}")
+        raise OptionError(f"--engine must be 'local' or 'ray', not {flags['engine']!r}")
     return ShardJob(options=what, src=src, dest=dest, **{**flags, "maxsize": parse_bytes(flags.get("maxsize"))})
 
 
@@ -144,12 +177,12 @@ def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: Sou
 
     Many processes or nodes: torchrun --nproc-per-node 8 -m fgdata.cli.main shard images SRC DST --unit-size 10000 (each rank writes the work units u with u mod WORLD_SIZE == rank; rank 0 merges them into one numbering, the same bytes as --engine ray with that --unit-size).
 
-    Each sample holds the image, a json (your metadata as given, with fgdata's source, width, height and mode under its "fgdata" key) and a txt caption. Undecodable images, names that are not UTF-8 and symlinks out of SRC go to DST/failures.json.
+    Each sample holds the image, a json (your metadata as given, with fgdata's source, width, height and mode under its "fgdata" key) and a txt caption (NAME.txt, else the --caption-field of NAME.json or the manifest row). Undecodable images, names that are not UTF-8 and symlinks out of SRC go to DST/failures.json, with captions that cannot be read (warnings: the image is still written) and the files of SRC that are not inputs (skipped).
     """
     from fgdata.producers.media import ShardOptions
 
     what = ShardOptions(kind="images", max_side=image.max_side, image_format=image.image_format,
-                        quality=image.quality)
+                        quality=image.quality, max_pixels=image.max_pixels)
     _run(_job(what, src, dst, source, sharding, scale, job), out)
 
 

@@ -25,8 +25,8 @@ def count_shards_cmd(
 
     Example: fgdata count-shards /data/video_shards --workers 16
 
-    A whole folder's count file lists exactly its shards; counting single shards or a pattern
-    updates their entries and keeps the others. Damaged shards count the samples readable before
+    Each folder is its own dataset: a folder given whole gets a count file that lists exactly its
+    shards; counting single shards or a pattern updates their entries and keeps the others. Damaged shards count the samples readable before
     the damage; a shard that cannot be read gets no new count (its old entry is kept). Either way
     the exit code is then 1.
     """
@@ -53,6 +53,9 @@ def count_shards_cmd(
             "path": label,
             "total_samples": total,
             "total_bytes": sum(r.bytes for r in rows),
+            "datasets": [{"path": folder, "shards": len(members),
+                          "samples": sum(r.samples for r in rows if r.shard in members and not r.error)}
+                         for folder, members in ((f, set(m)) for f, m in selection.datasets.items())],
             "shards": [{"shard": r.name, "path": r.shard, "samples": None if r.error else r.samples, "bytes": r.bytes,
                         "damage": r.damage, "error": r.error} for r in rows],
             "count_files": [{"path": u.path, "kept": u.kept, "uncounted": u.uncounted} for u in updates],
@@ -67,16 +70,16 @@ def count_shards_cmd(
         table.add_column("status")
         for r in rows:
             status = f"[red]unreadable: {r.error}[/]" if r.error else f"[red]damaged: {r.damage}[/]" if r.damage else "ok"
-            table.add_row(r.name, "?" if r.error else f"{r.samples:,}", human_bytes(r.bytes), status)
+            table.add_row(selection.label(r.shard), "?" if r.error else f"{r.samples:,}", human_bytes(r.bytes), status)
         console.print(table)
         for u in updates:
             if not quiet:
                 console.print(f"wrote {u.path}")
-    for u in updates:
+    for u in updates:  # u.path names the dataset's count file
         for name, n in u.kept.items():
-            err_console.print(f"[red]{name}: could not be read; {u.path} keeps its old count ({n:,})[/]")
+            err_console.print(f"[red]{name}: could not be read; {u.path} keeps its old count ({n:,})[/]", highlight=False)
         for name in u.uncounted:
-            err_console.print(f"[red]{name}: could not be read; {u.path} has no count for it[/]")
+            err_console.print(f"[red]{name}: could not be read; {u.path} has no count for it[/]", highlight=False)
     if damaged or unreadable:
         err_console.print(f"[red]{len(damaged)} damaged and {len(unreadable)} unreadable shard(s)[/]")
         raise typer.Exit(1)
@@ -94,9 +97,12 @@ def inspect_cmd(
 
     Example: fgdata inspect /data/shards/00000.tar --limit 3 --preview sheet.png
 
+    Several shards (a folder, a pattern) read as one: their extension sets and bytes summed, and the first --limit
+    samples of them all, each with its shard.
+
     Members over 64 MiB are summarised from their headers, never loaded whole.
     """
-    from fgdata.verify.inspect import inspect_shards
+    from fgdata.verify.inspect import combine, inspect_shards
 
     reports, tiles = inspect_shards(paths, limit=limit, key=key, preview=preview is not None)
     drawn = 0
@@ -105,13 +111,16 @@ def inspect_cmd(
 
         drawn = write_contact_sheet(tiles, preview)
     if json_out:
-        doc: dict[str, Any] = reports[0].to_json() if len(reports) == 1 else {"shards": [r.to_json() for r in reports]}
+        doc: dict[str, Any] = reports[0].to_json()
+        if len(reports) > 1:
+            whole = combine(reports).to_json()
+            doc = {"shards": [r.to_json() for r in reports], "total_samples": whole["samples"],
+                   **{k: whole[k] for k in ("extension_sets", "bytes_per_extension", "samples_shown")}}
         if preview:
             doc["preview"] = {"path": preview, "tiles": drawn}
         print_json(doc)
     else:
-        for report in reports:
-            _render_report(report)
+        _render_report(reports[0] if len(reports) == 1 else combine(reports))
         if preview and not quiet:
             console.print(f"wrote preview {preview} ({drawn} tiles)")
     damaged = [r for r in reports if r.damage]
@@ -122,6 +131,7 @@ def inspect_cmd(
 
 
 def _render_report(report) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     console.print(f"[bold]{report.shard}[/]: {report.samples:,} samples", highlight=False, soft_wrap=True)
@@ -145,7 +155,8 @@ def _render_report(report) -> None:
     width = max(console.width - indent, 24)
     console.print("[bold]samples[/]")
     for s in report.shown:
-        console.print(f"[bold cyan]{s['key']}[/]", highlight=False, soft_wrap=True)
+        where = f"[dim]{escape(s['shard'])}[/] " if "shard" in s else ""
+        console.print(f"{where}[bold cyan]{s['key']}[/]", highlight=False, soft_wrap=True)
         for ext, summary in s["members"].items():
             lines = wrap_tokens(_facts(summary), width) or [""]
             head = f"  {ext:<{member_w}}  {human_bytes(summary['bytes']):>9}  "

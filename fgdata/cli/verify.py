@@ -34,16 +34,21 @@ def _render(report) -> None:  # noqa: ANN001 - fgdata.verify.VerifyReport, impor
     for s in shown:
         readable = "?" if s.readable is None else f"{s.readable:,}"
         status = _reasons(s.by_reason)
-        table.add_row(s.name, human_bytes(s.size or 0), f"{s.samples:,}", readable, f"{len(s.bad_keys):,}",
+        table.add_row(report.label(s), human_bytes(s.size or 0), f"{s.samples:,}", readable, f"{len(s.bad_keys):,}",
                       status if s.ok else f"[red]{status}[/]")
     console.print(table)
+    if report.several:
+        for dataset in report.dataset_summaries():
+            state = "ok" if dataset["ok"] else f"[red]problems, {dataset['bad_samples']:,} bad sample(s)[/]"
+            console.print(f"{dataset['path']}: {dataset['shards']:,} shard(s), {dataset['samples']:,} samples, {state}",
+                          highlight=False)
     if len(shown) < len(report.shards):
         console.print(f"{len(report.shards) - len(shown)} clean shard(s) not shown")
     for p in report.problems:
         console.print(f"[red]{p.reason}[/]: {p.detail}")
     notes = [(s, n) for s in report.shards for n in s.notes]
     for s, n in notes[:_LISTED_SAMPLES]:
-        console.print(f"[yellow]{n.reason}[/] {s.name} {n.key}: {n.detail}", highlight=False)
+        console.print(f"[yellow]{n.reason}[/] {report.label(s)} {n.key}: {n.detail}", highlight=False)
     if len(notes) > _LISTED_SAMPLES:
         console.print(f"... {len(notes) - _LISTED_SAMPLES} more notes in --json")
     listed = 0
@@ -52,7 +57,7 @@ def _render(report) -> None:  # noqa: ANN001 - fgdata.verify.VerifyReport, impor
             if listed == _LISTED_SAMPLES:
                 console.print("... (all problems are in --json)")
                 return
-            where = f"{s.name} {p.key}" if p.key is not None else s.name
+            where = f"{report.label(s)} {p.key}" if p.key is not None else report.label(s)
             console.print(f"[red]{p.reason}[/] {where}: {p.detail}", markup=True, highlight=False)
             listed += 1
 
@@ -83,6 +88,7 @@ def verify_cmd(
     Example: fgdata verify /data/shards --decode --require jpg,txt --write-ignore /data/shards/ignore.json --write-counts
 
     The ignore index lists the bad samples and the counts are the samples physically present and readable; loaders subtract the first from the second, so a verified dataset trains without drops.
+    Each folder is its own dataset (keys unique within it, its own shard_count.json); with several, rows name shards by path and the ignore index keys them by absolute path.
     Exit code 1 when problems were found.
     """
     from fgdata.verify import verify_dataset, write_counts, write_ignore

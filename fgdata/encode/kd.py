@@ -27,9 +27,9 @@ from typing import Any
 from fgdata import storage
 from fgdata.encode.jobs import batched_results, merged_json, sample_seed, task_samples, user_json
 from fgdata.jobs.tasks import JobSummary, Result, RunSettings, Task, TaskJob, run_tasks, same_place, shard_tasks
-from fgdata.encode.models import check_model, load_pretrained, resolve_device, tensor_bytes, torch_dtype
+from fgdata.encode.models import check_dtype, check_model, load_pretrained, resolve_device, tensor_bytes, torch_dtype
 from fgdata.encode.text import TextEncoder, load_text_encoder
-from fgdata.errors import FgdataError
+from fgdata.errors import FgdataError, OptionError
 
 MODES = ("pairs", "paths")
 DEFAULT_PATH_STEPS = 4
@@ -90,16 +90,21 @@ def load_teacher(id_or_dir: str, *, device: str = "cpu", dtype: str = "float32",
     return Teacher(id_or_dir, denoiser.eval().requires_grad_(False).to(device), scheduler, text, vae_config, device, dtype)
 
 
+def parse_latent_shape(shape: str) -> tuple[int, ...]:
+    """``--latent-shape C,H,W`` or ``C,T,H,W`` (``x`` separates too), else a usage error."""
+    try:
+        dims = tuple(int(v) for v in shape.replace("x", ",").split(","))
+    except ValueError:
+        raise OptionError(f"--latent-shape {shape!r}: give C,H,W or C,T,H,W") from None
+    if len(dims) not in (3, 4) or min(dims) < 1:
+        raise OptionError(f"--latent-shape {shape!r}: give C,H,W or C,T,H,W")
+    return dims
+
+
 def latent_shape(teacher: Teacher, shape: str | None, size: str | None, frames: int | None) -> tuple[int, ...]:
     """``--latent-shape C,H,W`` / ``C,T,H,W``, or derived from ``--size WxH`` [+ ``--frames``] and the VAE config."""
     if shape:
-        try:
-            dims = tuple(int(v) for v in shape.replace("x", ",").split(","))
-        except ValueError:
-            raise FgdataError(f"--latent-shape {shape!r}: give C,H,W or C,T,H,W") from None
-        if len(dims) not in (3, 4) or min(dims) < 1:
-            raise FgdataError(f"--latent-shape {shape!r}: give C,H,W or C,T,H,W")
-        return dims
+        return parse_latent_shape(shape)
     if not size:
         raise FgdataError("give --latent-shape C,H,W (or C,T,H,W), or --size WxH with a teacher that has vae/")
     from fgdata.encode.latents import parse_size
@@ -112,7 +117,7 @@ def latent_shape(teacher: Teacher, shape: str | None, size: str | None, frames: 
     if not channels:
         raise FgdataError("the teacher declares no latent channel count (in_channels, z_dim or latent_channels)")
     if h % spatial or w % spatial:
-        raise FgdataError(f"--size {w}x{h} is not a multiple of the VAE's {spatial}x downsampling")
+        raise OptionError(f"--size {w}x{h} is not a multiple of the VAE's {spatial}x downsampling")
     if frames:
         temporal = int(cfg.get("scale_factor_temporal") or 4)
         return (channels, (frames - 1) // temporal + 1, h // spatial, w // spatial)
@@ -125,13 +130,13 @@ def record_indices(steps: int, record: str | None, path_steps: int) -> list[int]
         try:
             idx = [int(v) for v in record.split(",") if v.strip()]
         except ValueError:
-            raise FgdataError(f"--record-steps {record!r}: give comma-separated step indices, e.g. 0,12,24,36") from None
+            raise OptionError(f"--record-steps {record!r}: give comma-separated step indices, e.g. 0,12,24,36") from None
     else:
         if not 1 <= path_steps <= steps:
-            raise FgdataError(f"--path-steps {path_steps} must be between 1 and --steps {steps}")
+            raise OptionError(f"--path-steps {path_steps} must be between 1 and --steps {steps}")
         idx = [round(k * steps / path_steps) for k in range(path_steps)]
     if not idx or idx[0] != 0 or any(b <= a for a, b in zip(idx, idx[1:])) or idx[-1] >= steps:
-        raise FgdataError(f"--record-steps {idx}: strictly increasing indices in [0, {steps}) starting at 0")
+        raise OptionError(f"--record-steps {idx}: strictly increasing indices in [0, {steps}) starting at 0")
     return idx
 
 
@@ -231,10 +236,13 @@ class KdOptions:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise FgdataError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+            raise OptionError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
         if self.steps < 1 or self.batch_size < 1 or self.per_shard < 1:
-            raise FgdataError("--steps, --batch-size and --per-shard must be at least 1")
-        torch_dtype(self.save_dtype)
+            raise OptionError("--steps, --batch-size and --per-shard must be at least 1")
+        check_dtype(self.dtype, "--dtype")
+        check_dtype(self.save_dtype, "--save-dtype")
+        if self.latent_shape:
+            parse_latent_shape(self.latent_shape)
         if self.mode == "pairs":  # path options mean nothing for pairs: one value, one fingerprint
             object.__setattr__(self, "record_steps", None)
             object.__setattr__(self, "path_steps", DEFAULT_PATH_STEPS)

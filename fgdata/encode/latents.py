@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fgdata.encode.jobs import batched_results, merged_json, prefetch_map, sample_seed, task_samples, user_json
-from fgdata.encode.models import autocast, resolve_device, tensor_bytes, torch_dtype
+from fgdata.encode.models import autocast, check_dtype, resolve_device, tensor_bytes
 from fgdata.encode.vae import load_vae
-from fgdata.errors import FgdataError
+from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs.tasks import JobSummary, Result, RunSettings, Task, TaskJob, run_tasks, same_place, shard_tasks
 
 KINDS = ("image", "video")
@@ -77,7 +77,7 @@ def parse_size(text: str | int | tuple[int, int]) -> int | tuple[int, int]:
             return int(t)
     except ValueError:
         pass
-    raise FgdataError(f"--size {text!r}: give N (shorter side, square crop) or WxH, e.g. 256 or 832x480")
+    raise OptionError(f"--size {text!r}: give N (shorter side, square crop) or WxH, e.g. 256 or 832x480")
 
 
 def _media_ext(members: dict[str, bytes], kind: str, wanted: str | None) -> str | None:
@@ -110,14 +110,15 @@ class LatentOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "size", parse_size(self.size))
         if self.kind not in KINDS:
-            raise FgdataError(f"--kind {self.kind!r} is not one of {', '.join(KINDS)}")
+            raise OptionError(f"--kind {self.kind!r} is not one of {', '.join(KINDS)}")
         if self.posterior not in POSTERIORS:
-            raise FgdataError(f"--posterior {self.posterior!r} is not one of {', '.join(POSTERIORS)}")
+            raise OptionError(f"--posterior {self.posterior!r} is not one of {', '.join(POSTERIORS)}")
         if self.kind == "video" and not self.frames:
-            raise FgdataError("--kind video needs --frames (e.g. 81 for Wan 2.1)")
+            raise OptionError("--kind video needs --frames (e.g. 81 for Wan 2.1)")
         if self.batch_size < 1:
-            raise FgdataError("--batch-size must be at least 1")
-        torch_dtype(self.save_dtype)
+            raise OptionError("--batch-size must be at least 1")
+        check_dtype(self.dtype, "--dtype")
+        check_dtype(self.save_dtype, "--save-dtype")
 
 
 class LatentEncoder:

@@ -18,9 +18,9 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from fgdata.errors import FgdataError
+from fgdata.errors import FgdataError, OptionError
 
-__all__ = ["DTYPES", "autocast", "check_model", "hf_cache_dir", "load_pretrained", "model_source", "resolve_device",
+__all__ = ["DTYPES", "autocast", "check_device", "check_dtype", "check_model", "hf_cache_dir", "load_pretrained", "model_source", "resolve_device",
            "tensor_bytes", "torch_dtype"]
 
 HUB_CHECK_TIMEOUT = 10.0  # seconds for the one request that asks the hub whether a model id exists
@@ -43,17 +43,36 @@ def resolve_device(device: str = "cpu") -> str:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    check_device(device)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise FgdataError(f"device {device} requested but CUDA is not available; use --device cpu")
     return device
 
 
+def check_device(device: str) -> str:
+    """A device name torch understands (``auto`` too), whether or not this machine has it; else a usage error."""
+    if device in ("auto", "cpu", "cuda"):
+        return device
+    import torch
+
+    try:
+        torch.device(device)
+    except (RuntimeError, ValueError):
+        raise OptionError(f"--device {device!r} is not a device (auto, cpu, cuda, cuda:N, ...)") from None
+    return device
+
+
+def check_dtype(name: str, flag: str = "dtype") -> str:
+    """One of :data:`DTYPES`, else a usage error naming ``flag``."""
+    if name not in DTYPES:
+        raise OptionError(f"{flag} {name!r} is not one of {', '.join(DTYPES)}")
+    return name
+
+
 def torch_dtype(name: str) -> Any:
     import torch
 
-    if name not in DTYPES:
-        raise FgdataError(f"dtype {name!r} is not one of {', '.join(DTYPES)}")
-    return getattr(torch, name)
+    return getattr(torch, check_dtype(name))
 
 
 def model_source(id_or_dir: str) -> tuple[str, bool]:

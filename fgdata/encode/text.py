@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fgdata.encode.models import autocast, check_model, load_pretrained, resolve_device, torch_dtype
-from fgdata.errors import FgdataError
+from fgdata.encode.models import autocast, check_dtype, check_model, load_pretrained, resolve_device, torch_dtype
+from fgdata.errors import FgdataError, OptionError
 
 PADDINGS = ("zero", "keep")
 # model_type -> (transformers class name, default padding, default max length)
@@ -111,15 +111,14 @@ def load_text_encoder(
     weights_dtype = "float32" if use_autocast else dtype
     model = load_pretrained(cls, id_or_dir, "text encoder", flag, subfolder, dtype=torch_dtype(weights_dtype))
     tokenizer = load_pretrained(transformers.AutoTokenizer, id_or_dir, "tokenizer", flag, tokenizer_subfolder)
+    check_padding(padding)
     padding = padding or default_padding
-    if padding not in PADDINGS:
-        raise FgdataError(f"padding {padding!r} is not one of {', '.join(PADDINGS)}")
     if max_length is None:
         limit = getattr(tokenizer, "model_max_length", None)
         max_length = default_length if family in FAMILIES or not limit or limit > 100_000 else int(limit)
     positions = getattr(config, "max_position_embeddings", None)
     if family.startswith("clip") and positions and max_length > positions:
-        raise FgdataError(f"--max-length {max_length} exceeds the encoder's {positions} positions")
+        raise OptionError(f"--max-length {max_length} exceeds the encoder's {positions} positions")
     return TextEncoder(
         model=model.eval().requires_grad_(False).to(device),
         tokenizer=tokenizer,
@@ -163,7 +162,9 @@ class TextOptions:
     save_dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        torch_dtype(self.save_dtype)
+        check_dtype(self.dtype, "--dtype")
+        check_dtype(self.save_dtype, "--save-dtype")
+        check_padding(self.padding)
 
 
 def encode_text(src: str, dst: str, options: TextOptions, *, batch_size: int = 32, device: str = "cpu",
@@ -181,7 +182,7 @@ def encode_text(src: str, dst: str, options: TextOptions, *, batch_size: int = 3
     from fgdata.jobs.tasks import Result, Task, TaskJob, run_tasks, same_place, shard_tasks
 
     if batch_size < 1:
-        raise FgdataError("--batch-size must be at least 1")
+        raise OptionError("--batch-size must be at least 1")
     o = options
     into = o.into
     check_model(o.encoder, "text encoder", "--encoder", (o.subfolder, o.tokenizer_subfolder))  # before any output
@@ -256,16 +257,22 @@ def encode_text(src: str, dst: str, options: TextOptions, *, batch_size: int = 3
     return run_tasks(job, run)
 
 
+def check_padding(padding: str | None) -> None:
+    """``--padding``: one of :data:`PADDINGS` (None: the encoder family's default), else a usage error."""
+    if padding is not None and padding not in PADDINGS:
+        raise OptionError(f"--padding {padding!r} is not one of {', '.join(PADDINGS)}")
+
+
 def neg_prompt_text(preset: str | None, text: str | None) -> tuple[str, str]:
     """(text, description) from a presets_map name (``fgdata.catalog``) or a literal text."""
     if (preset is None) == (text is None):
-        raise FgdataError("give exactly one of --preset NAME or --text TEXT")
+        raise OptionError("give exactly one of --preset NAME or --text TEXT")
     if text is not None:
         return text, "text"
     from fgdata.catalog import PRESET_CONSTANTS
 
     if preset not in PRESET_CONSTANTS:
-        raise FgdataError(f"--preset {preset!r} is not one of {', '.join(sorted(PRESET_CONSTANTS))}")
+        raise OptionError(f"--preset {preset!r} is not one of {', '.join(sorted(PRESET_CONSTANTS))}")
     return PRESET_CONSTANTS[preset], f"preset:{preset}"
 
 
@@ -284,6 +291,8 @@ def encode_neg_prompt(out: str, *, encoder: str, preset: str | None = None, text
     from fgdata.encode.vae import npy_bytes
 
     prompt, source = neg_prompt_text(preset, text)
+    check_padding(load_kwargs.get("padding"))
+    check_dtype(load_kwargs.get("dtype", "float32"), "--dtype")
     check_model(encoder, "text encoder", load_kwargs.get("flag", "--encoder"),
                 (load_kwargs.get("subfolder"), load_kwargs.get("tokenizer_subfolder")))
     enc = load_text_encoder(encoder, **load_kwargs)

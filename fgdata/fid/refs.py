@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from fgdata import __version__, storage
-from fgdata.errors import FgdataError
+from fgdata.errors import FgdataError, OptionError
 from fgdata.fid.detectors import DINOV2_DEFAULT, INCEPTION_DEFAULT, Detector
 from fgdata.fid.images import Chunk, ImageSource, open_source
 from fgdata.fid.stats import Moments, edm2_pkl_bytes, edm_npz_bytes, npz_bytes
@@ -78,7 +78,7 @@ def metrics_for(out: str) -> tuple[str, ...]:
     """The statistics an output name asks for: ``.npz`` -> Inception (EDM), ``.pkl`` -> Inception + DINOv2 (EDM2)."""
     ext = os.path.splitext(out)[1].lower()
     if ext not in FORMATS:
-        raise FgdataError(f"{out}: name the output .npz (EDM format, Inception) or .pkl (EDM2 format, Inception + DINOv2)")
+        raise OptionError(f"{out}: name the output .npz (EDM format, Inception) or .pkl (EDM2 format, Inception + DINOv2)")
     return FORMATS[ext]
 
 
@@ -242,7 +242,7 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     rank = env_rank if rank is None else rank
     world = env_world if world_size is None else world_size
     if options.batch_size < 1 or options.chunk_size < 1:
-        raise FgdataError("--batch-size and --chunk-size must be positive")
+        raise OptionError("--batch-size and --chunk-size must be positive")
     device = resolve_device(options.device)
     source = open_source(source_path, workers=options.workers or default_workers())
     if detectors is None:

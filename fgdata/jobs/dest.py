@@ -15,8 +15,13 @@
 - **Staging** for an s3:// DST is a folder in this host's fgdata cache
   (``$FGDATA_CACHE/staging/<hash of DST>``), never the system temp folder; a rerun empties it.
 - **Ownership.** fgdata writes shards that have an offset index (``NAME.tar`` with
-  ``NAME.tar.idx.json``), its side files and ``.fgdata/``. Anything else in DST is someone
-  else's: the job refuses to start unless ``--overwrite``, which removes it (and says so).
+  ``NAME.tar.idx.json``), its side files and ``.fgdata/``. Index files other tools write beside
+  shards (:func:`other_index`: Energon's ``.nv-meta/`` and ``NAME.tar.idx``, DALI's ``NAME.idx``,
+  wids' ``*shardindex.json``) are neither: they are left alone, except that a shard job removes a
+  per-shard one once its shard is removed or written again, and warns that a dataset-wide one
+  must be regenerated (:func:`drop_stale_indexes`). Anything else in DST is someone else's: the
+  job refuses to start unless ``--overwrite``, which removes it (and says so), then replaces
+  fgdata's earlier outputs whatever options made them (``--no-resume`` replaces only those).
 """
 
 from __future__ import annotations
@@ -179,14 +184,61 @@ def _entries(dest: str) -> list[str]:
     return storage.list_names(dest)
 
 
+#: Dataset-wide index files of other tools: Energon's metadata folder, wids' shard index.
+_DATASET_INDEXES = (".nv-meta",)
+_DATASET_INDEX_SUFFIX = "shardindex.json"
+#: Per-shard index files of other tools, beside ``NAME.tar``: Energon's offsets, DALI's index.
+_SHARD_INDEX_SUFFIXES = (".tar.idx", ".idx")
+
+
+def other_index(name: str) -> str | None:
+    """The shard an index file of another tool describes, ``""`` for a dataset-wide one, None for any other name."""
+    if name in _DATASET_INDEXES or name.endswith(_DATASET_INDEX_SUFFIX):
+        return ""
+    for suffix in _SHARD_INDEX_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)] + ".tar"
+    return None
+
+
+def shard_versions(dest: str) -> dict[str, tuple[int, str]]:
+    """Each ``.tar`` in ``dest``: its size and version (what changes when it is written again)."""
+    return {info.name: (info.size, info.version) for info in storage.list_dir(dest, ".tar")} \
+        if storage.is_dir(dest) else {}
+
+
+def drop_stale_indexes(dest: str, before: dict[str, tuple[int, str]], notify: Notify | None) -> None:
+    """After a job: remove other tools' per-shard index files whose shard it removed or wrote again (``before``:
+    :func:`shard_versions` when it started), saying so, and warn that a dataset-wide one must be regenerated."""
+    after = shard_versions(dest)
+    if after == before:
+        return
+    names = _entries(dest)
+    stale = [n for n in names if (shard := other_index(n)) and shard in before and after.get(shard) != before[shard]]
+    remove_files(dest, stale, "their shards were removed or written again", notify)
+    dataset = [n for n in names if other_index(n) == ""]
+    if dataset and notify:
+        notify(f"{', '.join(dataset)} in {dest} describe(s) the shards as they were before this job: "
+               "regenerate it with the tool that wrote it (e.g. energon prepare)")
+
+
+def own_outputs(dest: str, keep: Iterable[str] = ()) -> list[str]:
+    """Names in ``dest`` that fgdata wrote (its state folder and temporaries aside; ``keep``: names to leave)."""
+    foreign = set(foreign_files(dest))
+    kept = set(keep)
+    return [n for n in _entries(dest) if n not in foreign and n not in kept and n != STATE_DIR and not is_temp(n)
+            and other_index(n) is None]
+
+
 def foreign_files(dest: str, keep: Iterable[str] = ()) -> list[str]:
-    """Names in ``dest`` that fgdata did not write (``keep``: inputs of an in-place job)."""
+    """Names in ``dest`` that fgdata did not write (``keep``: inputs of an in-place job); other tools' index
+    files (:func:`other_index`) are not counted."""
     names = _entries(dest)
     present = set(names)
     kept = set(keep)
     foreign = []
     for name in names:
-        if name in SIDE_FILES or name in kept or is_temp(name):
+        if name in SIDE_FILES or name in kept or is_temp(name) or other_index(name) is not None:
             continue
         if name.endswith(INDEX_SUFFIX) and name[: -len(INDEX_SUFFIX)].endswith(".tar"):
             continue

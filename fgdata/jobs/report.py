@@ -7,8 +7,9 @@ Schema (documented in docs/FORMATS.md)::
      "failures": [{"input": "photos/broken.jpg", "reason": "image-decode: cannot identify image file"}]}
 
 ``seen == written + failed`` always; the writer refuses to write a report that breaks it.
-Commands may add summary fields (``samples``, ``failed_by_reason``, ``not_updated``) and
-per-failure fields (``index``), never remove these.
+Commands may add summary fields (``samples``, ``failed_by_reason``, ``not_updated``; ``shard``'s
+``warnings`` and ``skipped``, which are not counted in ``seen``) and per-failure fields (``index``),
+never remove these.
 """
 
 from __future__ import annotations

@@ -6,8 +6,10 @@ Side files beside the shards (all written atomically, local or s3://):
   limits, order, Ray unit size) and a hash of the input list. A resumed job must match it, so a
   rerun never mixes two option sets; a mismatch names the option;
 - ``shard_count.json`` and ``<shard>.idx.json``: written by ShardWriter as each shard closes;
-- ``failures.json``: the one failure report (:mod:`fgdata.jobs.report`), plus ``samples`` and
-  ``failed_by_reason``; each failure also carries ``index``, the item's position in source order.
+- ``failures.json``: the one failure report (:mod:`fgdata.jobs.report`), plus ``samples``,
+  ``failed_by_reason``, ``warnings`` (inputs written without a part, e.g. a caption that cannot be read) and
+  ``skipped`` (files below SRC that are not inputs, :class:`fgdata.sources.folder.Skipped`); each failure and
+  warning also carries ``index``, the item's position in source order.
 
 Executors: ``local`` streams every input through one ShardWriter (a process pool transforms,
 results are written in input order). ``ray`` and torchrun ranks split the positions into units
@@ -29,12 +31,12 @@ import os
 import random
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Literal
 
 from fgdata import storage
-from fgdata.errors import FgdataError
+from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs import dest as destmod
 from fgdata.jobs.local import ordered_map
 from fgdata.jobs.options import check_same, fingerprint, options_record
@@ -42,10 +44,11 @@ from fgdata.jobs import testhook
 from fgdata.jobs.ranks import dist_env, owner, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, by_category, write_failures
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
-from fgdata.producers.media import Outcome, ShardOptions, transform
-from fgdata.shards import Failure, ShardWriter, load_index, write_shard_counts
+from fgdata.producers.media import ClipTally, Outcome, ShardOptions, transform
+from fgdata.shards import Failure, ShardRecord, ShardWriter, WriteSummary, load_index, write_shard_counts
 from fgdata.shards.index import COUNT_FILE, index_path, parse_index, write_index
-from fgdata.sources.folder import WorkItem, sample_key
+from fgdata.sources.folder import Listing, WorkItem, sample_key
+from fgdata.sources.stamps import InputStamps
 
 JOB_FILE = "shard_job.json"
 PATTERN = "%05d.tar"
@@ -98,27 +101,35 @@ class JobReport:
     resumed: int = 0  # inputs already covered by complete shards when the job started
     nbytes: int = 0  # input bytes read in this run
     failures: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[dict[str, Any]] = field(default_factory=list)  # inputs written without a part (a caption)
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # files below SRC that are not inputs
+    clips: ClipTally | None = None  # --clip-seconds: the clips written in this run
     rank: int = 0
     world: int = 1
     whole_job: bool = True  # False: only this torchrun rank's share; the rank that finishes reports the job
+    changed: list[str] = field(default_factory=list)  # inputs replaced since the earlier run (their names)
+    rewritten: list[str] = field(default_factory=list)  # shards of the earlier run written again for them
 
 
-def load_items(job: ShardJob) -> list[WorkItem]:
-    """The job's inputs in source order: a folder listing, manifest rows or prompt lines."""
-    from fgdata.media import IMAGE_EXTS, VIDEO_EXTS
+def load_items(job: ShardJob) -> Listing:
+    """The job's inputs in source order (a folder listing, manifest rows or prompt lines), and what a folder
+    holds besides them."""
+    from fgdata.media import VIDEO_EXTS
+    from fgdata.media.image import SourceImageExtensions, missing_decoder
     from fgdata.sources.folder import list_folder
     from fgdata.sources.manifest import is_manifest, read_manifest, read_prompts
 
     if job.options.kind == "prompts":
-        return read_prompts(job.src, job.caption_column)
+        return Listing(read_prompts(job.src, job.caption_column), [])
     if is_manifest(job.src):
-        return read_manifest(job.src, job.path_column, job.caption_column)
+        return Listing(read_manifest(job.src, job.path_column, job.caption_column), [])
     if not storage.exists(job.src):
         raise FgdataError(f"{job.src}: no such folder or manifest")
     if not storage.is_dir(job.src):
         raise FgdataError(f"{job.src}: is a file; expected a folder or a manifest (.csv, .jsonl, .parquet)")
-    exts = IMAGE_EXTS if job.options.kind == "images" else VIDEO_EXTS
-    return list_folder(job.src, exts, follow_symlinks=job.follow_symlinks)
+    if job.options.kind == "images":
+        return list_folder(job.src, SourceImageExtensions(), job.follow_symlinks, missing_decoder)
+    return list_folder(job.src, VIDEO_EXTS, job.follow_symlinks)
 
 
 def input_order(n: int, seed: int | None) -> list[int]:
@@ -181,9 +192,10 @@ def _check_record(job: ShardJob, items: list[WorkItem], units: bool, write: bool
 
 
 def _start_over(job: ShardJob, notify: Notify | None, units: bool = True) -> None:
-    """``--no-resume``: remove the earlier run's outputs, saying what goes (``units``: the work units too)."""
-    names = [n for n in destmod._entries(job.dest) if n != destmod.STATE_DIR and not destmod.is_temp(n)]
-    destmod.remove_files(job.dest, names, "--no-resume", notify)
+    """``--no-resume`` or ``--overwrite``: remove the earlier run's outputs, saying what goes (``units``: the work
+    units too)."""
+    destmod.remove_files(job.dest, destmod.own_outputs(job.dest), "--overwrite" if job.overwrite else "--no-resume",
+                         notify)
     if units:
         storage.remove_tree(storage.join(job.dest, UNITS))
     else:
@@ -201,60 +213,99 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
     returns its share's report; rank 0 merges and returns the job's.
     """
     if job.maxcount < 1:
-        raise FgdataError("--maxcount must be at least 1")
+        raise OptionError("--maxcount must be at least 1")
     if job.workers < 1:
-        raise FgdataError("--workers must be at least 1")
+        raise OptionError("--workers must be at least 1")
     if job.engine not in ("local", "ray"):
-        raise FgdataError(f"--engine must be 'local' or 'ray', not {job.engine!r}")
+        raise OptionError(f"--engine must be 'local' or 'ray', not {job.engine!r}")
     rank, world = dist_env()
     if world > 1 and (job.engine == "ray" or job.options.kind == "prompts"):
         what = "--engine ray starts its own workers" if job.engine == "ray" else "shard prompts runs in one process"
         raise FgdataError(f"{what}: launch it once, not under torchrun (WORLD_SIZE={world})")
-    items = load_items(job)
+    listing = load_items(job)
+    items = listing.items
     order = input_order(len(items), job.shuffle_seed)
+    stamps = InputStamps(items)
     removes = job.overwrite and rank == 0
     refuse = None if removes else partial(destmod.check_foreign, job.dest)  # before .fgdata/ is created
     with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse):
+        before = destmod.shard_versions(job.dest)
         # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
         destmod.check_foreign(job.dest, overwrite=removes, notify=notify)
-        if world > 1:
-            return _run_ranks(job, items, order, rank, world, progress, on_start, notify)
-        if not job.resume:
-            _start_over(job, notify)
-        _check_record(job, items, units=job.engine == "ray")
-        if on_start:
-            on_start(len(items))
-        if job.engine == "ray":
-            return _run_ray(job, items, order, progress)
-        writer = ShardWriter(job.dest, pattern=PATTERN, maxcount=job.maxcount, maxsize=job.maxsize,
-                             stage=storage.staging_dir(job.dest))
-        resumed = writer.resume_point.next_input
-        try:
-            result = write_range(writer, items, order, (0, len(items)), job.options, job.workers, progress)
-            summary = writer.close()  # the last shard may still be staged when a stop comes
-        except Interrupted as stop:
-            writer.abort()
-            stop.done = writer.inputs_done
-            raise
-        except BaseException:
-            writer.abort()
-            raise
-        return _report(job, order, len(items), result.written, summary.failures, summary.counts, resumed,
-                       result.nbytes)
+        if job.overwrite:  # then fgdata's own outputs go too, whatever options made them
+            job = replace(job, resume=False)
+        report = _said(_run_claimed(job, (listing, stamps), order, (rank, world), (progress, on_start, notify)),
+                       notify)
+        if report.whole_job:
+            destmod.drop_stale_indexes(job.dest, before, notify)
+        return report
 
 
-def _report(job: ShardJob, order: list[int], seen: int, written: int, failures: list[Failure],
-            counts: dict[str, int], resumed: int, nbytes: int) -> JobReport:
-    entries = [{"input": f.name, "reason": f.reason, "index": order[f.input] if f.input is not None else None}
-               for f in sorted(failures, key=lambda f: -1 if f.input is None else f.input)]
+def _run_claimed(job: ShardJob, inputs: tuple[Listing, InputStamps], order: list[int], where: tuple[int, int],
+                 calls: tuple[ProgressFn | None, Callable[[int], None] | None, Notify | None]) -> JobReport:
+    """:func:`run_shard_job` once DST is held and checked: ``where`` is (rank, world); ``calls`` the callbacks."""
+    listing, stamps = inputs
+    items = listing.items
+    rank, world = where
+    progress, on_start, notify = calls
+    if world > 1:
+        return _run_ranks(job, inputs, order, rank, world, progress, on_start, notify)
+    if not job.resume:
+        _start_over(job, notify)
+    _check_record(job, items, units=job.engine == "ray")
+    if on_start:
+        on_start(len(items))
+    if job.engine == "ray":
+        return _run_ray(job, inputs, order, progress)
+    writer = ShardWriter(job.dest, pattern=PATTERN, maxcount=job.maxcount, maxsize=job.maxsize,
+                         stage=storage.staging_dir(job.dest), stamps=lambda p: stamps[order[p]])
+    try:
+        result = write_range(writer, items, order, (0, len(items)), job.options, job.workers, progress)
+        summary = writer.close()  # the last shard may still be staged when a stop comes
+    except Interrupted as stop:
+        writer.abort()
+        stop.done = writer.inputs_done
+        raise
+    except BaseException:
+        writer.abort()
+        raise
+    report = _report(job, order, listing, result.written, summary, result.resumed, result.nbytes,
+                     clips=result.clips)
+    report.changed, report.rewritten = result.changed, result.rewritten
+    return report
+
+
+def _said(report: JobReport, notify: Notify | None) -> JobReport:
+    """Say which inputs changed since the earlier run and which shards were written again for them."""
+    if notify and report.changed:
+        more = f" and {len(report.changed) - 5} more" if len(report.changed) > 5 else ""
+        notify(f"{len(report.changed)} input(s) changed since the earlier run ({', '.join(report.changed[:5])}{more}): "
+               f"wrote {len(report.rewritten)} shard(s) again ({', '.join(report.rewritten[:5])}"
+               f"{' and more' if len(report.rewritten) > 5 else ''})")
+    return report
+
+
+def _report_entries(order: Sequence[int], failures: list[Failure]) -> list[dict[str, Any]]:
+    """Failures (or warnings) as report entries, in input order, each with its item's source index."""
+    return [{"input": f.name, "reason": f.reason, "index": order[f.input] if f.input is not None else None}
+            for f in sorted(failures, key=lambda f: -1 if f.input is None else f.input)]
+
+
+def _report(job: ShardJob, order: list[int], listing: Listing, written: int, summary: WriteSummary, resumed: int,
+            nbytes: int, *, clips: ClipTally | None) -> JobReport:
+    entries = _report_entries(order, summary.failures)
+    warnings = _report_entries(order, summary.warnings)
+    skipped = [s.to_json() for s in listing.skipped]
     reasons = by_category(entries)
     path = storage.join(job.dest, FAILURES_FILE)
+    counts = summary.counts
     samples = sum(counts.values())
-    write_failures(path, job.command, seen, written, entries, {"samples": samples, "failed_by_reason": reasons})
+    write_failures(path, job.command, len(listing.items), written, entries,
+                   {"samples": samples, "failed_by_reason": reasons, "warnings": warnings, "skipped": skipped})
     shards = [storage.join(job.dest, name) for name in counts]
-    return JobReport(seen=seen, written=written, failed=len(entries), samples=samples, failed_by_reason=reasons,
-                     shards=shards, counts=counts, failures_path=path, resumed=resumed, nbytes=nbytes,
-                     failures=entries)
+    return JobReport(seen=len(listing.items), written=written, failed=len(entries), samples=samples,
+                     failed_by_reason=reasons, shards=shards, counts=counts, failures_path=path, resumed=resumed,
+                     nbytes=nbytes, failures=entries, warnings=warnings, skipped=skipped, clips=clips)
 
 
 # -- the local executor's loop -------------------------------------------------------------------------
@@ -281,16 +332,94 @@ def _keys_in_complete_shards(writer: ShardWriter, prefix: str) -> set[str]:
 class RangeResult:
     written: int  # inputs in the range that produced samples (resumed ones included)
     nbytes: int  # input bytes read in this run
+    clips: ClipTally | None  # --clip-seconds: the clips written in this run
+    resumed: int = 0  # inputs in the range that were not read again (in complete shards kept as they were)
+    changed: list[str] = field(default_factory=list)  # inputs replaced since the earlier run (their names)
+    rewritten: list[str] = field(default_factory=list)  # complete shards of the earlier run written again
+
+    def add(self, other: "RangeResult") -> None:
+        self.written += other.written
+        self.nbytes += other.nbytes
+        if self.clips is not None and other.clips is not None:
+            self.clips.merge(other.clips.to_json())
+
+
+def _clip_tally(options: ShardOptions) -> ClipTally | None:
+    return ClipTally(options.clip_seconds) if options.clip_seconds is not None else None
+
+
+def _holds(key: str, item: WorkItem) -> bool:
+    """Whether sample ``key`` comes from ``item`` (itself, or one of its clips)."""
+    own = sample_key(item.index)
+    return key == own or key.startswith(own + "_")
+
+
+def _changed_shards(records: Sequence[ShardRecord], items: Sequence[WorkItem], order: Sequence[int]) -> list[int]:
+    """The complete shards holding an input that changed; a shard that ends inside a video (its last clips come
+    from the input the next shard starts with) holds that input too."""
+    changed = {p for r in records for p in r.changed}
+    return [n for n, r in enumerate(records) if r.changed or (
+        r.input_end in changed and r.input_end < len(order) and _holds(r.last_key, items[order[r.input_end]]))]
 
 
 def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[int], span: tuple[int, int],
                 options: ShardOptions, workers: int = 1, progress: ProgressFn | None = None) -> RangeResult:
     """Transform positions ``span = (first, stop)`` (``order[p]`` is the item at position p) and write them.
 
-    Resume: ``writer.resume_point.next_input`` says where to continue. Clips of one video can
-    straddle a shard boundary; their non-final clips are written with ``input_pos = position - 1``
-    so a shard that closes mid-video does not mark that video done, and on resume the clips
-    already in complete shards are skipped by key.
+    Resume: ``writer.resume_point.next_input`` says where to continue. When inputs of complete shards changed
+    since they were written (:attr:`fgdata.shards.ShardRecord.changed`), the writer goes back to the first such
+    shard and writes it again; each time the rewritten shards end where the earlier ones did (same shard number
+    and input, and the next earlier shard's first sample would not fit: the boundary a fresh run draws), the
+    unchanged shards that follow are kept as they are, up to the next changed one. A change that moves a
+    boundary (an input that failed now gives a sample) rewrites the shards after it, as a fresh run would.
+    """
+    records = list(writer.resume_point.records)
+    rewrite = _changed_shards(records, items, order)
+    if not rewrite:
+        result = _write_span(writer, items, order, span, options, workers, progress)
+        result.resumed = max(0, writer.resume_point.next_input - span[0])
+        return result
+    changed = sorted({p for r in records for p in r.changed})
+    writer.rewind(rewrite[0])
+    total = _write_span(writer, items, order, (span[0], records[rewrite[0]].input_end), options, workers, progress)
+    total.resumed = max(0, writer.resume_point.next_input - span[0])
+    kept: set[int] = set(range(rewrite[0]))
+    n, pos = rewrite[0], records[rewrite[0]].input_end  # the last shard written again; inputs done so far
+    while n + 1 < len(records):
+        after = next((m for m in rewrite if m > n), len(records))  # the next changed shard (or the end)
+        if after > n + 1:  # unchanged shards follow: keep them if the rewritten ones end where they did
+            nxt = records[n + 1]
+            if _holds(records[n].last_key, items[order[nxt.input_start]]) or not writer.lines_up(nxt):
+                break  # the boundaries moved: every later shard is written again
+            taken = writer.adopt(after)
+            if not taken:
+                break
+            kept.update(range(n + 1, n + 1 + len(taken)))
+            pos = taken[-1].input_end
+            failed = sum(1 for f in writer.resume_point.failures
+                         if f.input is not None and nxt.input_start <= f.input < pos)
+            total.written += (pos - nxt.input_start) - failed
+            total.resumed += pos - nxt.input_start
+            if progress:
+                progress(pos - nxt.input_start, 0)
+            if len(taken) < after - n - 1 or after == len(records):
+                break  # the end, or an earlier shard went missing: write on from here
+        n = after
+        total.add(_write_span(writer, items, order, (pos, records[n].input_end), options, workers, progress))
+        pos = records[n].input_end
+    total.add(_write_span(writer, items, order, (pos, span[1]), options, workers, progress))
+    total.changed = [items[order[p]].name for p in changed]
+    total.rewritten = [r.name for m, r in enumerate(records) if m not in kept]
+    return total
+
+
+def _write_span(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[int], span: tuple[int, int],
+                options: ShardOptions, workers: int = 1, progress: ProgressFn | None = None) -> RangeResult:
+    """:func:`write_range` without looking back: continue at ``writer.resume_point.next_input``.
+
+    Clips of one video can straddle a shard boundary; their non-final clips are written with
+    ``input_pos = position - 1`` so a shard that closes mid-video does not mark that video done, and
+    on resume the clips already in complete shards are skipped by key.
     """
     first, stop = span
     point = writer.resume_point
@@ -303,6 +432,7 @@ def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
     if options.clip_seconds is not None and start < stop and point.shards:
         skip = _keys_in_complete_shards(writer, sample_key(items[order[start]].index) + "_")
     nbytes = 0
+    clips = _clip_tally(options)
     tasks = ((p, items[order[p]]) for p in range(start, stop))
     # Images go to workers in chunks (less pickling per image), small enough that the last chunks
     # spread evenly over the workers; each video is one task.
@@ -315,11 +445,15 @@ def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
             for j, (key, members) in enumerate(out.samples):
                 if key not in skip:
                     writer.write(key, members, input_pos=out.position if j == last else out.position - 1)
+                    if clips is not None and out.clips:
+                        clips.add(*out.clips[j])
             written += 1
+            for reason in out.warnings:
+                writer.warn(out.position, out.name, reason)
         nbytes += out.nbytes
         if progress:
             progress(1, out.nbytes)
-    return RangeResult(written=written, nbytes=nbytes)
+    return RangeResult(written=written, nbytes=nbytes, clips=clips)
 
 
 # -- work units (Ray and torchrun) and their merge ----------------------------------------------------
@@ -333,28 +467,34 @@ def _units(job: ShardJob, n: int) -> list[dict[str, Any]]:
             for u, first in enumerate(range(0, n, unit))]
 
 
-def _run_unit(items: Sequence[WorkItem], order: Sequence[int], span: tuple[int, int], dest: str,
+def _run_unit(items: tuple[Sequence[WorkItem], InputStamps], order: Sequence[int], span: tuple[int, int], dest: str,
               job: ShardJob, workers: int = 1, progress: ProgressFn | None = None) -> dict[str, Any]:
-    """One work unit (a Ray task, or a torchrun rank's): positions ``span`` into shards under ``dest``;
-    resumable, idempotent. Returns its result (plain JSON data, what :func:`_plan` needs)."""
+    """One work unit (a Ray task, or a torchrun rank's): positions ``span`` of ``items`` (the inputs and their
+    stamps) into shards under ``dest``; resumable, idempotent. Returns its result (plain JSON data, what
+    :func:`_plan` needs)."""
+    inputs, stamps = items
     writer = ShardWriter(dest, pattern=PATTERN, maxcount=job.maxcount, maxsize=job.maxsize,
-                         stage=storage.staging_dir(dest))
+                         stage=storage.staging_dir(dest), stamps=lambda p: stamps[order[p]], first_input=span[0])
     try:
-        result = write_range(writer, items, order, span, job.options, workers, progress)
+        result = write_range(writer, inputs, order, span, job.options, workers, progress)
         summary = writer.close()
     except BaseException:
         writer.abort()
         raise
     first, stop = span
     return {
+        "changed": result.changed,
+        "rewritten": result.rewritten,
         "dest": dest,
         "shards": [storage.basename(s) for s in summary.shards],
         "counts": summary.counts,
         "failures": [f.to_json() for f in summary.failures],
+        "warnings": [f.to_json() for f in summary.warnings],
         "written": result.written,
         "nbytes": result.nbytes,
+        "clips": _json_or_none(result.clips),
         "inputs": stop - first,
-        "resumed": max(0, writer.resume_point.next_input - first),
+        "resumed": result.resumed,
     }
 
 
@@ -363,15 +503,38 @@ def _plan(job: ShardJob, units: Sequence[dict[str, Any]], results: Sequence[dict
     moves: list[list[str]] = []
     counts: dict[str, int] = {}
     failures: list[dict[str, Any]] = []
+    warnings: list[dict[str, Any]] = []
+    changed: list[str] = []
+    rewritten: list[str] = []
     for unit, r in zip(units, results, strict=True):
         for name in r["shards"]:
             final = PATTERN % len(moves)
             moves.append([storage.join(unit["dest"], name), storage.join(job.dest, final)])
             counts[final] = r["counts"][name]
+            if name in r.get("rewritten", ()):
+                rewritten.append(final)
         failures += r["failures"]
-    return {"moves": moves, "counts": counts, "failures": failures,
+        warnings += r.get("warnings", [])  # units an earlier version finished have none
+        changed += r.get("changed", [])
+    return {"moves": moves, "counts": counts, "failures": failures, "warnings": warnings, "changed": changed,
+            "rewritten": rewritten,
             "written": sum(r["written"] for r in results), "resumed": sum(r["resumed"] for r in results),
-            "nbytes": sum(r["nbytes"] for r in results)}
+            "nbytes": sum(r["nbytes"] for r in results),
+            "clips": _json_or_none(_units_clips(job, [r.get("clips") for r in results]))}
+
+
+def _json_or_none(clips: ClipTally | None) -> dict[str, Any] | None:
+    return clips.to_json() if clips is not None else None
+
+
+def _units_clips(job: ShardJob, tallies: Sequence[dict[str, Any] | None]) -> ClipTally | None:
+    """Work units' clip tallies (their JSON form; None: none in this run) as one; None when the job cuts no clips."""
+    total = _clip_tally(job.options)
+    if total is not None:
+        for tally in tallies:
+            if tally:
+                total.merge(tally)
+    return total
 
 
 def _merge(dest: str, plan: dict[str, Any]) -> None:
@@ -388,15 +551,22 @@ def _merge(dest: str, plan: dict[str, Any]) -> None:
     storage.remove_tree(storage.join(dest, UNITS))
 
 
-def _merged_report(job: ShardJob, order: list[int], n: int, plan: dict[str, Any]) -> JobReport:
+def _merged_report(job: ShardJob, order: list[int], listing: Listing, plan: dict[str, Any]) -> JobReport:
     """Write the plan (so a merge killed half-way finishes on the next run), merge, and report the job."""
     plan_path = storage.join(job.dest, UNITS, PLAN)
     if not storage.exists(plan_path):
         storage.write_bytes(plan_path, json.dumps(plan).encode())
     _merge(job.dest, plan)
-    return _report(job, order, n, plan["written"],
-                   [Failure(f["input"], f["name"], f["reason"]) for f in plan["failures"]],
-                   plan["counts"], plan["resumed"], plan["nbytes"])
+
+    def failures(key: str) -> list[Failure]:
+        return [Failure(f["input"], f["name"], f["reason"]) for f in plan.get(key, [])]
+
+    summary = WriteSummary(shards=[], samples=sum(plan["counts"].values()), failures=failures("failures"),
+                           counts=plan["counts"], warnings=failures("warnings"))
+    report = _report(job, order, listing, plan["written"], summary, plan["resumed"], plan["nbytes"],
+                     clips=_units_clips(job, [plan.get("clips")]))
+    report.changed, report.rewritten = plan.get("changed", []), plan.get("rewritten", [])
+    return report
 
 
 def _saved_plan(job: ShardJob) -> dict[str, Any] | None:
@@ -405,12 +575,14 @@ def _saved_plan(job: ShardJob) -> dict[str, Any] | None:
     return json.loads(storage.read_bytes(path)) if storage.exists(path) else None
 
 
-def _run_ray(job: ShardJob, items: list[WorkItem], order: list[int], progress: ProgressFn | None) -> JobReport:
+def _run_ray(job: ShardJob, inputs: tuple[Listing, InputStamps], order: list[int],
+             progress: ProgressFn | None) -> JobReport:
     from fgdata.jobs.ray_executor import run_units
 
+    items = (inputs[0].items, inputs[1])
     plan = _saved_plan(job)
     if plan is None:
-        units = _units(job, len(items))
+        units = _units(job, len(items[0]))
 
         finished = [0]  # inputs of the units done so far: what a stop reports
 
@@ -426,7 +598,7 @@ def _run_ray(job: ShardJob, items: list[WorkItem], order: list[int], progress: P
             stop.done = finished[0]
             raise
         plan = _plan(job, units, results)
-    return _merged_report(job, order, len(items), plan)
+    return _merged_report(job, order, inputs[0], plan)
 
 
 # -- torchrun ranks ----------------------------------------------------------------------------------------
@@ -446,7 +618,7 @@ def _read_marker(path: str, fp: str, launch: str | None) -> dict[str, Any] | Non
     return doc if isinstance(doc, dict) and doc.get("fingerprint") == fp and this_launch(doc, launch) else None
 
 
-def _run_ranks(job: ShardJob, items: list[WorkItem], order: list[int], rank: int, world: int,
+def _run_ranks(job: ShardJob, inputs: tuple[Listing, InputStamps], order: list[int], rank: int, world: int,
                progress: ProgressFn | None, on_start: Callable[[int], None] | None,
                notify: Notify | None) -> JobReport:
     """This rank's work units (unit u belongs to rank ``u mod world``), each leaving its result as a marker;
@@ -457,7 +629,9 @@ def _run_ranks(job: ShardJob, items: list[WorkItem], order: list[int], rank: int
     carry this launch's id and rank 0 merges only those, so it never takes a marker another rank has not
     removed yet for a finished unit.
     """
-    units = _units(job, len(items))
+    listing, stamps = inputs
+    items = (listing.items, stamps)
+    units = _units(job, len(items[0]))
     mine = [u for u in range(len(units)) if owner(u, world) == rank]
     fp = fingerprint(byte_options(job, units=True))
     launch = run_launch(job.resume, job.wait_timeout)
@@ -468,7 +642,7 @@ def _run_ranks(job: ShardJob, items: list[WorkItem], order: list[int], rank: int
         for u in mine:
             storage.remove(_unit_marker(job, u))
             storage.remove_tree(units[u]["dest"])
-    _check_record(job, items, units=True, write=rank == 0)
+    _check_record(job, items[0], units=True, write=rank == 0)
     plan = _saved_plan(job) if job.resume else None  # with --no-resume rank 0 has removed it
     share: list[dict[str, Any]] = []
     try:
@@ -484,7 +658,7 @@ def _run_ranks(job: ShardJob, items: list[WorkItem], order: list[int], rank: int
     if rank != 0:
         return _share_report(job, order, rank, world, share)
     assert plan is not None  # rank 0 built it, or found the one of a merge stopped half-way
-    report = _merged_report(job, order, len(items), plan)
+    report = _merged_report(job, order, listing, plan)
     report.world = world
     return report
 
@@ -506,9 +680,9 @@ def _gather(job: ShardJob, n: int, world: int, stamp: tuple[str, str | None], re
     return [results[u] for u in range(n)]
 
 
-def _run_share(job: ShardJob, items: list[WorkItem], order: list[int], mine: list[tuple[int, dict[str, Any]]],
-               stamp: tuple[str, str | None], share: list[dict[str, Any]], progress: ProgressFn | None,
-               on_start: Callable[[int], None] | None) -> None:
+def _run_share(job: ShardJob, items: tuple[list[WorkItem], InputStamps], order: list[int],
+               mine: list[tuple[int, dict[str, Any]]], stamp: tuple[str, str | None], share: list[dict[str, Any]],
+               progress: ProgressFn | None, on_start: Callable[[int], None] | None) -> None:
     """Run this rank's units (skipping those whose marker of ``stamp`` exists), appending each result to
     ``share``; each new marker carries ``stamp`` (fingerprint, launch)."""
     fp, launch = stamp
@@ -517,7 +691,7 @@ def _run_share(job: ShardJob, items: list[WorkItem], order: list[int], mine: lis
     for u, unit in mine:
         result = _read_marker(_unit_marker(job, u), fp, launch)
         if result is not None:
-            result = {**result, "resumed": result["inputs"], "nbytes": 0}
+            result = {**result, "resumed": result["inputs"], "nbytes": 0, "clips": None}  # none in this run
             if progress:
                 progress(result["inputs"], 0)
         else:
@@ -529,14 +703,18 @@ def _run_share(job: ShardJob, items: list[WorkItem], order: list[int], mine: lis
 def _share_report(job: ShardJob, order: list[int], rank: int, world: int,
                   share: list[dict[str, Any]]) -> JobReport:
     """What a rank other than 0 did (its units only); it writes no report file, rank 0 writes the job's."""
-    entries = [{"input": f["name"], "reason": f["reason"], "index": order[f["input"]] if f["input"] is not None
-                else None} for r in share for f in r["failures"]]
+    def entries(key: str) -> list[dict[str, Any]]:
+        return [{"input": f["name"], "reason": f["reason"], "index": order[f["input"]] if f["input"] is not None
+                 else None} for r in share for f in r.get(key, [])]
+
+    failures = entries("failures")
     written = sum(r["written"] for r in share)
-    return JobReport(seen=written + len(entries), written=written, failed=len(entries),
-                     samples=sum(sum(r["counts"].values()) for r in share), failed_by_reason=by_category(entries),
+    clips = _units_clips(job, [r.get("clips") for r in share])
+    return JobReport(seen=written + len(failures), written=written, failed=len(failures),
+                     samples=sum(sum(r["counts"].values()) for r in share), failed_by_reason=by_category(failures),
                      shards=[], counts={}, failures_path=None, resumed=sum(r["resumed"] for r in share),
-                     nbytes=sum(r["nbytes"] for r in share), failures=entries, rank=rank, world=world,
-                     whole_job=False)
+                     nbytes=sum(r["nbytes"] for r in share), failures=failures, warnings=entries("warnings"),
+                     rank=rank, world=world, clips=clips, whole_job=False)
 
 
 def quickstart_videos(outdir: str | os.PathLike[str]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from functools import partial
 from typing import Any
 
 from fgdata import __version__, storage
-from fgdata.errors import FgdataError
+from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs import dest as destmod
 from fgdata.jobs import testhook
 from fgdata.jobs.options import check_same, fingerprint, options_record
@@ -222,15 +222,21 @@ def _inputs_kept(job: TaskJob) -> list[str]:
 def _prepare_dest(job: TaskJob, run: RunSettings, rank: int, world: int) -> None:
     """Refuse foreign files (every rank checks: outputs appear with their index first, so no rank takes another's
     output for a foreign file); ``--no-resume`` drops this rank's earlier markers (every rank's for the "prepare"
-    role, which a driver runs before it starts the ranks), saying so."""
+    role, which a driver runs before it starts the ranks), saying so. ``--overwrite`` removes the foreign files and
+    (rank 0) fgdata's earlier outputs that no task of this job writes again, then redoes every task."""
     if run.role == "finalize":
         return
     destmod.check_foreign(job.dest, keep=_inputs_kept(job), overwrite=run.overwrite and rank == 0, notify=run.notify)
+    if run.overwrite and rank == 0 and not job.in_place:
+        rewritten = ({t.name for t in job.tasks} | {t.name + destmod.INDEX_SUFFIX for t in job.tasks}
+                     | {COUNT_FILE, FAILURES_FILE, PROVENANCE_FILE})  # written again by this job
+        destmod.remove_files(job.dest, destmod.own_outputs(job.dest, keep=rewritten), "--overwrite", run.notify)
     if not run.resume:
         testhook.hold("no-resume", rank)
         mine = job.tasks if run.role == "prepare" else owned(job.tasks, rank, world)
         if run.notify:
-            run.notify(f"--no-resume: redoing {len(mine)} output shard(s) in {job.dest} from scratch")
+            flag = "--overwrite" if run.overwrite else "--no-resume"
+            run.notify(f"{flag}: redoing {len(mine)} output shard(s) in {job.dest} from scratch")
         for task in mine:
             storage.remove(_marker(job.dest, job.command, task.name))
 
@@ -243,6 +249,8 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
     can report the loaded model. SIGINT/SIGTERM raise :class:`Interrupted` with the inputs done so far.
     """
     run = run or RunSettings()
+    if run.overwrite:  # a fresh run: fgdata's earlier outputs go, whatever options made them
+        run = replace(run, resume=False)
     env_rank, env_world = dist_env()
     rank = env_rank if run.rank is None else run.rank
     world = env_world if run.world is None else run.world
@@ -260,6 +268,7 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
     if run.role != "finalize" and not (run.overwrite and rank == 0):  # a refused DST is left as it was found
         refuse = partial(destmod.check_foreign, job.dest, _inputs_kept(job))
     with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse):
+        before = destmod.shard_versions(job.dest) if run.role == "all" and rank == 0 else None
         _prepare_dest(job, run, rank, world)
         if run.role == "prepare":
             return summary
@@ -271,6 +280,8 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
         if run.role == "finalize" or (run.role == "all" and rank == 0):
             info = info or _rank_record(job, record, launch, world) or (job.provenance() if job.provenance else {})
             _finalize(job, run, world, record, launch, info, summary)
+        if before is not None:
+            destmod.drop_stale_indexes(job.dest, before, run.notify)
     return summary
 
 
@@ -364,7 +375,7 @@ def run_on_ray(fn: Callable[..., JobSummary], args: dict[str, Any], run: RunSett
     from fgdata.jobs.ray_executor import run_units
 
     if workers < 1:
-        raise FgdataError("--workers must be at least 1")
+        raise OptionError("--workers must be at least 1")
     # DST is checked and cleared here, where what goes can be said; the ranks then continue from a clean DST.
     fn(**args, run=replace(run, rank=0, world=workers, role="prepare"))
     work = replace(run, world=workers, role="work", resume=True, overwrite=False, progress=None, log=None,

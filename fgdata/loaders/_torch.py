@@ -59,6 +59,22 @@ def _unchanged(batch: Any) -> Any:
     return batch
 
 
+class LoaderView(DataLoader):
+    """``loader.loader``, as the reference's WDS loaders expose it: a torch DataLoader whose iteration and
+    ``len()`` are the owning loader's own, so the resume state and warnings stay in one place."""
+
+    def __init__(self, owner: BaseWDSLoader):
+        super().__init__(WorkerBatches(owner, 0, 0), batch_size=None, num_workers=owner.num_workers,
+                         collate_fn=_unchanged)
+        self.owner = owner
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
+        return iter(self.owner)
+
+    def __len__(self) -> int:
+        return len(self.owner)
+
+
 def iterate(loader: BaseWDSLoader, start: int, epoch: int) -> Iterator[dict[str, Any]]:
     """Batches in delivery order.
 

@@ -4,17 +4,18 @@ The order is a pure function of the global sample position, so resume is exact a
 of ``num_workers``; each worker opens its own zip handle, which the reference avoided by pinning one
 worker. Caching is opt-in here (``cache=False`` by default, unlike the reference's ``cache=True``; the presets
 still pass ``cache=True``): a cache holds every decoded sample in every worker, so enabling it warns with the
-projected memory.
+projected memory once that reaches :data:`CACHE_WARN_BYTES`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
 import warnings
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,11 @@ import torch
 from PIL import Image
 
 from fgdata.errors import FgdataError
-from fgdata.loaders.ranks import resolve_rank
+from fgdata.loaders.ranks import checked_position, resolve_rank
+
+#: ``cache=True`` warns when the decoded samples it would keep, summed over the worker processes,
+#: reach this size (or exceed the memory available): below it a cache costs nothing worth a word.
+CACHE_WARN_BYTES = 1 << 30
 
 
 def _image_exts() -> frozenset[str]:
@@ -83,13 +88,18 @@ class ImageZipDataset(torch.utils.data.Dataset):
             if self._names[0].endswith(".npy"):
                 warnings.warn(f"{self.path}: xflip on latents only approximates the latent of a mirrored image",
                               stacklevel=2)
-        if cache:
-            item = int(np.prod(self.shape)) * self._load_raw(0).dtype.itemsize
-            total = item * len(set(self._raw_idx.tolist()))
-            avail = _available_memory()
-            over = f"; that exceeds the {avail / 2**30:.1f} GiB available" if avail and total > avail else ""
-            warnings.warn(f"{self.path}: cache=True keeps about {total / 2**30:.2f} GiB of decoded samples "
-                          f"in each worker process{over}", stacklevel=2)
+
+    def cache_bytes(self) -> int:
+        """What a full cache holds in one process: every distinct file, decoded."""
+        item = int(np.prod(self.shape)) * self._load_raw(0).dtype.itemsize
+        return item * len(np.unique(self._raw_idx))
+
+    def identity(self) -> str:
+        """A digest of which files, in which item order and flips, this dataset serves (for resume checks)."""
+        digest = hashlib.sha256("\0".join(self._names).encode("utf-8", "surrogateescape"))
+        digest.update(self._raw_idx.tobytes())
+        digest.update(self._xflip.tobytes())
+        return digest.hexdigest()[:16]
 
     @property
     def names(self) -> list[str]:
@@ -207,6 +217,10 @@ class PositionSampler(torch.utils.data.Sampler[int]):
             np.random.RandomState((self.seed + epoch) % (2**32 - 1)).shuffle(order)
         return order
 
+    def __len__(self) -> int:
+        """This rank's positions in one epoch: ``r, r + W, ...`` below N."""
+        return max(0, -(-(self.n - self.rank) // self.world))
+
     def __iter__(self) -> Iterator[int]:
         pos, epoch, order = self.start + self.rank, -1, np.empty(0, np.int64)
         while True:
@@ -226,7 +240,10 @@ class ImageLoader(torch.utils.data.DataLoader):
         batch = next(iter(loader))   # real [128,3,32,32] in [-1,1], condition [128,10]
 
     ``sampler_start_idx`` counts global samples already consumed (all ranks), so a resumed run continues the
-    exact stream. ``cache`` defaults to False (opt-in, see the module docstring).
+    exact stream; ``state_dict()`` / ``load_state_dict()`` carry that position, as on the WDS loaders. Each
+    ``iter()`` starts at the resume position. The stream never ends; ``len()`` is the batches of one epoch
+    (this rank's share of the dataset), as for any DataLoader. ``cache`` defaults to False (opt-in, see the
+    module docstring).
     """
 
     def __init__(self, dataset_path: str, s3_path: str | None, batch_size: int, use_labels: bool = True,
@@ -238,10 +255,42 @@ class ImageLoader(torch.utils.data.DataLoader):
         dataset = ImageZipDataset(path, resolution=resolution, use_pyspng=use_pyspng, max_size=max_size, xflip=xflip,
                                   random_seed=random_seed, use_labels=use_labels, cache=cache)
         rank, world_size = resolve_rank(rank, world_size)
-        self.sampler_start_idx = int(sampler_start_idx or 0)
+        self.sampler_start_idx = checked_position(sampler_start_idx or 0, "sampler_start_idx")
+        if cache:
+            _warn_cache_size(dataset, max(num_workers, 1))
         sampler = PositionSampler(len(dataset), rank, world_size, shuffle, seed, self.sampler_start_idx)
         super().__init__(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
                          pin_memory=pin_memory, persistent_workers=False, **loader_kwargs)
+        self.plan_hash = hashlib.sha256(f"{dataset.identity()}:{shuffle}:{seed}".encode()).hexdigest()[:16]
+        self._resume_position = self._position = self.sampler_start_idx
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:  # type: ignore[override]
+        """Batches from the resume position on, counting the samples delivered (all ranks) for :meth:`state_dict`."""
+        sampler = self.sampler
+        assert isinstance(sampler, PositionSampler)
+        sampler.start = self._position = self._resume_position
+        for batch in super().__iter__():
+            self._position += len(batch["idx"]) * sampler.world
+            yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """Exact resume state: global samples consumed (all ranks), epoch, seed and a digest of the order."""
+        sampler = self.sampler
+        assert isinstance(sampler, PositionSampler)
+        return {"position": self._position, "epoch": self._position // sampler.n, "seed": sampler.seed,
+                "plan_hash": self.plan_hash}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state``; one saved for other files, another order or seed is refused."""
+        if not isinstance(state, Mapping) or "position" not in state:
+            raise FgdataError(f"load_state_dict: expected the dict that state_dict() returns, got {type(state).__name__}")
+        position = checked_position(state["position"], "state['position']")
+        if state.get("plan_hash") != self.plan_hash:
+            raise FgdataError(
+                f"cannot resume: the state was saved for order {state.get('plan_hash')} (seed {state.get('seed')}), "
+                f"but this loader's files, shuffle and seed give {self.plan_hash}; resume with the same dataset and options"
+            )
+        self._resume_position = self._position = position
 
     @staticmethod
     def _locate(dataset_path: str, s3_path: str | None) -> str:
@@ -256,3 +305,16 @@ class ImageLoader(torch.utils.data.DataLoader):
             # fetch_to_cache holds a file lock: the first process on a node downloads, the others wait and reuse it.
             return fetch_to_cache(s3_path, cache_dir=os.path.dirname(os.path.abspath(dataset_path)))
         raise OSError(f"{dataset_path}: no local zip or folder, and no s3_path ending in .zip to fetch")
+
+
+def _warn_cache_size(dataset: ImageZipDataset, processes: int) -> None:
+    """Say what ``cache=True`` will hold once it reaches :data:`CACHE_WARN_BYTES` or the available memory."""
+    each = dataset.cache_bytes()
+    total = each * processes
+    avail = _available_memory()
+    if total < CACHE_WARN_BYTES and not (avail and total > avail):
+        return
+    over = f"; that exceeds the {avail / 2**30:.1f} GiB available" if avail and total > avail else ""
+    where = "one process" if processes == 1 else f"each of {processes} worker processes"
+    warnings.warn(f"{dataset.path}: cache=True keeps about {each / 2**30:.1f} GiB of decoded samples in {where} "
+                  f"({total / 2**30:.1f} GiB in all){over}", stacklevel=3)

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from fgdata.catalog import FGDATA_DEFINED_PRESETS, PRESET_CONSTANTS
 from fgdata.errors import FgdataError
+from fgdata.media.decode import inflate_gz
+from fgdata.media.errors import MemberDecodeError
 
 __all__ = ["FGDATA_DEFINED_PRESETS", "PRESET_CONSTANTS", "PRESET_FILTERS", "MemberFilter", "build_filters", "resolve_presets"]
 
@@ -39,9 +41,7 @@ def _json_member(members: Mapping[str, bytes]) -> bytes | None:
     if "json" in members:
         return members["json"]
     if "json.gz" in members:
-        import gzip
-
-        return gzip.decompress(members["json.gz"])
+        return inflate_gz(members["json.gz"], name="json.gz")
     return None
 
 
@@ -55,7 +55,10 @@ def score_filter(threshold: float = 5.0, score_key: str = "score") -> SampleFilt
     threshold = float(threshold)
 
     def check(members: Mapping[str, bytes]) -> str | None:
-        raw = _json_member(members)
+        try:
+            raw = _json_member(members)
+        except MemberDecodeError as exc:
+            return f"score: {exc}"
         if raw is None:
             return None
         try:

@@ -7,12 +7,26 @@ that torchrun sets.
 
 from __future__ import annotations
 
+import numbers
 import os
 import sys
+from typing import Any
 
 from fgdata.distributed import env_rank_world
 from fgdata.errors import FgdataError
 from fgdata.loaders.selection import LoaderConfigError
+
+
+#: The largest ``sampler_start_idx`` / resume position: positions plus a batch and the drop
+#: rule's look-ahead stay far inside int64.
+MAX_POSITION = 1 << 62
+
+
+def checked_position(value: Any, what: str) -> int:
+    """A global position (samples consumed by all ranks): an integer, not a boolean, in ``[0, MAX_POSITION]``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= MAX_POSITION:
+        raise LoaderConfigError(f"{what}={value!r}: must be an integer in [0, 2**62] (global samples already consumed)")
+    return int(value)
 
 
 def resolve_rank(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:

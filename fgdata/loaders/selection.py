@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from fgdata import storage
-from fgdata.errors import FgdataError
+from fgdata.errors import FgdataError, StorageError
 from fgdata.media.decode import decode_member
 from fgdata.shards.scan import BLOCK
 from fgdata.shards import (
@@ -117,14 +117,18 @@ def select_shards(
 
 
 class SideFileLookup:
-    """Resolve side-file keys (plain basenames or full paths/URLs) to selected shards.
+    """Resolve side-file keys (plain basenames or shard paths/URLs) to discovered shards.
 
-    A plain basename is accepted only when it names one shard; when two datatags
-    hold the same basename the key must be the full path or URL.
+    A plain basename is accepted only when it names one shard; when two datatags hold the
+    same basename the key must be the shard's path or URL. A path matches however it and the
+    datatag spell the folder (relative or absolute, through a symlink): ``fgdata verify`` over
+    several folders writes absolute paths, and a relative datatag must still find them.
     """
 
     def __init__(self, discovered: Sequence[ShardRef]):
+        self._discovered = list(discovered)
         self._by_path = {r.path: r for r in discovered}
+        self._by_file: dict[str, ShardRef] | None = None  # built on the first path-like key
         self._by_name: dict[str, list[ShardRef]] = {}
         for r in discovered:
             if r not in self._by_name.setdefault(r.name, []):
@@ -133,6 +137,10 @@ class SideFileLookup:
     def resolve(self, key: str, what: str) -> ShardRef | None:
         if key in self._by_path:
             return self._by_path[key]
+        if storage.basename(key) != key:  # a path or URL
+            if self._by_file is None:
+                self._by_file = {storage.same_file_key(r.path): r for r in self._discovered}
+            return self._by_file.get(storage.same_file_key(key))
         refs = self._by_name.get(key)
         if not refs:
             return None
@@ -144,15 +152,29 @@ class SideFileLookup:
         return refs[0]
 
     def map(self, mapping: Mapping[str, Any], what: str) -> dict[str, Any]:
-        """Re-key ``mapping`` by shard path; unknown shard names are dropped with a warning."""
+        """Re-key ``mapping`` by shard path.
+
+        A basename that names no discovered shard is dropped with a warning (the reference's rule:
+        a side file may cover more shards than a run selects). A path or URL names one shard
+        exactly, so one that matches none is an error: skipping it would silently keep samples
+        the file meant to remove.
+        """
         out: dict[str, Any] = {}
-        unknown = []
+        unknown, unmatched = [], []
         for key, value in mapping.items():
             ref = self.resolve(key, what)
-            if ref is None:
-                unknown.append(key)
-            else:
+            if ref is not None:
                 out[ref.path] = value
+            elif storage.basename(key) != key:
+                unmatched.append(key)
+            else:
+                unknown.append(key)
+        if unmatched:
+            tags = ", ".join(dict.fromkeys(r.tag for r in self._discovered))
+            raise LoaderConfigError(
+                f"{what}: {len(unmatched)} shard path(s) are not shards of the datatags ({tags}), e.g. "
+                f"{sorted(unmatched)[0]}; pass the datatags the file was written for, or rewrite it with `fgdata verify`"
+            )
         if unknown:
             warnings.warn(f"{what}: {len(unknown)} shard name(s) not among the discovered shards, dropped: {sorted(unknown)[:5]}", stacklevel=3)
         return out
@@ -256,8 +278,10 @@ def resolve_dataset(
                 try:
                     # Headers only: the workers read the payloads later, so a read-ahead would read them twice.
                     scan = scans[r.path] = scan_shard(r.path, read_ahead=BLOCK)
-                except (FgdataError, OSError) as exc:  # unreadable: no samples, said once
-                    scan = ShardScan(r.path, r.size or 0, [], damage=str(exc).splitlines()[0])
+                except OSError as exc:
+                    raise StorageError(f"{r.path}: {exc.strerror or exc}") from None
+                # A StorageError (a stall, a refused connection, a vanished file) propagates: a count that
+                # depends on the weather would move every later position.
             if scan.damage:
                 warnings.warn(f"{r.path}: damaged ({scan.damage}); using its {len(scan)} readable samples", stacklevel=3)
             counts[r.path] = len(scan)

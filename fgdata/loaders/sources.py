@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fgdata import storage
-from fgdata.errors import FgdataError
+from fgdata.errors import FgdataError, StorageError
 from fgdata.loaders.builder import (
     DROPPABLE,
     KeyAudit,
@@ -41,6 +41,7 @@ from fgdata.loaders.collate import BatchSlots, Delivered
 from fgdata.loaders.plan import SamplePlan, Split
 from fgdata.loaders.selection import COUNT_FIX, Dataset, ShardRef, count_mismatch
 from fgdata.media.errors import ClipTooShort
+from fgdata.report.format import terminal_safe
 from fgdata.shards import ShardFile, scan_shard
 from fgdata.shards.scan import BLOCK
 from fgdata.shards.scan import TarDamage, group_samples, iter_members
@@ -66,7 +67,7 @@ class Drops:
         self.counts[kind] += 1
         n = self.counts[kind]
         if n <= 5 or n % 1000 == 0:
-            log.warning("dropped %s: %s (%d so far for %r)", where, reason, n, kind)
+            log.warning("dropped %s: %s (%d so far for %r)", terminal_safe(where), terminal_safe(reason), n, kind)
 
 
 def _ext_of(name: str) -> str:
@@ -191,9 +192,12 @@ class Reading:
     def stream(self, ref: ShardRef, ignored: frozenset[str]) -> Iterator[RawSample]:
         """One shard in tar order without ignored samples, reading only the members the builder needs.
 
-        Damage, or a stream that dies (an S3 endpoint gone mid-read), ends the shard with a
-        drop (``strict`` raises). A shard read to its end whose count differs from the count
-        file warns once: the stream uses what the shard really holds.
+        Damage ends the shard with a drop (``strict`` raises). Storage that fails (an S3 endpoint
+        that stalls or dies mid-read, a refused connection, a vanished file) raises its
+        StorageError, which names the shard: that is not bad data, so the caller decides (the
+        validation pass fails; the training stream draws other shards while any can be read).
+        A shard read to its end whose count differs from the count file warns once: the stream
+        uses what the shard really holds.
         """
         wanted = self.builder.wanted
         keep = (lambda name: _ext_of(name) in wanted) if wanted is not None else True
@@ -212,9 +216,6 @@ class Reading:
                     yield raw
         except TarDamage as exc:
             self.drops.fail(ref.path, SampleDropped(f"damaged shard: {exc}"))
-            return
-        except FgdataError as exc:  # StorageError: the shard could not be (fully) read
-            self.drops.fail(ref.path, SampleDropped(f"unreadable shard: {str(exc).splitlines()[0]}"))
             return
         self.builder.audit.shard_read(ref, count, exts)
         promised = self.dataset.listed.get(ref.path)
@@ -309,18 +310,28 @@ class TrainingSource:
         buffer = ShuffleBuffer(self.shuffle_size, self.shuffle_bytes, rng)
         ignored = dict(zip((s.path for s in shards), r.dataset.ignored_keys))
         failures = empty_draws = 0
+        unreadable: set[str] = set()  # shards whose storage failed since a shard was last read to its end
         while True:
             ref = shards[int(rng.integers(len(shards)))]
             read = 0
-            for raw in r.stream(ref, ignored[ref.path]):
-                read += 1
-                for sample, src in buffer.push(raw, ref):
-                    out = r.use(sample, SampleContext(rng, slots=r.slots))
-                    failures = 0 if out is not None else failures + 1
-                    if failures > r.max_consecutive_errors:
-                        raise FgdataError(f"{failures} consecutive unusable samples (last from {src.path}); run `fgdata verify`")
-                    if out is not None:
-                        yield Delivered(out)
+            try:
+                for raw in r.stream(ref, ignored[ref.path]):
+                    read += 1
+                    for sample, src in buffer.push(raw, ref):
+                        out = r.use(sample, SampleContext(rng, slots=r.slots))
+                        failures = 0 if out is not None else failures + 1
+                        if failures > r.max_consecutive_errors:
+                            raise FgdataError(f"{failures} consecutive unusable samples (last from {src.path}); run `fgdata verify`")
+                        if out is not None:
+                            yield Delivered(out)
+            except StorageError as exc:
+                unreadable.add(ref.path)
+                if len(unreadable) == len(shards):  # a whole pass without one readable shard: not a passing fault
+                    raise StorageError(f"none of the {len(shards)} shard(s) could be read; the last: "
+                                       f"{str(exc).splitlines()[0]}") from exc
+                r.drops.fail(ref.path, SampleDropped(f"unreadable shard: {str(exc).splitlines()[0]}"))
+                continue
+            unreadable.clear()
             empty_draws = 0 if read else empty_draws + 1
             if empty_draws > 3 * len(shards) + 10:
                 raise FgdataError(f"no usable samples in {len(shards)} shard(s) under {', '.join(self.tags)}")

@@ -29,8 +29,8 @@ instead the next usable sample at ``p+1, p+2, ...``, logging shard, key and posi
 every position yields exactly one sample and resuming never repeats or skips.
 ``strict=True`` raises instead. This is for rare data faults: when more than
 ``replaced_warn_fraction`` (default 1 %) of an epoch's positions were replaced the
-loader warns once per epoch with the numbers, and above ``max_replaced_fraction`` it
-raises. A misconfiguration is never a stream of drops: a mapped key that no sample
+loader warns once per epoch and rank when the epoch ends, with the epoch's count, and
+as soon as ``max_replaced_fraction`` is passed it raises with the count so far. A misconfiguration is never a stream of drops: a mapped key that no sample
 has, or clips that are all too short, raise at once (see the builder).
 """
 
@@ -62,7 +62,7 @@ from fgdata.loaders.decoders import (
 )
 from fgdata.loaders.plan import EpochStream, SamplePlan
 from fgdata.loaders.presets import build_filters, resolve_presets
-from fgdata.loaders.ranks import default_workers, resolve_rank
+from fgdata.loaders.ranks import checked_position, default_workers, resolve_rank
 from fgdata.media.video import ClipSpec
 from fgdata.loaders.selection import (
     LoaderConfigError,
@@ -83,18 +83,8 @@ from fgdata.loaders.sources import ShuffleBuffer as _ShuffleBuffer  # noqa: F401
 log = logging.getLogger("fgdata.loaders")
 
 DEFAULT_SHUFFLE_BYTES = 256 << 20
-#: The largest ``sampler_start_idx`` / resume position: positions plus a batch and the drop
-#: rule's look-ahead stay far inside int64.
-MAX_POSITION = 1 << 62
 #: Default share of an epoch's positions that may be replaced before the loader warns.
 REPLACED_WARN_FRACTION = 0.01
-
-
-def _position(value: Any, what: str) -> int:
-    """A global position: an integer (not a boolean) in ``[0, MAX_POSITION]``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= MAX_POSITION:
-        raise LoaderConfigError(f"{what}={value!r}: must be an integer in [0, 2**62] (global samples already consumed)")
-    return int(value)
 
 
 def _fraction(value: Any, what: str) -> float:
@@ -178,7 +168,7 @@ class BaseWDSLoader:
         if seed < 0:
             raise LoaderConfigError(f"seed={seed}: must be non-negative")
         self.seed = int(seed)
-        start = _position(0 if sampler_start_idx is None else sampler_start_idx, "sampler_start_idx")
+        start = checked_position(0 if sampler_start_idx is None else sampler_start_idx, "sampler_start_idx")
 
         if deterministic and num_workers > 1:
             warnings.warn(
@@ -186,7 +176,8 @@ class BaseWDSLoader:
                 "but the reference would not", stacklevel=2,
             )
         if deterministic and train and shuffle_block is None:
-            warnings.warn("deterministic mode while training: samples are not shuffled", stacklevel=2)
+            warnings.warn("deterministic mode while training: samples come in shard order, unshuffled; pass "
+                          "shuffle_block (e.g. 1024) for a seeded block-wise shuffle that keeps resume exact", stacklevel=2)
         if start > 0 and not deterministic:
             warnings.warn(f"sampler_start_idx={start} is ignored without deterministic=True", stacklevel=2)
 
@@ -214,8 +205,8 @@ class BaseWDSLoader:
         self._position = self._resume_position
         self._epoch = 0
         self._drops = 0
-        self._replaced: Counter[int] = Counter()
-        self._replaced_warned: set[int] = set()
+        self._iter_start = self._position
+        self._replaced: Counter[int] = Counter()  # epoch -> replaced positions, until the epoch ends
 
     # -- identity and state -------------------------------------------------
 
@@ -247,7 +238,7 @@ class BaseWDSLoader:
         """Continue from ``state``; a malformed state, or one saved for another dataset, seed or order, is refused."""
         if not isinstance(state, Mapping) or "position" not in state:
             raise LoaderConfigError(f"load_state_dict: expected the dict that state_dict() returns, got {type(state).__name__}")
-        position = _position(state["position"], "state['position']")
+        position = checked_position(state["position"], "state['position']")
         for name in ("epoch", "drops"):
             value = state.get(name, 0)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
@@ -265,43 +256,77 @@ class BaseWDSLoader:
 
     # -- iteration ----------------------------------------------------------
 
+    @property
+    def loader(self) -> Any:
+        """A torch ``DataLoader`` over this loader (the reference's ``loader.loader``): iterating it is iterating this."""
+        from fgdata.loaders._torch import LoaderView
+
+        return LoaderView(self)
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
         from fgdata.loaders._torch import iterate
 
         start, epoch = self._resume_position, self._epoch
         if not self.deterministic:
             self._epoch += 1
-        self._position = start
+        self._position = self._iter_start = start
+        self._replaced.clear()  # a new iteration is a new stream: its epochs are counted afresh
         for batch in iterate(self, start, epoch):
             self._drops += int(batch.pop("__drops__", 0))
             self._note_replaced(batch.pop("__replaced__", ()))
             self._position += len(batch["__key__"]) * self.world_size
+            self._warn_replaced(stream_over=False)
             yield batch
+        self._warn_replaced(stream_over=True)
+
+    def _rank_positions(self, epoch: int, end: int) -> int:
+        """How many of epoch ``epoch``'s positions below ``end`` belong to this rank in this iteration."""
+        assert self._plan is not None
+        n = len(self._plan)
+        first = self._iter_start + self.rank  # this rank's positions: first, first + W, first + 2W, ...
+        lo, hi = max(epoch * n, first), min((epoch + 1) * n, end)
+        lo += (first - lo) % self.world_size
+        return max(0, -(-(hi - lo) // self.world_size))
 
     def _note_replaced(self, positions: Sequence[int]) -> None:
-        """Count replaced positions per epoch; warn once per epoch above the share, raise above the maximum."""
+        """Count replaced positions per epoch; raise as soon as an epoch's share passes ``max_replaced_fraction``."""
         if not positions or self._plan is None:
             return
         n = len(self._plan)
-        per_rank = n / self.world_size  # this rank sees every world_size-th position
         for p in positions:
             epoch = int(p) // n
             self._replaced[epoch] += 1
-            count = self._replaced[epoch]
-            share = count / per_rank
-            what = (
-                f"epoch {epoch}: {count} of this rank's {per_rank:g} positions ({share:.1%}) delivered a replacement "
-                "(the next usable sample) because the planned sample was unusable"
-            )
-            if self.max_replaced_fraction is not None and share > self.max_replaced_fraction:
-                raise FgdataError(f"{what}; more than max_replaced_fraction={self.max_replaced_fraction:g}. "
-                                  "Run `fgdata verify` and pass its ignore index, or fix the loader's key_map")
-            if share > self.replaced_warn_fraction and epoch not in self._replaced_warned:
-                self._replaced_warned.add(epoch)
-                message = (f"{what}; more than replaced_warn_fraction={self.replaced_warn_fraction:g}, so those samples "
-                           "appear twice this epoch. Run `fgdata verify` and pass its ignore index")
-                log.warning(message)
-                warnings.warn(message, stacklevel=3)
+            count, planned = self._replaced[epoch], self._rank_positions(epoch, (epoch + 1) * n)
+            if self.max_replaced_fraction is not None and count > self.max_replaced_fraction * planned:
+                raise FgdataError(
+                    f"epoch {epoch}: at least {count} of this rank's {planned} positions ({count / planned:.1%}) "
+                    "delivered a replacement so far (the next usable sample, because the planned sample was unusable); "
+                    f"more than max_replaced_fraction={self.max_replaced_fraction:g}. "
+                    "Run `fgdata verify` and pass its ignore index, or fix the loader's key_map"
+                )
+
+    def _warn_replaced(self, stream_over: bool) -> None:
+        """One warning per ended epoch (and per rank) whose replaced share passed ``replaced_warn_fraction``.
+
+        An epoch ends when this rank has delivered every position of it, or when the stream ends
+        (``train=False``); the counts are then final. Only ``warnings`` carries it: the per-sample
+        log lines already name each replaced sample.
+        """
+        if self._plan is None:
+            return
+        n = len(self._plan)
+        for epoch in sorted(self._replaced):
+            if not (stream_over or (epoch + 1) * n <= self._position):
+                continue
+            count = self._replaced.pop(epoch)
+            delivered = max(count, self._rank_positions(epoch, self._position))
+            if count > self.replaced_warn_fraction * delivered:
+                warnings.warn(
+                    f"epoch {epoch}: {count} of the {delivered} positions this rank delivered ({count / delivered:.1%}) "
+                    "were replacements (the next usable sample, because the planned sample was unusable); more than "
+                    f"replaced_warn_fraction={self.replaced_warn_fraction:g}, so those samples appear twice this epoch. "
+                    "Run `fgdata verify` and pass its ignore index", stacklevel=3,
+                )
 
     def worker_batches(self, start: int, epoch: int, worker: int, num_workers: int) -> Iterator[dict[str, Any]]:
         """The batches worker ``worker`` of ``num_workers`` builds for this rank, in its delivery order."""

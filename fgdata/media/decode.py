@@ -6,9 +6,9 @@ a member that loads. Unsafe payloads are refused, never executed: ``.pth`` is we
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,12 +17,14 @@ import numpy as np
 from fgdata.media.errors import MediaError, MemberDecodeError
 
 __all__ = [
+    "DECODE_LIMIT",
     "IMAGE_EXTS",
     "TENSOR_EXTS",
     "VIDEO_EXTS",
     "check_member",
     "decode_member",
     "describe_member",
+    "inflate_gz",
     "member_kind",
     "unwrap_gz",
 ]
@@ -34,16 +36,65 @@ TENSOR_EXTS = frozenset({"pth", "npy", "npz"})
 INT_EXTS = frozenset({"cls", "cls2", "index"})
 
 _VIDEO_FRAMES_CHECKED = 3
+#: The most bytes a member is loaded as, whole: ``verify --decode`` does not load a larger stored member,
+#: and no reader inflates a ``.gz`` member past it (docs/FORMATS.md, Limits).
+DECODE_LIMIT = 1 << 30
+_INFLATE_STEP = 1 << 20
 
 
-def unwrap_gz(ext: str, data: bytes) -> tuple[str, bytes]:
-    """Lower-case the extension and un-gzip a ``.gz`` member first; bad gzip data raises MemberDecodeError."""
+class InflateLimitError(MemberDecodeError):
+    """A ``.gz`` member inflates past the reader's limit (a decompression bomb, or simply too large)."""
+
+
+def _keep(parts: list[bytes], part: bytes, total: int, limit: int, name: str) -> int:
+    """Append an inflated ``part``; the new total, or InflateLimitError past ``limit``."""
+    total += len(part)
+    if total > limit:
+        raise InflateLimitError(f".{name} inflates past the {limit:,}-byte limit; not loaded")
+    parts.append(part)
+    return total
+
+
+def inflate_gz(data: bytes, limit: int = DECODE_LIMIT, *, name: str = "gz") -> bytes:
+    """The gzip data inflated (every concatenated gzip member), fed and drained in 1 MiB steps: more than
+    ``limit`` bytes raise :class:`InflateLimitError` before they are held, bad data :class:`MemberDecodeError`."""
+    parts: list[bytes] = []
+    total = 0
+    view = memoryview(data)
+    pos = 0
+    pending: bytes = b""
+    inflater = zlib.decompressobj(wbits=31)  # a gzip header and trailer (CRC and length checked)
+    fed = False  # the current inflater has had input and has not reached its end
+    try:
+        while True:
+            if not pending:
+                if pos >= len(view):
+                    break
+                pending, pos = bytes(view[pos:pos + _INFLATE_STEP]), pos + _INFLATE_STEP
+            part = inflater.decompress(pending, _INFLATE_STEP)
+            fed = True
+            total = _keep(parts, part, total, limit, name)
+            if inflater.eof:  # the next gzip member, if any, starts in what this one left
+                pending, inflater, fed = inflater.unused_data, zlib.decompressobj(wbits=31), False
+                if not pending.strip(b"\0") and not bytes(view[pos:]).strip(b"\0"):
+                    break  # nothing but zero padding after the last member, as gzip allows
+            else:
+                pending = inflater.unconsumed_tail
+        if fed:  # the input is used up: what zlib still holds (a few bytes) and the trailer's check
+            _keep(parts, inflater.flush(), total, limit, name)
+            if not inflater.eof:
+                raise MemberDecodeError(f".{name}: bad gzip data: the data ends inside the compressed stream")
+    except zlib.error as e:
+        raise MemberDecodeError(f".{name}: bad gzip data: {e}") from e
+    return b"".join(parts)
+
+
+def unwrap_gz(ext: str, data: bytes, limit: int = DECODE_LIMIT) -> tuple[str, bytes]:
+    """Lower-case the extension and un-gzip a ``.gz`` member first, inflating at most ``limit`` bytes;
+    bad gzip data or more than ``limit`` bytes raise MemberDecodeError."""
     ext = ext.lower()
     if ext.endswith(".gz") or ext == "gz":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise MemberDecodeError(f".{ext}: bad gzip data: {e}") from e
+        data = inflate_gz(data, limit, name=ext)
         ext = ext[:-3].rstrip(".")
     return ext, data
 
@@ -145,10 +196,11 @@ def _tensor_summary(x: Any) -> Any:
     return out
 
 
-def describe_member(ext: str, data: bytes) -> dict:
-    """A decoded one-screen summary for ``fgdata inspect``; failures become ``{'error': reason}``."""
+def describe_member(ext: str, data: bytes, limit: int = DECODE_LIMIT) -> dict:
+    """A decoded one-screen summary for ``fgdata inspect``; failures become ``{'error': reason}``.
+    A ``.gz`` member is inflated up to ``limit`` bytes (the caller's limit for loading a member)."""
     try:
-        ext, data = unwrap_gz(ext, data)
+        ext, data = unwrap_gz(ext, data, limit)
         kind = member_kind(ext)
         if kind == "image":
             from fgdata.media.image import describe_image
@@ -210,9 +262,12 @@ def _check_video(data: bytes) -> str | None:
 
 def check_member(ext: str, data: bytes) -> str | None:
     """Full decode for ``fgdata verify --decode``: None when fine, else a short reason category
-    ('gzip', 'image-decode', 'video-decode', 'video-truncated', 'utf8', 'json', 'npy', 'npz', 'pth', 'int')."""
+    ('gzip', 'gzip-too-large', 'image-decode', 'video-decode', 'video-truncated', 'utf8', 'json', 'npy', 'npz',
+    'pth', 'int')."""
     try:
         ext, data = unwrap_gz(ext, data)
+    except InflateLimitError:
+        return "gzip-too-large"
     except MemberDecodeError:
         return "gzip"
     kind = member_kind(ext)

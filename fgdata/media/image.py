@@ -14,11 +14,13 @@ gives the measured PSNR). Both modes share the geometry and the float conversion
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 from PIL import Image
@@ -35,6 +37,7 @@ __all__ = [
     "image_transform_geometry",
     "load_image_for_training",
     "open_image",
+    "pixel_limit",
     "to_rgb",
 ]
 
@@ -49,28 +52,138 @@ RESIZE_REDUCING_GAP = 2.0
 _DCT_FACTORS = tuple(n / 8 for n in range(1, 17))
 
 
+#: The one environment variable that raises (or lowers) the pixel limit in every process that decodes images.
+MAX_PIXELS_ENV = "FGDATA_MAX_PIXELS"
+_RAISE_LIMIT = f"allow it with --max-pixels N (shard, prepare) or {MAX_PIXELS_ENV}=N"
+_env_applied = False
+
+
+def _apply_env_limit() -> None:
+    """Set Pillow's limit from ``FGDATA_MAX_PIXELS`` once per process, so pool workers, Ray tasks and loaders
+    started with it all decode the same images (Pillow's own check in ``Image.open`` reads the same setting)."""
+    global _env_applied
+    if _env_applied:
+        return
+    _env_applied = True
+    text = os.environ.get(MAX_PIXELS_ENV, "").strip()
+    if text:
+        if not text.isdigit() or int(text) < 1:
+            raise ImageDecodeError(f"{MAX_PIXELS_ENV} must be a whole number of pixels, not {text!r}")
+        Image.MAX_IMAGE_PIXELS = int(text)
+
+
+@contextmanager
+def pixel_limit(limit: int | None) -> Iterator[None]:
+    """Decode under ``limit`` pixels (``--max-pixels``); None keeps the process's limit. Restored on exit."""
+    _apply_env_limit()
+    if limit is None:
+        yield
+        return
+    before = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = limit
+    try:
+        yield
+    finally:
+        Image.MAX_IMAGE_PIXELS = before
+
+
 def check_pixels(width: int, height: int) -> None:
     """Refuse an image larger than Pillow's ``MAX_IMAGE_PIXELS`` (a decompression bomb), whoever decodes it.
 
     Pillow itself only warns between one and two times the limit, and the header fast paths
     (JPEG frame header, PNG IHDR, simplejpeg, pyspng) never ask it, so every path calls this
-    instead. Setting ``PIL.Image.MAX_IMAGE_PIXELS = None`` turns the check off, as in Pillow.
+    instead. Setting ``PIL.Image.MAX_IMAGE_PIXELS = None`` turns the check off, as in Pillow;
+    ``FGDATA_MAX_PIXELS`` and :func:`pixel_limit` set it.
     """
+    _apply_env_limit()
     limit = Image.MAX_IMAGE_PIXELS
     if limit is not None and width * height > limit:
         raise ImageDecodeError(
             f"cannot decode image: {width}x{height} is {width * height:,} pixels, over Pillow's "
-            f"MAX_IMAGE_PIXELS ({limit:,}); refused as a possible decompression bomb"
+            f"MAX_IMAGE_PIXELS ({limit:,}); refused as a possible decompression bomb; {_RAISE_LIMIT}"
         )
+
+
+#: HEIC/HEIF (phone photos): Pillow reads them through the ``pillow-heif`` plugin (``pip install 'fgdata[heif]'``).
+HEIF_EXTS = frozenset({"heic", "heif", "hif", "heics", "heifs"})
+_plugins: bool | None = None
+
+
+def register_plugins() -> bool:
+    """Teach Pillow HEIC/HEIF when ``pillow-heif`` is installed (once per process); True when it is."""
+    global _plugins
+    if _plugins is None:
+        try:
+            from pillow_heif import register_heif_opener
+        except ImportError:
+            _plugins = False
+        else:
+            register_heif_opener()
+            _plugins = True
+    return _plugins
+
+
+@functools.cache
+def source_image_extensions() -> frozenset[str]:
+    """Every extension (lower case, no dot) of a still-image format Pillow can decode here: derived from Pillow's
+    registry, less its stub formats (no decoder) and the formats of video extensions (MPEG is header-only)."""
+    from PIL import ImageFile
+
+    from fgdata.media.decode import VIDEO_EXTS
+
+    register_plugins()
+    Image.init()
+    formats = {ext[1:]: fmt for ext, fmt in Image.registered_extensions().items() if fmt in Image.OPEN}
+    video = {fmt for ext, fmt in formats.items() if ext in VIDEO_EXTS}
+
+    def stub(fmt: str) -> bool:
+        factory = Image.OPEN[fmt][0]
+        return isinstance(factory, type) and issubclass(factory, ImageFile.StubImageFile)
+
+    return frozenset(ext for ext, fmt in formats.items() if fmt not in video and not stub(fmt))
+
+
+#: Answered without Pillow's registry, which imports every plugin (about 0.2 s, once per job): the formats
+#: of almost every folder, and the sidecar extensions, which are no Pillow format.
+_COMMON_IMAGE_EXTS = frozenset({"jpg", "jpeg", "jfif", "jpe", "png", "webp", "gif", "bmp", "tif", "tiff"})
+_SIDECAR_EXTS = frozenset({"txt", "json", "npy"})
+
+
+class SourceImageExtensions(Collection[str]):
+    """:func:`source_image_extensions` as a container that asks Pillow's registry only for an uncommon extension."""
+
+    def __contains__(self, ext: object) -> bool:
+        if ext in _COMMON_IMAGE_EXTS:
+            return True
+        return ext not in _SIDECAR_EXTS and ext in source_image_extensions()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(source_image_extensions())
+
+    def __len__(self) -> int:
+        return len(source_image_extensions())
+
+
+def missing_decoder(ext: str) -> str | None:
+    """Why a known image extension cannot be read here (its decoder is not installed), or None."""
+    if ext in HEIF_EXTS and not register_plugins():
+        return f".{ext} (HEIC/HEIF) needs pillow-heif: pip install 'fgdata[heif]'"
+    if ext in ("avif", "avifs") and ext not in source_image_extensions():
+        return f".{ext} needs a Pillow built with AVIF support (Pillow 11.2 or later wheels)"
+    return None
 
 
 def open_image(data: bytes | str | os.PathLike[str]) -> Image.Image:
     """Open (lazily, header only) image bytes or a file; a one-line ImageDecodeError instead of Pillow's zoo."""
+    _apply_env_limit()
+    register_plugins()
     try:
         with warnings.catch_warnings():  # between 1x and 2x the limit: check_pixels refuses it instead
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             im = Image.open(io.BytesIO(data) if isinstance(data, bytes) else data)
-    except (OSError, ValueError, Image.DecompressionBombError) as e:
+    except Image.DecompressionBombError as e:
+        raise ImageDecodeError(f"cannot decode image: {e}; {_RAISE_LIMIT}") from e
+    except (OSError, ValueError) as e:
         raise ImageDecodeError(f"cannot decode image: {e}") from e
     check_pixels(im.width, im.height)
     return im

@@ -117,9 +117,9 @@ def check_output(dest: Path, expect: Fingerprint, damaged: Callable[[dict], str 
     """Decide about an existing output zip before anything is removed (so a refusal removes nothing).
 
     A zip fgdata wrote with these options (``expect`` with ``facts`` matches its provenance) is kept, or rebuilt with
-    ``--no-resume``; one written with other options is refused naming the option, unless ``--no-resume``
-    (as ``fgdata shard`` does); a zip without fgdata's provenance is someone else's: refused unless
-    ``--overwrite``.
+    ``--no-resume`` or ``--overwrite``; one written with other options is refused naming the option, unless
+    ``--no-resume`` or ``--overwrite`` (as ``fgdata shard`` does); a zip without fgdata's provenance is someone
+    else's: refused unless ``--overwrite``.
     """
     prov = provenance_path(dest)
     names = tuple(p.name for p in (dest, prov) if p.exists() or p.is_symlink())
@@ -131,17 +131,17 @@ def check_output(dest: Path, expect: Fingerprint, damaged: Callable[[dict], str 
             raise FgdataError(f"{dest}: exists and was not written by fgdata (no {prov.name}); move it away, "
                               "or pass --overwrite to replace it")
         return Existing(dest, remove=names, why="--overwrite")
-    if resume:
-        expect.check(str(dest), info, **facts)
-    else:
-        return Existing(dest, remove=names, why="--no-resume")
+    if overwrite or not resume:
+        return Existing(dest, remove=names, why="--overwrite" if overwrite else "--no-resume")
+    expect.check(str(dest), info, **facts)
     broken = damaged(info)
     if broken is not None:
         return Existing(dest, remove=names, why=f"{dest.name} is incomplete ({broken})")
     return Existing(dest, complete=True)
 
 
-def check_partial(dest: Path, state: Fingerprint, /, *, resume: bool, **facts: Any) -> Existing:
+def check_partial(dest: Path, state: Fingerprint, /, *, resume: bool, overwrite: bool = False,
+                  **facts: Any) -> Existing:
     """An unfinished earlier run of ``dest``: resumed when its options match; other options are refused naming
     the option unless ``--no-resume`` (then it starts over, saying so)."""
     old = read_partial_state(dest)
@@ -150,7 +150,8 @@ def check_partial(dest: Path, state: Fingerprint, /, *, resume: bool, **facts: A
     if resume:
         state.check(f"{dest} (unfinished)", old, **facts)
         return Existing(dest)
-    return Existing(dest, remove=tuple(p.name for p in partial_paths(dest)), why="--no-resume")
+    return Existing(dest, remove=tuple(p.name for p in partial_paths(dest)),
+                    why="--overwrite" if overwrite else "--no-resume")
 
 
 def clear(existing: list[Existing], notify: Notify | None) -> None:
@@ -188,14 +189,15 @@ def build_zips(job: ZipJob, run: ZipRun) -> list[dict]:
 
 def _build(job: ZipJob, run: ZipRun) -> list[dict]:
     targets, n_inputs, fingerprint = job.targets, job.n_inputs, job.fingerprint
-    resume, progress = run.resume, run.progress
+    resume, progress = run.resume and not run.overwrite, run.progress
     states = [fingerprint.record(transform=t.transform, dest=t.dest.name) for t in targets]
     outputs = [check_output(t.dest, fingerprint, _damaged(t), resume=resume, overwrite=run.overwrite,
                             transform=t.transform) for t in targets]
     if all(o.complete for o in outputs):
         return [{**_read_provenance(t.dest), "path": str(t.dest), "skipped": True,
                  "failures_file": str(t.dest.parent / FAILURES_FILE)} for t in targets]
-    partials = [check_partial(t.dest, fingerprint, resume=resume, transform=t.transform, dest=t.dest.name)
+    partials = [check_partial(t.dest, fingerprint, resume=resume, overwrite=run.overwrite, transform=t.transform,
+                              dest=t.dest.name)
                 for t in targets]
     clear(outputs + partials, run.notify)
     writers = [EdmZipWriter(t.dest, st) for t, st in zip(targets, states)]

@@ -13,6 +13,7 @@ from typing import Any
 from PIL import Image
 
 from fgdata.media.errors import ImageDecodeError
+from fgdata.media.image import pixel_limit
 from fgdata.prepare.build import ZipJob, ZipRun, ZipTarget, build_zips
 from fgdata.prepare.options import Fingerprint, ImagenetOptions
 from fgdata.prepare.paths import IMAGENET64_EDMV2_ZIP, IMAGENET64_ZIP, IMAGENET256_RGB_ZIP, resolve_data_root
@@ -25,12 +26,14 @@ _PATHS: list[str] = []
 _REFUSED: dict[int, str] = {}
 _KINDS: list[tuple[str, int]] = []
 _STRICT = False
+_MAX_PIXELS: int | None = None
 _DECODE_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError, ImageDecodeError)
 
 
-def _init(paths: list[str], refused: dict[int, str], kinds: list[tuple[str, int]], strict: bool) -> None:
-    global _PATHS, _REFUSED, _KINDS, _STRICT
-    _PATHS, _REFUSED, _KINDS, _STRICT = paths, refused, kinds, strict
+def _init(paths: list[str], refused: dict[int, str], kinds: list[tuple[str, int]], strict: bool,
+          max_pixels: int | None) -> None:
+    global _PATHS, _REFUSED, _KINDS, _STRICT, _MAX_PIXELS
+    _PATHS, _REFUSED, _KINDS, _STRICT, _MAX_PIXELS = paths, refused, kinds, strict, max_pixels
 
 
 def _convert(span: tuple[int, int]) -> list[tuple[list[bytes] | None, str | None]]:
@@ -40,7 +43,8 @@ def _convert(span: tuple[int, int]) -> list[tuple[list[bytes] | None, str | None
             out.append((None, _REFUSED[i]))
             continue
         try:
-            img, mode = open_rgb(_PATHS[i], strict=_STRICT)
+            with pixel_limit(_MAX_PIXELS):
+                img, mode = open_rgb(_PATHS[i], strict=_STRICT)
             out.append(([png_bytes(CROPS[kind](img, size)) for kind, size in _KINDS], mode))
         except _DECODE_ERRORS as exc:
             if _STRICT:
@@ -55,7 +59,7 @@ def _run(targets: list[ZipTarget], tree: _Tree, names: list[str], kinds: list[tu
     refused = {i: tree.refused[name] for i, name in enumerate(names) if name in tree.refused}
     fingerprint = Fingerprint.of(options, dataset=dataset, source=str(tree.root), inputs=len(names))
     job = ZipJob(f"prepare {dataset}", targets, len(names), _convert, fingerprint, describe=lambda j: printable_name(paths[j]),
-                 block=16, phase=phase, initializer=_init, initargs=(paths, refused, kinds, options.strict))
+                 block=16, phase=phase, initializer=_init, initargs=(paths, refused, kinds, options.strict, options.max_pixels))
     return build_zips(job, run)
 
 

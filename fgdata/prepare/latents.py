@@ -95,7 +95,7 @@ class _LatentJob:
         self.launch: str | None = None
 
     def run(self, run: ZipRun) -> dict:
-        n, dest, resume, progress = len(self.names), self.dest, run.resume, run.progress
+        n, dest, resume, progress = len(self.names), self.dest, run.resume and not run.overwrite, run.progress
         self.launch = run_launch(resume, prepare_wait_s())
         checks: list[Existing] = []
         if self.rank == 0:
@@ -104,14 +104,15 @@ class _LatentJob:
             if final.complete:
                 return {**json.loads(provenance_path(dest).read_text()), "path": str(dest), "skipped": True,
                         "failures_file": str(dest.parent / FAILURES_FILE)}
-            checks += [final, check_partial(dest, self.fingerprint, resume=resume, merge=True)]
+            checks += [final, check_partial(dest, self.fingerprint, resume=resume, overwrite=run.overwrite, merge=True)]
         elif resume and _complete(dest, n, self.fingerprint):  # --no-resume: rank 0 is about to redo it
             return {"path": str(dest), "rank": self.rank, "skipped": True}
-        checks.append(check_partial(self.part, self.fingerprint, resume=resume, **self.part_facts))
+        checks.append(check_partial(self.part, self.fingerprint, resume=resume, overwrite=run.overwrite,
+                                    **self.part_facts))
         if not resume:  # a finished part of an earlier run is redone too
             testhook.hold("no-resume", self.rank)
             done = tuple(p.name for p in (self.part, provenance_path(self.part)) if p.exists())
-            checks.append(Existing(self.part, remove=done, why="--no-resume"))
+            checks.append(Existing(self.part, remove=done, why="--overwrite" if run.overwrite else "--no-resume"))
         clear(checks, run.notify)
         info: dict = {}
         if not _complete(self.part, self.stop - self.start, self.fingerprint, first=self.start, **self.part_facts):

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from fgdata.errors import FgdataError
+from fgdata.errors import OptionError
 from fgdata.jobs.options import check_same, options_record
 
 PathLike = str | os.PathLike[str]
@@ -54,6 +54,7 @@ class ImagenetOptions:
     max_images: int | None = byte_option(None)
     strict: bool = byte_option(False)
     follow_symlinks: bool = byte_option(False)
+    max_pixels: int | None = byte_option(None)  # the decompression-bomb limit (None: Pillow's, or FGDATA_MAX_PIXELS)
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,12 @@ class LatentZipOptions:
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
-            raise FgdataError(f"--dtype must be {' or '.join(DTYPES)}, not {self.dtype!r}")
+            raise OptionError(f"--dtype must be {' or '.join(DTYPES)}, not {self.dtype!r}")
         if self.batch_size < 1:
-            raise FgdataError("--batch-size must be at least 1")
+            raise OptionError("--batch-size must be at least 1")
+        from fgdata.encode.models import check_device
+
+        check_device(self.device)
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,16 @@ probe (videos), and those decodes, like the tensor summaries and the contact-she
 are bounded by a budget spread evenly over the dataset. Shards are independent, so they
 are read in parallel processes and merged in shard order: the result does not depend on
 the number of workers.
+
+Memory stays bounded per member: no member is loaded whole past the limit ``fgdata inspect``
+keeps (:data:`fgdata.verify.inspect.MEMBER_LIMIT`; an image over it is sized from its first
+bytes, anything else is counted as not loaded), and captions are counted, never split into lists.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -19,8 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fgdata import storage
-from fgdata.errors import DamagedShardError, FgdataError
+from fgdata.errors import FgdataError
 from fgdata.shards.metadata import fgdata_fields
+from fgdata.verify.inspect import HEAD_BYTES, MEMBER_LIMIT
 
 #: Members read as captions, in order of preference.
 CAPTION_EXTS = ("txt", "caption", "prompt", "text")
@@ -85,6 +91,7 @@ class Stats:
     caption_chars: array = field(default_factory=lambda: array("i"))
     first_words: Counter[str] = field(default_factory=Counter)
     json_members: int = 0
+    not_loaded: Counter[str] = field(default_factory=Counter)  # ext -> members over the per-member limit
     numeric: dict[str, array] = field(default_factory=dict)
     non_numeric: Counter[str] = field(default_factory=Counter)  # field present with a non-numeric value
     tensors: Counter[str] = field(default_factory=Counter)  # "latent.pth float32[4,32,32]" -> samples
@@ -106,7 +113,8 @@ class Stats:
     def merge(self, other: Stats) -> None:
         """Add another shard's statistics (call in shard order)."""
         self.shards += other.shards
-        for name in ("ext_sets", "ext_counts", "ext_bytes", "video_res", "first_words", "non_numeric", "tensors"):
+        for name in ("ext_sets", "ext_counts", "ext_bytes", "video_res", "first_words", "non_numeric", "tensors",
+                     "not_loaded"):
             getattr(self, name).update(getattr(other, name))
         for k, v in other.ext_examples.items():
             self.ext_examples.setdefault(k, v)
@@ -135,13 +143,22 @@ class _Entry:
 
     key: str
     sizes: dict[str, int]
-    read: Callable[[str, int | None], bytes]
+    read_at: Callable[[str, int | None], bytes | None]  # None: a streamed member over the limit, never loaded
+    refused: set[str] = field(default_factory=set)  # members asked for whole but over the limit
+
+    def read(self, ext: str, limit: int | None) -> bytes | None:
+        """The member, or its first ``limit`` bytes; None for a whole member over :data:`MEMBER_LIMIT`."""
+        if limit is None and self.sizes[ext] > MEMBER_LIMIT:
+            self.refused.add(ext)
+            return None
+        return self.read_at(ext, limit)
 
 
 def _open(path: str, stats: Stats) -> tuple[int | None, Iterator[_Entry]]:
     """The shard's sample count when known before reading (a local header scan, an index on s3://), and its
     samples: positioned reads of the members needed locally, one streamed pass on s3://."""
-    from fgdata.shards import ShardFile, iter_samples, load_index, scan_shard
+    from fgdata.shards import ShardFile, load_index, scan_shard
+    from fgdata.shards.scan import TarDamage, group_samples, iter_members
 
     name = storage.basename(path)
     row = stats.shards[-1]
@@ -151,18 +168,20 @@ def _open(path: str, stats: Stats) -> tuple[int | None, Iterator[_Entry]]:
         def stream() -> Iterator[_Entry]:
             count = 0
             try:
-                for sample in iter_samples(path):
-                    members = sample.members
-                    count += 1
+                with storage.open_read(path) as f:  # members over the limit are skipped, as inspect does
+                    members = iter_members(f, seekable=False, with_data=True, max_data=MEMBER_LIMIT)
+                    for sample, data in group_samples(members, []):
+                        count += 1
 
+                        def read(ext: str, limit: int | None, data: dict[str, bytes] = data) -> bytes | None:
+                            if ext not in data:
+                                return None
+                            return data[ext] if limit is None else data[ext][:limit]
 
-                    def read(ext: str, limit: int | None, members: dict[str, bytes] = members) -> bytes:
-                        return members[ext] if limit is None else members[ext][:limit]
-
-                    yield _Entry(sample.key, {e: len(d) for e, d in members.items()}, read)
-            except DamagedShardError as exc:
-                stats.problem("damaged shard", f"{name}: {exc.reason} (after {exc.good} samples)")
-                row["damage"] = exc.reason
+                        yield _Entry(sample.key, {e: size for e, (_, size) in sample.members.items()}, read)
+            except TarDamage as exc:
+                stats.problem("damaged shard", f"{name}: {exc} (after {count} samples)")
+                row["damage"] = str(exc)
             row["samples"] = count
 
         return (len(index.samples) if index is not None else None), stream()
@@ -171,8 +190,6 @@ def _open(path: str, stats: Stats) -> tuple[int | None, Iterator[_Entry]]:
     if scan.damage:
         row["damage"] = scan.damage
         stats.problem("damaged shard", f"{name}: {scan.damage} (after {len(scan.samples)} samples)")
-    for p in scan.problems:
-        stats.problem("key problem", f"{name}: {p}")
 
     def local() -> Iterator[_Entry]:
         if not scan.samples:
@@ -205,11 +222,17 @@ def _json(entry: _Entry, stats: Stats, name: str) -> dict[str, Any] | None:
     if ext is None:
         return None
     stats.json_members += 1
-    try:
-        from fgdata.media.decode import unwrap_gz
+    from fgdata.media.decode import InflateLimitError, unwrap_gz
 
-        doc = json.loads(unwrap_gz(ext, entry.read(ext, None))[1])
-    except (ValueError, UnicodeDecodeError, FgdataError):
+    try:
+        data = entry.read(ext, None)
+        if data is None:
+            return None
+        doc = json.loads(unwrap_gz(ext, data)[1])
+    except InflateLimitError as exc:
+        stats.problem("member too large", f"{name} {entry.key}.{ext}: {exc}")
+        return None
+    except (ValueError, UnicodeDecodeError, RecursionError, FgdataError):
         stats.problem("invalid json", f"{name} {entry.key}")
         return None
     return doc if isinstance(doc, dict) else None
@@ -232,21 +255,33 @@ def _numeric_fields(doc: dict[str, Any], stats: Stats) -> None:
             stats.non_numeric[k] += 1
 
 
+_WORD = re.compile(r"\S+")
+
+
 def _caption(entry: _Entry, stats: Stats, name: str) -> str | None:
+    """Count the caption's words and characters without splitting it into a list (a caption can be megabytes)."""
     ext = next((e for e in CAPTION_EXTS if e in entry.sizes), None)
     if ext is None:
         return None
+    data = entry.read(ext, None)
+    if data is None:
+        return None
     try:
-        text = entry.read(ext, None).decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         stats.problem("caption not UTF-8", f"{name} {entry.key}.{ext}")
         return None
-    words = text.split()
+    del data
+    first = _WORD.search(text)
     stats.captions += 1
-    stats.caption_words.append(len(words))
-    stats.caption_chars.append(len(text.strip()))
-    if words:
-        stats.first_words[words[0].strip(".,:;!?\"'()[]").lower() or words[0]] += 1
+    stats.caption_words.append(sum(1 for _ in _WORD.finditer(text)))
+    end = len(text)
+    while end and text[end - 1].isspace():
+        end -= 1
+    stats.caption_chars.append(end - first.start() if first else 0)
+    if first:
+        word = first.group()
+        stats.first_words[word.strip(".,:;!?\"'()[]").lower() or word] += 1
     return text
 
 
@@ -265,9 +300,15 @@ def _image_size(entry: _Entry, ext: str, doc: dict | None, decode: bool, stats: 
     stats.decoded += 1
     try:
         try:
-            facts = describe_image(entry.read(ext, _HEADER_BYTES))
+            facts = describe_image(entry.read(ext, _HEADER_BYTES) or b"")
         except FgdataError:
-            facts = describe_image(entry.read(ext, None))  # a header beyond the first bytes
+            # a header beyond the first bytes: the whole image, or its first HEAD_BYTES past the limit (as inspect)
+            data = entry.read(ext, None)
+            if data is None:
+                data = entry.read(ext, HEAD_BYTES)
+                if data is None:
+                    return
+            facts = describe_image(data)
     except FgdataError as exc:
         stats.problem("undecodable image", f"{name} {entry.key}.{ext}: {str(exc).splitlines()[0]}")
         return
@@ -287,9 +328,12 @@ def _video_facts(entry: _Entry, ext: str, doc: dict | None, decode: bool, stats:
     elif decode:
         from fgdata.media.video import probe_video
 
+        data = entry.read(ext, None)
+        if data is None:
+            return
         stats.decoded += 1
         try:
-            facts = probe_video(entry.read(ext, None)).to_dict()
+            facts = probe_video(data).to_dict()
         except FgdataError as exc:
             stats.problem("undecodable video", f"{name} {entry.key}.{ext}: {str(exc).splitlines()[0]}")
             return
@@ -306,8 +350,11 @@ def _tensor(entry: _Entry, ext: str, stats: Stats, name: str) -> None:
     from fgdata.media.decode import describe_member
     from fgdata.report.format import dtype_shape
 
+    data = entry.read(ext, None)
+    if data is None:
+        return
     stats.decoded += 1
-    summary = describe_member(ext, entry.read(ext, None))
+    summary = describe_member(ext, data)
     if "error" in summary:
         stats.problem("undecodable tensor", f"{name} {entry.key}.{ext}: {summary['error']}")
         return
@@ -355,14 +402,16 @@ def thumbnail(data: bytes, kind: str, size: int = 192) -> bytes | None:
 
 
 def tile_caption(text: str | None) -> str:
-    """A caption as a tile shows it: one line of at most 200 characters."""
-    return " ".join((text or "").split())[:200]
+    """A caption as a tile shows it: one line of at most 200 characters (from its first few thousand)."""
+    return " ".join((text or "")[:4096].split())[:200]
 
 
 def _tile(entry: _Entry, ext: str, kind: str, caption: str | None, stats: Stats, name: str, size: int) -> None:
     try:
         data = entry.read(ext, None)
     except (FgdataError, OSError, ValueError):
+        return
+    if data is None:
         return
     png = thumbnail(data, kind, size)
     if png is not None:
@@ -415,10 +464,29 @@ def collect_shard(path: str, budget: int, tiles: int, thumb: int = 192) -> Stats
                 media = media or ((ext, kind) if kind in ("image", "video") else None)
             if media and i in tile_at:
                 _tile(entry, media[0], media[1], caption, stats, name, thumb)
+            stats.not_loaded.update(entry.refused)
     except FgdataError as exc:
         stats.shards[-1]["damage"] = str(exc).splitlines()[0]
         stats.problem("unreadable shard", f"{name}: {stats.shards[-1]['damage']}")
+        return stats
+    _structure(path, size, stats, name)
     return stats
+
+
+# Verify's findings that the pass above already reports in its own words ("damaged shard", "unreadable shard").
+_DAMAGE = frozenset({"corrupt", "not-a-tar", "truncated", "unreadable"})
+
+
+def _structure(path: str, size: int, stats: Stats, name: str) -> None:
+    """Every structural problem ``fgdata verify`` finds in the shard (keys, links and devices, a missing end of
+    archive, an empty shard, a stale index), by verify's own checks: the two commands cannot disagree."""
+    from fgdata.verify.shard import check_shard
+
+    result = check_shard(path, size=size)
+    for p in result.problems:
+        if p.reason in _DAMAGE and (result.damage is not None or p.reason != "truncated"):
+            continue
+        stats.problem(p.reason, f"{name} {p.key}: {p.detail}" if p.key is not None else f"{name}: {p.detail}")
 
 
 # -- the dataset ---------------------------------------------------------------

@@ -1,6 +1,21 @@
-"""How numbers, sizes and shapes read, in the terminal and in the HTML report alike."""
+"""How numbers, sizes, shapes and untrusted text read, in the terminal and in the HTML report alike."""
 
 from __future__ import annotations
+
+# C0 controls but tab and newline, DEL, and the C1 controls (``\x9b`` starts an escape sequence on some terminals).
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with control characters written as ``\\xNN`` and lone surrogates as ``\\udcNN``: keys, member and
+    file names and captions come from the data, and printed raw an escape sequence would retitle, clear or
+    rewrite the user's terminal. Every terminal output passes through it; JSON output has its own escaping."""
+    text = text.translate(_CONTROL)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def number(v: float) -> str:

@@ -129,6 +129,10 @@ def render(doc: dict[str, Any], stats: Stats) -> str:
     if len(doc["extension_sets"]) > 1:
         body += _img(plots.extension_sets(doc["extension_sets"]), "samples per extension set")
     body += _table(["member", "samples", "share", "bytes", "per sample"], rows, {1, 2, 3, 4})
+    if "not_loaded" in doc:
+        over = ", ".join(f"{n:,} <code>.{_e(ext)}</code>" for ext, n in doc["not_loaded"]["members"].items())
+        body += (f'<p class="lead">Not loaded (over the {doc["not_loaded"]["limit_bytes"] >> 20} MiB per-member '
+                 f"limit, as <code>fgdata inspect</code>): {over}.</p>")
     sections.append(("members", "Members", body))
 
     if "images" in doc and stats.image_w:
@@ -169,10 +173,14 @@ def render(doc: dict[str, Any], stats: Stats) -> str:
             t = sf["presets_filter"]["score"]["threshold"]
             share = f"{sf['kept_share']:.1%}" if sf["kept_share"] is not None else "–"
             body += (f"<h3><code>{_e(name)}</code></h3>"
-                     + _chips([("samples", f"{f['count']:,}"), ("range", f"{number(f['min'])}–{number(f['max'])}"),
+                     + _chips([("in samples", f"{f['present']:,} of {f['samples']:,}"),
+                               ("range", f"{number(f['min'])}–{number(f['max'])}"),
                                ("median", number(f["p50"])), ("mean", number(f["mean"])),
-                               ("without it", f"{f['missing']:,}"), (f"kept at ≥ {t:g}", f"{sf['kept']:,} ({share})")])
-                     + _img(plots.numeric_field(name, stats.numeric[name], t, sf["kept_share"]), f"{name} histogram")
+                               (f"kept at ≥ {t:g}", f"{sf['kept_with_field']:,} of {f['present']:,} with it"),
+                               ("kept in all", f"{sf['kept']:,} of {total:,} ({share}), "
+                                               f"{sf['passed_without_field']:,} without it")])
+                     + _img(plots.numeric_field(name, stats.numeric[name], t, sf["kept_with_field_share"]),
+                            f"{name} histogram")
                      + f"<pre>presets_filter={_e(json.dumps(sf['presets_filter']))}</pre>")
         sections.append(("fields", "Numeric fields", body))
 
@@ -197,11 +205,16 @@ def render(doc: dict[str, Any], stats: Stats) -> str:
         items = []
         for p in problems:
             ex = "".join(f"<li>{_e(e)}</li>" for e in p["examples"])
+            if p["examples"] and p["count"] > len(p["examples"]):
+                ex += f"<li>and {p['count'] - len(p['examples']):,} more</li>"
             items.append(f'<li><span class="count">{p["count"]:,}</span> × {_e(p["kind"])}'
                          + (f'<ul class="ex">{ex}</ul>' if ex else "") + "</li>")
         body = f'<ul class="problems">{"".join(items)}</ul>'
-    else:
+    elif len(sets) == 1:
         body = '<p class="ok">No problems found: every shard read to its end, and every sample has the same members.</p>'
+    else:
+        body = (f'<p class="ok">No problems found: every shard read to its end. The samples carry {len(sets):,} '
+                'different extension sets (see Members); none lacks a member most samples have.</p>')
     sections.append(("problems", "Problems", body))
 
     cards = [(f"{total:,}", "samples", ""), (f"{len(shards):,}", "shards", ""),

@@ -1,24 +1,95 @@
 """The report's figures, drawn with matplotlib (Agg, no display) and returned as PNG bytes.
 
 One look for all of them: a light grid, no top or right frame, one accent colour per section.
+Text from the data (captions, keys, first words, field names) goes through :func:`drawable`: a character the
+default font lacks is drawn with an installed font that has it (a Noto CJK font, say), found once through
+matplotlib's font list; one no installed font has is drawn as U+FFFD, so matplotlib never warns about missing
+glyphs and the HTML page shows the text itself.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fgdata.errors import FgdataError
 from fgdata.report.collect import Tile
-from fgdata.report.format import human_bytes
+from fgdata.report.format import human_bytes, terminal_safe
 
 ACCENT = "#3b6fd4"
 SECOND = "#e8833a"
 KEPT = "#2e9e6a"
 DROPPED = "#c9ced6"
 _DPI = 110
+_FONT = "DejaVu Sans"  # matplotlib's own font, always there
+_FAMILY = [_FONT]  # the default font, then the fallbacks found for the text drawn so far
+_COVERED: set[int] = set()  # code points the fonts of _FAMILY have
+#: Fonts that have a glyph for everything, drawing boxes (what a missing glyph looks like anyway): never fallbacks.
+_NOT_FALLBACKS = ("Last Resort",)
+
+
+@functools.cache
+def _charmap(path: str) -> frozenset[int]:
+    """The code points a font file has glyphs for (empty when it does not load)."""
+    from matplotlib.ft2font import FT2Font
+
+    try:
+        return frozenset(FT2Font(path).get_charmap())
+    except (OSError, RuntimeError, ValueError):
+        return frozenset()
+
+
+@functools.cache
+def _installed_fonts() -> tuple[tuple[str, str], ...]:
+    """(family, file) of every installed font matplotlib knows, one upright regular face per family, by name."""
+    from matplotlib import font_manager
+
+    faces: dict[str, str] = {}
+    for f in sorted(font_manager.fontManager.ttflist, key=lambda f: (f.name, f.style != "normal", abs(f.weight - 400)
+                                                                       if isinstance(f.weight, int) else 0, f.fname)):
+        if not f.name.startswith(_NOT_FALLBACKS):
+            faces.setdefault(f.name, f.fname)
+    return tuple(sorted(faces.items()))
+
+
+def _covered() -> set[int]:
+    if not _COVERED:
+        from matplotlib import font_manager
+
+        _COVERED.update(_charmap(font_manager.findfont(font_manager.FontProperties(family=_FONT))))
+    return _COVERED
+
+
+def drawable(text: str) -> str:
+    """``text`` as the plots can draw it: fallback fonts join the font family for characters the fonts so far lack;
+    a run of characters no installed font has becomes one U+FFFD. Control characters are drawn escaped
+    (matplotlib has no glyph for them and would warn with them raw)."""
+    text = terminal_safe(text)
+    wanted = {ord(c) for c in text if not c.isspace()}
+    missing = wanted - _covered()
+    if missing:
+        for name, path in _installed_fonts():
+            found = missing & _charmap(path)
+            if found and name not in _FAMILY:
+                _FAMILY.append(name)
+                _COVERED.update(_charmap(path))
+                missing -= found
+                if not missing:
+                    break
+        _plt()  # the new family list applies to what is drawn next
+    if not missing:
+        return text
+    out: list[str] = []
+    for c in text:
+        if ord(c) in missing:
+            if not out or out[-1] != "\ufffd":
+                out.append("\ufffd")
+        else:
+            out.append(c)
+    return "".join(out)
 
 
 def _plt() -> Any:
@@ -35,7 +106,7 @@ def _plt() -> Any:
         "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True, "grid.color": "#e6e8ec",
         "grid.linewidth": 0.8, "axes.axisbelow": True, "axes.edgecolor": "#9aa1ab", "xtick.color": "#4a5059",
         "ytick.color": "#4a5059", "axes.labelcolor": "#30353c", "figure.facecolor": "white",
-        "svg.hashsalt": "fgdata", "path.simplify": True,
+        "svg.hashsalt": "fgdata", "path.simplify": True, "font.family": list(_FAMILY),
     })
     return plt
 
@@ -72,9 +143,10 @@ def _bins(values: Sequence[float], integer: bool = False) -> Any:
 
 
 def _category_bars(ax: Any, counts: list[tuple[str, int]], colour: str = ACCENT, slots: int = 8) -> None:
-    """Horizontal bars for a few named categories, largest on top, with their counts."""
+    """Horizontal bars for a few named categories, largest on top, with their counts. Names come from the data:
+    control characters are drawn escaped (matplotlib has no glyph for them and would warn with them raw)."""
     items = counts[::-1]
-    bars = ax.barh([k for k, _ in items], [v for _, v in items], color=colour, height=0.6)
+    bars = ax.barh([drawable(k) for k, _ in items], [v for _, v in items], color=colour, height=0.6)
     ax.bar_label(bars, labels=[f"{v:,}" for _, v in items], padding=3, fontsize=8, color="#30353c")
     ax.grid(axis="y", visible=False)
     ax.set_xlim(0, max(v for _, v in items) * 1.2)
@@ -108,7 +180,7 @@ def extension_sets(ext_sets: dict[str, int], top: int = 12) -> bytes:
     plt = _plt()
     items = list(ext_sets.items())[:top]
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(items) + 0.9), layout="constrained")
-    labels = [k or "(no extension)" for k, _ in items][::-1]
+    labels = [drawable(k) or "(no extension)" for k, _ in items][::-1]
     values = [v for _, v in items][::-1]
     bars = ax.barh(labels, values, color=ACCENT, height=0.6)
     ax.bar_label(bars, labels=[f"{v:,}" for v in values], padding=3, fontsize=8, color="#30353c")
@@ -187,7 +259,8 @@ def captions(words: Sequence[int], first_words: list[tuple[str, int]]) -> bytes:
 
 
 def numeric_field(name: str, values: Sequence[float], threshold: float, kept_share: float | None) -> bytes:
-    """A json field's histogram, split at the score threshold: the part a ``score`` filter keeps in green."""
+    """A json field's histogram (the samples that have it), split at the score threshold: the part a ``score``
+    filter keeps in green; ``kept_share`` is the share of those samples it keeps."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 2.8), layout="constrained")
     bins = _bins(values)
@@ -199,17 +272,63 @@ def numeric_field(name: str, values: Sequence[float], threshold: float, kept_sha
     dropped = [v for v in values if v < threshold]
     ax.hist([dropped, kept], bins=edges, stacked=True, color=[DROPPED, KEPT], edgecolor="white", linewidth=0.5,
             label=["below threshold", "kept"])
-    share = f", keeps {kept_share:.1%} of samples" if kept_share is not None else ""
+    share = f", keeps {kept_share:.1%} of these" if kept_share is not None else ""
     ax.axvline(threshold, color="#30353c", lw=1, ls="--", label=f"threshold {threshold:g}{share}")
-    ax.set_xlabel(name)
+    ax.set_xlabel(drawable(name))
     ax.set_ylabel("samples")
     _counts_axis(ax)
     ax.legend(frameon=False, fontsize=8, loc="lower right", bbox_to_anchor=(1, 1), ncols=3)
     return _png(fig)
 
 
+#: The contact sheet's grid, in pixels: every tile's cell has room for its title above the picture and two caption
+#: lines below it, and text is fitted (wrapped, then ended with "…") inside the picture's width.
+SHEET_PAD = 8  # around the picture, left and right of each cell: text never reaches into it
+_TITLE_H = 16
+_CAPTION_H = 30
+_TITLE_PT = 7.0
+_CAPTION_PT = 6.5
+
+
+def sheet_cell(tile: int = 192) -> tuple[int, int]:
+    """(width, height) in pixels of one contact-sheet cell for ``tile``-pixel pictures."""
+    return tile + 2 * SHEET_PAD, SHEET_PAD + _TITLE_H + tile + _CAPTION_H + SHEET_PAD
+
+
+def _fit(text: str, width: float, lines: int, measure: Callable[[str], float]) -> list[str]:
+    """``text`` in at most ``lines`` lines, each at most ``width`` wide: whole words where they fit, a word wider
+    than a line cut, and "…" at the end of the last line when text is left over."""
+    words = text.split()
+    out: list[str] = []
+    line = ""
+    while words and len(out) < lines:
+        candidate = f"{line} {words[0]}" if line else words[0]
+        if measure(candidate) <= width:
+            line = candidate
+            words.pop(0)
+            continue
+        if not line:  # one word wider than the line: the longest prefix that fits
+            lo, hi = 1, len(words[0])
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if measure(words[0][:mid]) <= width else (lo, mid - 1)
+            line, words[0] = words[0][:lo], words[0][lo:]
+        out.append(line)
+        line = ""
+    if line:
+        out.append(line)
+    if words and out:
+        last = out[-1]
+        while last and measure(last + "…") > width:
+            last = last[:-1]
+        out[-1] = last.rstrip() + "…"
+    return out
+
+
 def contact_sheet(tiles: list[Tile], columns: int = 6, tile: int = 192) -> bytes:
-    """The sampled images and first video frames in a grid, each with its key and the start of its caption."""
+    """The sampled images and first video frames in a grid, each with its key above and the start of its caption
+    below, every text fitted inside its cell (see :func:`sheet_cell`)."""
+    from matplotlib.font_manager import FontProperties
     from PIL import Image
 
     plt = _plt()
@@ -217,28 +336,34 @@ def contact_sheet(tiles: list[Tile], columns: int = 6, tile: int = 192) -> bytes
         raise FgdataError("no images or videos to show")
     columns = min(columns, len(tiles))
     rows = math.ceil(len(tiles) / columns)
-    inch = tile / _DPI
-    fig, axes = plt.subplots(rows, columns, figsize=(columns * inch * 1.05, rows * inch * 1.32), squeeze=False)
-    for ax in axes.flat:
+    cell_w, cell_h = sheet_cell(tile)
+    fig_w, fig_h = columns * cell_w, rows * cell_h
+    titles = [drawable(t.key) for t in tiles]
+    captions = [drawable(t.caption) for t in tiles]
+    fig = plt.figure(figsize=(fig_w / _DPI, fig_h / _DPI), dpi=_DPI)
+    renderer = fig.canvas.get_renderer()
+
+    def measure(size: float) -> Callable[[str], float]:
+        prop = FontProperties(family=list(_FAMILY), size=size)
+        return lambda text: renderer.get_text_width_height_descent(text, prop, ismath=False)[0]
+
+    title_width, caption_width = measure(_TITLE_PT), measure(_CAPTION_PT)
+    for i, t in enumerate(tiles):
+        row, col = divmod(i, columns)
+        x0, top = col * cell_w + SHEET_PAD, row * cell_h + SHEET_PAD  # the cell's content box, from the top left
+        picture_top = top + _TITLE_H
+        ax = fig.add_axes((x0 / fig_w, 1 - (picture_top + tile) / fig_h, tile / fig_w, tile / fig_h))
         ax.axis("off")
-    for ax, t in zip(axes.flat, tiles):
         im = Image.open(io.BytesIO(t.png)).convert("RGB")
         side = max(im.width, im.height)
         square = Image.new("RGB", (side, side), "white")  # centred, so every tile has the same footprint
         square.paste(im, ((side - im.width) // 2, (side - im.height) // 2))
         ax.imshow(square)
-        ax.set_title(t.key if len(t.key) <= 26 else t.key[:25] + "…", fontsize=7, loc="center", color="#30353c",
-                     fontweight="normal")
-        caption = t.caption if len(t.caption) <= 60 else t.caption[:59] + "…"
-        words, lines, line = caption.split(), [], ""
-        for w in words:
-            if len(line) + len(w) + 1 > 30 and line:
-                lines.append(line)
-                line = w
-            else:
-                line = f"{line} {w}".strip()
-        lines.append(line)
-        ax.text(0.5, -0.03, "\n".join(lines[:2]), transform=ax.transAxes, ha="center", va="top", fontsize=6.5,
-                color="#5a616b")
-    fig.subplots_adjust(wspace=0.05, hspace=0.45, left=0.01, right=0.99, top=0.97, bottom=0.03)
+        centre = (x0 + tile / 2) / fig_w
+        title = _fit(titles[i], tile, 1, title_width)
+        fig.text(centre, 1 - (picture_top - 3) / fig_h, title[0] if title else "", ha="center", va="baseline",
+                 fontsize=_TITLE_PT, color="#30353c")
+        caption = _fit(captions[i], tile, 2, caption_width)
+        fig.text(centre, 1 - (picture_top + tile + 3) / fig_h, "\n".join(caption), ha="center", va="top",
+                 fontsize=_CAPTION_PT, color="#5a616b", linespacing=1.25)
     return _png(fig)

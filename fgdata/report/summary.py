@@ -76,6 +76,10 @@ def summarise(stats: Stats, *, name: str, paths: Sequence[str], thresholds: dict
         "sample_budget": sample,
         "decoded_members": stats.decoded,
     }
+    if stats.not_loaded:
+        from fgdata.verify.inspect import MEMBER_LIMIT
+
+        doc["not_loaded"] = {"limit_bytes": MEMBER_LIMIT, "members": dict(stats.not_loaded.most_common())}
     if stats.image_members:
         aspect = [w / h for w, h in zip(stats.image_w, stats.image_h) if h]
         doc["images"] = {"members": stats.image_members, "sized": len(stats.image_w),
@@ -95,15 +99,22 @@ def summarise(stats: Stats, *, name: str, paths: Sequence[str], thresholds: dict
                            "chars": distribution(stats.caption_chars),
                            "first_words": stats.first_words.most_common(_TOP)}
     fields = {}
+    invalid = stats.problems["invalid json"].count if "invalid json" in stats.problems else 0
     for key, values in sorted(stats.numeric.items(), key=lambda kv: -len(kv[1])):
         if not values:
             continue
         t = _threshold(values, thresholds.get(key))
         kept = kept_by_score_filter(stats, key, t)
-        fields[key] = {**distribution(values), "missing": stats.json_members - len(values) - stats.non_numeric[key],  # type: ignore[dict-item]
+        present = len(values) + stats.non_numeric[key]
+        with_field = sum(1 for v in values if v >= t)
+        fields[key] = {**distribution(values), "present": present, "samples": total,  # type: ignore[dict-item]
+                       "missing": stats.json_members - len(values) - stats.non_numeric[key],
                        "non_numeric": stats.non_numeric[key],
                        "score_filter": {"presets_filter": {"score": {"score_key": key, "threshold": t}},
-                                        "kept": kept, "kept_share": kept / total if total else None}}
+                                        "kept": kept, "kept_share": kept / total if total else None,
+                                        "kept_with_field": with_field,
+                                        "kept_with_field_share": with_field / present if present else None,
+                                        "passed_without_field": total - present - invalid}}
     if fields:
         doc["numeric_fields"] = fields
     if stats.tensors:

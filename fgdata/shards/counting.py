@@ -90,7 +90,7 @@ def _existing(path: str) -> dict[str, int]:
 def write_counts(rows: list[ShardCount], selection: ShardSet, output: str | None = None) -> list[CountFileUpdate]:
     """Write the counts beside the shards (one ``shard_count.json`` per folder) or all into ``output``.
 
-    When the selection is one whole folder, its count file lists exactly its shards; otherwise
+    A folder given whole gets a count file that lists exactly its shards; otherwise
     the counted shards' entries are updated and the others kept. A shard that could not be read
     keeps its old entry, or gets none: a count is only written for a shard that was read.
     """
@@ -103,9 +103,12 @@ def write_counts(rows: list[ShardCount], selection: ShardSet, output: str | None
         names = [r.name for r in group]
         if len(set(names)) < len(names):
             dup = next(n for n in names if names.count(n) > 1)
-            raise FgdataError(f"{target}: two counted shards are both named {dup}; count them into separate files")
+            folders = sorted({storage.parent(r.shard) for r in group if r.name == dup})
+            raise FgdataError(f"{target}: {dup} is a shard of {' and '.join(folders)}; one count file cannot "
+                              "hold both, so write each folder's counts beside it (leave out --output / --counts-output)")
         old = _existing(target)
-        counts = {} if selection.folder is not None else dict(old)
+        whole = all(storage.parent(r.shard) in selection.whole for r in group)
+        counts = {} if whole else dict(old)
         update = CountFileUpdate(target, counts)
         for r in group:
             if r.error is None:

@@ -8,11 +8,34 @@ fields (``presets_filter``'s ``score``, ``key_map``) see exactly what the user w
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 from fgdata.errors import FgdataError
 
 FGDATA_FIELD = "fgdata"
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text} is out of range (not a finite float)")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(raw: bytes | str) -> Any:
+    """User metadata (a sidecar, a manifest line) as strict JSON, the JSON the ``json`` member is written as:
+    ``NaN``, ``Infinity`` and numbers past a float's range are refused, and so is nesting deeper than
+    Python's recursion limit; every refusal is a ``ValueError`` naming the cause."""
+    try:
+        return json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise ValueError("nested too deeply to parse") from None
 
 
 def with_fgdata_fields(doc: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:

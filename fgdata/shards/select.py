@@ -6,6 +6,7 @@ Every command that reads shards resolves its arguments here, so ``count-shards``
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Sequence
@@ -25,19 +26,33 @@ _MAX_EXPANSION = 10_000_000
 class ShardSet:
     """Resolved shards in order, with what the listings said about them.
 
-    ``folder`` is set when the input was exactly one folder (or prefix): its side files
-    (``shard_count.json``) then describe exactly these shards. ``sizes`` holds the byte size
-    of every shard whose listing gave one.
+    A *dataset* is the shards of one folder (or prefix): fgdata numbers keys per dataset and
+    keeps one ``shard_count.json`` per folder, so keys, counts and shard names are unique only
+    within a folder. ``whole`` holds the folders that were given whole: their side files then
+    describe exactly their shards. ``sizes`` holds the byte size of every shard whose listing
+    gave one. :func:`resolve_shards` fills it; it is not changed afterwards (the groupings are cached).
     """
 
     shards: list[str]
     sizes: dict[str, int] = field(default_factory=dict)
-    folder: str | None = None
+    whole: set[str] = field(default_factory=set)
 
-    @property
+    @functools.cached_property
     def folders(self) -> list[str]:
-        """The folders holding the shards, in first-seen order (where their side files live)."""
+        """The folders holding the shards, in first-seen order (one dataset each; where their side files live)."""
         return list(dict.fromkeys(storage.parent(s) for s in self.shards))
+
+    @functools.cached_property
+    def datasets(self) -> dict[str, list[str]]:
+        """Folder -> its selected shards, in first-seen order."""
+        out: dict[str, list[str]] = {}
+        for shard in self.shards:
+            out.setdefault(storage.parent(shard), []).append(shard)
+        return out
+
+    def label(self, shard: str) -> str:
+        """How a table row or message names a shard: its basename for one dataset, else its path."""
+        return storage.basename(shard) if len(self.folders) <= 1 else shard
 
 
 def is_shard_name(path: str) -> bool:
@@ -78,8 +93,8 @@ def _listing(folder: str, cache: dict[str, dict[str, int]]) -> dict[str, int]:
     return cache[folder]
 
 
-def _one(path: str, out: ShardSet, listings: dict[str, dict[str, int]]) -> bool:
-    """Add the shards ``path`` names to ``out``; True when ``path`` is a folder or prefix."""
+def _one(path: str, out: ShardSet, listings: dict[str, dict[str, int]]) -> None:
+    """Add the shards ``path`` names to ``out`` (a whole folder also to ``out.whole``)."""
     if _is_pattern(path):
         names = expand_braces(path)
         for name in names:
@@ -92,21 +107,22 @@ def _one(path: str, out: ShardSet, listings: dict[str, dict[str, int]]) -> bool:
                 raise ShardError(f"{name} (from the pattern {path}): shard not found")
             out.shards.append(name)
             out.sizes[name] = sizes[name]
-        return False
+        return
     if storage.is_dir(path):  # a folder, or an s3 prefix with objects below it
         shards = discover_shards(path)
         if not shards:
             raise ShardError(f"{path} is a folder without .tar shards; {EXPECTED}")
         out.shards.extend(shards)
+        out.whole.add(storage.parent(shards[0]))
         wanted = set(shards)
         out.sizes.update((p, n) for p, n in _listing(path, listings).items() if p in wanted)
-        return True
+        return
     if is_shard_name(path):
         sizes = _listing(storage.parent(path), listings)  # one listing serves every shard of a folder
         if path in sizes:
             out.shards.append(path)
             out.sizes[path] = sizes[path]
-            return False
+            return
     elif storage.stat(path) is not None:
         raise ShardError(f"{path} is a file, not a .tar shard; {EXPECTED}")
     if os.path.lexists(path):
@@ -126,8 +142,7 @@ def resolve_shards(paths: str | Sequence[str]) -> ShardSet:
         raise ShardError(f"no shards given; {EXPECTED}")
     out = ShardSet([])
     listings: dict[str, dict[str, int]] = {}
-    folders = [_one(item, out, listings) for item in items]
+    for item in items:
+        _one(item, out, listings)
     out.shards = list(dict.fromkeys(out.shards))
-    if folders == [True]:
-        out.folder = items[0]
     return out

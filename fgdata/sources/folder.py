@@ -18,8 +18,12 @@ like any other), never a job-wide error:
 - a file name that is not valid UTF-8 (a surrogate-escaped ``str`` from the OS): reported by its
   name with the bad bytes written as backslash escapes (``bad\xff.jpg``);
 - a media file or sidecar that is a symbolic link resolving outside the source folder, unless
-  ``follow_symlinks`` (``--follow-symlinks``) is given. Links that stay inside are fine; linked
-  folders are never descended into.
+  ``follow_symlinks`` (``--follow-symlinks``) is given. Links that stay inside are fine.
+
+Everything else below the folder is a :class:`Skipped` entry (reported, never counted as an input):
+files of other formats, sidecars without a media file, and what the listing does not take
+(:func:`fgdata.storage.list_tree`: special files, broken links, linked folders; with
+``follow_symlinks`` a linked folder leading out of the source is walked instead).
 
 Key scheme (shared by every source): the sample key is ``sample_%06d`` of the item's
 ``index``, its position in the source order (sorted relative paths here, row order in a
@@ -31,7 +35,8 @@ points straight back at it. Clips cut from one video add ``_%04d`` (the clip num
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +70,7 @@ class WorkItem:
     poses_path: str | None = None
     intrinsics_path: str | None = None
     refused: str | None = None  # "<category>: <message>" when the source already knows the item fails
+    warning: str | None = None  # "<category>: <message>" when the source knows a part is lost (a caption)
 
 
 def printable_name(name: str) -> str:
@@ -107,9 +113,48 @@ def _refusal(rel: str, paths: list[str], real_root: str | None) -> str | None:
     return None
 
 
-def list_folder(root: str, extensions: Collection[str], follow_symlinks: bool = False) -> list[WorkItem]:
-    """Media files below ``root`` whose extension is in ``extensions``, with their sidecars located."""
-    infos = storage.list_recursive(root)
+@dataclass(frozen=True)
+class Skipped:
+    """A file (or folder) below SRC that is not an input, and why: reported, never counted as seen.
+
+    ``reason`` reads ``"<category>: <message>"``; categories: ``extension`` (not a format of this command, or
+    its decoder is not installed), ``sidecar`` (a caption or metadata file with no media file of its stem),
+    and the listing's own (:class:`fgdata.storage.Unlisted`): ``special``, ``linked-folder``, ``broken-link``,
+    ``unreadable``.
+    """
+
+    name: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"input": self.name, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A source's inputs in source order, and what lies below a folder source without being one."""
+
+    items: list[WorkItem]
+    skipped: list[Skipped]
+
+
+_SIDECAR_SUFFIXES = (CAPTION_SUFFIX, METADATA_SUFFIX, POSES_SUFFIX, INTRINSICS_SUFFIX)
+
+
+def _not_taken(rel: str, missing_decoder: Callable[[str], str | None]) -> Skipped:
+    """Why the file ``rel``, which is neither a media file nor a sidecar of one, is not an input."""
+    ext = _extension(rel)
+    if rel.endswith(_SIDECAR_SUFFIXES):
+        return Skipped(printable_name(rel), "sidecar: no media file with its name beside it")
+    why = missing_decoder(ext) or (f".{ext} is not a format this command reads" if ext else "no extension")
+    return Skipped(printable_name(rel), f"extension: {why}")
+
+
+def list_folder(root: str, extensions: Collection[str], follow_symlinks: bool = False,
+                missing_decoder: Callable[[str], str | None] = lambda ext: None) -> Listing:
+    """Media files below ``root`` whose extension is in ``extensions``, with their sidecars located, and the
+    files that are neither (``missing_decoder(ext)``: why a known extension cannot be read here)."""
+    infos, unlisted = storage.list_tree(root, follow_links=follow_symlinks)
     rel_to_path = {}
     for info in infos:
         rel = storage.relative(root, info.path)
@@ -117,11 +162,13 @@ def list_folder(root: str, extensions: Collection[str], follow_symlinks: bool = 
             continue
         rel_to_path[rel] = info.path
     media = sorted(rel for rel in rel_to_path if _extension(rel) in extensions)
-    if not media:
-        raise FgdataError(f"{root}: no files with extensions {', '.join(sorted(extensions))} found")
+    taken = set(media)
 
     def sidecar(stem: str, suffix: str) -> str | None:
-        return rel_to_path.get(stem + suffix)
+        if stem + suffix in rel_to_path:
+            taken.add(stem + suffix)
+            return rel_to_path[stem + suffix]
+        return None
 
     real_root = None if storage.is_url(root) or follow_symlinks else os.path.realpath(root)
     items = []
@@ -142,4 +189,36 @@ def list_folder(root: str, extensions: Collection[str], follow_symlinks: bool = 
         if refused:  # nothing of it is read, and only printable text reaches reports and job records
             item = WorkItem(index=index, name=printable_name(rel), refused=refused)
         items.append(item)
-    return items
+    skipped = [_not_taken(rel, missing_decoder) for rel in sorted(set(rel_to_path) - taken)]
+    for entry in unlisted:
+        rel = storage.relative(root, entry.path)
+        if not any(part.startswith(".") for part in rel.split("/")):
+            skipped.append(Skipped(printable_name(rel), f"{entry.kind}: {entry.detail}"))
+    skipped.sort(key=lambda s: s.name)
+    if not media:
+        found = f"; skipped {len(skipped)}: {skip_summary(skipped)}" if skipped else ""
+        wanted = ", ".join(sorted(extensions)) if len(extensions) <= 12 else f"the {len(extensions)} readable formats"
+        raise FgdataError(f"{root}: no files with extensions {wanted} found{found}")
+    return Listing(items, skipped)
+
+
+_SKIP_WORDS = {"sidecar": ("sidecar without media", "sidecars without media"),
+               "linked-folder": ("linked folder", "linked folders"), "special": ("special file", "special files"),
+               "broken-link": ("broken link", "broken links"), "unreadable": ("unreadable entry", "unreadable entries")}
+
+
+def skip_summary(skipped: Sequence[Skipped | dict[str, Any]]) -> str:
+    """``".heic ×3, .xyz ×2; 1 linked folder"``: skipped files by extension, then the other entries by kind."""
+    by_ext: Counter[str] = Counter()
+    by_kind: Counter[str] = Counter()
+    for entry in skipped:
+        name, reason = (entry.name, entry.reason) if isinstance(entry, Skipped) else (entry["input"], entry["reason"])
+        category = reason.partition(":")[0]
+        if category == "extension":
+            ext = _extension(name.rpartition("/")[2])
+            by_ext["." + ext if ext else "no extension"] += 1
+        else:
+            by_kind[category] += 1
+    exts = ", ".join(f"{ext} ×{n}" for ext, n in sorted(by_ext.items(), key=lambda kv: (-kv[1], kv[0])))
+    kinds = ", ".join(f"{n} {_SKIP_WORDS.get(kind, (kind, kind))[n > 1]}" for kind, n in sorted(by_kind.items()))
+    return "; ".join(part for part in (exts, kinds) if part)

@@ -3,12 +3,15 @@
 Each row is one input, in row order (its ``index`` gives the key, see
 :mod:`fgdata.sources.folder`). The path column holds a local path or an s3:// URL; a relative
 path is taken relative to the manifest's folder. The caption column (optional) becomes the
-``txt`` member; every other column is kept as JSON metadata. CSV cells are text: a metadata cell
+``txt`` member; every other column is kept as JSON metadata (where ``--caption-field`` may find the
+caption of a row without one, see :mod:`fgdata.producers.media`). CSV cells are text: a metadata cell
 that reads as a plain number (``3``, ``-0.5``, ``1e-3``, but not ``007``) is stored as a JSON
 number; the path and caption cells always stay text. CSV cells may be of any size.
 
-A path or caption that is not text (a JSON or Parquet number, list or object) makes that row a
-refused item, reported with the row and the type it found; it is never stored as a Python repr.
+A path that is not text (a JSON or Parquet number, list or object) makes that row a refused item,
+reported with the row and the type it found; a caption that is not text is a warning of that row, which
+is written without a caption (for ``read_prompts``, where the caption is the sample, the row is refused).
+Neither is ever stored as a Python repr.
 A CSV row with more cells than the header is refused the same way, and so is a JSONL line that is
 not valid JSON or not a JSON object (reported as ``FILE:line``, the line counted from 1): one bad
 line never stops the job. Rows are counted from 0, like the ``input`` field of the failure report.
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 import sys
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from typing import Any, Union
 
 from fgdata import storage
 from fgdata.errors import FgdataError
+from fgdata.shards.metadata import parse_json
 from fgdata.sources.folder import WorkItem, printable_name
 
 MANIFEST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".parquet")
@@ -95,7 +98,7 @@ def read_rows(path: str) -> list[Row]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = parse_json(line)
             except ValueError as e:
                 rows.append(BadRow(f"{base}:{n}", f"manifest: line {n} of {base} is not valid JSON ({e})"))
                 continue
@@ -178,15 +181,17 @@ def read_manifest(path: str, path_column: str = "path", caption_column: str = "c
         if isinstance(row, BadRow):
             items.append(WorkItem(index=index, name=row.name, refused=row.reason))
             continue
-        refused = _not_text(path, index, row, {"path": path_column, "caption": caption_column})
+        refused = _not_text(path, index, row, {"path": path_column})
+        bad_caption = None if refused else _not_text(path, index, row, {"caption": caption_column})
         value = row.get(path_column)
         if refused or not value:
             name = printable_name(value) if isinstance(value, str) and value else _row_name(path, index)
             items.append(WorkItem(index=index, name=name, refused=refused))
             continue
         metadata = {k: _cell(v) if numbers else v for k, v in row.items() if k not in (path_column, caption_column)}
-        items.append(WorkItem(index=index, name=value, path=_resolve(path, value), caption=row.get(caption_column),
-                              metadata=metadata))
+        items.append(WorkItem(index=index, name=value, path=_resolve(path, value),
+                              caption=None if bad_caption else row.get(caption_column), metadata=metadata,
+                              warning=f"{bad_caption}; written without a caption" if bad_caption else None))
     return items
 
 

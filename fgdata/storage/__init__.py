@@ -5,7 +5,7 @@ through the s5cmd binary with argument lists and bounded waits. Only the standar
 library is imported here so ``fgdata --help`` stays fast.
 """
 
-from fgdata.storage.backend import Backend, FileInfo, backend_for
+from fgdata.storage.backend import Backend, FileInfo, Unlisted, backend_for
 from fgdata.storage.cache import fetch_to_cache
 from fgdata.storage.credentials import load_s3_credentials_file
 from fgdata.storage.files import (
@@ -15,6 +15,7 @@ from fgdata.storage.files import (
     list_dir,
     list_names,
     list_recursive,
+    list_tree,
     local_copy,
     make_dirs,
     move,
@@ -33,8 +34,9 @@ from fgdata.storage.files import (
     upload,
     write_bytes,
 )
-from fgdata.storage.local import atomic_path
+from fgdata.storage.local import atomic_path, writing_to
 from fgdata.storage.paths import (
+    absolute,
     basename,
     is_absolute,
     is_s3,
@@ -42,12 +44,15 @@ from fgdata.storage.paths import (
     join,
     parent,
     relative,
+    same_file_key,
 )
 from fgdata.storage.s5cmd import s5cmd_binary
 
 __all__ = [
     "Backend",
     "FileInfo",
+    "Unlisted",
+    "absolute",
     "atomic_path",
     "backend_for",
     "basename",
@@ -62,6 +67,7 @@ __all__ = [
     "list_dir",
     "list_names",
     "list_recursive",
+    "list_tree",
     "load_s3_credentials_file",
     "local_copy",
     "make_dirs",
@@ -77,10 +83,12 @@ __all__ = [
     "remove",
     "remove_tree",
     "s5cmd_binary",
+    "same_file_key",
     "size",
     "stage",
     "staging_dir",
     "stat",
     "upload",
     "write_bytes",
+    "writing_to",
 ]

@@ -20,11 +20,26 @@ from fgdata.storage.paths import scheme
 
 @dataclass(frozen=True)
 class FileInfo:
-    """One listed file: full path or URL, basename, size in bytes."""
+    """One listed file: full path or URL, basename, size in bytes, and ``version``: what changes when its content
+    is replaced (local: the modification time in ns; S3: the ETag), so a rerun can tell a replaced input."""
 
     path: str
     name: str
     size: int
+    version: str = ""
+
+
+@dataclass(frozen=True)
+class Unlisted:
+    """An entry below a listed folder that is not a readable file: what :func:`list_tree` leaves out, and why.
+
+    ``kind``: ``special`` (a FIFO, socket or device), ``linked-folder``, ``broken-link`` or ``unreadable``
+    (a folder that cannot be listed); ``detail`` says it in words.
+    """
+
+    path: str
+    kind: str
+    detail: str
 
 
 class Backend(abc.ABC):
@@ -50,6 +65,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def list_files(self, path: str, recursive: bool) -> list[FileInfo]:
         """Files directly under (``recursive``: anywhere below) a directory or prefix, unsorted."""
+
+    def list_tree(self, path: str, follow_links: bool) -> tuple[list[FileInfo], list[Unlisted]]:
+        """Every file anywhere below ``path``, and the entries that are not files (object stores have none)."""
+        return self.list_files(path, recursive=True), []
 
     @abc.abstractmethod
     def list_names(self, path: str) -> list[str]:

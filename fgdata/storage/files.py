@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from fgdata.storage.backend import FileInfo, backend_for
+from fgdata.storage.backend import FileInfo, Unlisted, backend_for
 
 
 @contextlib.contextmanager
@@ -56,6 +56,13 @@ def list_dir(path: str, suffix: str | None = None) -> list[FileInfo]:
 def list_recursive(path: str) -> list[FileInfo]:
     """All files below ``path``, sorted by full path."""
     return sorted(backend_for(path).list_files(path, recursive=True), key=lambda i: i.path)
+
+
+def list_tree(path: str, follow_links: bool = False) -> tuple[list[FileInfo], list[Unlisted]]:
+    """All files below ``path`` (linked folders walked with ``follow_links``) and, for local folders, the
+    entries that are not files (special files, linked folders, broken links, unreadable folders); both sorted."""
+    files, unlisted = backend_for(path).list_tree(path, follow_links)
+    return sorted(files, key=lambda i: i.path), sorted(unlisted, key=lambda u: u.path)
 
 
 def list_names(path: str) -> list[str]:

@@ -6,11 +6,12 @@ import contextlib
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Iterator
 from typing import BinaryIO
 
 from fgdata.errors import StorageError
-from fgdata.storage.backend import Backend, FileInfo
+from fgdata.storage.backend import Backend, FileInfo, Unlisted
 from fgdata.storage.paths import is_url
 
 
@@ -20,6 +21,48 @@ def _os_error(path: str, exc: OSError) -> StorageError:
     if isinstance(exc, IsADirectoryError):
         return StorageError(f"{path}: is a directory")
     return StorageError(f"{path}: {exc.strerror or exc}")
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "a special file"
+
+
+def _open_regular(path: str) -> int:
+    """A read descriptor of ``path``, refused unless it is a regular file.
+
+    A FIFO would block the open (or the reads) forever and a device such as ``/dev/zero`` never ends,
+    so the open does not wait (``O_NONBLOCK``) and the opened file itself is checked (no race with a
+    rename between a check and the open). Regular files ignore ``O_NONBLOCK``; it is cleared anyway.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise StorageError(f"{path}: is {_file_kind(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextlib.contextmanager
+def writing_to(path: str) -> Iterator[None]:
+    """An ``OSError`` raised while writing ``path`` (a full disk, a quota, an I/O error) as a StorageError that
+    names it: a failed ``write`` carries no file name of its own."""
+    try:
+        yield
+    except OSError as exc:
+        raise _os_error(path, exc) from None
 
 
 @contextlib.contextmanager
@@ -54,6 +97,18 @@ def atomic_path(path: str) -> Iterator[str]:
         os.close(dir_fd)
 
 
+def _special_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe), not a file"
+    if stat.S_ISSOCK(mode):
+        return "a socket, not a file"
+    return "a device, not a file" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
+def _info(path: str, name: str, st: os.stat_result) -> FileInfo:
+    return FileInfo(path, name, st.st_size, str(st.st_mtime_ns))
+
+
 class LocalBackend(Backend):
     """Paths on a local or mounted file system."""
 
@@ -62,19 +117,12 @@ class LocalBackend(Backend):
 
     @contextlib.contextmanager
     def open_read(self, path: str, buffering: int = -1) -> Iterator[BinaryIO]:
-        try:
-            f = open(path, "rb", buffering=buffering)  # noqa: SIM115 - closed by the with below
-        except OSError as exc:
-            raise _os_error(path, exc) from None
-        with f:
+        with open(path, "rb", buffering=buffering, opener=lambda name, _flags: _open_regular(name)) as f:
             yield f
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
         """Loops over ``os.pread``: one call returns at most about 2 GiB on Linux."""
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError as exc:
-            raise _os_error(path, exc) from None
+        fd = _open_regular(path)
         try:
             parts = []
             while length > 0:
@@ -92,21 +140,61 @@ class LocalBackend(Backend):
         if not recursive:
             try:
                 with os.scandir(path) as it:
-                    return [FileInfo(e.path, e.name, e.stat().st_size) for e in it if e.is_file()]
+                    return [_info(e.path, e.name, e.stat()) for e in it if e.is_file()]
             except FileNotFoundError:
                 raise StorageError(f"{path}: directory not found") from None
             except NotADirectoryError:
                 raise StorageError(f"{path}: not a directory") from None
             except OSError as exc:
                 raise _os_error(path, exc) from None
+        return self.list_tree(path, follow_links=False)[0]
+
+    def list_tree(self, path: str, follow_links: bool) -> tuple[list[FileInfo], list[Unlisted]]:
+        """Files below ``path`` (links to files included) and what is not a file, each once.
+
+        A linked folder is walked only with ``follow_links``, and only when it leads out of ``path`` to a
+        folder not walked yet (its files are listed under the link's path); otherwise it is an
+        :class:`Unlisted` entry, as are special files, broken links and folders that cannot be listed.
+        """
         if not os.path.isdir(path):
             raise StorageError(f"{path}: directory not found")
-        return [
-            FileInfo(p, name, os.path.getsize(p))
-            for root, _, names in os.walk(path)
-            for name in names
-            if os.path.isfile(p := os.path.join(root, name))
-        ]
+        real_root = os.path.realpath(path)
+        walked = {real_root}
+        files: list[FileInfo] = []
+        unlisted: list[Unlisted] = []
+        folders = [path]
+        while folders:
+            folder = folders.pop()
+            try:
+                with os.scandir(folder) as it:
+                    entries = list(it)
+            except OSError as exc:
+                unlisted.append(Unlisted(folder, "unreadable", f"cannot be listed ({exc.strerror or exc})"))
+                continue
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(entry.path)
+                    elif entry.is_file():
+                        files.append(_info(entry.path, entry.name, entry.stat()))
+                    elif entry.is_dir():
+                        real = os.path.realpath(entry.path)
+                        inside = real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+                        if follow_links and not inside and real not in walked:
+                            walked.add(real)
+                            folders.append(entry.path)
+                        else:
+                            why = ("its folder is listed under its own name" if inside
+                                   else "its folder was listed through another link" if follow_links
+                                   else "pass --follow-symlinks to read it")
+                            unlisted.append(Unlisted(entry.path, "linked-folder", f"a link to a folder; {why}"))
+                    elif entry.is_symlink():
+                        unlisted.append(Unlisted(entry.path, "broken-link", "a link to nothing"))
+                    else:
+                        unlisted.append(Unlisted(entry.path, "special", _special_kind(entry.stat().st_mode)))
+                except OSError as exc:
+                    unlisted.append(Unlisted(entry.path, "unreadable", f"cannot be read ({exc.strerror or exc})"))
+        return files, unlisted
 
     def list_names(self, path: str) -> list[str]:
         try:
@@ -127,7 +215,7 @@ class LocalBackend(Backend):
             raise _os_error(path, exc) from None
         if not os.path.isfile(path):
             return None
-        return FileInfo(path, os.path.basename(path.rstrip("/")), st.st_size)
+        return _info(path, os.path.basename(path.rstrip("/")), st)
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
@@ -136,13 +224,13 @@ class LocalBackend(Backend):
         return os.path.isdir(path)
 
     def write_atomic(self, path: str, data: bytes) -> None:
-        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        with writing_to(path), atomic_path(path) as tmp, open(tmp, "wb") as f:
             f.write(data)
 
     def _copy(self, src: str, dst: str) -> None:
         if not os.path.isfile(src):
             raise StorageError(f"{src}: file not found")
-        with atomic_path(dst) as tmp:
+        with writing_to(dst), atomic_path(dst) as tmp:
             shutil.copyfile(src, tmp)
 
     def upload(self, local: str, path: str) -> None:

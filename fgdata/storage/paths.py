@@ -6,6 +6,7 @@ reference built malformed side-file paths from bucket-root tags.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -34,6 +35,31 @@ def is_s3(path: str) -> bool:
 def is_absolute(path: str) -> bool:
     """A URL or an absolute local path: used as given, never joined to a base."""
     return is_url(path) or os.path.isabs(path)
+
+
+def absolute(path: str) -> str:
+    """A local path made absolute (against the working directory) and normalised; a URL as given.
+
+    Side files that name shards of several folders key them by this form, so the names stay
+    valid from any working directory.
+    """
+    return path if is_url(path) else os.path.abspath(path)
+
+
+def same_file_key(path: str) -> str:
+    """One spelling for every name of a file, for comparing only: a local path made absolute and
+    normalised, its folder's symlinks resolved; a URL with repeated slashes collapsed."""
+    if not is_url(path):
+        full = os.path.abspath(path)
+        return os.path.join(_real_folder(os.path.dirname(full)), os.path.basename(full))
+    head = f"{scheme(path)}://"
+    return head + re.sub("/+", "/", path[len(head):]).rstrip("/")
+
+
+@functools.lru_cache(maxsize=1024)
+def _real_folder(folder: str) -> str:
+    """A folder with its symlinks resolved (cached: a dataset's shards share a handful of folders)."""
+    return os.path.realpath(folder)
 
 
 def split_url(url: str) -> tuple[str, str]:

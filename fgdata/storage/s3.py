@@ -72,7 +72,7 @@ class S3Backend(Backend):
                 continue
             if not recursive and "/" in rel:
                 continue
-            infos.append(FileInfo(key, rel.rpartition("/")[2], int(entry.get("size", 0))))
+            infos.append(FileInfo(key, rel.rpartition("/")[2], int(entry.get("size", 0)), entry.get("etag", "")))
         return infos
 
     def list_names(self, path: str) -> list[str]:
@@ -88,7 +88,7 @@ class S3Backend(Backend):
         entry = _entry(path) if split_s3(path)[1] else None
         if entry is None or entry.get("type") != "file":
             return None
-        return FileInfo(path, path.rpartition("/")[2], int(entry["size"]))
+        return FileInfo(path, path.rpartition("/")[2], int(entry["size"]), entry.get("etag", ""))
 
     def exists(self, path: str) -> bool:
         if not split_s3(path)[1].strip("/"):

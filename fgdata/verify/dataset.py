@@ -1,4 +1,9 @@
-"""Verifying a dataset: every shard, the keys across shards, and the side files.
+"""Verifying datasets: every shard, the keys across shards, and the side files.
+
+Each folder is its own dataset (fgdata numbers keys from ``sample_000000`` in every
+dataset): keys must be unique within a folder, and each folder's ``shard_count.json``
+describes its own shards. Several folders verified together get one report whose
+rows and side files name every shard by its path.
 
 The outputs close the quarantine loop (PEERS pain point 7): an ignore index of
 the bad samples and a shard-count file of the samples physically present and readable
@@ -45,6 +50,20 @@ class VerifyReport:
         return not self.problems and all(s.ok for s in self.shards)
 
     @property
+    def several(self) -> bool:
+        """True when the shards come from more than one folder (dataset)."""
+        return len(self.selection.folders) > 1
+
+    def label(self, result: ShardResult) -> str:
+        """How rows and messages name a shard: its basename for one dataset, else its path."""
+        return self.selection.label(result.shard)
+
+    def side_file_key(self, result: ShardResult) -> str:
+        """A shard's key in the ignore index: its basename for one dataset, else its absolute path
+        (basenames repeat across datasets; the loaders match a path however a datatag spells it)."""
+        return storage.absolute(result.shard) if self.several else result.name
+
+    @property
     def samples(self) -> int:
         return sum(s.samples for s in self.shards)
 
@@ -64,22 +83,23 @@ class VerifyReport:
         return total
 
     def ignore_mapping(self) -> dict[str, list[str]]:
-        """Shard basename -> bad keys; every key listed is among the shard's readable samples."""
-        return {s.name: sorted(s.bad_keys) for s in self.shards if s.bad_keys}
+        """Shard (see :meth:`side_file_key`) -> bad keys; every key listed is among the shard's readable samples."""
+        return {self.side_file_key(s): sorted(s.bad_keys) for s in self.shards if s.bad_keys}
 
     def readable_counts(self) -> dict[str, int]:
-        """Shard basename -> samples physically present and readable; never minus ignored keys."""
-        unknown = [s.name for s in self.shards if s.readable is None]
+        """Shard (as rows name it) -> samples physically present and readable; never minus ignored keys."""
+        unknown = [self.label(s) for s in self.shards if s.readable is None]
         if unknown:
             raise FgdataError(
                 f"{self.path}: {len(unknown)} shard(s) could not be read to the end ({', '.join(unknown[:3])}"
                 f"{', ...' if len(unknown) > 3 else ''}); their counts are unknown, rerun verify"
             )
-        return {s.name: int(s.readable or 0) for s in self.shards}
+        return {self.label(s): int(s.readable or 0) for s in self.shards}
 
     def to_json(self) -> dict:
         return {
             "path": self.path,
+            "datasets": self.dataset_summaries(),
             "ok": self.ok,
             "decode": self.decode,
             "require": list(self.require),
@@ -94,6 +114,17 @@ class VerifyReport:
             "ignore": self.ignore_mapping(),
             "per_shard": [s.to_json() for s in self.shards],
         }
+
+    def dataset_summaries(self) -> list[dict]:
+        """One line of figures per dataset (folder); the report's own ``problems`` are not split."""
+        by_shard = {s.shard: s for s in self.shards}
+        out = []
+        for folder, shards in self.selection.datasets.items():
+            results = [by_shard[s] for s in shards if s in by_shard]
+            out.append({"path": folder, "ok": all(s.ok for s in results), "shards": len(results),
+                        "samples": sum(s.samples for s in results), "readable": sum(s.readable or 0 for s in results),
+                        "bad_samples": sum(len(s.bad_keys) for s in results)})
+        return out
 
 
 def _run_shards(shards: list[str], sizes: dict[str, int], *, decode: bool, require: tuple[str, ...], workers: int,
@@ -148,8 +179,9 @@ def _run_in_processes(shards: list[str], job: Callable, workers: int, done: Call
     return [results[s] for s in shards]
 
 
-def _cross_shard_duplicates(results: list[ShardResult]) -> None:
-    """Keys are unique in a dataset. Later occurrences in other shards become bad samples."""
+def _cross_shard_duplicates(results: list[ShardResult], label: Callable[[ShardResult], str]) -> None:
+    """Keys are unique in a dataset (the shards of one folder). Later occurrences in other shards
+    become bad samples; ``label`` names the shard that had the key first."""
     hashes = [r.key_hashes for r in results]
     if not hashes:
         return
@@ -174,7 +206,7 @@ def _cross_shard_duplicates(results: list[ShardResult]) -> None:
                 continue
             if key in first_shard and first_shard[key] != si:
                 results[si].problems.append(
-                    Problem("duplicate-key", f"key also in {results[first_shard[key]].name}", key)
+                    Problem("duplicate-key", f"key also in {label(results[first_shard[key]])}", key)
                 )
             else:
                 first_shard.setdefault(key, si)
@@ -199,6 +231,7 @@ def _check_counts(report: VerifyReport, count_file: str | None) -> None:
         if count_file is None and not storage.exists(path):
             continue  # no count file beside the shards: nothing to disagree with
         report.count_file = path if report.count_file is None else report.count_file
+        name = path if report.several else storage.basename(path)
         try:
             counts = read_shard_counts(path)
         except FgdataError as exc:
@@ -206,15 +239,15 @@ def _check_counts(report: VerifyReport, count_file: str | None) -> None:
             continue
         for shard in shards:
             if shard.name not in counts:
-                shard.problems.append(Problem("counts-missing", f"{storage.basename(path)} does not list this shard"))
+                shard.problems.append(Problem("counts-missing", f"{name} does not list this shard"))
             elif shard.readable is not None and counts[shard.name] != shard.readable:
                 shard.problems.append(
-                    Problem("counts-mismatch", f"{storage.basename(path)} says {counts[shard.name]}, {shard.readable} readable")
+                    Problem("counts-mismatch", f"{name} says {counts[shard.name]}, {shard.readable} readable")
                 )
-        if selection.folder is not None:
+        if all(storage.parent(s.shard) in selection.whole for s in shards):
             extra = sorted(set(counts) - {s.name for s in shards})
             if extra:
-                report.problems.append(Problem("counts-extra", f"{storage.basename(path)} lists unknown shards: {', '.join(extra[:5])}"))
+                report.problems.append(Problem("counts-extra", f"{name} lists unknown shards: {', '.join(extra[:5])}"))
 
 
 def verify_dataset(
@@ -234,12 +267,18 @@ def verify_dataset(
     """
     require = tuple(dict.fromkeys(e.strip().lower().lstrip(".") for e in require if e.strip()))
     selection = resolve_shards(path)
+    if count_file is not None and len(selection.folders) > 1:
+        raise FgdataError(f"--count-file {count_file}: one count file cannot describe the shards of "
+                          f"{len(selection.folders)} folders ({', '.join(selection.folders[:3])}); verify each "
+                          "folder against its own shard_count.json (leave out --count-file)")
     if on_start is not None:
         on_start(len(selection.shards))
     results = _run_shards(selection.shards, selection.sizes, decode=decode, require=require, workers=workers, progress=progress)
-    _cross_shard_duplicates(results)
     label = path if isinstance(path, str) else " ".join(path)
     report = VerifyReport(label, results, decode=decode, require=require, selection=selection)
+    by_shard = {r.shard: r for r in results}
+    for shards in selection.datasets.values():
+        _cross_shard_duplicates([by_shard[s] for s in shards], report.label)
     _check_counts(report, count_file)
     return report
 
@@ -257,8 +296,8 @@ def write_counts(report: VerifyReport, path: str | None = None) -> str:
     A whole folder's count file lists exactly its shards; for single shards or a pattern only
     their entries change. Returns the file(s) written.
     """
-    counts = report.readable_counts()
-    rows = [ShardCount(s.shard, s.name, counts[s.name], s.size or 0) for s in report.shards]
+    report.readable_counts()  # raises when a shard's count is unknown
+    rows = [ShardCount(s.shard, s.name, int(s.readable or 0), s.size or 0) for s in report.shards]
     return ", ".join(u.path for u in write_count_files(rows, report.selection, path))
 
 

@@ -76,7 +76,7 @@ def _describe_head(ext: str, head: bytes, size: int) -> dict[str, Any]:
 def _summarise(ext: str, data: bytes) -> dict[str, Any]:
     from fgdata.media.decode import describe_member
 
-    return {"bytes": len(data), **describe_member(ext, data)}
+    return {"bytes": len(data), **describe_member(ext, data, MEMBER_LIMIT)}
 
 
 class _Shown:
@@ -167,6 +167,20 @@ def inspect_shard(path: str, *, limit: int = 5, key: str | None = None, preview:
         raise FgdataError(f"{path}: not a readable tar shard ({damage})")
     report = ShardReport(path, count, dict(ext_sets.most_common()), dict(sorted(bytes_per_ext.items())), shown.samples, damage)
     return report, shown.tiles
+
+
+def combine(reports: list[ShardReport]) -> ShardReport:
+    """Several shards' reports as one: summed counts and bytes, the samples shown in shard order (each naming its
+    shard), damage left to the shards' own reports. ``shard`` says how many shards it covers."""
+    ext_sets: Counter[str] = Counter()
+    bytes_per_ext: Counter[str] = Counter()
+    shown: list[dict[str, Any]] = []
+    for r in reports:
+        ext_sets.update(r.ext_sets)
+        bytes_per_ext.update(r.bytes_per_ext)
+        shown += [{"shard": storage.basename(r.shard), **s} for s in r.shown]
+    return ShardReport(f"{len(reports):,} shards", sum(r.samples for r in reports), dict(ext_sets.most_common()),
+                       dict(sorted(bytes_per_ext.items())), shown)
 
 
 def inspect_shards(paths: str | list[str], *, limit: int = 5, key: str | None = None,

@@ -18,6 +18,7 @@ import numpy as np
 
 from fgdata import storage
 from fgdata.errors import FgdataError, ShardError
+from fgdata.media.decode import DECODE_LIMIT
 from fgdata.shards.index import index_path, parse_index
 from fgdata.shards.keys import split_member_name, validate_key
 from fgdata.shards.scan import BLOCK, MemberEntry, SampleEntry, TarDamage, group_samples, iter_members
@@ -25,9 +26,8 @@ from fgdata.shards.scan import BLOCK, MemberEntry, SampleEntry, TarDamage, group
 # Tar type flags that are neither file data nor harmless directories: links and devices.
 _DIRECTORY = "5"
 END_MARKER = 2 * BLOCK
-# ``--decode`` loads a member whole to decode it; larger members are not decoded and are
+# ``--decode`` loads a member whole to decode it; larger members (DECODE_LIMIT) are not decoded and are
 # reported as a note ("too-large-to-decode"), never as damage. Documented in docs/FORMATS.md.
-DECODE_LIMIT = 1 << 30
 
 
 @dataclass
@@ -186,7 +186,9 @@ def _check_sample(entry: SampleEntry, data: dict[str, bytes], require: Sequence[
         found.append(Problem("missing-member", "missing " + ", ".join(f".{e}" for e in missing), key))
     if decode:
         for reason, ext in _check_members(data):
-            found.append(Problem(reason, f".{ext} does not decode", key))
+            detail = (f".{ext} inflates past the {DECODE_LIMIT:,}-byte decode limit" if reason == "gzip-too-large"
+                      else f".{ext} does not decode")
+            found.append(Problem(reason, detail, key))
     return found
 
 

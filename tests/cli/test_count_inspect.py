@@ -138,3 +138,21 @@ def test_count_and_inspect_on_s3(shards, s3_bucket):
     assert doc["samples"] == 3 and doc["extension_sets"]
     missing = fg("inspect", f"{s3_bucket}/ds/nope.tar", env=env)
     assert missing.returncode == 1 and "nope.tar" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_inspect_of_many_shards_shows_limit_samples_in_one_summary(tmp_path, sample_images):
+    """A folder of 30 one-sample shards with --limit 3: one summary of them all and 3 samples, not 30 tables."""
+    with ShardWriter(str(tmp_path), maxcount=1) as w:
+        for i in range(30):
+            w.write(f"sample_{i:06d}", {"jpg": sample_images[0].read_bytes(), "txt": f"photo {i}".encode()})
+    out = fg("inspect", str(tmp_path), "--limit", "3")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("extension sets") == 1 and out.stdout.count("bytes per extension") == 1
+    assert "30 shards: 30 samples" in out.stdout
+    shown = [k for k in (f"sample_{i:06d}" for i in range(30)) if k in out.stdout]
+    assert shown == ["sample_000000", "sample_000001", "sample_000002"]
+    assert len(out.stdout.splitlines()) < 60
+    doc = json.loads(fg("inspect", str(tmp_path), "--limit", "3", "--json").stdout)
+    assert doc["total_samples"] == 30 and len(doc["shards"]) == 30
+    assert [s["key"] for s in doc["samples_shown"]] == ["sample_000000", "sample_000001", "sample_000002"]
+    assert doc["extension_sets"] == {"jpg,txt": 30}

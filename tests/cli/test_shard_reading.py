@@ -183,9 +183,10 @@ def test_s3_path_forms(s3_bucket):
     with ShardWriter(dest, maxcount=2) as w:
         for i in range(5):
             w.write(f"s{i:03d}", {"txt": b"x"})
-    assert len(resolve_shards(dest).shards) == 3
+    whole = resolve_shards(dest)
+    assert len(whole.shards) == 3 and whole.whole == {dest}
     one = resolve_shards(f"{dest}/00001.tar")
-    assert one.shards == [f"{dest}/00001.tar"] and one.folder is None and one.sizes[f"{dest}/00001.tar"] > 0
+    assert one.shards == [f"{dest}/00001.tar"] and one.whole == set() and one.sizes[f"{dest}/00001.tar"] > 0
     assert resolve_shards(f"{dest}/{{00000..00002}}.tar").shards == [f"{dest}/{i:05d}.tar" for i in range(3)]
     with pytest.raises(ShardError, match="00003.tar .from the pattern"):
         resolve_shards(f"{dest}/{{00000..00003}}.tar")

@@ -207,6 +207,40 @@ def test_text_overwrite_and_no_resume_say_what_they_remove(tmp_path, models, pro
     assert check_json_summary(r.stdout, "encode text", dst)["shards_written"] == 3
 
 
+def test_text_overwrite_replaces_a_run_with_other_options_and_stale_outputs(tmp_path, models, prompt_shards):
+    """--overwrite redoes the job whatever options made the earlier outputs, and removes fgdata's outputs no task
+    of this job writes (an earlier job's with other inputs), listing them; without it the rerun is refused."""
+    dst = tmp_path / "emb"
+    args = ["encode", "text", str(prompt_shards), str(dst), "--encoder", str(models["t5"])]
+    assert cli(*args, "--max-length", "8", "--json").returncode == 0
+    for suffix in ("", ".idx.json"):  # an output of an earlier job over more input shards
+        (dst / f"00009.tar{suffix}").write_bytes((dst / f"00000.tar{suffix}").read_bytes())
+    r = cli(*args, "--max-length", "12", "--json")
+    assert r.returncode == 1 and "--max-length was 8, now 12" in str(r.exception)
+    r = cli(*args, "--max-length", "12", "--overwrite", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "--overwrite: removing 2 file(s)" in r.stderr and "00009.tar" in r.stderr
+    assert "--overwrite: redoing 3 output shard(s)" in r.stderr and not (dst / "00009.tar").exists()
+    assert json.loads((dst / "provenance.json").read_text())["jobs"]["text"]["options"]["max_length"] == 12
+    assert check_json_summary(r.stdout, "encode text", dst)["shards_written"] == 3
+
+
+def test_text_in_place_drops_the_other_tools_indexes_of_shards_it_rewrites(tmp_path, models):
+    """Energon's files beside the input shards do not make the folder foreign; each rewritten shard's ``.tar.idx``
+    would give wrong offsets, so it goes (said), and ``.nv-meta`` stays with a note to regenerate it."""
+    items = [(f"p_{i:03d}", {"txt": PROMPTS[i].encode()}) for i in range(3)]
+    shards = write_shards(tmp_path / "ds", items, per_shard=2)
+    (shards / ".nv-meta").mkdir()
+    (shards / ".nv-meta" / "dataset.yaml").write_text("__class__: TextWebdataset\n")
+    for name in ("00000.tar", "00001.tar"):
+        (shards / f"{name}.idx").write_bytes(bytes(16))
+    r = cli("encode", "text", str(shards), str(shards), "--encoder", str(models["t5"]), "--max-length", "8", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "removing 2 file(s)" in r.stderr and "00000.tar.idx" in r.stderr and "00001.tar.idx" in r.stderr
+    assert ".nv-meta" in r.stderr and "regenerate" in r.stderr
+    assert not list(shards.glob("*.tar.idx")) and (shards / ".nv-meta" / "dataset.yaml").exists()
+
+
 KD_ARGS = ["--latent-shape", "4,8,8", "--steps", "6", "--guidance-scale", "2.0", "--max-length", "16"]
 
 
@@ -403,12 +437,11 @@ def test_offline_hub_id_is_one_line(tmp_path, prompt_shards):
 
 
 def test_neg_prompt_refuses_bad_input(tmp_path, models):
-    from fgdata.errors import FgdataError
-
+    """A bad --preset, or neither --preset nor --text: usage errors (exit 2) that say what to give."""
     r = cli("encode", "neg-prompt", "--preset", "nope", "--encoder", str(models["t5"]), "-o", str(tmp_path / "n.npy"))
-    assert isinstance(r.exception, FgdataError) and "neg_prompt_wan" in str(r.exception)
+    assert r.returncode == 2 and "neg_prompt_wan" in r.stderr
     r = cli("encode", "neg-prompt", "--encoder", str(models["t5"]), "-o", str(tmp_path / "n.npy"))
-    assert isinstance(r.exception, FgdataError) and "exactly one of --preset" in str(r.exception)
+    assert r.returncode == 2 and "exactly one of --preset" in r.stderr
     assert not (tmp_path / "n.npy").exists()
 
 
@@ -488,3 +521,22 @@ def test_a_json_member_that_is_not_an_object_fails_that_sample_and_is_kept(tmp_p
     for i in odd:
         assert after[f"s_{i:03d}"] == before[f"s_{i:03d}"]  # kept whole: the json member byte for byte, no embedding
     assert "txt_emb.pth" in after["s_000"] and json.loads(after["s_000"]["json"])["i"] == 0
+
+
+def test_neg_prompt_takes_the_shared_output_flags_and_q_silences_the_model_libraries(tmp_path):
+    """-q: nothing on stdout or stderr (no "Loading weights" bar); --json: one document; the bar library's own bars
+    go with ours (--no-progress)."""
+    from .conftest import tiny_t5
+
+    encoder = tiny_t5(tmp_path / "t5")
+    quiet = cli_process("encode", "neg-prompt", "--encoder", str(encoder), "--text", "blurry", "--max-length", "8",
+                        "-o", str(tmp_path / "q.npy"), "-q")
+    assert quiet.returncode == 0, quiet.stderr
+    assert (quiet.stdout, quiet.stderr) == ("", "")
+    assert np.load(tmp_path / "q.npy", allow_pickle=False).shape == (8, 32)
+    doc = cli_process("encode", "neg-prompt", "--encoder", str(encoder), "--text", "blurry", "--max-length", "8",
+                      "-o", str(tmp_path / "j.npy"), "--json", "--no-progress")
+    assert doc.returncode == 0, doc.stderr
+    record = json.loads(doc.stdout)
+    assert record["command"] == "encode neg-prompt" and record["output"] == str(tmp_path / "j.npy")
+    assert record["shape"] == [8, 32] and "Loading weights" not in doc.stderr

@@ -352,3 +352,19 @@ def test_strict_loaders_fail_when_bodies_stall(dataset_on_s3, body_stall, tmp_pa
         next(iter(_loader(url, tmp_path, mode, strict=True, shard_count_file=f"{url}/shard_count.json")))
     one_line_stall(str(err.value), url)
     assert s5cmd_children() == []
+
+
+@pytest.mark.parametrize("counts", ["count-file", "counted"])
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_loaders_fail_on_stalled_bodies_naming_the_stall(dataset_on_s3, body_stall, tmp_path, mode, counts):
+    """Not strict, every shard's body stalls: each mode fails with the storage error that names the shard and the
+    stall (not the ignore index or the workers' shares); training raises after one pass over the shards fails."""
+    url, _ = dataset_on_s3
+    kw = {"shard_count_file": f"{url}/shard_count.json"} if counts == "count-file" else {}
+    with pytest.raises(FgdataError) as err:
+        next(iter(_loader(url, tmp_path, mode, **kw)))
+    message = str(err.value)
+    one_line_stall(message, url)
+    assert re.search(r"/0000[01]\.tar", message), message
+    assert "ignore index" not in message and "got no batch" not in message, message
+    assert s5cmd_children() == []

@@ -396,3 +396,17 @@ def test_named_datasets_read_and_write_the_exact_paths(tmp_path):
         zip_path, out = named_paths(name, tmp_path)
         assert zip_path == tmp_path / zip_rel and out == tmp_path / out_rel
         assert metrics_for(str(out)) == metrics
+
+
+def test_quiet_silences_the_model_libraries_bars(edm_zip, tmp_path, tiny_net, tiny_dinov2):
+    """-q: DINOv2 loads through from_pretrained without its "Loading weights" bar; nothing on stdout or stderr."""
+    zip_path, _ = edm_zip
+    env, common = _cli_setup(tmp_path, tiny_net)
+    common = [c for c in common if c != "--no-progress"]  # -q alone must be enough
+    run = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(tmp_path / "refs.pkl"), "--dinov2",
+                str(tiny_dinov2), *common, "-q"], env=env)
+    out, err = run.communicate(timeout=240)
+    assert run.returncode == 0, err
+    assert "Loading weights" not in err and "it/s" not in err
+    assert (out, err) == ("", "")
+    assert (tmp_path / "refs.pkl").is_file()

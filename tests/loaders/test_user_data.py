@@ -120,19 +120,44 @@ def test_absent_captions_are_an_error_or_the_empty_string(tmp_path, sample_data)
         instantiate(image_config(shards, missing_text="skip"))
 
 
-def test_replaced_positions_warn_once_per_epoch_and_can_be_an_error(tmp_path, sample_data):
+@pytest.mark.parametrize("rank", [None, 0, 1])
+def test_replaced_positions_warn_once_per_epoch_at_its_end(tmp_path, sample_data, caplog, rank):
+    """The warning counts the whole epoch (every replaced position of this rank), once, through warnings only."""
+    import logging
+    import warnings
+
+    from fgdata.shards import scan_shard
+
     # Only the JPEG samples carry 'jpg': the others are replaced by the next JPEG (a data fault, as far
     # as the loader can tell, since some samples of the one shard do have the member).
     one_shard = shard_images(mixed_folder(tmp_path / "photos", sample_data), tmp_path / "shards", maxcount=16)
-    cfg = image_config(one_shard, key_map={"real_raw": "jpg", "condition_raw": "txt"}, deterministic=True, batch_size=2)
+    lacks_jpg = ["jpg" not in e.members for e in scan_shard(f"{one_shard}/00000.tar").samples]
+    assert len(lacks_jpg) == 14
+    ranks = {} if rank is None else {"rank": rank, "world_size": 2}
+    mine = lacks_jpg if rank is None else lacks_jpg[rank::2]  # this rank's positions of each epoch
+    cfg = image_config(one_shard, key_map={"real_raw": "jpg", "condition_raw": "txt"}, deterministic=True, batch_size=1,
+                       **ranks)
     loader = instantiate(cfg)
-    with pytest.warns(UserWarning, match=r"epoch 0: 1 of this rank's 14 positions \(7.1%\) delivered a replacement") as caught:
-        got = [k for _, batch in zip(range(14), loader) for k in batch["__key__"]]  # two epochs
-    messages = [str(w.message) for w in caught if "delivered a replacement" in str(w.message)]
-    assert [m.split(":")[0] for m in messages] == ["epoch 0", "epoch 1"]
-    assert len(set(got[:14])) < 14  # the replaced positions repeat a JPEG sample
+    steps = 2 * len(mine)  # two epochs of this rank's positions
+    caplog.set_level(logging.INFO, logger="fgdata")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = []
+        for batch in loader:
+            got += batch["__key__"]
+            if len(got) == len(mine) - 1:  # the epoch has not ended: nothing said yet
+                assert not [w for w in caught if "replacements" in str(w.message)]
+            if len(got) == steps:
+                break
+    messages = [str(w.message) for w in caught if "replacements" in str(w.message)]
+    expected = f"{sum(mine)} of the {len(mine)} positions this rank delivered ({sum(mine) / len(mine):.1%}) were replacements"
+    assert messages == [f"epoch {e}: {expected}" + messages[e].split("were replacements", 1)[1] for e in (0, 1)]
+    assert not [r for r in caplog.records if "were replacements" in r.getMessage()]  # one channel: warnings
+    assert len(set(got[: len(mine)])) < len(mine)  # the replaced positions repeat a JPEG sample
     strict_share = instantiate(cfg, max_replaced_fraction=0.25)
-    with pytest.raises(FgdataError, match=r"epoch 0: 4 of this rank's 14 positions \(28.6%\).*max_replaced_fraction=0.25"):
+    limit = next(i for i in range(1, len(mine) + 1) if sum(mine[:i]) > 0.25 * len(mine))
+    with pytest.raises(FgdataError, match=rf"epoch 0: at least {sum(mine[:limit])} of this rank's {len(mine)} positions "
+                                          r"\(\d+\.\d%\) delivered a replacement so far.*max_replaced_fraction=0.25"):
         for _ in strict_share:
             pass
 

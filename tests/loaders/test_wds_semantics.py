@@ -211,6 +211,43 @@ def test_basename_collisions_across_datatags(tmp_path):
     assert len(loader) == 15
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_attribute_is_a_dataloader_over_the_same_stream(grid, workers):
+    """The reference's loaders expose ``.loader`` (a DataLoader); iterating it is iterating the loader."""
+    from torch.utils.data import DataLoader
+
+    loader = det(grid, batch_size=4, num_workers=workers, sampler_start_idx=6)
+    view = loader.loader
+    assert isinstance(view, DataLoader) and len(view) == len(loader) == 24
+    got = flat(keys(view, 3))
+    assert got == ALL[6:18] and loader.state_dict()["position"] == 18
+    assert flat(keys(loader, 3)) == got
+    with pytest.raises(TypeError, match="deterministic"):
+        len(WDSLoader(["WDS:" + grid], batch_size=4, key_map=KM, num_workers=0, seed=1).loader)
+
+
+def test_ignore_entries_match_however_the_datatag_spells_the_folder(tmp_path, monkeypatch):
+    """Absolute keys under relative datatags, relative keys under absolute ones, through a symlink; else refused."""
+    write_grid(str(tmp_path / "a"), shards=1)
+    write_grid(str(tmp_path / "b"), shards=1)
+    (tmp_path / "link").symlink_to(tmp_path / "b")
+    monkeypatch.chdir(tmp_path)
+    ign = tmp_path / "ign.json"
+    spellings = [str(tmp_path / "b" / "00000.tar"), "b/00000.tar", "./b/../b/00000.tar", "link/00000.tar"]
+    for key in spellings:
+        ign.write_text(json.dumps({key: [grid_key(0, 1)]}))
+        for tags in (["WDS:a", "WDS:b"], ["WDS:" + str(tmp_path / "a"), "WDS:" + str(tmp_path / "b")]):
+            loader = WDSLoader(tags, batch_size=15, key_map=KM, deterministic=True, train=False, num_workers=0,
+                               ignore_index_paths=str(ign))
+            got = [(s_.rsplit("/", 2)[-2], k) for b_ in loader for s_, k in zip(b_["shard"], b_["fname"])]
+            assert len(got) == 15 and ("b", grid_key(0, 1)) not in got and ("a", grid_key(0, 1)) in got, (key, tags)
+    ign.write_text(json.dumps({str(tmp_path / "c" / "00000.tar"): [grid_key(0, 1)]}))
+    with pytest.raises(LoaderConfigError, match="not shards of the datatags"):
+        WDSLoader(["WDS:a", "WDS:b"], batch_size=8, key_map=KM, deterministic=True, ignore_index_paths=str(ign))
+    with pytest.raises(LoaderConfigError, match="not shards of the datatags"):  # training mode too: never skipped
+        WDSLoader(["WDS:a"], batch_size=8, key_map=KM, ignore_index_paths=str(ign))
+
+
 # -- key_map, files_map, presets ------------------------------------------
 
 def test_batch_contract_for_tensors_text_json_and_constants(latent_shards):
@@ -300,7 +337,7 @@ def test_unknown_preset_and_bad_tags(grid):
 def test_construction_warnings(grid):
     with pytest.warns(UserWarning, match="1-worker order"):
         WDSLoader(["WDS:" + grid], batch_size=2, deterministic=True, num_workers=2)
-    with pytest.warns(UserWarning, match="not shuffled"):
+    with pytest.warns(UserWarning, match="unshuffled; pass shuffle_block"):
         WDSLoader(["WDS:" + grid], batch_size=2, deterministic=True)
     with pytest.warns(UserWarning, match="ignored without deterministic"):
         WDSLoader(["WDS:" + grid], batch_size=2, sampler_start_idx=5)

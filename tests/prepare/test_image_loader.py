@@ -10,8 +10,11 @@ import zipfile
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
+from fgdata.errors import FgdataError
 from fgdata.loaders.image_loader import ImageLoader, PositionSampler
 from fgdata.prepare import Cifar10Options, ZipRun, prepare_cifar10
 
@@ -105,13 +108,73 @@ def test_folder_npy_latents_palette_and_no_labels(tmp_path, sample_images):
     assert unlabelled["condition"].shape == (3, 0)
 
 
-def test_cache_is_opt_in_and_warns_with_its_estimate(cifar_zip):
+def test_cache_is_opt_in_and_warns_only_at_a_size_that_matters(cifar_zip, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ImageLoader(str(cifar_zip), None, batch_size=2, num_workers=0)
-    with pytest.warns(UserWarning, match=r"cache=True keeps about 0\.00 GiB"):
-        loader = ImageLoader(str(cifar_zip), None, batch_size=2, num_workers=0, cache=True)
+        loader = ImageLoader(str(cifar_zip), None, batch_size=2, num_workers=0, cache=True)  # 0.6 MB: nothing to say
     assert next(iter(loader))["real"].shape == (2, 3, 32, 32)
+    # 16 latents of 64 MiB each (sparse files: zeros on disk cost nothing): 1 GiB of cache per process
+    big = tmp_path / "big"
+    big.mkdir()
+    for i in range(16):
+        np.lib.format.open_memmap(big / f"{i:05d}.npy", mode="w+", dtype=np.float32, shape=(1, 4096, 4096)).flush()
+    with pytest.warns(UserWarning, match=r"cache=True keeps about 1\.0 GiB of decoded samples in one process \(1\.0 GiB in all\)"):
+        ImageLoader(str(big), None, batch_size=2, num_workers=0, cache=True, use_labels=False)
+    with pytest.warns(UserWarning, match=r"about 0\.5 GiB .* in each of 2 worker processes \(1\.0 GiB in all\)"):
+        ImageLoader(str(big), None, batch_size=2, num_workers=2, cache=True, use_labels=False, max_size=8)
+
+
+def _take(loader, n):
+    return [b for _, b in zip(range(n), loader)]
+
+
+def _idx(batches):
+    return [i for b in batches for i in b["idx"].tolist()]
+
+
+def test_len_is_batches_per_epoch_for_this_rank(cifar_zip):
+    assert len(ImageLoader(str(cifar_zip), None, batch_size=8, num_workers=0)) == 25
+    assert len(ImageLoader(str(cifar_zip), None, batch_size=7, num_workers=0)) == 29  # the last batch runs on
+    # rank 1 of 3 takes positions 1, 4, ..., 199 of each epoch: 67 samples, 9 batches of 8
+    assert len(ImageLoader(str(cifar_zip), None, batch_size=8, num_workers=0, rank=1, world_size=3)) == 9
+    one_epoch = _idx(_take(ImageLoader(str(cifar_zip), None, batch_size=8, num_workers=0), 25))
+    assert sorted(one_epoch) == list(range(200))
+
+
+@given(batch=st.integers(1, 9), world=st.integers(1, 3), rank_frac=st.floats(0, 0.99), start=st.integers(0, 450),
+       stop_frac=st.floats(0, 1), shuffle=st.booleans(), via_state=st.booleans())
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_resume_equals_uninterrupted(cifar_zip, batch, world, rank_frac, start, stop_frac, shuffle, via_state):
+    kw = dict(batch_size=batch, num_workers=0, rank=int(rank_frac * world), world_size=world, shuffle=shuffle, seed=5)
+    total = -(-200 // (batch * world)) + 2  # past an epoch end
+    stop = int(stop_frac * total)
+    full = _idx(_take(ImageLoader(str(cifar_zip), None, sampler_start_idx=start, **kw), total))
+    first = ImageLoader(str(cifar_zip), None, sampler_start_idx=start, **kw)
+    head = _take(first, stop)
+    state = first.state_dict()
+    assert state["position"] == start + stop * batch * world and state["epoch"] == state["position"] // 200
+    if via_state:
+        second = ImageLoader(str(cifar_zip), None, **kw)
+        second.load_state_dict(state)
+    else:
+        second = ImageLoader(str(cifar_zip), None, sampler_start_idx=state["position"], **kw)
+    assert _idx(head) + _idx(_take(second, total - stop)) == full
+
+
+def test_state_dict_with_workers_and_refusals(cifar_zip):
+    first = ImageLoader(str(cifar_zip), None, batch_size=6, num_workers=2)
+    head = _take(first, 5)
+    second = ImageLoader(str(cifar_zip), None, batch_size=6, num_workers=2)
+    second.load_state_dict(first.state_dict())
+    full = _take(ImageLoader(str(cifar_zip), None, batch_size=6, num_workers=0), 9)
+    assert _idx(head) + _idx(_take(second, 4)) == _idx(full)
+    assert _idx(_take(second, 4)) == _idx(full[5:])  # every iter() starts at the resume position
+    for other in (dict(seed=1), dict(shuffle=False), dict(max_size=100)):
+        with pytest.raises(FgdataError, match="cannot resume"):
+            ImageLoader(str(cifar_zip), None, batch_size=6, num_workers=0, **other).load_state_dict(first.state_dict())
+    with pytest.raises(FgdataError, match="sampler_start_idx"):
+        ImageLoader(str(cifar_zip), None, batch_size=6, num_workers=0, sampler_start_idx=-1)
 
 
 def test_missing_path_raises_ioerror(tmp_path):

@@ -52,6 +52,20 @@ def test_quiet_prints_nothing_and_no_resume_says_what_it_removes(cifar_tarball, 
     assert "wrote" in again.stdout and zip_path.read_bytes() == before
 
 
+def test_overwrite_replaces_a_zip_made_with_other_options(cifar_tarball, tmp_path):
+    assert _cifar(cifar_tarball[0], tmp_path).returncode == 0
+    refused = _cli("cifar10", "--source", str(cifar_tarball[0]), "--skip-md5", "--data-root", str(tmp_path),
+                   "--workers", "1", "--max-images", "30")
+    assert refused.returncode == 1 and "earlier run" in refused.stderr
+    again = _cli("cifar10", "--source", str(cifar_tarball[0]), "--skip-md5", "--data-root", str(tmp_path),
+                 "--workers", "1", "--max-images", "30", "--overwrite", "--json")
+    assert again.returncode == 0, again.stderr
+    said = " ".join(again.stderr.split())
+    assert "--overwrite: removing 2 file(s)" in said and "cifar10-32x32.zip" in said
+    with zipfile.ZipFile(tmp_path / "cifar10" / "cifar10-32x32.zip") as zf:
+        assert sum(n.endswith(".png") for n in zf.namelist()) == 30
+
+
 def test_a_zip_fgdata_did_not_write_is_refused_unless_overwrite(cifar_tarball, tmp_path):
     zip_path = tmp_path / "cifar10" / "cifar10-32x32.zip"
     zip_path.parent.mkdir(parents=True)

@@ -19,7 +19,7 @@ def test_the_fingerprint_holds_the_byte_options_and_the_facts(tmp_path):
     options = ImagenetOptions(tmp_path, tmp_path / "out", allow_any_tree=True, max_images=7, follow_symlinks=True)
     record = Fingerprint.of(options, dataset="imagenet-64", inputs=7).record(transform="t")
     assert record == {"dataset": "imagenet-64", "inputs": 7, "transform": "t", "max_images": 7, "strict": False,
-                      "follow_symlinks": True}  # where to read and write, and --allow-any-tree, change no byte
+                      "follow_symlinks": True, "max_pixels": None}  # where to read and write, and --allow-any-tree, change no byte
 
 
 def test_changed_max_images_is_refused_naming_the_flag(imagenet_root, tmp_path):

@@ -329,3 +329,27 @@ def test_a_file_that_is_not_a_shard(tmp_path):
     assert res.returncode == 1 and "Traceback" not in res.stderr
     doc = json.loads(res.stdout)
     assert doc["total_samples"] == 0 and doc["problems"][0]["kind"] == "damaged shard"
+
+
+def test_report_lists_every_structural_problem_verify_finds(tmp_path):
+    """No end-of-archive blocks, a link member, a 0-byte shard: verify's findings, by verify's checks, are the
+    report's problems too (it used to say "problems none")."""
+    import tarfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
+    from faultkit import layout, make_tar, png_bytes
+
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    make_tar(ds / "00000.tar", [("a.png", png_bytes(0)), ("a.txt", b"one")])
+    end = -(-layout(ds / "00000.tar").payloads[-1][1] // 512) * 512  # the last member's padded end
+    (ds / "00000.tar").write_bytes((ds / "00000.tar").read_bytes()[:end])  # no end-of-archive blocks
+    make_tar(ds / "00001.tar", [("b.png", png_bytes(1)), ("b.txt", tarfile.SYMTYPE, "/etc/passwd")])
+    (ds / "00002.tar").write_bytes(b"")
+    verified = json.loads(fg("verify", str(ds), "--json").stdout)
+    found = {p["reason"] for s in verified["per_shard"] for p in s["problems"]}
+    assert {"truncated", "link-member", "empty-shard"} <= found
+    doc = summary(ds)
+    assert found <= {p["kind"] for p in doc["problems"]}, doc["problems"]
+    res = fg("report", str(ds), "-o", str(tmp_path / "r.html"))
+    assert res.returncode == 1 and "problems none" not in " ".join(res.stdout.split())

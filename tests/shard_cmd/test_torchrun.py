@@ -196,13 +196,16 @@ def test_video_clips_under_ranks_equal_the_local_samples(keyframed_clip, tmp_pat
     src.mkdir()
     for name in ("a", "b", "c"):
         shutil.copyfile(keyframed_clip, src / f"{name}.mp4")
-    args = ("--clip-seconds", "1", "--maxcount", "2", "--no-progress")
+    args = ("--clip-seconds", "1", "--maxcount", "2", "--no-progress", "--json")
     done = torchrun(2, "shard", "videos", src, tmp_path / "ranks", *args, "--unit-size", "1", "--workers", "2")
     assert done.returncode == 0, done.stderr[-3000:]
-    cli("shard", "videos", src, tmp_path / "local", *args)
+    local = json.loads(cli("shard", "videos", src, tmp_path / "local", *args).stdout)
     got, want = members(tmp_path / "ranks"), members(tmp_path / "local")
     assert [k for k, _ in got] == [k for k, _ in want] and len(got) == 9  # 3 clips of each video, in order
     assert got == want
+    ranks = documents(done.stdout)
+    assert ranks[0]["clips"] == local["clips"] and local["clips"]["written"] == 9  # rank 0 reports the whole job
+    assert ranks[1]["clips"]["written"] == 3  # rank 1: its own unit
 
 
 @pytest.mark.s3

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from faultkit import assert_clean_failure, jpg_bytes, make_tar, png_bytes, run_cli, truncate_at, write_dataset
+from fgdata.errors import FgdataError
 from fgdata.shards import load_ignore_index, read_shard_counts
 from fgdata.verify import verify_dataset, write_counts, write_ignore
 
@@ -226,3 +227,63 @@ def test_cli_start_up_stays_light():
     code = "import sys, fgdata.cli.verify; print(','.join(m for m in ('torch','av','webdataset','numpy') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""
+
+
+# -- several datasets at once --------------------------------------------------
+
+def test_each_folder_is_its_own_dataset(tmp_path):
+    """Two healthy datasets both number keys from sample_000000: no key is a duplicate of the other's."""
+    write_dataset(tmp_path / "a", n=6, maxcount=3)
+    write_dataset(tmp_path / "b", n=4, maxcount=3, override={1: {"txt": None}})
+    report = verify_dataset([str(tmp_path / "a"), str(tmp_path / "b")], require=["txt"], workers=1)
+    assert reasons(report) == {"missing-member": 1}
+    b0 = str(tmp_path / "b" / "00000.tar")
+    assert bad(report) == {b0: {"sample_000001"}}  # keyed by path: both folders hold a 00000.tar
+    assert [d["path"] for d in report.dataset_summaries()] == [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert [(d["samples"], d["ok"]) for d in report.dataset_summaries()] == [(6, True), (4, False)]
+    # duplicates are still found inside one dataset
+    make_tar(tmp_path / "b" / "00002.tar", [("sample_000000.txt", b"again")])
+    again = verify_dataset([str(tmp_path / "a"), str(tmp_path / "b")], workers=1)
+    dup = [p for s in again.shards for p in s.problems if p.reason == "duplicate-key"]
+    assert [(p.key, p.detail) for p in dup] == [("sample_000000", f"key also in {b0}")]
+
+
+def test_several_folders_write_counts_per_folder_and_refuse_one_count_file(tmp_path):
+    write_dataset(tmp_path / "a", n=5, maxcount=3)
+    write_dataset(tmp_path / "b", n=2, maxcount=3)
+    (tmp_path / "a" / "shard_count.json").write_text(json.dumps({"00000.tar": 3, "00001.tar": 2, "00009.tar": 1}))
+    report = verify_dataset([str(tmp_path / "a"), str(tmp_path / "b")], workers=1)
+    assert [p.reason for p in report.problems] == ["counts-extra"]  # each folder given whole is checked whole
+    assert str(tmp_path / "a" / "shard_count.json") in report.problems[0].detail
+    write_counts(report)
+    assert read_shard_counts(str(tmp_path / "a" / "shard_count.json")) == {"00000.tar": 3, "00001.tar": 2}
+    assert read_shard_counts(str(tmp_path / "b" / "shard_count.json")) == {"00000.tar": 2}
+    with pytest.raises(FgdataError, match="one count file cannot describe"):
+        verify_dataset([str(tmp_path / "a"), str(tmp_path / "b")], count_file=str(tmp_path / "a" / "shard_count.json"))
+    with pytest.raises(FgdataError, match="one count file cannot hold both"):
+        write_counts(report, str(tmp_path / "counts.json"))
+
+
+def test_cli_names_the_dataset_in_every_row_and_the_loader_takes_its_ignore_index(tmp_path, monkeypatch):
+    """`verify A B --write-ignore` writes an index the loaders accept with relative datatags A and B."""
+    from fgdata.loaders import WDSLoader
+
+    write_dataset(tmp_path / "a", n=4, maxcount=2, kinds=("txt", "npy"))
+    write_dataset(tmp_path / "b", n=4, maxcount=2, kinds=("txt", "npy"), override={3: {"npy": b"junk"}})
+    monkeypatch.chdir(tmp_path)
+    proc = run_cli("verify", "a", "b", "-w", "1", "--decode", "--write-ignore", "ign.json", cwd=tmp_path)
+    assert_clean_failure(proc)
+    rows = [line for line in proc.stdout.splitlines() if ".tar" in line and "│" in line]
+    assert len(rows) == 4 and all("a/0000" in r or "b/0000" in r for r in rows), proc.stdout
+    assert "b/00001.tar sample_000003" in proc.stdout and "a: 2 shard(s), 4 samples, ok" in proc.stdout
+    assert json.loads((tmp_path / "ign.json").read_text()) == {str(tmp_path / "b" / "00001.tar"): ["sample_000003"]}
+    loader = WDSLoader(["WDS:a", "WDS:b"], batch_size=7, key_map={"x": "npy"}, deterministic=True, train=False,
+                       num_workers=0, ignore_index_paths="ign.json")
+    got = [(shard, key) for b in loader for shard, key in zip(b["shard"], b["fname"])]
+    assert len(got) == 7 and ("b/00001.tar", "sample_000003") not in got and ("a/00001.tar", "sample_000003") in got
+    table = run_cli("count-shards", "a", "b", "--no-write", cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    rows = [line for line in table.stdout.splitlines() if ".tar" in line]
+    assert len(rows) == 4 and all("a/0000" in r or "b/0000" in r for r in rows), table.stdout
+    doc = json.loads(run_cli("count-shards", "a", "b", "--no-write", "--json", cwd=tmp_path).stdout)
+    assert [(d["path"], d["samples"]) for d in doc["datasets"]] == [("a", 4), ("b", 4)]
