@@ -51,7 +51,8 @@ class EngineFlags:
     engine: str = flag(typer.Option("local", "--engine", help="local (one process, or torchrun ranks) or ray."))
     workers: int = flag(typer.Option(1, "--workers", help="With --engine ray: number of Ray workers (ranks)."))
     ray_address: Optional[str] = flag(typer.Option(
-        None, "--ray-address", help="Ray cluster address (default: RAY_ADDRESS, or start a local one)."))
+        None, "--ray-address", help="Ray cluster address, or auto to join the running one "
+        "(default: RAY_ADDRESS, else start a private local one)."))
 
 
 def _total(src: str) -> int | None:

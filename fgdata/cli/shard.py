@@ -68,7 +68,8 @@ class ScaleFlags:
                                      help="Local worker processes (the output does not depend on it)."))
     engine: str = flag(typer.Option("local", "--engine", help="local (process pool, or torchrun ranks) or ray."))
     ray_address: Optional[str] = flag(typer.Option(None, "--ray-address",
-                                                   help="Ray cluster address (default: start or join a local one)."))
+                                                   help="Ray cluster address, or auto to join the running one "
+                                                        "(default: RAY_ADDRESS, else start a private local one)."))
     unit_size: Optional[int] = flag(typer.Option(None, "--unit-size", min=1,
                                                  help="Ray and torchrun: inputs per work unit (default: --maxcount)."))
 

@@ -4,7 +4,10 @@
   owner's host and pid under an exclusive ``flock``. A second job on the same DST is refused in
   one line naming the owner; a lock whose process died is free again (the kernel drops the
   ``flock`` with the process), so a killed job never blocks its rerun. A lock naming another
-  host is refused too: remove the file once that job is known to be gone.
+  host is refused too: remove the file once that job is known to be gone. ``.fgdata`` is opened
+  without following a link and refused unless it is a plain folder. An s3:// DST is also held
+  through a lease in DST itself (:mod:`fgdata.jobs.lease`), which jobs from other hosts and
+  other caches see.
 - **Temporary files** are created with ``O_CREAT|O_EXCL|O_NOFOLLOW`` under unpredictable names
   (``.<final>.fgtmp-<random>``) in the folder of their final name, so a planted symlink is
   never followed and never reused; the job that makes one renames or removes it. A rerun
@@ -35,6 +38,7 @@ from typing import Any
 
 from fgdata import storage
 from fgdata.errors import FgdataError
+from fgdata.jobs import lease
 from fgdata.storage import staging_dir
 
 STATE_DIR = ".fgdata"
@@ -105,6 +109,20 @@ def _read_owner(fd: int) -> dict[str, Any]:
         return {}
 
 
+def _state_dir(folder: str) -> int:
+    """A descriptor of ``folder`` (``.fgdata``), created when missing; a link (never followed) or a file is refused."""
+    os.makedirs(os.path.dirname(folder), exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder, 0o755)
+    try:
+        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise FgdataError(f"{folder}: not a plain folder (a symbolic link or a file); fgdata keeps its job "
+                              "state there and never follows it: remove it") from None
+        raise FgdataError(f"{folder}: cannot open the job state folder ({exc.strerror})") from None
+
+
 class DestLock:
     """An exclusive, crash-safe lock on one destination (see the module docstring)."""
 
@@ -115,13 +133,16 @@ class DestLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        folder = _state_dir(os.path.dirname(self.path))
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            fd = os.open(os.path.basename(self.path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                         dir_fd=folder)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise FgdataError(f"{self.path}: the lock file is a symbolic link; refusing to use it") from None
             raise FgdataError(f"{self.path}: cannot create the lock file ({exc.strerror})") from None
+        finally:
+            os.close(folder)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -265,12 +286,17 @@ def rank_lock(rank: int) -> str:
 
 
 @contextlib.contextmanager
-def claimed(dest: str, lock_name: str = LOCK_FILE) -> Iterator[DestLock]:
-    """Hold ``dest``'s lock and clear what a killed job left: temporaries, or a separate staging folder.
+def claimed(dest: str, lock_name: str = LOCK_FILE, check: Callable[[], None] | None = None) -> Iterator[DestLock]:
+    """Hold ``dest``'s lock (and an s3:// DST's lease) and clear what a killed job left: temporaries, or a
+    separate staging folder.
 
-    Only the holder of the DST's own lock clears: a rank's lock (:func:`rank_lock`) is taken while rank 0
-    of the same job may already be writing, and those files are not leftovers.
+    ``check`` (a read-only refusal, such as :func:`check_foreign` without ``overwrite``) runs before anything
+    is created, so a refused DST is left exactly as it was found. Only the holder of the DST's own lock
+    clears: a rank's lock (:func:`rank_lock`) is taken while rank 0 of the same job may already be writing,
+    and those files are not leftovers.
     """
+    if check is not None:
+        check()
     storage.make_dirs(dest)
     lock = DestLock(dest, lock_name)
     lock.acquire()
@@ -282,6 +308,7 @@ def claimed(dest: str, lock_name: str = LOCK_FILE) -> Iterator[DestLock]:
             for name in os.listdir(stage):
                 if name != STATE_DIR:
                     _remove(stage, name)
-        yield lock
+        with lease.held(dest, lock_name):
+            yield lock
     finally:
         lock.release()

@@ -13,13 +13,27 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fgdata.errors import FgdataError
+from fgdata.jobs import signals
 
 #: Retries of a unit whose worker process or node died (Ray's own failure detection).
 MAX_RETRIES = 3
+#: The driver waits for its tasks in steps this long, so a stop signal is acted on within one step.
+WAIT_STEP_S = 0.5
+
+
+_watchdogs: list[Any] = []  # the watchdog of the local cluster this process started (fgdata.jobs.raywatch)
 
 
 def connect(address: str | None) -> bool:
-    """Join ``address`` (or ``RAY_ADDRESS``), or start a local instance; True when this call started it."""
+    """Join ``address`` (or ``RAY_ADDRESS``), else start this job's own local instance; True when this call
+    started or joined one (the job then shuts its connection, and its own instance, down).
+
+    Without an address Ray would join the newest cluster it finds on the machine, which may be another
+    user's: ``"local"`` starts a private one instead; ``--ray-address auto`` asks for the joining.
+    Ray's ``init`` installs its own SIGTERM handler (exit at once, with a stack dump from its core): the
+    job's stop handlers are put back after it. A local cluster gets a watchdog that ends its processes if the
+    driver is killed (:mod:`fgdata.jobs.raywatch`).
+    """
     try:
         import ray
     except ImportError:
@@ -27,8 +41,25 @@ def connect(address: str | None) -> bool:
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    target = address or os.environ.get("RAY_ADDRESS") or "local"
+    if target == "local":
+        from fgdata.jobs import raywatch
+
+        _watchdogs.extend(w for w in [raywatch.start()] if w is not None)
+    ray.init(address=target, include_dashboard=False, log_to_driver=False)
+    signals.rearm()
     return True
+
+
+def disconnect() -> None:
+    """Leave the cluster (shutting down the local one this process started) and dismiss its watchdog."""
+    import ray
+
+    ray.shutdown()
+    while _watchdogs:
+        from fgdata.jobs import raywatch
+
+        raywatch.stop(_watchdogs.pop())
 
 
 def _unit_error(exc: BaseException, unit: int) -> FgdataError:
@@ -60,16 +91,18 @@ def run_units(fn: Callable[..., Any], units: Sequence[dict[str, Any]], *, addres
         results: dict[int, Any] = {}
         pending = list(refs)
         try:
-            while pending:
-                done, pending = ray.wait(pending, num_returns=1)
-                for ref in done:
-                    i = index[ref]
-                    try:
-                        results[i] = ray.get(ref)
-                    except (ray.exceptions.RayError, OSError) as exc:
-                        raise _unit_error(exc, i) from None
-                    if on_done:
-                        on_done(i, results[i])
+            with signals.critical():  # a stop is recorded, and raised between two short waits
+                while pending:
+                    signals.stop_if_signalled()
+                    done, pending = ray.wait(pending, num_returns=1, timeout=WAIT_STEP_S)
+                    for ref in done:
+                        i = index[ref]
+                        try:
+                            results[i] = ray.get(ref)
+                        except (ray.exceptions.RayError, OSError) as exc:
+                            raise _unit_error(exc, i) from None
+                        if on_done:
+                            on_done(i, results[i])
         except BaseException:
             for ref in pending:
                 ray.cancel(ref, force=True)
@@ -79,4 +112,4 @@ def run_units(fn: Callable[..., Any], units: Sequence[dict[str, Any]], *, addres
         return [results[i] for i in range(len(units))]
     finally:
         if started:
-            ray.shutdown()
+            disconnect()

@@ -273,10 +273,12 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
     warning = mixed_format_warning(items, job.options)
     if warning and notify and rank == 0:
         notify(warning)
-    with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank)):
+    removes = job.overwrite and rank == 0
+    refuse = None if removes else partial(destmod.check_foreign, job.dest)  # before .fgdata/ is created
+    with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse):
         before = destmod.shard_versions(job.dest)
         # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
-        destmod.check_foreign(job.dest, overwrite=job.overwrite and rank == 0, notify=notify)
+        destmod.check_foreign(job.dest, overwrite=removes, notify=notify)
         if job.overwrite:  # then fgdata's own outputs go too, whatever options made them
             job = replace(job, resume=False)
         report = _said(_run_claimed(job, (listing, stamps), order, (rank, world), (progress, on_start, notify)),
@@ -306,6 +308,7 @@ def _run_claimed(job: ShardJob, inputs: tuple[Listing, InputStamps], order: list
                          stage=storage.staging_dir(job.dest), stamps=lambda p: stamps[order[p]])
     try:
         result = write_range(writer, items, order, (0, len(items)), job.options, job.workers, progress)
+        summary = writer.close()  # the last shard may still be staged when a stop comes
     except Interrupted as stop:
         writer.abort()
         stop.done = writer.inputs_done
@@ -313,7 +316,6 @@ def _run_claimed(job: ShardJob, inputs: tuple[Listing, InputStamps], order: list
     except BaseException:
         writer.abort()
         raise
-    summary = writer.close()
     report = _report(job, order, listing, result.written, summary, result.resumed, result.nbytes,
                      clips=result.clips)
     report.changed, report.rewritten = result.changed, result.rewritten
@@ -555,10 +557,10 @@ def _run_unit(items: tuple[Sequence[WorkItem], InputStamps], order: Sequence[int
                          stage=storage.staging_dir(dest), stamps=lambda p: stamps[order[p]], first_input=span[0])
     try:
         result = write_range(writer, inputs, order, span, job.options, workers, progress)
+        summary = writer.close()
     except BaseException:
         writer.abort()
         raise
-    summary = writer.close()
     first, stop = span
     return {
         "changed": result.changed,
@@ -665,12 +667,19 @@ def _run_ray(job: ShardJob, inputs: tuple[Listing, InputStamps], order: list[int
     if plan is None:
         units = _units(job, len(items[0]))
 
+        finished = [0]  # inputs of the units done so far: what a stop reports
+
         def done(_i: int, r: dict[str, Any]) -> None:
+            finished[0] += r["inputs"]
             if progress:
                 progress(r["inputs"], r["nbytes"])
 
-        results = run_units(_run_unit, units, address=job.ray_address, on_done=done,
-                            shared={"items": items, "order": order, "job": job})
+        try:
+            results = run_units(_run_unit, units, address=job.ray_address, on_done=done,
+                                shared={"items": items, "order": order, "job": job})
+        except Interrupted as stop:
+            stop.done = finished[0]
+            raise
         plan = _plan(job, units, results)
     return _merged_report(job, order, inputs[0], plan)
 

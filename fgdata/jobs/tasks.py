@@ -26,6 +26,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from fgdata import __version__, storage
@@ -171,16 +172,19 @@ def _write_task(job: TaskJob, task: Task, results: Iterable[Result], rank: int, 
         return {"shard": task.name, "source": task.source, "samples": len(scan.samples) if scan else 0,
                 "written": 0, "failures": failures, **record}
     summary = writer.close()
+    scan = staged = None
+    if summary.samples:
+        built = summary.shards[0]
+        scan = load_index(built)
+        if scan is None:
+            raise FgdataError(f"{built}: the shard writer left no index")
+        staged = storage.stage(built, final)  # a stop may land during this upload, not during the move below
     with critical():
-        if summary.samples:
-            built = summary.shards[0]
-            scan = load_index(built)
-            if scan is None:
-                raise FgdataError(f"{built}: the shard writer left no index")
+        if scan is not None and staged is not None:
             # The index first: a shard never sits under its final name without one (other ranks would
             # take it for a file fgdata did not write); a stale index is told apart by its size.
             write_index(ShardScan(shard=final, size=scan.size, samples=scan.samples), final, record)
-            storage.publish(built, final)
+            storage.publish(staged, final)
         elif not job.in_place:
             storage.remove(final)
             storage.remove(final + ".idx.json")
@@ -210,6 +214,11 @@ def _key(command: str) -> str:
     return command.removeprefix("encode ").replace(" ", "-")
 
 
+def _inputs_kept(job: TaskJob) -> list[str]:
+    """Files in DST that are not foreign though fgdata did not write them: an in-place job's inputs."""
+    return [t.name for t in job.tasks] if job.in_place else []
+
+
 def _prepare_dest(job: TaskJob, run: RunSettings, rank: int, world: int) -> None:
     """Refuse foreign files (every rank checks: outputs appear with their index first, so no rank takes another's
     output for a foreign file); ``--no-resume`` drops this rank's earlier markers (every rank's for the "prepare"
@@ -217,8 +226,7 @@ def _prepare_dest(job: TaskJob, run: RunSettings, rank: int, world: int) -> None
     (rank 0) fgdata's earlier outputs that no task of this job writes again, then redoes every task."""
     if run.role == "finalize":
         return
-    inputs = [t.name for t in job.tasks] if job.in_place else []
-    destmod.check_foreign(job.dest, keep=inputs, overwrite=run.overwrite and rank == 0, notify=run.notify)
+    destmod.check_foreign(job.dest, keep=_inputs_kept(job), overwrite=run.overwrite and rank == 0, notify=run.notify)
     if run.overwrite and rank == 0 and not job.in_place:
         rewritten = ({t.name for t in job.tasks} | {t.name + destmod.INDEX_SUFFIX for t in job.tasks}
                      | {COUNT_FILE, FAILURES_FILE, PROVENANCE_FILE})  # written again by this job
@@ -256,7 +264,10 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
     record = {"command": job.command, "fingerprint": fingerprint(opts), "options": opts, "fgdata": __version__}
     summary = JobSummary(dest=job.dest, command=job.command, rank=rank, world=world)
     launch = run_launch(run.resume, run.wait_timeout)  # None outside torchrun (a Ray driver clears DST first)
-    with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank)):
+    refuse = None
+    if run.role != "finalize" and not (run.overwrite and rank == 0):  # a refused DST is left as it was found
+        refuse = partial(destmod.check_foreign, job.dest, _inputs_kept(job))
+    with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse):
         before = destmod.shard_versions(job.dest) if run.role == "all" and rank == 0 else None
         _prepare_dest(job, run, rank, world)
         if run.role == "prepare":

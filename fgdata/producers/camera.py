@@ -18,6 +18,7 @@ import tempfile
 import numpy as np
 
 from fgdata import storage
+from fgdata.children import die_with_parent
 from fgdata.errors import FgdataError
 
 VIPE_INSTALL = (
@@ -52,7 +53,7 @@ def estimate_camera(video: str, output: str | None = None) -> tuple[str, str]:
         local = storage.local_copy(video, tmp)
         results = os.path.join(tmp, "results")
         proc = subprocess.run([exe, "infer", os.path.abspath(local), "--output", results],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, **die_with_parent())
         if proc.returncode != 0:
             last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
             raise FgdataError(f"vipe infer failed on {video}: {last[0]}")

@@ -3,7 +3,8 @@
 Each shard is written to a private temporary file (``O_EXCL|O_NOFOLLOW``, an unpredictable
 name: :func:`fgdata.jobs.dest.open_temp`); when it closes, its offset index (with the
 writer's resume record) is written, the shard is renamed into place (or uploaded, for
-s3://, from a staging folder that is never the system temp folder), and
+s3://, from a staging folder that is never the system temp folder; under a job's lease to the
+job's staging prefix first, which a stop may interrupt, then moved into place), and
 ``shard_count.json`` is rewritten. A rerun after a crash removes the temporaries, keeps the
 complete shards, drops the partial one and tells the caller (``resume_point``) which input
 to continue from, so it ends with the same bytes as an uninterrupted run.
@@ -18,6 +19,7 @@ shards whose inputs changed (see :func:`fgdata.jobs.shard.write_range`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -397,21 +399,31 @@ class ShardWriter:
         self._pending_warnings.append(Failure(input_pos, name, reason))
 
     def _close_shard(self) -> None:
-        with critical():  # a stop signal waits until the shard is in place and counted
-            self._finish_shard()
+        total = self._seal()
+        assert self._tmp is not None
+        # A stop may land while the shard is staged (s3 under a lease: a long upload to the job's own prefix) ...
+        staged = storage.stage(self._tmp, storage.join(self.dest, self._shard_name(self._shard_no)))
+        if staged != self._tmp:  # uploaded, and the local file removed
+            self._tmp = None
+        with critical():  # ... but waits while it is moved into place and counted
+            self._finish_shard(staged, total)
         self._closed_here += 1
         testhook.output_done(self._closed_here)
 
-    def _finish_shard(self) -> None:
+    def _seal(self) -> int:
+        """Pad the open shard to whole records and close its file; returns its size."""
         assert self._file is not None and self._tmp is not None
         end = self._bytes + 2 * BLOCK
         total = (end + RECORD - 1) // RECORD * RECORD
-        name = self._shard_name(self._shard_no)
-        final = storage.join(self.dest, name)
-        with storage.writing_to(final):
+        with storage.writing_to(storage.join(self.dest, self._shard_name(self._shard_no))):
             _write_all(self._file.fileno(), [bytes(total - self._bytes)])
         self._file.close()  # no fsync: the rename is atomic against a crashed process, which is what resume relies on
         self._file = None
+        return total
+
+    def _finish_shard(self, staged: str, total: int) -> None:
+        name = self._shard_name(self._shard_no)
+        final = storage.join(self.dest, name)
         scan = ShardScan(shard=final, size=total, samples=self._entries)
         job = {
             "options": self._options(),
@@ -421,7 +433,7 @@ class ShardWriter:
         if self._pending_warnings:
             job["warnings"] = [f.to_json() for f in self._pending_warnings]
         write_index(scan, final, job)
-        storage.publish(self._tmp, final)
+        storage.publish(staged, final)
         if self._stamps is not None:  # after the shard: a stamp never vouches for bytes that are not in place
             stamps = [self._stamps(p) for p in range(self._shard_start, self._input_end)]
             storage.write_bytes(self._stamps_path(name), json.dumps(
@@ -467,11 +479,15 @@ class ShardWriter:
         )
 
     def abort(self) -> None:
-        """Stop without closing the open shard (its temporary file is removed)."""
+        """Stop without closing the open shard (its temporary file is removed; a staged copy goes with the job's
+        staging prefix)."""
         if self._file is not None:
             self._file.close()
-            os.unlink(self._tmp)  # type: ignore[arg-type]
             self._file = None
+        if self._tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._tmp)
+            self._tmp = None
         self._closed = True
 
     def __enter__(self) -> "ShardWriter":

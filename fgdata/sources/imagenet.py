@@ -171,12 +171,14 @@ def download_imagenet(dest: str | os.PathLike[str], progress=None) -> Path:
     import subprocess
     import sys
 
+    from fgdata.children import die_with_parent
+
     source = kaggle_credentials()
     dest = Path(dest).expanduser().resolve()
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [*_kaggle_command(), "competitions", "download", "-c", KAGGLE_COMPETITION, "-p", str(dest)]
     secrets = [os.environ[v].encode() for v in _SECRET_VARS if os.environ.get(v)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **die_with_parent())
     assert proc.stdout is not None
     while chunk := proc.stdout.read1(4096):  # type: ignore[attr-defined]  # a BufferedReader at run time
         for secret in secrets:

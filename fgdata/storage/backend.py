@@ -128,6 +128,14 @@ class Backend(abc.ABC):
     def staging_dir(self, dest: str) -> str:
         """The local folder (not created here) where files for ``dest`` are built before :meth:`publish` moves them in."""
 
+    def stage(self, local: str, path: str, keep: bool = False) -> str:
+        """Bring a finished file built in :meth:`staging_dir` as close to ``path`` as possible without making it
+        visible there; :meth:`publish` then completes the move. Here: nothing to do (``local`` itself).
+
+        A stop may land while a file is staged (a long upload); only :meth:`publish` must not be interrupted.
+        """
+        return local
+
     @abc.abstractmethod
     def publish(self, staged: str, path: str) -> None:
         """Move a finished file from :meth:`staging_dir` to ``path`` (atomically); the staged file is gone after."""

@@ -141,6 +141,12 @@ def staging_dir(dest: str) -> str:
     return backend_for(dest).staging_dir(dest)
 
 
+def stage(local: str, path: str) -> str:
+    """Bring a file built in :func:`staging_dir` close to ``path`` (s3 under a lease: uploaded to the job's
+    staging prefix) and return what :func:`publish` takes; a stop may land here, unlike in ``publish``."""
+    return backend_for(path).stage(local, path)
+
+
 def publish(staged: str, path: str) -> None:
     """Move a file built in :func:`staging_dir` to ``path``; the staged file is gone after."""
     backend_for(path).publish(staged, path)

@@ -1,4 +1,11 @@
-"""``s3://`` URLs through the s5cmd binary (see :mod:`fgdata.storage.s5cmd` for the bounds on every call)."""
+"""``s3://`` URLs through the s5cmd binary (see :mod:`fgdata.storage.s5cmd` for the bounds on every call).
+
+Inside a destination a job holds through a lease (:mod:`fgdata.storage.guard`), a file bound for a
+final name is uploaded under the job's staging prefix first and moved into place (a server-side copy)
+only after the job has confirmed the lease is still its own; removals and writes of job state there
+are checked the same way. Local temporary files live in this host's fgdata cache, never in the system
+temp folder.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +18,10 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from fgdata.errors import StorageError
-from fgdata.storage import s5cmd
+from fgdata.storage import guard, s5cmd
 from fgdata.storage.backend import Backend, FileInfo
 from fgdata.storage.local import atomic_path
-from fgdata.storage.paths import split_s3
+from fgdata.storage.paths import is_s3, parent, split_s3
 
 
 def _prefix(url: str) -> str:
@@ -96,8 +103,9 @@ class S3Backend(Backend):
         return entry is not None
 
     def write_atomic(self, path: str, data: bytes) -> None:
-        """Stage in a temporary file, then one upload (an S3 object appears whole or not at all)."""
-        fd, tmp = tempfile.mkstemp(prefix="fgdata-upload-")
+        """Stage in a local temporary file, then one upload (an S3 object appears whole or not at all)."""
+        split_s3(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.rpartition('/')[2]}.fgtmp-", dir=self._local_stage(path))
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -105,12 +113,48 @@ class S3Backend(Backend):
         finally:
             os.remove(tmp)
 
+    def _local_stage(self, path: str) -> str:
+        """The local folder for temporary files bound for ``path``: its leased destination's staging folder
+        (a rerun empties it), else its parent's."""
+        held = guard.covering(path)
+        folder = self.staging_dir(held.dest if held else parent(path.rstrip("/")))
+        os.makedirs(folder, exist_ok=True)
+        return folder
+
+    def _cp(self, local: str, path: str) -> None:
+        # Absolute path: a name starting with '-' must never be read as an option.
+        s5cmd.run(path, "cp", "--raw", os.path.abspath(local), path, size=os.path.getsize(local))
+
+    def _checked(self, path: str) -> guard.Guard | None:
+        """The lease covering ``path``, confirmed still this job's (None: no lease, or the job's own state)."""
+        held = guard.covering(path)
+        if held is None or held.exempt(path):
+            return None
+        held.confirm(path)
+        return held
+
     def upload(self, local: str, path: str) -> None:
         if not os.path.isfile(local):
             raise StorageError(f"{local}: file not found")
         split_s3(path)
-        # Absolute path: a name starting with '-' must never be read as an option.
-        s5cmd.run(path, "cp", "--raw", os.path.abspath(local), path, size=os.path.getsize(local))
+        staged = self.stage(local, path, keep=True)
+        if staged == local:
+            self._checked(path)
+            self._cp(local, path)
+        else:
+            self.publish(staged, path)
+
+    def stage(self, local: str, path: str, keep: bool = False) -> str:
+        """Under a lease: upload ``local`` to the job's staging prefix and return that URL (``local`` is removed
+        unless ``keep``); elsewhere ``local`` itself."""
+        held = guard.covering(path)
+        if held is None or not held.stages(path):
+            return local
+        staged = held.staging_url(path)
+        self._cp(local, staged)
+        if not keep:
+            os.remove(local)
+        return staged
 
     def download(self, path: str, local: str) -> None:
         with atomic_path(local) as tmp:
@@ -124,17 +168,23 @@ class S3Backend(Backend):
         if info is None:
             raise StorageError(f"{src}: {self.missing}")
         split_s3(dst)
+        self._checked(dst)
         s5cmd.run(src, "mv", "--raw", src, dst, size=info.size)
 
     def remove(self, path: str) -> None:
         split_s3(path)
+        self._checked(path)
+        self._rm(path)
+
+    def _rm(self, path: str) -> None:
         s5cmd.run(path, "rm", "--raw", path, size=0, missing_ok=True)
 
     def remove_tree(self, path: str) -> None:
+        self._checked(path)  # once for the whole tree
         if split_s3(path)[1].strip("/"):
-            self.remove(path.rstrip("/"))
+            self._rm(path.rstrip("/"))
         for info in self.list_files(path, recursive=True):
-            self.remove(info.path)
+            self._rm(info.path)
 
     def make_dirs(self, path: str) -> None:
         """S3 has no directories: nothing to create."""
@@ -157,5 +207,9 @@ class S3Backend(Backend):
         return os.path.join(root, "staging", digest)
 
     def publish(self, staged: str, path: str) -> None:
-        self.upload(staged, path)
-        os.remove(staged)
+        """A file :meth:`stage` uploaded is moved into place (after the lease check); a local one is uploaded."""
+        if is_s3(staged):
+            self.move(staged, path)
+        else:
+            self.upload(staged, path)
+            os.remove(staged)

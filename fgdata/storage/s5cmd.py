@@ -11,6 +11,9 @@ killed by its pid and the call retried; every call also has a total cap that gro
 with the object's size. Bytes are seen on the pipe for streamed reads, and through
 the process's I/O counters in ``/proc/<pid>/io`` for the other commands (where that
 file does not exist, only the total cap applies to them).
+
+No s5cmd outlives the process that started it, even one killed with SIGKILL
+(:mod:`fgdata.children`): an orphaned upload would land after the next job has finished.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import IO
 
+from fgdata.children import die_with_parent
 from fgdata.errors import StorageError
 
 STALL_ENV = "FGDATA_S3_STALL_TIMEOUT"
@@ -239,7 +243,8 @@ def _watch(proc: subprocess.Popen, stall: float, cap: float) -> tuple[bytes, Fai
 def _run_once(cmd: list[str], stall: float, cap: float) -> tuple[bytes, Failure | None]:
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, bufsize=0, env=_child_env()
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, bufsize=0, env=_child_env(),
+            **die_with_parent(),
         )
         try:
             out, failure = _watch(proc, stall, cap)
@@ -327,6 +332,7 @@ class CatStream(io.RawIOBase):
             stderr=self._stderr,
             bufsize=0,
             env=_child_env(),
+            **die_with_parent(),
         )
 
     def _end(self) -> None:

@@ -119,3 +119,15 @@ def test_a_node_removed_mid_job_never_leaves_a_silent_gap(cluster, tmp_path):
                     "--unit-size", "2")
         assert again.returncode == 0, again.stderr[-3000:]
         assert tree(remote, no_state) == tree(local, no_state)
+
+
+def test_without_an_address_the_job_starts_its_own_cluster(cluster, tmp_path):
+    """A cluster runs on the machine (the module's, recorded as the latest one, as `ray start` records it), but a
+    job without --ray-address and RAY_ADDRESS starts a private local instance rather than joining it."""
+    src = photos(tmp_path / "src", 4)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([*FGDATA, "shard", "images", str(src), str(tmp_path / "out"), "--maxcount", "2",
+                           "--no-progress", "--engine", "ray"], capture_output=True, text=True, timeout=400,
+                          env={**env, **ENV})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Started a local Ray instance" in done.stderr and "Connecting to existing" not in done.stderr, done.stderr
