@@ -28,9 +28,13 @@ def fingerprint(record: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+#: Option fields whose flag is not their name spelled with dashes.
+_FLAG_NAMES = {"image_format": "--format"}
+
+
 def flag(name: str) -> str:
     """The command-line spelling of an option field: ``max_side`` -> ``--max-side``."""
-    return "--" + name.replace("_", "-")
+    return _FLAG_NAMES.get(name) or "--" + name.replace("_", "-")
 
 
 def _shown(value: Any) -> str:
@@ -53,4 +57,5 @@ def check_same(where: str, old: dict[str, Any], new: dict[str, Any], restart: st
     what = "; ".join(f"{names(k)} was {_shown(old.get(k))}, now {_shown(new.get(k))}" for k in keys[:3])
     more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
     raise FgdataError(f"{where}: an earlier run wrote it {why} ({what}{more}); "
-                      f"rerun with the same options, or with {restart} to start over")
+                      f"rerun with the same options, with {restart} to start over, or with --overwrite to "
+                      "replace what it holds")
