@@ -133,7 +133,9 @@ def report_cmd(
     The page shows samples and bytes per shard, extension sets, image sizes and aspect ratios, video durations,
     frame rates and audio, caption lengths and first words, numeric json fields with what a score filter would
     keep, a contact sheet, and any damaged shards or missing members. Tar headers, json and captions are read for
-    every sample; media are decoded only for --sample samples. Exit code 1 when problems were found.
+    every sample; media are decoded only for --sample samples. Several folders are several datasets: one page of
+    their figures together, a line of each's shards, samples and bytes, keys and shard_count.json checked per folder,
+    and shards named by path. Exit code 1 when problems were found.
     """
     from fgdata import storage
     from fgdata.errors import FgdataError
