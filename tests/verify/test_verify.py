@@ -291,7 +291,7 @@ def test_cli_names_the_dataset_in_every_row_and_the_loader_takes_its_ignore_inde
 
 def test_one_folder_spelled_several_ways_is_one_dataset_read_once(tmp_path, monkeypatch):
     """`verify a ./a` (or a symlink to a): the same shards, checked once as one dataset, and said so in one line."""
-    from fgdata.shards import resolve_shards
+    from fgdata.shards import ShardSet, resolve_shards
 
     write_dataset(tmp_path / "a", n=6, maxcount=3)
     (tmp_path / "link").symlink_to(tmp_path / "a", target_is_directory=True)
@@ -304,6 +304,8 @@ def test_one_folder_spelled_several_ways_is_one_dataset_read_once(tmp_path, monk
     assert all(mixed.given_whole(s) for s in mixed.shards) and mixed.label("./a/00001.tar") == "00001.tar"
     report = verify_dataset(["a", "./a", "link"], workers=1)
     assert report.ok and report.samples == 6 and not report.several
+    s3 = ShardSet(["s3://bkt/x/00000.tar", "s3://bkt//x/00001.tar", "s3://bkt/y/00000.tar"])  # prefixes normalised
+    assert s3.folders == ["s3://bkt/x", "s3://bkt/y"] and s3.folder_of("s3://bkt//x/00001.tar") == "s3://bkt/x"
     proc = run_cli("verify", "a", "./a", "-w", "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stderr.count("named more than once") == 1 and "a: " not in proc.stdout
