@@ -35,11 +35,14 @@ import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from fgdata.cli.flaggroups import flag
+
+if TYPE_CHECKING:
+    from fgdata.shards import ShardSet
 
 PROGRESS = typer.Option(
     None, "--progress/--no-progress", show_default=False,
@@ -146,6 +149,15 @@ def say_removed(paths: Iterable[str], *, quiet: bool = False) -> list[str]:
         for path in paths:
             err_console.print(f"removing {path} (--overwrite)", highlight=False, markup=False)
     return paths
+
+
+def say_repeated(selection: ShardSet, *, quiet: bool = False) -> None:
+    """Tell the user, on stderr, that some shards were named twice (``a`` and ``./a``) and are read once."""
+    from fgdata.cli.render import err_console
+
+    note = selection.repeated_note()
+    if note and not quiet:
+        err_console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
 
 
 def exit_if_all_failed(written: int, failed: int, failures: str | None = None) -> None:

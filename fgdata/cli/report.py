@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 
 from fgdata.cli.flaggroups import flag, flag_groups
-from fgdata.cli.options import OVERWRITE, OutputFlags, say_removed
+from fgdata.cli.options import OVERWRITE, OutputFlags, say_removed, say_repeated
 from fgdata.cli.render import console, err_console, print_json, progress
 
 
@@ -67,6 +67,10 @@ def _summary_table(doc: dict[str, Any]) -> None:
     table.add_column()
     damaged = sum(1 for s in doc["shards"] if s["damage"])
     table.add_row("samples", f"{total:,} in {len(doc['shards']):,} shards" + (f" ({damaged} damaged)" if damaged else ""))
+    if len(doc["datasets"]) > 1:
+        for d in doc["datasets"]:
+            table.add_row("dataset", f"{d['path']}: {d['samples']:,} samples in {d['shards']:,} shards, "
+                          f"{human_bytes(d['bytes'])}")
     table.add_row("size", f"{human_bytes(doc['total_bytes'])}, {human_bytes(doc['total_bytes'] / total) if total else '–'}"
                   " per sample")
     sets = list(doc["extension_sets"].items())
@@ -129,7 +133,9 @@ def report_cmd(
     The page shows samples and bytes per shard, extension sets, image sizes and aspect ratios, video durations,
     frame rates and audio, caption lengths and first words, numeric json fields with what a score filter would
     keep, a contact sheet, and any damaged shards or missing members. Tar headers, json and captions are read for
-    every sample; media are decoded only for --sample samples. Exit code 1 when problems were found.
+    every sample; media are decoded only for --sample samples. Several folders are several datasets: one page of
+    their figures together, a line of each's shards, samples and bytes, keys and shard_count.json checked per folder,
+    and shards named by path. Exit code 1 when problems were found.
     """
     from fgdata import storage
     from fgdata.errors import FgdataError
@@ -142,7 +148,9 @@ def report_cmd(
         raise FgdataError(f"{existing[0]} exists; pass --overwrite to replace it")
     from fgdata.shards import resolve_shards
 
-    shards = resolve_shards(paths).shards
+    selection = resolve_shards(paths)
+    shards = selection.shards
+    say_repeated(selection, quiet=out.quiet)
     started = time.perf_counter()
     with progress(enabled=out.bars) as bar:
         task = bar.add_task("reading shards", total=len(shards), rate="")
@@ -153,7 +161,7 @@ def report_cmd(
             if done == len(shards):
                 bar.update(task, description="drawing")
 
-        report = build_report(shards, name=flags.name or _dataset_name(paths), paths=paths, sample=flags.sample,
+        report = build_report(selection, name=flags.name or _dataset_name(paths), paths=paths, sample=flags.sample,
                               tiles=flags.tiles, workers=flags.workers, thresholds=wanted, progress=tick)
     doc = report.doc
     say_removed(existing, quiet=out.quiet)

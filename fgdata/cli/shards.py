@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from fgdata.cli.options import JSON, PROGRESS, QUIET, show_progress
+from fgdata.cli.options import JSON, PROGRESS, QUIET, say_repeated, show_progress
 from fgdata.cli.render import console, err_console, human_bytes, print_json, progress, wrap_tokens
 from fgdata.report.format import dtype_shape, number
 
@@ -33,6 +33,7 @@ def count_shards_cmd(
     from fgdata.shards import count_shards, resolve_shards, write_counts
 
     selection = resolve_shards(paths)
+    say_repeated(selection, quiet=quiet)
     shards = selection.shards
     started = time.perf_counter()
     with progress(enabled=show_progress(progress_flag, quiet=quiet, json_out=json_out) and len(shards) > 1) as bar:

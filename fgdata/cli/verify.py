@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from fgdata.cli.flaggroups import flag, flag_groups
-from fgdata.cli.options import OutputFlags
+from fgdata.cli.options import OutputFlags, say_repeated
 from fgdata.cli.render import console, err_console, human_bytes, print_json, progress
 
 _TABLE_ROWS = 50
@@ -107,6 +107,7 @@ def verify_cmd(
         report = verify_dataset(paths, decode=check.decode, require=exts, workers=check.workers,
                                 count_file=check.count_file, progress=tick,
                                 on_start=lambda n: bar.update(task, total=n))
+    say_repeated(report.selection, quiet=out.quiet)
     written: dict[str, str] = {}
     if check.write_ignore:
         write_ignore(report, check.write_ignore)

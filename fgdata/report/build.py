@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fgdata.report.collect import Stats, Tile
+from fgdata.shards import ShardSet
 
 
 @dataclass
@@ -16,15 +17,16 @@ class Report:
     html: str  # the self-contained page
 
 
-def build_report(shards: Sequence[str], *, name: str, paths: Sequence[str], sample: int = 1000, tiles: int = 24,
+def build_report(shards: Sequence[str] | ShardSet, *, name: str, paths: Sequence[str], sample: int = 1000, tiles: int = 24,
                  workers: int = 4, thresholds: dict[str, float] | None = None,
                  progress: Callable[[str], None] | None = None) -> Report:
-    """The report on ``shards``; ``paths`` are what the user named (shown on the page)."""
+    """The report on ``shards`` (each folder a dataset of its own); ``paths`` are what the user named (shown on the
+    page)."""
     from fgdata.report import html
     from fgdata.report.collect import collect
     from fgdata.report.summary import summarise
 
-    stats = collect(list(shards), sample=sample, tiles=tiles, workers=workers, progress=progress)
+    stats = collect(shards if isinstance(shards, ShardSet) else list(shards), sample=sample, tiles=tiles, workers=workers, progress=progress)
     doc = summarise(stats, name=name, paths=paths, thresholds=thresholds, sample=sample)
     return Report(doc, stats, html.render(doc, stats))
 

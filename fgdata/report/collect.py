@@ -21,12 +21,16 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fgdata import storage
 from fgdata.errors import FgdataError
 from fgdata.shards.metadata import fgdata_fields
 from fgdata.verify.inspect import HEAD_BYTES, MEMBER_LIMIT
+
+if TYPE_CHECKING:
+    from fgdata.shards import ShardSet
+    from fgdata.verify.shard import ShardResult
 
 #: Members read as captions, in order of preference.
 CAPTION_EXTS = ("txt", "caption", "prompt", "text")
@@ -70,7 +74,7 @@ class Tile:
 class Stats:
     """Everything the report needs; one per shard, then merged into one for the dataset."""
 
-    shards: list[dict[str, Any]] = field(default_factory=list)  # {"shard", "samples", "bytes", "damage"}
+    shards: list[dict[str, Any]] = field(default_factory=list)  # {"shard", "path", "dataset", "samples", ...}
     ext_sets: Counter[str] = field(default_factory=Counter)
     ext_examples: dict[str, str] = field(default_factory=dict)  # ext set -> one example key
     ext_counts: Counter[str] = field(default_factory=Counter)
@@ -98,6 +102,7 @@ class Stats:
     decoded: int = 0
     tiles: list[Tile] = field(default_factory=list)
     problems: dict[str, Problem] = field(default_factory=dict)
+    checks: list[ShardResult] = field(default_factory=list)  # verify's check of each shard (keys, structure)
 
     @property
     def samples(self) -> int:
@@ -130,6 +135,7 @@ class Stats:
             elif len(self.numeric) < _MAX_FIELDS:
                 self.numeric[k] = array("d", values)
         self.tiles += other.tiles
+        self.checks += other.checks
         for kind, p in other.problems.items():
             self.problems.setdefault(kind, Problem(kind)).merge(p)
 
@@ -160,7 +166,7 @@ def _open(path: str, stats: Stats) -> tuple[int | None, Iterator[_Entry]]:
     from fgdata.shards import ShardFile, load_index, scan_shard
     from fgdata.shards.scan import TarDamage, group_samples, iter_members
 
-    name = storage.basename(path)
+    name = stats.shards[-1]["shard"]
     row = stats.shards[-1]
     if not storage.random_access(path):
         index = load_index(path, expected_size=row["bytes"])
@@ -417,13 +423,14 @@ def _tile(entry: _Entry, ext: str, kind: str, caption: str | None, stats: Stats,
         stats.tiles.append(Tile(entry.key, name, png, tile_caption(caption)))
 
 
-def collect_shard(path: str, budget: int, tiles: int, thumb: int = 192) -> Stats:
-    """Statistics of one shard; ``budget`` samples get their media decoded, ``tiles`` become thumbnails."""
+def collect_shard(path: str, budget: int, tiles: int, label: str | None = None, thumb: int = 192) -> Stats:
+    """Statistics of one shard; ``budget`` samples get their media decoded, ``tiles`` become thumbnails.
+    ``label`` names the shard in rows and examples (its path when several datasets are read; default its name)."""
     from fgdata.media.decode import member_kind
 
     stats = Stats()
-    name = storage.basename(path)
-    stats.shards.append({"shard": name, "samples": 0, "bytes": 0, "damage": None})
+    name = label or storage.basename(path)
+    stats.shards.append({"shard": name, "path": path, "samples": 0, "bytes": 0, "damage": None})
     try:
         size = storage.size(path)
     except FgdataError as exc:
@@ -468,7 +475,9 @@ def collect_shard(path: str, budget: int, tiles: int, thumb: int = 192) -> Stats
         stats.shards[-1]["damage"] = str(exc).splitlines()[0]
         stats.problem("unreadable shard", f"{name}: {stats.shards[-1]['damage']}")
         return stats
-    _structure(path, size, stats, name)
+    from fgdata.verify.shard import check_shard
+
+    stats.checks.append(check_shard(path, size=size))  # its findings are added once the dataset is checked
     return stats
 
 
@@ -476,42 +485,64 @@ def collect_shard(path: str, budget: int, tiles: int, thumb: int = 192) -> Stats
 _DAMAGE = frozenset({"corrupt", "not-a-tar", "truncated", "unreadable"})
 
 
-def _structure(path: str, size: int, stats: Stats, name: str) -> None:
-    """Every structural problem ``fgdata verify`` finds in the shard (keys, links and devices, a missing end of
-    archive, an empty shard, a stale index), by verify's own checks: the two commands cannot disagree."""
-    from fgdata.verify.shard import check_shard
+def _structure(stats: Stats, selection: ShardSet) -> None:
+    """Every structural problem ``fgdata verify`` finds (keys, also across a dataset's shards; links and devices;
+    a missing end of archive; an empty shard; a stale index; a count file that disagrees), by verify's own
+    checks, each dataset (folder) on its own: the two commands cannot disagree."""
+    from fgdata.verify.dataset import VerifyReport, check_datasets
+    from fgdata.verify.shard import ShardResult
 
-    result = check_shard(path, size=size)
-    for p in result.problems:
-        if p.reason in _DAMAGE and (result.damage is not None or p.reason != "truncated"):
-            continue
-        stats.problem(p.reason, f"{name} {p.key}: {p.detail}" if p.key is not None else f"{name}: {p.detail}")
+    checked = {r.shard for r in stats.checks}
+    unread = [ShardResult(row["path"], storage.basename(row["path"]), None, readable=None)  # count unknown
+              for row in stats.shards if row["path"] not in checked]
+    report = VerifyReport(" ".join(selection.folders), stats.checks + unread, selection=selection)
+    check_datasets(report)
+    for result in stats.checks:
+        name = selection.label(result.shard)
+        for p in result.problems:
+            if p.reason in _DAMAGE and (result.damage is not None or p.reason != "truncated"):
+                continue
+            stats.problem(p.reason, f"{name} {p.key}: {p.detail}" if p.key is not None else f"{name}: {p.detail}")
+    for p in report.problems:
+        stats.problem(p.reason, p.detail)
 
 
 # -- the dataset ---------------------------------------------------------------
 
 
-def collect(shards: list[str], *, sample: int = 1000, tiles: int = 24, workers: int = 4,
+def collect(shards: list[str] | ShardSet, *, sample: int = 1000, tiles: int = 24, workers: int = 4,
             progress: Callable[[str], None] | None = None) -> Stats:
-    """Statistics of all ``shards`` (in order); ``sample`` bounds decoded members, ``tiles`` the contact sheet."""
+    """Statistics of all ``shards`` (in order); ``sample`` bounds decoded members, ``tiles`` the contact sheet.
+
+    The figures are of all shards together; each folder is its own dataset for the checks (keys unique within
+    it, its own count file), and with several folders every row and example names its shard by path.
+    """
     from concurrent.futures import ProcessPoolExecutor
 
-    if not shards:
-        raise FgdataError("no shards to report on")
-    jobs = [(path, _spread(sample, len(shards), i), _spread(tiles, len(shards), i)) for i, path in enumerate(shards)]
-    total = Stats()
-    if workers <= 1 or len(shards) == 1:
-        results: Iterator[Stats] = (collect_shard(*job) for job in jobs)
-        for path, stats in zip(shards, results):
-            total.merge(stats)
-            if progress:
-                progress(path)
-        return total
-    import fgdata.media.decode  # noqa: F401 - imported once here, inherited by forked workers
+    from fgdata.shards import ShardSet
 
-    with ProcessPoolExecutor(max_workers=min(workers, len(shards))) as pool:
-        for path, stats in zip(shards, pool.map(collect_shard, *zip(*jobs))):
+    selection = shards if isinstance(shards, ShardSet) else ShardSet(list(shards))
+    paths = selection.shards
+    if not paths:
+        raise FgdataError("no shards to report on")
+    jobs = [(path, _spread(sample, len(paths), i), _spread(tiles, len(paths), i), selection.label(path))
+            for i, path in enumerate(paths)]
+    total = Stats()
+    if workers <= 1 or len(paths) == 1:
+        results: Iterator[Stats] = (collect_shard(*job) for job in jobs)
+        for path, stats in zip(paths, results):
             total.merge(stats)
             if progress:
                 progress(path)
+    else:
+        import fgdata.media.decode  # noqa: F401 - imported once here, inherited by forked workers
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(paths))) as pool:
+            for path, stats in zip(paths, pool.map(collect_shard, *zip(*jobs))):
+                total.merge(stats)
+                if progress:
+                    progress(path)
+    for row in total.shards:
+        row["dataset"] = selection.folder_of(row["path"])
+    _structure(total, selection)
     return total

@@ -116,6 +116,11 @@ def render(doc: dict[str, Any], stats: Stats) -> str:
             + f"<details><summary>all {len(shards):,} shards</summary>"
             + _table(["shard", "samples", "bytes", "status"], rows, {1, 2},
                      ["damaged" if s["damage"] else "" for s in shards]) + "</details>")
+    if len(doc["datasets"]) > 1:  # the figures are of them all; here is each one's share
+        body = ("<p>Datasets (each folder checked on its own: keys, count file):</p>"
+                + _table(["dataset", "shards", "samples", "bytes", "damaged shards"],
+                         [[_e(d["path"]), f"{d['shards']:,}", f"{d['samples']:,}", _e(human_bytes(d["bytes"])),
+                           f"{d['damaged']:,}"] for d in doc["datasets"]], {1, 2, 3, 4}) + body)
     sections.append(("shards", "Shards", body))
 
     exts = doc["extensions"]

@@ -48,6 +48,19 @@ def kept_by_score_filter(stats: Stats, field: str, threshold: float) -> int:
     return stats.samples - invalid - stats.non_numeric.get(field, 0) - below
 
 
+def datasets(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Shards, samples and bytes per dataset (folder), in first-seen order: the report's figures are of them all."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        d = out.setdefault(row.get("dataset", ""), {"path": row.get("dataset", ""), "shards": 0, "samples": 0,
+                                                      "bytes": 0, "damaged": 0})
+        d["shards"] += 1
+        d["samples"] += row["samples"]
+        d["bytes"] += row["bytes"]
+        d["damaged"] += bool(row["damage"])
+    return list(out.values())
+
+
 def _threshold(values: Sequence[float], chosen: float | None) -> float:
     if chosen is not None:
         return chosen
@@ -70,6 +83,7 @@ def summarise(stats: Stats, *, name: str, paths: Sequence[str], thresholds: dict
         "fgdata_version": __version__,
         "total_samples": total,
         "total_bytes": stats.bytes,
+        "datasets": datasets(stats.shards),
         "shards": stats.shards,
         "extension_sets": dict(stats.ext_sets.most_common()),
         "extension_set_examples": {k: stats.ext_examples[k] for k in stats.ext_sets},

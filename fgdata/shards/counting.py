@@ -96,7 +96,7 @@ def write_counts(rows: list[ShardCount], selection: ShardSet, output: str | None
     """
     groups: dict[str, list[ShardCount]] = {}
     for row in rows:
-        target = output or storage.join(storage.parent(row.shard), COUNT_FILE)
+        target = output or storage.join(selection.folder_of(row.shard), COUNT_FILE)
         groups.setdefault(target, []).append(row)
     updates = []
     for target, group in groups.items():
@@ -107,7 +107,7 @@ def write_counts(rows: list[ShardCount], selection: ShardSet, output: str | None
             raise FgdataError(f"{target}: {dup} is a shard of {' and '.join(folders)}; one count file cannot "
                               "hold both, so write each folder's counts beside it (leave out --output / --counts-output)")
         old = _existing(target)
-        whole = all(storage.parent(r.shard) in selection.whole for r in group)
+        whole = all(selection.given_whole(r.shard) for r in group)
         counts = {} if whole else dict(old)
         update = CountFileUpdate(target, counts)
         for r in group:

@@ -28,31 +28,61 @@ class ShardSet:
 
     A *dataset* is the shards of one folder (or prefix): fgdata numbers keys per dataset and
     keeps one ``shard_count.json`` per folder, so keys, counts and shard names are unique only
-    within a folder. ``whole`` holds the folders that were given whole: their side files then
-    describe exactly their shards. ``sizes`` holds the byte size of every shard whose listing
-    gave one. :func:`resolve_shards` fills it; it is not changed afterwards (the groupings are cached).
+    within a folder. A folder is one dataset however it is spelled (``a``, ``./a``, a symlink to
+    it): folders are compared by :func:`fgdata.storage.same_file_key`, and named by their first
+    spelling. ``whole`` holds (in that compared form) the folders that were given whole: their
+    side files then describe exactly their shards. ``sizes`` holds the byte size of every shard
+    whose listing gave one; ``repeated`` the shards named again, however spelled (each is read once).
+    :func:`resolve_shards` fills it; it is not changed afterwards (the groupings are cached).
     """
 
     shards: list[str]
     sizes: dict[str, int] = field(default_factory=dict)
     whole: set[str] = field(default_factory=set)
+    repeated: list[str] = field(default_factory=list)
+
+    @functools.cached_property
+    def datasets(self) -> dict[str, list[str]]:
+        """Folder (as first spelled) -> its selected shards, in first-seen order."""
+        names: dict[str, str] = {}  # compared form -> first spelling
+        out: dict[str, list[str]] = {}
+        for shard in self.shards:
+            folder = names.setdefault(folder_key(shard), storage.parent(shard))
+            out.setdefault(folder, []).append(shard)
+        return out
 
     @functools.cached_property
     def folders(self) -> list[str]:
         """The folders holding the shards, in first-seen order (one dataset each; where their side files live)."""
-        return list(dict.fromkeys(storage.parent(s) for s in self.shards))
+        return list(self.datasets)
 
     @functools.cached_property
-    def datasets(self) -> dict[str, list[str]]:
-        """Folder -> its selected shards, in first-seen order."""
-        out: dict[str, list[str]] = {}
-        for shard in self.shards:
-            out.setdefault(storage.parent(shard), []).append(shard)
-        return out
+    def _folder_of(self) -> dict[str, str]:
+        return {shard: folder for folder, shards in self.datasets.items() for shard in shards}
+
+    def folder_of(self, shard: str) -> str:
+        """The dataset (folder, as first spelled) a selected shard belongs to."""
+        return self._folder_of[shard]
+
+    def given_whole(self, shard: str) -> bool:
+        """True when the shard's folder was given whole (its side files must list exactly its shards)."""
+        return folder_key(shard) in self.whole
 
     def label(self, shard: str) -> str:
         """How a table row or message names a shard: its basename for one dataset, else its path."""
         return storage.basename(shard) if len(self.folders) <= 1 else shard
+
+    def repeated_note(self) -> str | None:
+        """One line saying that shards were named twice (and are read once), or None."""
+        if not self.repeated:
+            return None
+        return (f"{len(self.repeated):,} shard(s) named more than once (e.g. {self.repeated[0]}, perhaps "
+                "spelled another way or through a symlink): each is read once")
+
+
+def folder_key(shard: str) -> str:
+    """A shard's folder in the form compared across spellings (absolute, symlinks resolved; a URL normalised)."""
+    return storage.parent(storage.same_file_key(shard))
 
 
 def is_shard_name(path: str) -> bool:
@@ -113,7 +143,7 @@ def _one(path: str, out: ShardSet, listings: dict[str, dict[str, int]]) -> None:
         if not shards:
             raise ShardError(f"{path} is a folder without .tar shards; {EXPECTED}")
         out.shards.extend(shards)
-        out.whole.add(storage.parent(shards[0]))
+        out.whole.add(folder_key(shards[0]))
         wanted = set(shards)
         out.sizes.update((p, n) for p, n in _listing(path, listings).items() if p in wanted)
         return
@@ -131,7 +161,7 @@ def _one(path: str, out: ShardSet, listings: dict[str, dict[str, int]]) -> None:
 
 
 def resolve_shards(paths: str | Sequence[str]) -> ShardSet:
-    """The shards named by one path or several, in the order given (each shard once).
+    """The shards named by one path or several, in the order given (each shard once, however spelled).
 
     A folder or s3 prefix contributes its ``.tar`` shards in shard order; a ``.tar`` file or
     object itself; a brace pattern every shard it expands to, each of which must exist.
@@ -144,5 +174,12 @@ def resolve_shards(paths: str | Sequence[str]) -> ShardSet:
     listings: dict[str, dict[str, int]] = {}
     for item in items:
         _one(item, out, listings)
-    out.shards = list(dict.fromkeys(out.shards))
+    first: dict[str, str] = {}  # compared form -> first spelling
+    for shard in out.shards:
+        key = storage.same_file_key(shard)
+        if key in first:
+            out.repeated.append(shard)
+        else:
+            first[key] = shard
+    out.shards = list(first.values())
     return out

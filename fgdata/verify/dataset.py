@@ -238,7 +238,7 @@ def _check_counts(report: VerifyReport, count_file: str | None) -> None:
     selection = report.selection
     by_file: dict[str, list[ShardResult]] = {}
     for shard in report.shards:
-        by_file.setdefault(count_file or storage.join(storage.parent(shard.shard), COUNT_FILE), []).append(shard)
+        by_file.setdefault(count_file or storage.join(selection.folder_of(shard.shard), COUNT_FILE), []).append(shard)
     for path, shards in by_file.items():
         if count_file is None and not storage.exists(path):
             continue  # no count file beside the shards: nothing to disagree with
@@ -256,7 +256,7 @@ def _check_counts(report: VerifyReport, count_file: str | None) -> None:
                 shard.problems.append(
                     Problem("counts-mismatch", f"{name} says {counts[shard.name]}, {shard.readable} readable")
                 )
-        if all(storage.parent(s.shard) in selection.whole for s in shards):
+        if all(selection.given_whole(s.shard) for s in shards):
             extra = sorted(set(counts) - {s.name for s in shards})
             if extra:
                 report.problems.append(Problem("counts-extra", f"{name} lists unknown shards: {', '.join(extra[:5])}"))
@@ -288,11 +288,17 @@ def verify_dataset(
     results = _run_shards(selection.shards, selection.sizes, decode=decode, require=require, workers=workers, progress=progress)
     label = path if isinstance(path, str) else " ".join(path)
     report = VerifyReport(label, results, decode=decode, require=require, selection=selection)
-    by_shard = {r.shard: r for r in results}
-    for shards in selection.datasets.values():
-        _cross_shard_duplicates([by_shard[s] for s in shards], report.label)
-    _check_counts(report, count_file)
+    check_datasets(report, count_file)
     return report
+
+
+def check_datasets(report: VerifyReport, count_file: str | None = None) -> None:
+    """The checks across shards, per dataset (folder): keys unique within it (later copies become bad samples)
+    and its count file against its shards. ``fgdata report`` runs them on its own shard checks too."""
+    by_shard = {r.shard: r for r in report.shards}
+    for shards in report.selection.datasets.values():
+        _cross_shard_duplicates([by_shard[s] for s in shards if s in by_shard], report.label)
+    _check_counts(report, count_file)
 
 
 def write_ignore(report: VerifyReport, path: str) -> dict[str, list[str]]:
@@ -317,4 +323,4 @@ def report_json(report: VerifyReport) -> str:
     return json.dumps(report.to_json(), indent=1)
 
 
-__all__ = ["VerifyReport", "verify_dataset", "write_counts", "write_ignore", "report_json"]
+__all__ = ["VerifyReport", "check_datasets", "verify_dataset", "write_counts", "write_ignore", "report_json"]

@@ -82,8 +82,8 @@ def _summarise(ext: str, data: bytes) -> dict[str, Any]:
 class _Shown:
     """Summaries (and preview tiles, as ``fgdata report`` draws them) of the samples shown, one member at a time."""
 
-    def __init__(self, shard: str, preview: bool):
-        self.shard = storage.basename(shard)
+    def __init__(self, label: str, preview: bool):
+        self.shard = label
         self.preview = preview
         self.samples: list[dict[str, Any]] = []
         self.tiles: list[Tile] = []
@@ -125,15 +125,16 @@ def _local_members(sf: ShardFile, entry: SampleEntry) -> Iterator[tuple[str, int
 
 
 def inspect_shard(path: str, *, limit: int = 5, key: str | None = None, preview: bool = False,
-                  shown_before: int = 0) -> tuple[ShardReport, list[Tile]]:
-    """Summarise a shard; returns the report and, with ``preview``, thumbnails of the samples shown.
+                  shown_before: int = 0, label: str | None = None) -> tuple[ShardReport, list[Tile]]:
+    """Summarise a shard; returns the report and, with ``preview``, thumbnails of the samples shown (named by
+    ``label``, default the shard's name).
 
     With ``key`` only that sample is shown; otherwise the first ``limit - shown_before`` samples.
     Raises FgdataError when the file is not a tar at all.
     """
     ext_sets: Counter[str] = Counter()
     bytes_per_ext: Counter[str] = Counter()
-    shown = _Shown(path, preview)
+    shown = _Shown(label or storage.basename(path), preview)
 
     def wanted(k: str, i: int) -> bool:
         return k == key if key is not None else shown_before + i < limit
@@ -171,14 +172,18 @@ def inspect_shard(path: str, *, limit: int = 5, key: str | None = None, preview:
 
 def combine(reports: list[ShardReport]) -> ShardReport:
     """Several shards' reports as one: summed counts and bytes, the samples shown in shard order (each naming its
-    shard), damage left to the shards' own reports. ``shard`` says how many shards it covers."""
+    shard: its name, or its path when they come from several folders), damage left to the shards' own reports.
+    ``shard`` says how many shards it covers."""
+    from fgdata.shards.select import ShardSet
+
+    selection = ShardSet([r.shard for r in reports])
     ext_sets: Counter[str] = Counter()
     bytes_per_ext: Counter[str] = Counter()
     shown: list[dict[str, Any]] = []
     for r in reports:
         ext_sets.update(r.ext_sets)
         bytes_per_ext.update(r.bytes_per_ext)
-        shown += [{"shard": storage.basename(r.shard), **s} for s in r.shown]
+        shown += [{"shard": selection.label(r.shard), **s} for s in r.shown]
     return ShardReport(f"{len(reports):,} shards", sum(r.samples for r in reports), dict(ext_sets.most_common()),
                        dict(sorted(bytes_per_ext.items())), shown)
 
@@ -194,8 +199,10 @@ def inspect_shards(paths: str | list[str], *, limit: int = 5, key: str | None = 
     reports: list[ShardReport] = []
     tiles: list[Tile] = []
     shown = 0
-    for shard in resolve_shards(paths).shards:
-        report, more = inspect_shard(shard, limit=limit, key=key, preview=preview, shown_before=shown)
+    selection = resolve_shards(paths)
+    for shard in selection.shards:
+        report, more = inspect_shard(shard, limit=limit, key=key, preview=preview, shown_before=shown,
+                                     label=selection.label(shard))
         reports.append(report)
         tiles.extend(more)
         shown += len(report.shown)

@@ -156,3 +156,19 @@ def test_inspect_of_many_shards_shows_limit_samples_in_one_summary(tmp_path, sam
     assert doc["total_samples"] == 30 and len(doc["shards"]) == 30
     assert [s["key"] for s in doc["samples_shown"]] == ["sample_000000", "sample_000001", "sample_000002"]
     assert doc["extension_sets"] == {"jpg,txt": 30}
+
+
+def test_inspect_key_in_several_datasets_names_each_by_path(tmp_path, sample_images):
+    """Every dataset numbers keys from sample_000000: --key shows the match in each, named by its folder's path."""
+    for name, caption in (("a", "first"), ("b", "second")):
+        with ShardWriter(str(tmp_path / name), maxcount=2) as w:
+            for i in range(3):
+                w.write(f"sample_{i:06d}", {"jpg": sample_images[0].read_bytes(), "txt": f"{caption} {i}".encode()})
+    doc = json.loads(fg("inspect", "a", "b", "--key", "sample_000000", "--json", cwd=tmp_path).stdout)
+    assert [(s["shard"], s["members"]["txt"]["text"]) for s in doc["samples_shown"]] == [
+        ("a/00000.tar", "first 0"), ("b/00000.tar", "second 0")]
+    out = fg("inspect", "a", "b", "--key", "sample_000000", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "a/00000.tar sample_000000" in out.stdout and "b/00000.tar sample_000000" in out.stdout
+    alone = json.loads(fg("inspect", "a", "--key", "sample_000002", "--json", cwd=tmp_path).stdout)
+    assert [s["shard"] for s in alone["samples_shown"]] == ["00001.tar"]

@@ -287,3 +287,27 @@ def test_cli_names_the_dataset_in_every_row_and_the_loader_takes_its_ignore_inde
     assert len(rows) == 4 and all("a/0000" in r or "b/0000" in r for r in rows), table.stdout
     doc = json.loads(run_cli("count-shards", "a", "b", "--no-write", "--json", cwd=tmp_path).stdout)
     assert [(d["path"], d["samples"]) for d in doc["datasets"]] == [("a", 4), ("b", 4)]
+
+
+def test_one_folder_spelled_several_ways_is_one_dataset_read_once(tmp_path, monkeypatch):
+    """`verify a ./a` (or a symlink to a): the same shards, checked once as one dataset, and said so in one line."""
+    from fgdata.shards import ShardSet, resolve_shards
+
+    write_dataset(tmp_path / "a", n=6, maxcount=3)
+    (tmp_path / "link").symlink_to(tmp_path / "a", target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    selection = resolve_shards(["a", "./a", "link", str(tmp_path / "a" / "00001.tar")])
+    assert selection.shards == ["a/00000.tar", "a/00001.tar"] and selection.folders == ["a"]
+    assert len(selection.repeated) == 5 and "5 shard(s) named more than once" in selection.repeated_note()
+    mixed = resolve_shards(["a/00000.tar", "./a"])  # one dataset however its shards are spelled, given whole
+    assert mixed.shards == ["a/00000.tar", "./a/00001.tar"] and mixed.folders == ["a"]
+    assert all(mixed.given_whole(s) for s in mixed.shards) and mixed.label("./a/00001.tar") == "00001.tar"
+    report = verify_dataset(["a", "./a", "link"], workers=1)
+    assert report.ok and report.samples == 6 and not report.several
+    s3 = ShardSet(["s3://bkt/x/00000.tar", "s3://bkt//x/00001.tar", "s3://bkt/y/00000.tar"])  # prefixes normalised
+    assert s3.folders == ["s3://bkt/x", "s3://bkt/y"] and s3.folder_of("s3://bkt//x/00001.tar") == "s3://bkt/x"
+    proc = run_cli("verify", "a", "./a", "-w", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stderr.count("named more than once") == 1 and "a: " not in proc.stdout
+    rows = [line for line in proc.stdout.splitlines() if ".tar" in line and "│" in line]
+    assert len(rows) == 2 and "a/0000" not in proc.stdout
