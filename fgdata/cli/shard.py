@@ -78,7 +78,21 @@ class ScaleFlags:
 class ImageFlags:
     """``shard images``: one output format, re-encoding, and how images are normalised for display."""
 
-    max_side: Optional[int] = flag(MAX_SIDE)
+    max_side: Optional[int] = flag(typer.Option(
+        None, "--max-side", min=2,
+        help="Re-encode, shrinking the longer side to N px (--resize-mode keep_ratio_largest that never enlarges)."))
+    resize_mode: Optional[str] = flag(typer.Option(
+        None, "--resize-mode",
+        help="img2dataset's resize to --image-size: no, keep_ratio (shorter side to N), keep_ratio_largest (longer side "
+             "to N), center_crop (shorter side to N, centre N x N), border (inside N x N, padded with --background). "
+             "Smaller images are enlarged."))
+    image_size: Optional[int] = flag(typer.Option(None, "--image-size", min=2, help="The N of --resize-mode."))
+    min_image_size: Optional[int] = flag(typer.Option(
+        None, "--min-image-size", min=1, help="Fail images whose smaller side is below N px as 'filtered'."))
+    max_image_area: Optional[int] = flag(typer.Option(
+        None, "--max-image-area", min=1, help="Fail images of more than N pixels (width x height) as 'filtered'."))
+    max_aspect_ratio: Optional[float] = flag(typer.Option(
+        None, "--max-aspect-ratio", help="Fail images whose longer side / shorter side is above R as 'filtered'."))
     image_format: str = flag(typer.Option(
         "jpg", "--format",
         help="jpg (JPEG inputs kept byte for byte, others encoded at --quality), png, webp, or keep (each input's "
@@ -226,7 +240,9 @@ def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: Sou
 
     what = ShardOptions(kind="images", max_side=image.max_side, image_format=image.image_format,
                         quality=image.quality, background=image.background, keep_icc=image.keep_icc,
-                        max_pixels=image.max_pixels, dedupe=image.dedupe)
+                        max_pixels=image.max_pixels, dedupe=image.dedupe, resize_mode=image.resize_mode,
+                        image_size=image.image_size, min_image_size=image.min_image_size,
+                        max_image_area=image.max_image_area, max_aspect_ratio=image.max_aspect_ratio)
     _run(_job(what, src, dst, source, sharding, scale, job, download=fetch.options()), out)
 
 
