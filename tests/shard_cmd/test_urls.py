@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -285,3 +286,28 @@ def test_a_slow_body_ends_at_the_total_deadline(cli, server, tmp_path):
         "--retries", "0", "-q")
     report = json.loads((dest / "failures.json").read_text())
     assert [f["reason"] for f in report["failures"]] == ["timeout: over 0.3 s in all"]
+
+
+def test_report_shows_the_download_stats(cli, server, tmp_path):
+    """``fgdata report`` on a URL job's folder: its successes and failures by reason, in the terminal and the page."""
+    import subprocess
+
+    paths = [f"/img/{i}.png" for i in range(3)] + ["/missing.png", "/flaky.png", "/not-image.png"]
+    manifest = _manifest(tmp_path, server.url, paths)
+    dest = tmp_path / "out"
+    cli("shard", "images", manifest, dest, "--path-column", "url", "--retries", "0", "--maxcount", "2", "-q")
+    stats = json.loads((dest / "shard_stats.json").read_text())
+    assert stats["failed_by_reason"] == {"http": 2, "image-decode": 1} and stats["retryable"] == 1
+    page = tmp_path / "report.html"
+    res = subprocess.run([*FGDATA, "report", str(dest), "-o", str(page)], capture_output=True, text=True,
+                         env={**os.environ, "COLUMNS": "200"})
+    assert res.returncode == 0, res.stderr
+    line = next(line for line in res.stdout.splitlines() if line.strip().startswith("downloads"))
+    assert "3 of 6 URLs written, 3 failed (http 2, image-decode 1); 1 retryable" in line
+    html = page.read_text()
+    assert 'id="downloads"' in html and "3 of 6 URLs written, 3 failed, 1 of them retryable" in html
+    assert '<td>http</td><td class="n">2</td>' in html
+    doc = json.loads(subprocess.run([*FGDATA, "report", str(dest), "-o", str(tmp_path / "r2.html"), "--json"],
+                                    capture_output=True, text=True).stdout)
+    assert doc["downloads"] == {"file": str(dest / "shard_stats.json"), "successes": 3, "failed": 3,
+                                "failed_by_reason": {"http": 2, "image-decode": 1}, "retryable": 1}
