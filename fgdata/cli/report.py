@@ -57,7 +57,7 @@ def download_line(d: dict[str, Any]) -> str:
     """A URL job's successes and failures by reason (its shard_stats.json), in one line."""
     seen = d["successes"] + d["failed"]
     reasons = ", ".join(f"{reason} {n:,}" for reason, n in d["failed_by_reason"].items())
-    retry = f"; {d['retryable']:,} retryable" if d["retryable"] else ""
+    retry = f"; {d['retryable']:,} retryable (shard again with --retry-failed)" if d["retryable"] else ""
     return (f"{d['successes']:,} of {seen:,} URLs written, {d['failed']:,} failed" + (f" ({reasons})" if reasons else "")
             + retry)
 

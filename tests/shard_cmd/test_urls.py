@@ -42,6 +42,7 @@ class FaultServer:
     def __init__(self) -> None:
         self.release = threading.Event()  # a stalled body waits for this (set only at teardown)
         self.hits: dict[str, int] = {}
+        self.down = True  # /down.png answers 500 until a test sets this False
         self.agents: set[str] = set()
         self.lock = threading.Lock()
         self.big = _noise_png(64)
@@ -78,6 +79,8 @@ class FaultServer:
                     server.agents.add(self.headers.get("User-Agent", ""))
                 if path.startswith("/img/"):
                     self._send(200, {"Content-Type": "image/png"}, png_bytes(int(path[5:].split(".")[0])))
+                elif path == "/down.png":  # 500 while the server is "down", then the image
+                    self._send(*((500, {}, b"down") if server.down else (200, {}, png_bytes(15))))
                 elif path == "/flaky.png" and hit == 1:  # 500, then the image
                     self._send(500, {}, b"oops")
                 elif path == "/busy.png" and hit == 1:  # 429 with Retry-After, then the image
@@ -303,7 +306,7 @@ def test_report_shows_the_download_stats(cli, server, tmp_path):
                          env={**os.environ, "COLUMNS": "200"})
     assert res.returncode == 0, res.stderr
     line = next(line for line in res.stdout.splitlines() if line.strip().startswith("downloads"))
-    assert "3 of 6 URLs written, 3 failed (http 2, image-decode 1); 1 retryable" in line
+    assert "3 of 6 URLs written, 3 failed (http 2, image-decode 1); 1 retryable (shard again with --retry-failed)" in line
     html = page.read_text()
     assert 'id="downloads"' in html and "3 of 6 URLs written, 3 failed, 1 of them retryable" in html
     assert '<td>http</td><td class="n">2</td>' in html
@@ -311,3 +314,32 @@ def test_report_shows_the_download_stats(cli, server, tmp_path):
                                     capture_output=True, text=True).stdout)
     assert doc["downloads"] == {"file": str(dest / "shard_stats.json"), "successes": 3, "failed": 3,
                                 "failed_by_reason": {"http": 2, "image-decode": 1}, "retryable": 1}
+
+
+def test_retry_failed_ends_as_a_fresh_run_that_succeeded(cli, server, tmp_path):
+    """A 500 (with --retries 0) is fetched again by --retry-failed once the server answers: the bytes are those of
+    a fresh run against the answering server. A 404 in an earlier shard is final: not fetched again."""
+    paths = ["/missing.png"] + [f"/img/{i}.png" for i in range(5)] + ["/down.png"] + [f"/img/{i}.png" for i in range(10, 14)]
+    manifest = _manifest(tmp_path, server.url, paths)
+    dest, fresh = tmp_path / "out", tmp_path / "fresh"
+    flags = ["--path-column", "url", "--retries", "0", "--maxcount", "2", "-q"]
+    cli("shard", "images", manifest, dest, *flags)
+    first = json.loads((dest / "failures.json").read_text())
+    assert [f["reason"] for f in first["failures"]] == ["http: status 404", "http: status 500"]
+    before = _tree(dest)
+    cli("shard", "images", manifest, dest, *flags)  # a plain rerun keeps the failure
+    assert _tree(dest) == before and server.hits["/down.png"] == 1
+    server.down = False
+    server.reset()
+    doc = json.loads(cli("shard", "images", manifest, dest, *flags[:-1], "--retry-failed", "--json").stdout)
+    assert (doc["retried"], doc["recovered"]) == (1, 1) and doc["written"] == len(paths) - 1
+    assert server.hits.get("/missing.png", 0) == 0 and server.hits["/down.png"] == 1
+    assert "/img/0.png" not in server.hits  # shards before the first retryable failure are kept
+    cli("shard", "images", manifest, fresh, *flags)
+    assert _tree(dest) == _tree(fresh)
+    stats = json.loads((dest / "shard_stats.json").read_text())
+    assert stats["failed_by_reason"] == {"http": 1} and stats["retryable"] == 0
+    again = json.loads(cli("shard", "images", manifest, dest, *flags[:-1], "--retry-failed", "--json").stdout)
+    assert again["retried"] == 0 and _tree(dest) == _tree(fresh)  # nothing retryable left: nothing to do
+    result = cli("shard", "images", manifest, dest, *flags, "--retry-failed", "--no-resume", expect=2)
+    assert "--retry-failed" in result.output
