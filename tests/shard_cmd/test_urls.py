@@ -343,3 +343,22 @@ def test_retry_failed_ends_as_a_fresh_run_that_succeeded(cli, server, tmp_path):
     assert again["retried"] == 0 and _tree(dest) == _tree(fresh)  # nothing retryable left: nothing to do
     result = cli("shard", "images", manifest, dest, *flags, "--retry-failed", "--no-resume", expect=2)
     assert "--retry-failed" in result.output
+
+
+def test_a_zst_manifest_gives_the_samples_of_the_plain_one(cli, server, tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    paths = [f"/img/{i}.png" for i in range(3)] + ["/missing.png"]
+    plain = _manifest(tmp_path, server.url, paths)
+    packed = tmp_path / "urls.jsonl.zst"
+    lines = plain.read_bytes().splitlines(keepends=True)
+    # two frames, as pzstd writes: both are read
+    packed.write_bytes(b"".join(zstandard.ZstdCompressor().compress(b"".join(part)) for part in (lines[:2], lines[2:])))
+    for manifest, dest in ((plain, tmp_path / "plain"), (packed, tmp_path / "zst")):
+        cli("shard", "images", manifest, dest, "--path-column", "url", "-q")
+    assert _samples(tmp_path / "zst") == _samples(tmp_path / "plain") and len(_samples(tmp_path / "plain")) == 3
+    report = json.loads((tmp_path / "zst" / "failures.json").read_text())
+    assert report["seen"] == 4 and report["failed_by_reason"] == {"http": 1}
+    broken = tmp_path / "broken.jsonl.zst"
+    broken.write_bytes(packed.read_bytes()[:-6])
+    result = cli("shard", "images", broken, tmp_path / "bad", "--path-column", "url", "-q", expect=1)
+    assert "broken.jsonl.zst: a truncated zstd file" in str(result.exception)  # never a shorter manifest
