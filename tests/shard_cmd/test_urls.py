@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -362,3 +363,46 @@ def test_a_zst_manifest_gives_the_samples_of_the_plain_one(cli, server, tmp_path
     broken.write_bytes(packed.read_bytes()[:-6])
     result = cli("shard", "images", broken, tmp_path / "bad", "--path-column", "url", "-q", expect=1)
     assert "broken.jsonl.zst: a truncated zstd file" in str(result.exception)  # never a shorter manifest
+
+
+def _accept_queue(listener) -> tuple[int, int]:
+    """A listening socket's (connections waiting to be accepted, most it queues), from Linux's TCP_INFO."""
+    import socket
+    import struct
+
+    info = listener.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 32)
+    return struct.unpack_from("II", info, 24)  # tcpi_unacked, tcpi_sacked: the accept queue of a listener
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's TCP_INFO of a listener")
+def test_a_connect_that_never_completes_is_a_timeout(cli, server, tmp_path):
+    """A host that takes no connection (its accept queue full, so the kernel drops the SYN) ends at
+    --connect-timeout as a retryable timeout that says so; the other URLs are written."""
+    import socket
+
+    listener = socket.socket()
+    fillers = []
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        while _accept_queue(listener)[0] <= _accept_queue(listener)[1]:  # fill it: one connection never accepted
+            assert len(fillers) < 8, _accept_queue(listener)
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(listener.getsockname())
+            fillers.append(filler)
+        dead = f"http://127.0.0.1:{listener.getsockname()[1]}/never.png"
+        manifest = tmp_path / "urls.jsonl"
+        manifest.write_text("".join(json.dumps({"url": u}) + "\n" for u in (server.url + "/img/1.png", dead)))
+        dest = tmp_path / "out"
+        cli("shard", "images", manifest, dest, "--path-column", "url", "--connect-timeout", "0.2",
+            "--stall-timeout", "30", "--timeout", "60", "--retries", "1", "-q")
+        report = json.loads((dest / "failures.json").read_text())
+        assert [(f["input"], f["reason"]) for f in report["failures"]] == [
+            (dead, "timeout: no connection in time (2 tries)")]
+        assert report["seen"] == 2 and report["written"] == 1
+        assert json.loads((dest / "shard_stats.json").read_text())["retryable"] == 1
+    finally:
+        for s in fillers:
+            s.close()
+        listener.close()
