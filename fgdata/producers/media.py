@@ -109,7 +109,7 @@ class ShardOptions:
         if resizing and self.image_size is None:
             raise OptionError(f"--resize-mode {self.resize_mode} needs --image-size N")
         if self.image_size is not None and not resizing:
-            raise OptionError("--image-size needs a --resize-mode (keep_ratio, keep_ratio_largest, center_crop or border)")
+            raise OptionError("--image-size needs a --resize-mode that resizes (keep_ratio, keep_ratio_largest, center_crop or border)")
         if self.image_size is not None and self.image_size < 2:
             raise OptionError("--image-size must be at least 2")
         if resizing and self.max_side is not None:
