@@ -53,6 +53,15 @@ def numeric_field_line(f: dict[str, Any]) -> str:
             f"kept{share}")
 
 
+def download_line(d: dict[str, Any]) -> str:
+    """A URL job's successes and failures by reason (its shard_stats.json), in one line."""
+    seen = d["successes"] + d["failed"]
+    reasons = ", ".join(f"{reason} {n:,}" for reason, n in d["failed_by_reason"].items())
+    retry = f"; {d['retryable']:,} retryable (shard again with --retry-failed)" if d["retryable"] else ""
+    return (f"{d['successes']:,} of {seen:,} URLs written, {d['failed']:,} failed" + (f" ({reasons})" if reasons else "")
+            + retry)
+
+
 def _summary_table(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -89,6 +98,8 @@ def _summary_table(doc: dict[str, Any]) -> None:
         table.add_row("captions", f"{c['samples']:,}; {dist(c['words'], ' words')}; often starting {first}")
     for name, f in doc.get("numeric_fields", {}).items():
         table.add_row(name, numeric_field_line(f))
+    if "downloads" in doc:
+        table.add_row("downloads", download_line(doc["downloads"]))
     for key, n in list(doc.get("tensors", {}).items())[:3]:
         table.add_row("tensors", f"{key} ×{n:,}")
     problems = doc["problems"]

@@ -78,7 +78,21 @@ class ScaleFlags:
 class ImageFlags:
     """``shard images``: one output format, re-encoding, and how images are normalised for display."""
 
-    max_side: Optional[int] = flag(MAX_SIDE)
+    max_side: Optional[int] = flag(typer.Option(
+        None, "--max-side", min=2,
+        help="Re-encode, shrinking the longer side to N px (--resize-mode keep_ratio_largest that never enlarges)."))
+    resize_mode: Optional[str] = flag(typer.Option(
+        None, "--resize-mode",
+        help="img2dataset's resize to --image-size: no, keep_ratio (shorter side to N), keep_ratio_largest (longer side "
+             "to N), center_crop (shorter side to N, centre N x N), border (inside N x N, padded with --background). "
+             "Smaller images are enlarged."))
+    image_size: Optional[int] = flag(typer.Option(None, "--image-size", min=2, help="The N of --resize-mode."))
+    min_image_size: Optional[int] = flag(typer.Option(
+        None, "--min-image-size", min=1, help="Fail images whose smaller side is below N px as 'filtered'."))
+    max_image_area: Optional[int] = flag(typer.Option(
+        None, "--max-image-area", min=1, help="Fail images of more than N pixels (width x height) as 'filtered'."))
+    max_aspect_ratio: Optional[float] = flag(typer.Option(
+        None, "--max-aspect-ratio", help="Fail images whose longer side / shorter side is above R as 'filtered'."))
     image_format: str = flag(typer.Option(
         "jpg", "--format",
         help="jpg (JPEG inputs kept byte for byte, others encoded at --quality), png, webp, or keep (each input's "
@@ -116,6 +130,7 @@ class DownloadFlags:
     max_redirects: int = flag(typer.Option(5, "--max-redirects", min=0, help="Redirects followed at most."))
     user_agent_token: Optional[str] = flag(typer.Option(None, "--user-agent-token", help="Appended to fgdata's User-Agent: a contact (email or URL) for site owners."))
     honour_opt_out: bool = flag(typer.Option(True, "--honour-opt-out/--ignore-opt-out", help="Skip URLs whose X-Robots-Tag says noai, noimageai, noindex or none (default), or fetch them anyway."))
+    retry_failed: bool = flag(typer.Option(False, "--retry-failed", help="Rerun of a URL job: fetch again the inputs that failed for a retryable reason (timeout, dropped connection, 429, 5xx), rewriting the shards from the first that holds one; ends as a fresh run in which they answered."))
 
     def options(self) -> Any:  # a DownloadOptions
         from fgdata.storage.http import DownloadOptions
@@ -156,6 +171,8 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     rows.append(("shards", f"{len(report.shards):,}"))
     if report.resumed:
         rows.append(("resumed after", f"{report.resumed:,} inputs"))
+    if report.retried:
+        rows.append(("retried", f"{report.retried:,} retryable failure(s): {report.recovered:,} now written"))
     if report.changed:
         rows.append(("changed inputs", f"{len(report.changed):,}: wrote {len(report.rewritten):,} shard(s) again"))
     rows.append(("read", human_bytes(report.nbytes)))
@@ -167,7 +184,7 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
                "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes,
                "warnings": len(report.warnings), "skipped": len(report.skipped),
                "changed_inputs": report.changed, "rewritten_shards": report.rewritten,
-               "normalised": report.normalised}
+               "normalised": report.normalised, "retried": report.retried, "recovered": report.recovered}
     if report.clips is not None:
         details["clips"] = report.clips.to_json()
     if report.stats_path:
@@ -226,8 +243,11 @@ def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: Sou
 
     what = ShardOptions(kind="images", max_side=image.max_side, image_format=image.image_format,
                         quality=image.quality, background=image.background, keep_icc=image.keep_icc,
-                        max_pixels=image.max_pixels, dedupe=image.dedupe)
-    _run(_job(what, src, dst, source, sharding, scale, job, download=fetch.options()), out)
+                        max_pixels=image.max_pixels, dedupe=image.dedupe, resize_mode=image.resize_mode,
+                        image_size=image.image_size, min_image_size=image.min_image_size,
+                        max_image_area=image.max_image_area, max_aspect_ratio=image.max_aspect_ratio)
+    _run(_job(what, src, dst, source, sharding, scale, job, download=fetch.options(), retry_failed=fetch.retry_failed),
+         out)
 
 
 @shard_app.command("videos")
@@ -246,7 +266,8 @@ def videos_cmd(src: str = SRC, dst: str = DST, *, video: VideoFlags, source: Sou
 
     what = ShardOptions(kind="videos", clip_seconds=video.clip_seconds, exact_clips=video.exact, fps=video.fps,
                         max_side=video.max_side)
-    _run(_job(what, src, dst, source, sharding, scale, job, download=fetch.options()), out)
+    _run(_job(what, src, dst, source, sharding, scale, job, download=fetch.options(), retry_failed=fetch.retry_failed),
+         out)
 
 
 @shard_app.command("prompts")

@@ -88,6 +88,7 @@ class ShardJob:
     follow_symlinks: bool = False  # read links that point outside a source folder (they are refused otherwise)
     wait_timeout: float | None = None  # torchrun: seconds rank 0 waits for the other ranks' units
     download: DownloadOptions | None = None  # how http(s) inputs are fetched (default settings when None)
+    retry_failed: bool = False  # fetch again the inputs of complete shards that failed for a retryable reason
 
     @property
     def command(self) -> str:
@@ -117,6 +118,8 @@ class JobReport:
     changed: list[str] = field(default_factory=list)  # inputs replaced since the earlier run (their names)
     rewritten: list[str] = field(default_factory=list)  # shards of the earlier run written again for them
     stats_path: str | None = None  # URL jobs: shard_stats.json (per-shard successes and failures by reason)
+    retried: int = 0  # --retry-failed: inputs of complete shards fetched again for a retryable failure
+    recovered: int = 0  # of those, the ones written now
 
 
 def load_items(job: ShardJob) -> Listing:
@@ -259,6 +262,9 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None, on_start: C
     if job.engine not in ("local", "ray"):
         raise OptionError(f"--engine must be 'local' or 'ray', not {job.engine!r}")
     rank, world = dist_env()
+    if job.retry_failed and (job.engine == "ray" or world > 1 or not job.resume or job.overwrite):
+        raise OptionError("--retry-failed continues an earlier run as one stream: not with --engine ray, torchrun, "
+                          "--no-resume or --overwrite")
     if job.options.dedupe and (job.engine == "ray" or world > 1):
         raise FgdataError("--dedupe compares every input with all before it: run it as one stream "
                           "(--engine local, not under torchrun)")
@@ -307,7 +313,8 @@ def _run_claimed(job: ShardJob, inputs: tuple[Listing, InputStamps], order: list
     writer = ShardWriter(job.dest, pattern=PATTERN, maxcount=job.maxcount, maxsize=job.maxsize,
                          stage=storage.staging_dir(job.dest), stamps=lambda p: stamps[order[p]])
     try:
-        result = write_range(writer, items, order, (0, len(items)), job.options, job.workers, progress)
+        result = write_range(writer, items, order, (0, len(items)), job.options, job.workers, progress,
+                             retry_failed=job.retry_failed)
         summary = writer.close()  # the last shard may still be staged when a stop comes
     except Interrupted as stop:
         writer.abort()
@@ -320,6 +327,8 @@ def _run_claimed(job: ShardJob, inputs: tuple[Listing, InputStamps], order: list
                      clips=result.clips)
     report.changed, report.rewritten = result.changed, result.rewritten
     report.normalised = dict(sorted(result.normalised.items()))
+    still = {f.input for f in summary.failures}
+    report.retried, report.recovered = len(result.retried), sum(p not in still for p in result.retried)
     return report
 
 
@@ -407,6 +416,7 @@ class RangeResult:
     changed: list[str] = field(default_factory=list)  # inputs replaced since the earlier run (their names)
     rewritten: list[str] = field(default_factory=list)  # complete shards of the earlier run written again
     normalised: Counter[str] = field(default_factory=Counter)  # images normalised in this run, by change
+    retried: list[int] = field(default_factory=list)  # --retry-failed: positions of retryable failures fetched again
 
     def add(self, other: "RangeResult") -> None:
         self.written += other.written
@@ -434,8 +444,22 @@ def _changed_shards(records: Sequence[ShardRecord], items: Sequence[WorkItem], o
         r.input_end in changed and r.input_end < len(order) and _holds(r.last_key, items[order[r.input_end]]))]
 
 
+def _retryable_failures(writer: ShardWriter) -> tuple[list[ShardRecord], list[int]]:
+    """``--retry-failed``: the complete shards with the positions of their retryable failures (timeouts, dropped
+    connections, 429, 5xx) counted as changed inputs, and those positions."""
+    from fgdata.storage.http import retryable
+
+    point = writer.resume_point
+    again = sorted(f.input for f in point.failures if f.input is not None and f.input < point.next_input
+                   and retryable(f.reason))
+    records = [replace(r, changed=sorted({*r.changed, *(p for p in again if r.input_start <= p < r.input_end)}))
+               for r in point.records]
+    return records, again
+
+
 def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[int], span: tuple[int, int],
-                options: ShardOptions, workers: int = 1, progress: ProgressFn | None = None) -> RangeResult:
+                options: ShardOptions, workers: int = 1, progress: ProgressFn | None = None,
+                retry_failed: bool = False) -> RangeResult:
     """Transform positions ``span = (first, stop)`` (``order[p]`` is the item at position p) and write them.
 
     Resume: ``writer.resume_point.next_input`` says where to continue. When inputs of complete shards changed
@@ -444,14 +468,20 @@ def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
     and input, and the next earlier shard's first sample would not fit: the boundary a fresh run draws), the
     unchanged shards that follow are kept as they are, up to the next changed one. A change that moves a
     boundary (an input that failed now gives a sample) rewrites the shards after it, as a fresh run would.
+
+    ``retry_failed``: inputs that failed for a retryable reason count as changed, so the output ends as a fresh
+    run in which they succeeded (or failed again) would.
     """
     records = list(writer.resume_point.records)
+    changed = sorted({p for r in records for p in r.changed})
+    retried: list[int] = []
+    if retry_failed:
+        records, retried = _retryable_failures(writer)
     rewrite = _changed_shards(records, items, order)
     if not rewrite:
         result = _write_span(writer, items, order, span, options, workers, progress)
         result.resumed = max(0, writer.resume_point.next_input - span[0])
         return result
-    changed = sorted({p for r in records for p in r.changed})
     writer.rewind(rewrite[0])
     total = _write_span(writer, items, order, (span[0], records[rewrite[0]].input_end), options, workers, progress)
     total.resumed = max(0, writer.resume_point.next_input - span[0])
@@ -481,6 +511,7 @@ def write_range(writer: ShardWriter, items: Sequence[WorkItem], order: Sequence[
         pos = records[n].input_end
     total.add(_write_span(writer, items, order, (pos, span[1]), options, workers, progress))
     total.changed = [items[order[p]].name for p in changed]
+    total.retried = retried
     total.rewritten = [r.name for m, r in enumerate(records) if m not in kept]
     return total
 

@@ -40,6 +40,8 @@ from fgdata.storage.http import DownloadFailed, DownloadOptions, configure, stop
 
 Kind = Literal["images", "videos", "prompts"]
 IMAGE_FORMATS = ("jpg", "png", "webp")
+#: ``--resize-mode`` choices, as img2dataset names them (``no``: sizes kept).
+RESIZE_MODES = ("no", "keep_ratio", "keep_ratio_largest", "center_crop", "border")
 #: ``--format`` choices: one output format, or ``keep`` (each input's own format).
 FORMAT_CHOICES = (*IMAGE_FORMATS, "keep")
 _PIL_EXT = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff"}
@@ -70,6 +72,12 @@ class ShardOptions:
     max_pixels: int | None = None  # the decompression-bomb limit (None: Pillow's, or FGDATA_MAX_PIXELS)
     download: DownloadOptions | None = None  # set for jobs whose inputs are http(s) URLs
     dedupe: str | None = None  # "sha256": keep the first of inputs with equal bytes (images)
+    # img2dataset's resize and filters (images); None is "not set", so older job records still match
+    resize_mode: str | None = None  # one of RESIZE_MODES, with image_size
+    image_size: int | None = None
+    min_image_size: int | None = None  # the smaller side below it: filtered
+    max_image_area: int | None = None  # width x height above it: filtered
+    max_aspect_ratio: float | None = None  # longer side / shorter side above it: filtered
 
     def __post_init__(self) -> None:
         if self.image_format not in FORMAT_CHOICES:
@@ -92,6 +100,36 @@ class ShardOptions:
             raise OptionError("--max-pixels must be at least 1")
         if self.dedupe not in (None, "sha256"):
             raise OptionError(f"--dedupe must be sha256, not {self.dedupe!r}")
+        self._check_resize()
+
+    def _check_resize(self) -> None:
+        if self.resize_mode not in (None, *RESIZE_MODES):
+            raise OptionError(f"--resize-mode must be one of {', '.join(RESIZE_MODES)}, not {self.resize_mode!r}")
+        resizing = self.resize_mode not in (None, "no")
+        if resizing and self.image_size is None:
+            raise OptionError(f"--resize-mode {self.resize_mode} needs --image-size N")
+        if self.image_size is not None and not resizing:
+            raise OptionError("--image-size needs a --resize-mode that resizes (keep_ratio, keep_ratio_largest, center_crop or border)")
+        if self.image_size is not None and self.image_size < 2:
+            raise OptionError("--image-size must be at least 2")
+        if resizing and self.max_side is not None:
+            raise OptionError("--max-side N is --resize-mode keep_ratio_largest --image-size N without upscaling: "
+                              "give one of them")
+        for name, value in (("--min-image-size", self.min_image_size), ("--max-image-area", self.max_image_area)):
+            if value is not None and value < 1:
+                raise OptionError(f"{name} must be at least 1")
+        if self.max_aspect_ratio is not None and self.max_aspect_ratio < 1:
+            raise OptionError("--max-aspect-ratio must be at least 1 (longer side / shorter side)")
+
+    @property
+    def resize(self) -> tuple[str, int, bool] | None:
+        """How images are resized: (img2dataset's mode, size, whether smaller images are enlarged), or None.
+        ``--max-side N`` is keep_ratio_largest to N that never enlarges."""
+        if self.resize_mode not in (None, "no") and self.image_size is not None:
+            return self.resize_mode, self.image_size, True
+        if self.max_side is not None and self.kind == "images":
+            return "keep_ratio_largest", self.max_side, False
+        return None
 
     @property
     def display(self) -> Display:
@@ -318,24 +356,66 @@ def _encode(im: Any, ext: str, options: ShardOptions, icc: bytes | None) -> byte
     return buf.getvalue()
 
 
-def _reencode(data: bytes, options: ShardOptions, ext: str, changes: dict[str, Any]) -> bytes:
-    """Decode as a viewer shows it (recording the changes), shrink to ``max_side``, encode as ``ext``."""
+def _resize_scale(width: int, height: int, resize: tuple[str, int, bool]) -> float:
+    """The scale of a ``resize`` (:attr:`ShardOptions.resize`) for an image of this size (either
+    orientation: it depends on the shorter and longer side only)."""
+    mode, size, enlarge = resize
+    side = min(width, height) if mode in ("keep_ratio", "center_crop") else max(width, height)
+    scale = size / side
+    return scale if enlarge else min(1.0, scale)
+
+
+def _resized(im: Any, resize: tuple[str, int, bool], background: tuple[int, int, int]) -> Any:
+    """``im`` resized as img2dataset's mode says: keep_ratio (shorter side to N), keep_ratio_largest
+    (longer side to N), center_crop (shorter side to N, then the centre N x N), border (inside N x N,
+    padded to N x N with ``background``)."""
     from PIL import Image
 
+    mode, size, _ = resize
+    scale = _resize_scale(im.width, im.height, resize)
+    if scale != 1.0:  # the side the mode fixes comes out N exactly: round(side * N / side)
+        size_after = (max(1, round(im.width * scale)), max(1, round(im.height * scale)))
+        im = im.resize(size_after, Image.Resampling.BICUBIC, reducing_gap=3.0)
+    if mode == "center_crop":
+        left, top = (im.width - size) // 2, (im.height - size) // 2
+        im = im.crop((left, top, left + size, top + size))
+    elif mode == "border" and im.size != (size, size):
+        fill = background if im.mode == "RGB" else round(sum(background) / 3)
+        canvas = Image.new(im.mode, (size, size), fill)
+        canvas.paste(im, ((size - im.width) // 2, (size - im.height) // 2))
+        im = canvas
+    return im
+
+
+def _filtered(width: int, height: int, options: ShardOptions) -> str | None:
+    """Why an image of this size is filtered out (``--min-image-size``, ``--max-image-area``,
+    ``--max-aspect-ratio``, as img2dataset applies them to the original), or None."""
+    short, long = min(width, height), max(width, height)
+    if options.min_image_size is not None and short < options.min_image_size:
+        return f"{width}x{height}: smaller side below --min-image-size {options.min_image_size}"
+    if options.max_image_area is not None and width * height > options.max_image_area:
+        return f"{width}x{height}: area above --max-image-area {options.max_image_area}"
+    if options.max_aspect_ratio is not None and long > options.max_aspect_ratio * short:
+        return f"{width}x{height}: aspect ratio above --max-aspect-ratio {options.max_aspect_ratio:g}"
+    return None
+
+
+def _reencode(data: bytes, options: ShardOptions, ext: str, changes: dict[str, Any]) -> bytes:
+    """Decode as a viewer shows it (recording the changes), resize (``--resize-mode`` or ``--max-side``),
+    encode as ``ext``."""
     from fgdata.media.image import decode_display, open_image
 
     draft = None
-    if options.max_side:
+    resize = options.resize
+    if resize is not None:
         # DCT scaling: decode a JPEG at >= 2x the target (Pillow's reducing gap) instead of full size.
         w, h = open_image(data).size
-        s = min(1.0, 2 * options.max_side / max(w, h))
+        s = min(1.0, 2 * _resize_scale(w, h, resize))
         draft = (math.ceil(w * s), math.ceil(h * s))
     im, made = decode_display(data, options.display, draft)
     changes.update(made)
-    if options.max_side and max(im.size) > options.max_side:
-        s = options.max_side / max(im.size)
-        size = (max(1, round(im.width * s)), max(1, round(im.height * s)))
-        im = im.resize(size, Image.Resampling.BICUBIC, reducing_gap=3.0)
+    if resize is not None:
+        im = _resized(im, resize, options.display.background)
     icc = open_image(data).info.get("icc_profile") if options.keep_icc and "cmyk" not in changes else None
     return _encode(im, ext, options, icc)
 
@@ -354,10 +434,13 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
         head = jpeg_header(data)  # one walk of a JPEG's markers: its size and what decides its display
         facts = head or describe_image(data)
         source_ext = _PIL_EXT.get(facts["format"]) or _suffix(item.path)
+        why = _filtered(facts["width"], facts["height"], options)
+        if why is not None:
+            raise _Failed("filtered", why)
         ext = source_ext if options.image_format == "keep" else options.image_format
         deep = _png_16bit(data)
         # AVIF, HEIC, ... are always encoded: the loaders read none of them.
-        reencode = bool(options.max_side) or ext != source_ext or deep or source_ext not in IMAGE_EXTS
+        reencode = options.resize is not None or ext != source_ext or deep or source_ext not in IMAGE_EXTS
         changes: dict[str, Any] = {"8-bit": "16-bit PNG"} if deep else {}
         if not reencode:  # kept unless a viewer would show it differently: a JPEG's header tells, else a decode
             if head is None:

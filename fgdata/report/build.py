@@ -28,7 +28,34 @@ def build_report(shards: Sequence[str] | ShardSet, *, name: str, paths: Sequence
 
     stats = collect(shards if isinstance(shards, ShardSet) else list(shards), sample=sample, tiles=tiles, workers=workers, progress=progress)
     doc = summarise(stats, name=name, paths=paths, thresholds=thresholds, sample=sample)
+    downloads = download_stats(shards)
+    if downloads is not None:
+        doc["downloads"] = downloads
     return Report(doc, stats, html.render(doc, stats))
+
+
+def download_stats(shards: Sequence[str]) -> dict[str, Any] | None:
+    """The totals of a URL job's ``shard_stats.json`` in the shards' folder (successes, failures by reason,
+    retryable), or None: shards from several folders, no such file, or one that is not fgdata's."""
+    import json
+
+    from fgdata import storage
+    from fgdata.jobs.stats import STATS_FILE
+
+    folders = {storage.parent(s) for s in shards}
+    if len(folders) != 1:
+        return None
+    path = storage.join(folders.pop(), STATS_FILE)
+    if not storage.exists(path):
+        return None
+    try:
+        doc = json.loads(storage.read_bytes(path))
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != "fgdata.shard-stats":
+        return None
+    return {"file": path, "successes": doc.get("successes", 0), "failed": doc.get("failed", 0),
+            "failed_by_reason": doc.get("failed_by_reason", {}), "retryable": doc.get("retryable", 0)}
 
 
 def write_contact_sheet(tiles: Sequence[Tile], path: str) -> int:

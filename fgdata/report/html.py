@@ -196,6 +196,15 @@ def render(doc: dict[str, Any], stats: Stats) -> str:
                 + _table(["member dtype[shape]", "samples"], rows, {1}))
         sections.append(("tensors", "Tensors", body))
 
+    if "downloads" in doc:
+        d = doc["downloads"]
+        rows = [[_e(reason), f"{n:,}", _share(n, d["failed"])] for reason, n in d["failed_by_reason"].items()]
+        body = (f'<p class="lead">Downloaded from a URL list (<code>{_e(d["file"])}</code>): '
+                f"{d['successes']:,} of {d['successes'] + d['failed']:,} URLs written, {d['failed']:,} failed, "
+                f"{d['retryable']:,} of them retryable (timeouts, dropped connections, 429, 5xx).</p>"
+                + (_table(["failure reason", "URLs", "share"], rows, {1, 2}) if rows else ""))
+        sections.append(("downloads", "Downloads", body))
+
     if stats.tiles:
         figures = []
         for t in stats.tiles:

@@ -67,11 +67,25 @@ def _decompress(path: str, data: bytes) -> bytes:
             import zstandard  # type: ignore[import-not-found, unused-ignore]
         except ImportError:
             raise FgdataError(f"{path}: reading .zst manifests needs zstandard: pip install zstandard") from None
-        try:
-            return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read()
-        except zstandard.ZstdError as e:
-            raise FgdataError(f"{path}: not a readable zstd file ({e})") from None
+        return _unzstd(path, data, zstandard)
     return data
+
+
+def _unzstd(path: str, data: bytes, zstandard: Any) -> bytes:
+    """Every frame of a ``.zst`` file (``pzstd`` writes several); a file that ends inside a frame is an error,
+    never a shorter manifest."""
+    parts = []
+    rest = data
+    try:
+        while rest:
+            frame = zstandard.ZstdDecompressor().decompressobj()
+            parts.append(frame.decompress(rest))
+            if not frame.eof:
+                raise FgdataError(f"{path}: a truncated zstd file (it ends inside a frame)")
+            rest = frame.unused_data
+    except zstandard.ZstdError as e:
+        raise FgdataError(f"{path}: not a readable zstd file ({e})") from None
+    return b"".join(parts)
 
 
 def _cell(value: str) -> Any:

@@ -159,7 +159,10 @@ def _connect(options: DownloadOptions, deadline: float):  # noqa: ANN202 - the s
         sock = socket.socket(family, kind, proto)
         try:
             sock.settimeout(max(0.001, min(options.connect_timeout, deadline - time.monotonic())))
-            sock.connect(sockaddr)
+            try:
+                sock.connect(sockaddr)
+            except socket.timeout:  # said apart from a server that connects and then stays silent
+                raise _Attempt("timeout", "no connection in time", retry=True) from None
             sock.settimeout(options.stall_timeout)
         except BaseException:
             sock.close()

@@ -196,6 +196,7 @@ def test_image_report(image_shards, sample_data, tmp_path):
     im = doc["images"]
     assert im["members"] == im["sized"] == im["sizes_from_json"] == 7  # fgdata's json metadata, no decode
     assert doc["decoded_members"] == 0
+    assert "downloads" not in doc and "Downloads" not in text  # no shard_stats.json: not a URL job
     photos = [p for p in sample_data.iterdir() if p.suffix in (".jpg", ".png")]  # what the fixture sharded
     assert im["width"]["max"] == max(Image.open(p).width for p in photos)
     assert doc["captions"]["samples"] == 7

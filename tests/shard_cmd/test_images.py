@@ -178,3 +178,88 @@ def test_quiet_still_prints_errors(tmp_path: Path):
     done = _fgdata("shard", "images", tmp_path / "in", tmp_path / "out", "-q")
     assert done.returncode == 1 and done.stdout == ""
     assert "nothing written: all 1 input(s) failed" in done.stderr
+
+
+def _sized_images(folder: Path) -> dict[str, tuple[int, int]]:
+    """PNGs of chosen sizes made here: wide, tall, small, square, very wide."""
+    sizes = {"a_wide": (300, 200), "b_tall": (120, 240), "c_small": (40, 30), "d_square": (100, 100),
+             "e_strip": (400, 50)}
+    folder.mkdir()
+    for i, (name, size) in enumerate(sizes.items()):
+        Image.new("RGB", size, (40 * i, 200 - 30 * i, 90)).save(folder / f"{name}.png")
+    return sizes
+
+
+def _image_sizes(dest: Path) -> dict[str, tuple[int, int]]:
+    out = {}
+    for s in _samples(dest):
+        im = Image.open(io.BytesIO(s.members["jpg"]))
+        meta = json.loads(s.members["json"])["fgdata"]
+        assert (meta["width"], meta["height"]) == im.size
+        out[meta["source"].rsplit(".", 1)[0]] = im.size
+    return out
+
+
+def test_resize_modes_give_img2dataset_sizes(cli, tmp_path: Path):
+    """Each --resize-mode's exact output sizes (smaller images enlarged), and --max-side as keep_ratio_largest
+    that never enlarges."""
+    src = tmp_path / "sized"
+    sizes = _sized_images(src)
+    expected = {
+        "keep_ratio": {"a_wide": (96, 64), "b_tall": (64, 128), "c_small": (85, 64), "d_square": (64, 64),
+                       "e_strip": (512, 64)},
+        "keep_ratio_largest": {"a_wide": (64, 43), "b_tall": (32, 64), "c_small": (64, 48), "d_square": (64, 64),
+                               "e_strip": (64, 8)},
+        "center_crop": {name: (64, 64) for name in sizes},
+        "border": {name: (64, 64) for name in sizes},
+        "no": sizes,
+    }
+    for mode, want in expected.items():
+        dest = tmp_path / mode
+        size_flags = ["--image-size", "64"] if mode != "no" else []
+        cli("shard", "images", src, dest, "--resize-mode", mode, *size_flags, "--no-progress")
+        assert _image_sizes(dest) == want, mode
+    dest = tmp_path / "max-side"
+    cli("shard", "images", src, dest, "--max-side", "64", "--no-progress")
+    assert _image_sizes(dest) == {**expected["keep_ratio_largest"], "c_small": (40, 30)}
+    # border pads with --background: the strip's rows above and below it are black
+    dest = tmp_path / "border-black"
+    cli("shard", "images", src, dest, "--resize-mode", "border", "--image-size", "64", "--background", "black",
+        "--format", "png", "--no-progress")
+    strip = next(s for s in _samples(dest) if json.loads(s.members["json"])["fgdata"]["source"] == "e_strip.png")
+    im = Image.open(io.BytesIO(strip.members["png"])).convert("RGB")
+    assert im.size == (64, 64) and im.getpixel((32, 0)) == (0, 0, 0) and im.getpixel((32, 63)) == (0, 0, 0)
+    assert im.getpixel((32, 32)) == (160, 80, 90)
+
+
+def test_resize_flags_are_checked_and_part_of_the_job(cli, tmp_path: Path):
+    src = tmp_path / "sized"
+    _sized_images(src)
+    for flags, says in ((["--resize-mode", "border"], "--image-size"), (["--image-size", "64"], "--resize-mode"),
+                        (["--resize-mode", "fit", "--image-size", "64"], "--resize-mode"),
+                        (["--resize-mode", "border", "--image-size", "64", "--max-side", "64"], "--max-side")):
+        result = cli("shard", "images", src, tmp_path / "bad", *flags, "--no-progress", expect=2)  # a usage error
+        assert says in " ".join(result.output.split()), flags
+    dest = tmp_path / "out"
+    cli("shard", "images", src, dest, "--resize-mode", "border", "--image-size", "64", "--no-progress")
+    result = cli("shard", "images", src, dest, "--resize-mode", "border", "--image-size", "32", "--no-progress", expect=1)
+    assert "--image-size was 64, now 32" in str(result.exception)
+
+
+def test_size_filters_fail_as_filtered(cli, tmp_path: Path):
+    """--min-image-size, --max-image-area, --max-aspect-ratio judge the original size; every input is counted."""
+    src = tmp_path / "sized"
+    sizes = _sized_images(src)
+    dest = tmp_path / "out"
+    cli("shard", "images", src, dest, "--min-image-size", "50", "--max-image-area", "50000",
+        "--max-aspect-ratio", "3", "--resize-mode", "center_crop", "--image-size", "32", "--no-progress")
+    assert _image_sizes(dest) == {"b_tall": (32, 32), "d_square": (32, 32)}
+    report = json.loads((dest / "failures.json").read_text())
+    assert report["seen"] == len(sizes) == report["written"] + report["failed"] and report["failed"] == 3
+    assert report["failed_by_reason"] == {"filtered": 3}
+    reasons = {f["input"]: f["reason"] for f in report["failures"]}
+    assert reasons == {
+        "a_wide.png": "filtered: 300x200: area above --max-image-area 50000",
+        "c_small.png": "filtered: 40x30: smaller side below --min-image-size 50",
+        "e_strip.png": "filtered: 400x50: aspect ratio above --max-aspect-ratio 3",
+    }

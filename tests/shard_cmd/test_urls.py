@@ -10,7 +10,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -41,6 +43,7 @@ class FaultServer:
     def __init__(self) -> None:
         self.release = threading.Event()  # a stalled body waits for this (set only at teardown)
         self.hits: dict[str, int] = {}
+        self.down = True  # /down.png answers 500 until a test sets this False
         self.agents: set[str] = set()
         self.lock = threading.Lock()
         self.big = _noise_png(64)
@@ -77,6 +80,8 @@ class FaultServer:
                     server.agents.add(self.headers.get("User-Agent", ""))
                 if path.startswith("/img/"):
                     self._send(200, {"Content-Type": "image/png"}, png_bytes(int(path[5:].split(".")[0])))
+                elif path == "/down.png":  # 500 while the server is "down", then the image
+                    self._send(*((500, {}, b"down") if server.down else (200, {}, png_bytes(15))))
                 elif path == "/flaky.png" and hit == 1:  # 500, then the image
                     self._send(500, {}, b"oops")
                 elif path == "/busy.png" and hit == 1:  # 429 with Retry-After, then the image
@@ -285,3 +290,119 @@ def test_a_slow_body_ends_at_the_total_deadline(cli, server, tmp_path):
         "--retries", "0", "-q")
     report = json.loads((dest / "failures.json").read_text())
     assert [f["reason"] for f in report["failures"]] == ["timeout: over 0.3 s in all"]
+
+
+def test_report_shows_the_download_stats(cli, server, tmp_path):
+    """``fgdata report`` on a URL job's folder: its successes and failures by reason, in the terminal and the page."""
+    import subprocess
+
+    paths = [f"/img/{i}.png" for i in range(3)] + ["/missing.png", "/flaky.png", "/not-image.png"]
+    manifest = _manifest(tmp_path, server.url, paths)
+    dest = tmp_path / "out"
+    cli("shard", "images", manifest, dest, "--path-column", "url", "--retries", "0", "--maxcount", "2", "-q")
+    stats = json.loads((dest / "shard_stats.json").read_text())
+    assert stats["failed_by_reason"] == {"http": 2, "image-decode": 1} and stats["retryable"] == 1
+    page = tmp_path / "report.html"
+    res = subprocess.run([*FGDATA, "report", str(dest), "-o", str(page)], capture_output=True, text=True,
+                         env={**os.environ, "COLUMNS": "200"})
+    assert res.returncode == 0, res.stderr
+    line = next(line for line in res.stdout.splitlines() if line.strip().startswith("downloads"))
+    assert "3 of 6 URLs written, 3 failed (http 2, image-decode 1); 1 retryable (shard again with --retry-failed)" in line
+    html = page.read_text()
+    assert 'id="downloads"' in html and "3 of 6 URLs written, 3 failed, 1 of them retryable" in html
+    assert '<td>http</td><td class="n">2</td>' in html
+    doc = json.loads(subprocess.run([*FGDATA, "report", str(dest), "-o", str(tmp_path / "r2.html"), "--json"],
+                                    capture_output=True, text=True).stdout)
+    assert doc["downloads"] == {"file": str(dest / "shard_stats.json"), "successes": 3, "failed": 3,
+                                "failed_by_reason": {"http": 2, "image-decode": 1}, "retryable": 1}
+
+
+def test_retry_failed_ends_as_a_fresh_run_that_succeeded(cli, server, tmp_path):
+    """A 500 (with --retries 0) is fetched again by --retry-failed once the server answers: the bytes are those of
+    a fresh run against the answering server. A 404 in an earlier shard is final: not fetched again."""
+    paths = ["/missing.png"] + [f"/img/{i}.png" for i in range(5)] + ["/down.png"] + [f"/img/{i}.png" for i in range(10, 14)]
+    manifest = _manifest(tmp_path, server.url, paths)
+    dest, fresh = tmp_path / "out", tmp_path / "fresh"
+    flags = ["--path-column", "url", "--retries", "0", "--maxcount", "2", "-q"]
+    cli("shard", "images", manifest, dest, *flags)
+    first = json.loads((dest / "failures.json").read_text())
+    assert [f["reason"] for f in first["failures"]] == ["http: status 404", "http: status 500"]
+    before = _tree(dest)
+    cli("shard", "images", manifest, dest, *flags)  # a plain rerun keeps the failure
+    assert _tree(dest) == before and server.hits["/down.png"] == 1
+    server.down = False
+    server.reset()
+    doc = json.loads(cli("shard", "images", manifest, dest, *flags[:-1], "--retry-failed", "--json").stdout)
+    assert (doc["retried"], doc["recovered"]) == (1, 1) and doc["written"] == len(paths) - 1
+    assert server.hits.get("/missing.png", 0) == 0 and server.hits["/down.png"] == 1
+    assert "/img/0.png" not in server.hits  # shards before the first retryable failure are kept
+    cli("shard", "images", manifest, fresh, *flags)
+    assert _tree(dest) == _tree(fresh)
+    stats = json.loads((dest / "shard_stats.json").read_text())
+    assert stats["failed_by_reason"] == {"http": 1} and stats["retryable"] == 0
+    again = json.loads(cli("shard", "images", manifest, dest, *flags[:-1], "--retry-failed", "--json").stdout)
+    assert again["retried"] == 0 and _tree(dest) == _tree(fresh)  # nothing retryable left: nothing to do
+    result = cli("shard", "images", manifest, dest, *flags, "--retry-failed", "--no-resume", expect=2)
+    assert "--retry-failed" in result.output
+
+
+def test_a_zst_manifest_gives_the_samples_of_the_plain_one(cli, server, tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    paths = [f"/img/{i}.png" for i in range(3)] + ["/missing.png"]
+    plain = _manifest(tmp_path, server.url, paths)
+    packed = tmp_path / "urls.jsonl.zst"
+    lines = plain.read_bytes().splitlines(keepends=True)
+    # two frames, as pzstd writes: both are read
+    packed.write_bytes(b"".join(zstandard.ZstdCompressor().compress(b"".join(part)) for part in (lines[:2], lines[2:])))
+    for manifest, dest in ((plain, tmp_path / "plain"), (packed, tmp_path / "zst")):
+        cli("shard", "images", manifest, dest, "--path-column", "url", "-q")
+    assert _samples(tmp_path / "zst") == _samples(tmp_path / "plain") and len(_samples(tmp_path / "plain")) == 3
+    report = json.loads((tmp_path / "zst" / "failures.json").read_text())
+    assert report["seen"] == 4 and report["failed_by_reason"] == {"http": 1}
+    broken = tmp_path / "broken.jsonl.zst"
+    broken.write_bytes(packed.read_bytes()[:-6])
+    result = cli("shard", "images", broken, tmp_path / "bad", "--path-column", "url", "-q", expect=1)
+    assert "broken.jsonl.zst: a truncated zstd file" in str(result.exception)  # never a shorter manifest
+
+
+def _accept_queue(listener) -> tuple[int, int]:
+    """A listening socket's (connections waiting to be accepted, most it queues), from Linux's TCP_INFO."""
+    import socket
+    import struct
+
+    info = listener.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 32)
+    return struct.unpack_from("II", info, 24)  # tcpi_unacked, tcpi_sacked: the accept queue of a listener
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's TCP_INFO of a listener")
+def test_a_connect_that_never_completes_is_a_timeout(cli, server, tmp_path):
+    """A host that takes no connection (its accept queue full, so the kernel drops the SYN) ends at
+    --connect-timeout as a retryable timeout that says so; the other URLs are written."""
+    import socket
+
+    listener = socket.socket()
+    fillers = []
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        while _accept_queue(listener)[0] <= _accept_queue(listener)[1]:  # fill it: one connection never accepted
+            assert len(fillers) < 8, _accept_queue(listener)
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(listener.getsockname())
+            fillers.append(filler)
+        dead = f"http://127.0.0.1:{listener.getsockname()[1]}/never.png"
+        manifest = tmp_path / "urls.jsonl"
+        manifest.write_text("".join(json.dumps({"url": u}) + "\n" for u in (server.url + "/img/1.png", dead)))
+        dest = tmp_path / "out"
+        cli("shard", "images", manifest, dest, "--path-column", "url", "--connect-timeout", "0.2",
+            "--stall-timeout", "30", "--timeout", "60", "--retries", "1", "-q")
+        report = json.loads((dest / "failures.json").read_text())
+        assert [(f["input"], f["reason"]) for f in report["failures"]] == [
+            (dead, "timeout: no connection in time (2 tries)")]
+        assert report["seen"] == 2 and report["written"] == 1
+        assert json.loads((dest / "shard_stats.json").read_text())["retryable"] == 1
+    finally:
+        for s in fillers:
+            s.close()
+        listener.close()
