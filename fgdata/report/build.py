@@ -26,9 +26,10 @@ def build_report(shards: Sequence[str] | ShardSet, *, name: str, paths: Sequence
     from fgdata.report.collect import collect
     from fgdata.report.summary import summarise
 
-    stats = collect(shards if isinstance(shards, ShardSet) else list(shards), sample=sample, tiles=tiles, workers=workers, progress=progress)
+    selection = shards if isinstance(shards, ShardSet) else list(shards)
+    stats = collect(selection, sample=sample, tiles=tiles, workers=workers, progress=progress)
     doc = summarise(stats, name=name, paths=paths, thresholds=thresholds, sample=sample)
-    downloads = download_stats(shards)
+    downloads = download_stats(selection.shards if isinstance(selection, ShardSet) else selection)
     if downloads is not None:
         doc["downloads"] = downloads
     return Report(doc, stats, html.render(doc, stats))
