@@ -61,3 +61,14 @@ def die_with_parent() -> dict[str, Any]:
             os._exit(1)
 
     return {"preexec_fn": arm}
+
+
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot; Linux ``/proc``), which a reused pid does not share;
+    None for a process that is gone, a zombie, or where this cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return None if fields[0] == "Z" else int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None

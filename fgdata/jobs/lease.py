@@ -44,6 +44,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fgdata import storage
+from fgdata.children import process_start
 from fgdata.errors import FgdataError, StorageError
 from fgdata.storage import guard
 
@@ -85,22 +86,12 @@ def _boot_id() -> str | None:
         return None
 
 
-def _pid_start(pid: int) -> int | None:
-    """The process's start time (clock ticks after boot), which a reused pid does not share."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return None if fields[0] == "Z" else int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def _runs_here(holder: dict[str, Any]) -> bool | None:
     """Whether the holder's process still runs on this host (None: it is another host's, or this host cannot tell)."""
     if holder.get("host") != socket.gethostname() or holder.get("boot") != _boot_id() or _boot_id() is None:
         return None
     pid = holder.get("pid")
-    return isinstance(pid, int) and _pid_start(pid) is not None and _pid_start(pid) == holder.get("pid_start")
+    return isinstance(pid, int) and process_start(pid) is not None and process_start(pid) == holder.get("pid_start")
 
 
 def _expired(holder: dict[str, Any], now: float) -> bool:
@@ -160,7 +151,7 @@ class Lease:
     def _write(self) -> None:
         now = time.time()
         pid = os.getpid()
-        record = {"job": self.job, "host": socket.gethostname(), "pid": pid, "pid_start": _pid_start(pid),
+        record = {"job": self.job, "host": socket.gethostname(), "pid": pid, "pid_start": process_start(pid),
                   "boot": _boot_id(), "start": self._started, "heartbeat": now, "expires_after": self.expiry}
         started = time.monotonic()
         storage.write_bytes(self.url, json.dumps(record, sort_keys=True).encode())

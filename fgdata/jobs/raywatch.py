@@ -16,17 +16,10 @@ import signal
 import subprocess
 import sys
 
+from fgdata.children import process_start
+
 SCAN_S = 1.0
 DONE = b"done"
-
-
-def _start_time(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return None if fields[0] == "Z" else int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _descendants(pid: int) -> list[int]:
@@ -59,11 +52,11 @@ def watch(driver: int) -> None:
         if not said:
             break
         for pid in _descendants(driver):
-            start = _start_time(pid)
+            start = process_start(pid)
             if pid != me and start is not None:
                 seen.setdefault(pid, start)
     for pid, start in seen.items():
-        if _start_time(pid) == start:
+        if process_start(pid) == start:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
