@@ -260,8 +260,9 @@ class Lease:
 
 @contextlib.contextmanager
 def held(dest: str, lock_name: str) -> Iterator[Lease | None]:
-    """Hold the lease on ``dest`` while the block runs (an ``s3://`` DST; other destinations need none)."""
-    if not storage.is_s3(dest):
+    """Hold the lease on ``dest`` while the block runs (storage several hosts share, such as ``s3://``; a local
+    DST is held by its lock alone)."""
+    if not storage.backend_for(dest).shared:
         yield None
         return
     lease = Lease(dest, lease_name(lock_name))

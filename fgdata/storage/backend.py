@@ -53,6 +53,9 @@ class Backend(abc.ABC):
     random_access: ClassVar[bool] = False
     #: Files can be listed with their size and version, so a rerun can tell a changed input from a kept one.
     versioned: ClassVar[bool] = True
+    #: Jobs on other hosts (or with another local cache) may write the same place, so a job holds it through a
+    #: lease kept in the destination itself (:mod:`fgdata.jobs.lease`), not a local lock alone.
+    shared: ClassVar[bool] = False
 
     @abc.abstractmethod
     def open_read(self, path: str, buffering: int = -1) -> contextlib.AbstractContextManager[BinaryIO]:

@@ -51,6 +51,7 @@ class S3Backend(Backend):
 
     scheme = "s3"
     missing = "object not found"
+    shared = True
 
     @contextlib.contextmanager
     def open_read(self, path: str, buffering: int = -1) -> Iterator[BinaryIO]:
