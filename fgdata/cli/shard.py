@@ -57,7 +57,7 @@ class ShardingFlags:
 
     maxcount: int = flag(typer.Option(1000, "--maxcount", min=1, help="Samples per shard at most."))
     maxsize: Optional[str] = flag(typer.Option(None, "--maxsize", help="Bytes per shard at most (e.g. 1GB)."))
-    shuffle_seed: Optional[int] = flag(typer.Option(None, "--shuffle-seed", help="Write the inputs in a seeded random order."))
+    shuffle_seed: Optional[int] = flag(typer.Option(None, "--shuffle-seed", help="Write the inputs of each work unit in a seeded random order."))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +71,7 @@ class ScaleFlags:
                                                    help="Ray cluster address, or auto to join the running one "
                                                         "(default: RAY_ADDRESS, else start a private local one)."))
     unit_size: Optional[int] = flag(typer.Option(None, "--unit-size", min=1,
-                                                 help="Ray and torchrun: inputs per work unit (default: --maxcount)."))
+                                                 help="Inputs per work unit: a unit writes its own shards and is redone whole after a stop (default: --maxcount)."))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,12 +145,11 @@ class DownloadFlags:
 def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     from fgdata.cli.jobrun import Outcome, finish, job_progress, notes, run_job
     from fgdata.jobs.ranks import dist_env
-    from fgdata.jobs.report import by_category
     from fgdata.jobs.shard import run_shard_job
     from fgdata.sources.folder import skip_summary
 
-    def categories(entries: list[dict]) -> str:
-        return ", ".join(f"{category} {n:,}" for category, n in by_category(entries).items())
+    def categories(by_reason: dict[str, int]) -> str:
+        return ", ".join(f"{category} {n:,}" for category, n in by_reason.items())
 
     started = time.perf_counter()
     rank, world = dist_env()
@@ -174,16 +173,16 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     if report.retried:
         rows.append(("retried", f"{report.retried:,} retryable failure(s): {report.recovered:,} now written"))
     if report.changed:
-        rows.append(("changed inputs", f"{len(report.changed):,}: wrote {len(report.rewritten):,} shard(s) again"))
+        rows.append(("changed inputs", f"{report.changed:,}: wrote {len(report.rewritten):,} shard(s) again"))
     rows.append(("read", human_bytes(report.nbytes)))
-    if report.warnings:
-        rows.append(("warnings", f"{len(report.warnings):,}: {categories(report.warnings)} (in failures.json)"))
+    if report.warned:
+        rows.append(("warnings", f"{report.warned:,}: {categories(report.warned_by_reason)} (in failures.json)"))
     if report.skipped:
         rows.append(("skipped", f"{len(report.skipped):,}: {skip_summary(report.skipped)} (in failures.json)"))
     details = {"samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
                "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes,
-               "warnings": len(report.warnings), "skipped": len(report.skipped),
-               "changed_inputs": report.changed, "rewritten_shards": report.rewritten,
+               "warnings": report.warned, "skipped": len(report.skipped),
+               "changed_inputs": report.changed_names, "rewritten_shards": report.rewritten,
                "normalised": report.normalised, "retried": report.retried, "recovered": report.recovered}
     if report.clips is not None:
         details["clips"] = report.clips.to_json()
@@ -233,7 +232,7 @@ def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: Sou
 
     From a URL list: fgdata shard images laion.parquet ./laion-wds --path-column url --caption-column caption --workers 4 (each URL is fetched with the download flags below; every URL ends written or in failures.json with its reason).
 
-    Many processes or nodes: torchrun --nproc-per-node 8 -m fgdata.cli.main shard images SRC DST --unit-size 10000 (each rank writes the work units u with u mod WORLD_SIZE == rank; rank 0 merges them into one numbering, the same bytes as --engine ray with that --unit-size).
+    Many processes or nodes: torchrun --nproc-per-node 8 -m fgdata.cli.main shard images SRC DST --unit-size 10000 (each rank writes the work units u with u mod WORLD_SIZE == rank under names fixed by the unit; rank 0 waits for the others and writes the counts and reports: the same files as one process or --engine ray).
 
     Each sample holds the image, a json (your metadata as given, with fgdata's source, width, height and mode under its "fgdata" key) and a txt caption (NAME.txt, else the --caption-field of NAME.json or the manifest row). Undecodable images, names that are not UTF-8 and symlinks out of SRC go to DST/failures.json, with captions that cannot be read (warnings: the image is still written) and the files of SRC that are not inputs (skipped).
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -222,3 +222,13 @@ def skip_summary(skipped: Sequence[Skipped | dict[str, Any]]) -> str:
     exts = ", ".join(f"{ext} ×{n}" for ext, n in sorted(by_ext.items(), key=lambda kv: (-kv[1], kv[0])))
     kinds = ", ".join(f"{n} {_SKIP_WORDS.get(kind, (kind, kind))[n > 1]}" for kind, n in sorted(by_kind.items()))
     return "; ".join(part for part in (exts, kinds) if part)
+
+
+def walk_folder(root: str, extensions: Collection[str], follow_symlinks: bool = False,
+                missing_decoder: Callable[[str], str | None] = lambda ext: None,
+                skipped: list[Skipped] | None = None) -> Iterator[WorkItem]:
+    """TEMPORARY shim until the streamed walk lands."""
+    listing = list_folder(root, extensions, follow_symlinks, missing_decoder)
+    if skipped is not None:
+        skipped.extend(listing.skipped)
+    return iter(listing.items)

@@ -27,6 +27,7 @@ import io
 import re
 import sys
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any, Union
 
 from fgdata import storage
@@ -266,3 +267,13 @@ def read_prompts(path: str, caption_column: str = "caption") -> list[WorkItem]:
     if not items:
         raise FgdataError(f"{path}: no prompts (the file is empty)")
     return items
+
+
+def iter_manifest(path: str, path_column: str = "path", caption_column: str = "caption") -> Iterator[WorkItem]:
+    """TEMPORARY shim until the streamed reader lands."""
+    return iter(read_manifest(path, path_column, caption_column))
+
+
+def iter_prompts(path: str, caption_column: str = "caption") -> Iterator[WorkItem]:
+    """TEMPORARY shim until the streamed reader lands."""
+    return iter(read_prompts(path, caption_column))

@@ -2,8 +2,9 @@
 
 A stamp is a digest of the item's files (media and sidecars: size and version, i.e. the modification time of a
 local file or the ETag of an S3 object) and of its inline text (a manifest row's caption and metadata). Files are
-looked up by listing each folder (prefix) that holds one once, so an S3 source costs one listing per folder, not
-one request per file. Stamps are kept as 8 bytes each, so a million inputs cost 8 MB.
+looked up by listing each folder (prefix) that holds one once per batch of items (the job core stamps one work
+unit at a time), so an S3 source costs one listing per folder and unit, not one request per file; local files are
+asked for one by one (a ``stat``). Stamps are kept as 8 bytes each, so a million inputs cost 8 MB.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ def _paths(item: WorkItem) -> list[str]:
 
 
 def _listings(items: Sequence[WorkItem]) -> dict[str, storage.FileInfo]:
-    """Every item file's listing entry, one listing per folder; a file that is gone has none."""
+    """Every remote item file's listing entry, one listing per folder; a file that is gone has none. Local files
+    are not listed (a stat each is cheaper than listing a large folder for every unit of inputs in it)."""
     folders: set[str] = set()
     for item in items:
-        folders.update(storage.parent(p) for p in _paths(item))
+        folders.update(storage.parent(p) for p in _paths(item) if storage.is_url(p))
     found: dict[str, storage.FileInfo] = {}
     for folder in sorted(folders):
         try:
