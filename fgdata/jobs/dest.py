@@ -98,6 +98,7 @@ class DestLock:
         self.dest = dest
         self.path = os.path.join(folder, name)
         self._fd: int | None = None
+        self.lease: lease.Lease | None = None  # set while held through :func:`claimed` on shared storage
 
     def acquire(self) -> None:
         folder = _state_dir(os.path.dirname(self.path))
@@ -275,7 +276,8 @@ def claimed(dest: str, lock_name: str = LOCK_FILE, check: Callable[[], None] | N
             for name in os.listdir(stage):
                 if name != STATE_DIR:
                     _remove(stage, name)
-        with lease.held(dest, lock_name):
+        with lease.held(dest, lock_name) as held:
+            lock.lease = held
             yield lock
     finally:
         lock.release()

@@ -23,6 +23,7 @@ Keys come from the item index, so every executor gives the same samples in the s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -245,8 +246,8 @@ class UnitSink:
         self.normalised: Counter[str] = Counter()
         self.clips = _clip_tally(job.options)
 
-    def _shard_in_place(self, name: str, samples: int) -> None:
-        self._shards.append(ShardDone(name, samples, dict(self._open_failures)))
+    def _shard_in_place(self, name: str, samples: int, size: int) -> None:
+        self._shards.append(ShardDone(name, samples, size, dict(self._open_failures)))
         self._open_failures.clear()
         self._shards_done[0] += 1
         testhook.output_done(self._shards_done[0])
@@ -278,7 +279,7 @@ class UnitSink:
         if self._open_failures and self._shards:
             last = self._shards[-1]
             merged = Counter(last.failed_by_reason) + self._open_failures
-            self._shards[-1] = ShardDone(last.name, last.samples, dict(merged))
+            self._shards[-1] = ShardDone(last.name, last.samples, last.size, dict(merged))
         unit = self.unit
         marker = Marker(unit=unit.number, first=unit.first, count=len(unit.items), options=self.options_fp,
                         inputs=unit.inputs, stamps=list(unit.stamps), names=[i.name for i in unit.items],
@@ -355,9 +356,13 @@ def _run_stream(job: ShardJob, units: Iterable[Unit], stamp: tuple[str, str | No
         raise
 
 
-def run_unit(job: ShardJob, unit: Unit, stamp: tuple[str, str | None]) -> Marker:
-    """One unit in one process (a Ray task): the same outputs as :func:`_run_stream` gives it."""
-    return next(_run_stream(replace(job, workers=1), [unit], stamp, None, None))
+def run_unit(job: ShardJob, unit: Unit, stamp: tuple[str, str | None], lease: tuple[str, str] | None) -> Marker:
+    """One unit in one process (a Ray task, under the driver's ``lease`` on shared storage): the same outputs
+    as :func:`_run_stream` gives it."""
+    from fgdata.jobs.lease import following
+
+    with following(job.dest, *lease) if lease else contextlib.nullcontext():
+        return next(_run_stream(replace(job, workers=1), [unit], stamp, None, None))
 
 
 # -- the job -------------------------------------------------------------------------------------------------
@@ -406,17 +411,20 @@ class _Run:
 
 
 def _pending(job: ShardJob, units: Iterable[Unit], run: _Run, stamp: tuple[str, str | None],
-             mine: Callable[[int], bool], firsts: dict[str, str] | None, progress: ProgressFn | None) -> Iterator[Unit]:
-    """The units this process must run, in order; a unit whose marker matches is taken as it is (counted and
-    spooled), a changed one is named and redone."""
+             mine: Callable[[int], bool], firsts: dict[str, str] | None, progress: ProgressFn | None,
+             present: dict[str, tuple[int, str]]) -> Iterator[Unit]:
+    """The units this process must run, in order; a unit whose marker matches and whose shards are all
+    ``present`` (name -> size, version) is taken as it is (counted and spooled), a changed one is named and
+    redone."""
     options_fp, launch = stamp
-    present = existing_markers(job.dest) if job.resume else set()
+    markers = existing_markers(job.dest) if job.resume else set()
     for unit in units:
         run.units = unit.number + 1
         if not mine(unit.number):
             continue
-        old = read_marker(job.dest, unit.number) if unit.number in present else None
-        if old is not None and (old.options != options_fp or not this_launch({"launch": old.launch}, launch)):
+        old = read_marker(job.dest, unit.number) if unit.number in markers else None
+        if old is not None and (old.options != options_fp or not this_launch({"launch": old.launch}, launch)
+                                or any(present.get(s.name, (-1,))[0] != s.size for s in old.shards)):
             old = None
         if old is not None and old.inputs == unit.inputs and not (
                 job.retry_failed and any(retryable(f.reason) for f in old.failures)):
@@ -473,7 +481,7 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
     job = with_download(job, head)
     removes = job.overwrite and rank == 0
     refuse = None if removes else partial(destmod.check_foreign, job.dest)  # before .fgdata/ is created
-    with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse):
+    with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse) as lock:
         before = destmod.shard_versions(job.dest)
         # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
         destmod.check_foreign(job.dest, overwrite=removes, notify=notify)
@@ -483,13 +491,15 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
             destmod.remove_files(job.dest, destmod.own_outputs(job.dest),
                                  "--overwrite" if job.overwrite else "--no-resume", notify)
             storage.remove_tree(storage.join(job.dest, ".fgdata", "units"))
-        elif not job.resume:
+        elif not job.resume:  # every rank rewrites its own units; rank 0 removes what is left over once all are in
             testhook.hold("no-resume", rank)
         _check_record(job, write=rank == 0)
         if on_start:
             on_start(None)
         formats: Counter[str] = Counter()
-        report = _run(job, _counting(chain(head, stream), formats), skipped, (rank, world), progress, notify)
+        lease = (storage.basename(lock.lease.url), lock.lease.job) if lock.lease is not None else None
+        report = _run(job, _counting(chain(head, stream), formats), skipped, (rank, world), progress, notify,
+                      before, lease)
         if report.whole_job:
             _said(report, notify)
             warning = mixed_format_warning(formats, job.options)
@@ -508,16 +518,22 @@ def _counting(items: Iterable[WorkItem], formats: Counter[str]) -> Iterator[Work
 
 
 def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where: tuple[int, int],
-         progress: ProgressFn | None, notify: Notify | None) -> JobReport:
+         progress: ProgressFn | None, notify: Notify | None, present: dict[str, tuple[int, str]],
+         lease: tuple[str, str] | None) -> JobReport:
+    """Run the units (``present``: the shards DST held when the job started, name -> (size, version);
+    ``lease``: the name and job id of the lease this process holds on DST, which Ray tasks write under)."""
     rank, world = where
     stamp = (_options_fingerprint(job), run_launch(job.resume, job.wait_timeout) if world > 1 else None)
+    if world > 1 and not job.resume and rank == 0 and notify:
+        notify(f"--no-resume: writing every work unit of {job.dest} again")
     run = _Run(clips=_clip_tally(job.options))
     firsts: dict[str, str] | None = {} if job.options.dedupe else None
     units = plan_units(items, job.units_of, job.shuffle_seed, _stamps)
-    pending = _pending(job, units, run, stamp, lambda u: owner(u, world) == rank, firsts, progress)
+    pending = _pending(job, units, run, stamp, lambda u: owner(u, world) == rank, firsts, progress,
+                       present)
     try:
         if job.engine == "ray":
-            _run_ray(job, pending, stamp, run, progress)
+            _run_ray(job, pending, stamp, run, progress, lease)
         else:
             for marker in _run_stream(job, pending, stamp, firsts, progress):
                 run.add(marker, fresh=True)
@@ -557,11 +573,12 @@ def _counts(run: _Run) -> Iterator[tuple[str, int]]:
 
 
 def _run_ray(job: ShardJob, pending: Iterator[Unit], stamp: tuple[str, str | None], run: _Run,
-             progress: ProgressFn | None) -> None:
+             progress: ProgressFn | None, lease: tuple[str, str] | None) -> None:
     from fgdata.jobs.ray_executor import stream_units
 
     calls = ({"unit": unit} for unit in pending)
-    for _, marker in stream_units(run_unit, calls, address=job.ray_address, shared={"job": job, "stamp": stamp}):
+    shared = {"job": job, "stamp": stamp, "lease": lease}
+    for _, marker in stream_units(run_unit, calls, address=job.ray_address, shared=shared):
         run.add(marker, fresh=True)
         if progress:
             progress(marker.count, marker.nbytes)

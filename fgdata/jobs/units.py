@@ -16,8 +16,9 @@ that would need more shards than its slots stops the job with one line saying to
 **Markers.** Once a unit's last shard is in place it leaves ``DST/.fgdata/units/NNNNNN.json``
 (:class:`Marker`): the fingerprint of the options that change bytes, its inputs' fingerprint and stamps, its
 shards with their sample counts, its failures and warnings, and this run's figures. A torn or foreign marker
-reads as absent. A rerun skips the units whose marker matches, redoes a unit whose inputs changed (naming the
-inputs), and redoes a unit that was stopped half-way from its start (its complete shards are written again
+reads as absent. A rerun skips the units whose marker matches and whose shards are all in place with their
+sizes (one listing of DST tells), redoes a unit whose inputs changed (naming the inputs) or whose shards went
+missing, and redoes a unit that was stopped half-way from its start (its complete shards are written again
 with the same bytes).
 
 **Finalize.** The process that finishes the job (the only process, the Ray driver, or torchrun rank 0 after
@@ -85,10 +86,12 @@ class Entry:
 
 @dataclass(frozen=True)
 class ShardDone:
-    """One shard a unit wrote: its name, samples, and the failures met while it was open (by category)."""
+    """One shard a unit wrote: its name, samples, byte size, and the failures met while it was open (by
+    category)."""
 
     name: str
     samples: int
+    size: int
     failed_by_reason: dict[str, int] = field(default_factory=dict)
 
 
@@ -141,7 +144,7 @@ class Marker:
             return cls(unit=int(doc["unit"]), first=int(doc["first"]), count=int(doc["count"]),
                        options=str(doc["options"]), inputs=str(doc["inputs"]), stamps=list(doc["stamps"]),
                        names=list(doc["names"]),
-                       shards=[ShardDone(str(s["name"]), int(s["samples"]), dict(s["failed_by_reason"]))
+                       shards=[ShardDone(str(s["name"]), int(s["samples"]), int(s["size"]), dict(s["failed_by_reason"]))
                                for s in doc["shards"]],
                        written=int(doc["written"]), failures=[Entry.from_json(f) for f in doc["failures"]],
                        warnings=[Entry.from_json(w) for w in doc["warnings"]], nbytes=int(doc["nbytes"]),

@@ -122,13 +122,13 @@ class ShardWriter:
         maxsize: int | None = None,
         stage: str | None = None,
         count_file: bool = True,
-        on_shard: Callable[[str, int], None] | None = None,
+        on_shard: Callable[[str, int, int], None] | None = None,
         publishing: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext,
     ):
         """``name``: shard number -> file name (default ``pattern % n``); ``stage``: the local folder where
         shards are built (default: :func:`fgdata.storage.staging_dir`, which is ``dest`` itself when local);
         ``count_file``: rewrite ``shard_count.json`` when the writer closes (a job core that assembles it
-        itself passes False); ``on_shard(name, samples)``: called once each shard is in place;
+        itself passes False); ``on_shard(name, samples, size)``: called once each shard is in place;
         ``publishing``: a context the move into place runs in (the job core defers stop signals there)."""
         if maxcount < 1:
             raise ShardError("maxcount must be at least 1")
@@ -233,7 +233,7 @@ class ShardWriter:
         self._entries = []
         self._bytes = 0
         if self._on_shard is not None:
-            self._on_shard(name, self._counts[name])
+            self._on_shard(name, self._counts[name], total)
 
     def _seal(self) -> int:
         """Pad the open shard to whole records and close its file; returns its size."""
