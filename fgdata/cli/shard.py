@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import typer
@@ -207,19 +207,29 @@ def _clip_rows(clips) -> list[tuple[str, str]]:  # noqa: ANN001 - a ClipTally
     return rows
 
 
-def _job(what, src: str, dest: str, *groups: Any, **flags: Any):  # noqa: ANN001, ANN202 - ShardOptions -> ShardJob
-    """The job from the command's own options (``what``) plus the flag groups the shard commands share."""
+def _job(what, src: str, dest: str, sharding: ShardingFlags, job: JobFlags, *,  # noqa: ANN001, ANN202
+         source: SourceFlags | None = None, scale: ScaleFlags | None = None, fetch: DownloadFlags | None = None,
+         caption_column: str = "caption"):
+    """The ShardJob from the command's own transform options (``what``, a ShardOptions) and its typed flag groups
+    (a group a command lacks keeps the job's defaults)."""
     from fgdata.errors import OptionError
     from fgdata.jobs.shard import ShardJob
 
-    for group in groups:
-        flags |= {f.name: getattr(group, f.name) for f in fields(group)}
-    if "caption_field" in flags:  # the transform reads NAME.json, so the caption's fields are a transform option
-        names = tuple(name.strip() for name in flags.pop("caption_field").split(","))
-        what = replace(what, caption_field=names)
-    if flags.get("engine", "local") not in ("local", "ray"):
-        raise OptionError(f"--engine must be 'local' or 'ray', not {flags['engine']!r}")
-    return ShardJob(options=what, src=src, dest=dest, **{**flags, "maxsize": parse_bytes(flags.get("maxsize"))})
+    if source is not None:  # the transform reads NAME.json, so the caption's fields are a transform option
+        what = replace(what, caption_field=tuple(name.strip() for name in source.caption_field.split(",")))
+    if scale is not None and scale.engine not in ("local", "ray"):
+        raise OptionError(f"--engine must be 'local' or 'ray', not {scale.engine!r}")
+    return ShardJob(
+        src=src, dest=dest, options=what,
+        path_column=source.path_column if source else "path",
+        caption_column=source.caption_column if source else caption_column,
+        follow_symlinks=source.follow_symlinks if source else False,
+        maxcount=sharding.maxcount, maxsize=parse_bytes(sharding.maxsize), shuffle_seed=sharding.shuffle_seed,
+        workers=scale.workers if scale else 1, engine="ray" if scale and scale.engine == "ray" else "local",
+        ray_address=scale.ray_address if scale else None, unit_size=scale.unit_size if scale else None,
+        resume=job.resume, overwrite=job.overwrite,
+        wait_timeout=job.wait_timeout if isinstance(job, TorchrunJobFlags) else None,
+        download=fetch.options() if fetch else None, retry_failed=fetch.retry_failed if fetch else False)
 
 
 @shard_app.command("images")
@@ -245,8 +255,7 @@ def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: Sou
                         max_pixels=image.max_pixels, dedupe=image.dedupe, resize_mode=image.resize_mode,
                         image_size=image.image_size, min_image_size=image.min_image_size,
                         max_image_area=image.max_image_area, max_aspect_ratio=image.max_aspect_ratio)
-    _run(_job(what, src, dst, source, sharding, scale, job, download=fetch.options(), retry_failed=fetch.retry_failed),
-         out)
+    _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch), out)
 
 
 @shard_app.command("videos")
@@ -265,8 +274,7 @@ def videos_cmd(src: str = SRC, dst: str = DST, *, video: VideoFlags, source: Sou
 
     what = ShardOptions(kind="videos", clip_seconds=video.clip_seconds, exact_clips=video.exact, fps=video.fps,
                         max_side=video.max_side)
-    _run(_job(what, src, dst, source, sharding, scale, job, download=fetch.options(), retry_failed=fetch.retry_failed),
-         out)
+    _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch), out)
 
 
 @shard_app.command("prompts")
