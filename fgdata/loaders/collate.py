@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -55,6 +55,11 @@ class BatchSlots:
 
         full = (self.batch_size, *shape)
         if get_worker_info() is not None:
+            # torch's private _new_shared on purpose: the public way, share_memory_() on a fresh
+            # tensor, copies the unwritten buffer into shared memory, about 50 ms of CPU per 390 MB
+            # clip batch, some 6% of the worker's time for a clip at the reference's video settings
+            # (benchmarks/RESULTS.md, `bench_loaders.py --only shm`). The shared-memory test fails
+            # loudly should torch drop it.
             storage = torch.UntypedStorage._new_shared(math.prod(full) * 4)
             return torch.empty(0, dtype=torch.float32).set_(storage, 0, full)  # type: ignore[call-overload]
         return torch.from_numpy(np.empty(full, np.float32))
@@ -138,19 +143,33 @@ class Delivered:
     skipped: int = 0
 
 
+@dataclass
+class Batch:
+    """A collated batch and the control data that stays the loader's own.
+
+    ``drops`` counts the unusable positions skipped to fill it; ``replaced`` lists the positions
+    whose planned sample was replaced by the next usable one. A DataLoader worker sends the whole
+    object to the main process, where the loader counts the control data and delivers ``data``
+    alone: the user's batch dict never holds a key the loader would have to take out again.
+    """
+
+    data: dict[str, Any]
+    drops: int = 0
+    replaced: list[int] = field(default_factory=list)
+
+
 Collator = Callable[[list[dict[str, Any]], "BatchSlots | None"], dict[str, Any]]
 
 
 def batch_loop(
     items: Iterable[Delivered], batch_size: int, partial: bool, collate: Collator, slots: BatchSlots | None = None
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[Batch]:
     """The one batch loop of the WDS loaders: ``batch_size`` items per batch; a short last batch only with ``partial``.
 
-    Besides the collated fields a batch carries ``__index__`` (global positions, deterministic
-    mode), ``__drops__`` (positions skipped) and ``__replaced__`` (positions whose planned
-    sample was replaced); the loader pops the last two before delivering it. With ``slots``,
-    each sample is built into its row of the batch's tensors (a source builds the sample it
-    delivers during the pull that delivers it).
+    Besides the collated fields a batch dict carries ``__index__`` (global positions,
+    deterministic mode), a diagnostic for the user. With ``slots``, each sample is built into
+    its row of the batch's tensors (a source builds the sample it delivers during the pull that
+    delivers it).
     """
     pending: list[Delivered] = []
     stream = iter(items)
@@ -168,13 +187,12 @@ def batch_loop(
         yield _finish(pending, collate, slots)
 
 
-def _finish(items: list[Delivered], collate: Collator, slots: BatchSlots | None) -> dict[str, Any]:
-    batch = collate([d.sample for d in items], slots)
+def _finish(items: list[Delivered], collate: Collator, slots: BatchSlots | None) -> Batch:
+    data = collate([d.sample for d in items], slots)
     positions = [d.position for d in items if d.position is not None]
     if positions:
         import torch
 
-        batch["__index__"] = torch.tensor(positions, dtype=torch.int64)
-    batch["__drops__"] = sum(d.skipped for d in items)
-    batch["__replaced__"] = [d.position for d in items if d.skipped]
-    return batch
+        data["__index__"] = torch.tensor(positions, dtype=torch.int64)
+    replaced = [d.position for d in items if d.skipped and d.position is not None]
+    return Batch(data, drops=sum(d.skipped for d in items), replaced=replaced)
