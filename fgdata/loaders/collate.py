@@ -16,7 +16,6 @@ reference's collation does.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,9 +29,9 @@ class BatchSlots:
     The batch loop calls :meth:`next_row` before it pulls each sample; a decoder asks
     :meth:`row` for its key and shape and writes there. A pull delivers one sample, so a build
     that fails (a drop) leaves its row to the next attempt in the same pull. Tensors are new for
-    every batch (the previous one belongs to whoever received it): from numpy's allocator in the
-    main process (large arrays get transparent huge pages: several times fewer page faults for a
-    fresh 390 MB clip than torch's allocator), in shared memory inside a DataLoader worker (the
+    every batch (the previous one belongs to whoever received it), from numpy's allocator (large
+    arrays get transparent huge pages: several times fewer page faults for a fresh 390 MB clip than
+    torch's allocator); inside a DataLoader worker moved to shared memory before it is written (the
     batch then crosses to the main process without a copy).
     """
 
@@ -53,16 +52,12 @@ class BatchSlots:
         import torch
         from torch.utils.data import get_worker_info
 
-        full = (self.batch_size, *shape)
-        if get_worker_info() is not None:
-            # torch's private _new_shared on purpose: the public way, share_memory_() on a fresh
-            # tensor, copies the unwritten buffer into shared memory, about 50 ms of CPU per 390 MB
-            # clip batch, some 6% of the worker's time for a clip at the reference's video settings
-            # (benchmarks/RESULTS.md, `bench_loaders.py --only shm`). The shared-memory test fails
-            # loudly should torch drop it.
-            storage = torch.UntypedStorage._new_shared(math.prod(full) * 4)
-            return torch.empty(0, dtype=torch.float32).set_(storage, 0, full)  # type: ignore[call-overload]
-        return torch.from_numpy(np.empty(full, np.float32))
+        tensor = torch.from_numpy(np.empty((self.batch_size, *shape), np.float32))
+        # share_memory_() copies the unwritten buffer into shared memory once: about 30 ms of CPU
+        # per 390 MB clip batch, 3-4 % of a worker's time per clip at the reference's video
+        # settings (torch's private direct allocation spares it; benchmarks/RESULTS.md). numpy's
+        # buffer, advised for huge pages, reads as the huge zero page: torch.empty's costs twice that.
+        return tensor.share_memory_() if get_worker_info() is not None else tensor
 
     def row(self, key: str, shape: tuple[int, ...]) -> np.ndarray:
         """The float32 ``shape`` row of ``key``'s batch tensor for the sample being built."""
