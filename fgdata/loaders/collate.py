@@ -53,10 +53,11 @@ class BatchSlots:
         from torch.utils.data import get_worker_info
 
         tensor = torch.from_numpy(np.empty((self.batch_size, *shape), np.float32))
-        # share_memory_() copies the unwritten buffer into shared memory once: about 30 ms of CPU
-        # per 390 MB clip batch, 3-4 % of a worker's time per clip at the reference's video
-        # settings (torch's private direct allocation spares it; benchmarks/RESULTS.md). numpy's
-        # buffer, advised for huge pages, reads as the huge zero page: torch.empty's costs twice that.
+        # share_memory_() copies the unwritten buffer into shared memory once, which torch's private
+        # direct allocation spares: about 30 ms of CPU per 390 MB clip batch (2-50 ms over five
+        # runs), some 4 % of a worker's time per clip at the reference's video settings, 1 % for
+        # 256² images (benchmarks/RESULTS.md). numpy's buffer, advised for huge pages, reads as the
+        # huge zero page; copying a torch.empty one costs twice as much.
         return tensor.share_memory_() if get_worker_info() is not None else tensor
 
     def row(self, key: str, shape: tuple[int, ...]) -> np.ndarray:
