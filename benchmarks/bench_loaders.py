@@ -23,7 +23,13 @@ passes over warm page cache:
    the reference reads every byte once per worker), with offset indexes and without (then the
    loader's construction, which scans the headers once, counts too);
 5. time to first batch when resuming at positions deep inside a 1,000-sample shard / at 0
-   (target <= 2x).
+   (target <= 2x);
+6. ``shm``: how a DataLoader worker allocates its batch tensors: torch's public ``share_memory_()``
+   (of a ``torch.empty`` or a numpy buffer), or a plain allocation that the DataLoader moves into
+   shared memory when it sends the batch, against the private ``UntypedStorage._new_shared`` the
+   loaders used before (the "reference" column here): the CPU cost of one allocation alone (median
+   of 12 rounds or more), whole passes with one worker over images at 256² and clips at the
+   reference's video settings, and the public path's extra CPU per batch as a share of a batch's.
 
 Run: ``python benchmarks/bench_loaders.py [--repeats 3] [--out FILE.md]``.
 """
@@ -52,6 +58,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from reference_transforms import reference_clip, reference_image  # noqa: E402
 
 from fgdata.loaders import ImageWDSLoader, VideoWDSLoader, WDSLoader  # noqa: E402
+from fgdata.loaders.collate import BatchSlots  # noqa: E402
 from fgdata.shards import ShardWriter  # noqa: E402
 
 warnings.filterwarnings("ignore", message="deterministic mode")
@@ -342,7 +349,109 @@ def bench_ttfb(d: str, positions: list[int], repeats: int) -> dict[int, tuple[fl
     return out
 
 
-PARTS = ("images", "video", "latents", "bytes", "resume")
+_LIBRARY_ALLOCATE = BatchSlots._allocate  # kept before bench_shared_memory swaps the method
+
+
+def _shm_private(batch_size: int, shape: tuple[int, ...], in_worker: bool):
+    """Before: a worker's batch tensor straight in shared memory through torch's private ``_new_shared``."""
+    import math
+
+    import torch
+
+    full = (batch_size, *shape)
+    if in_worker:
+        storage = torch.UntypedStorage._new_shared(math.prod(full) * 4)
+        return torch.empty(0, dtype=torch.float32).set_(storage, 0, full)
+    return torch.from_numpy(np.empty(full, np.float32))
+
+
+def _shm_public_torch(batch_size: int, shape: tuple[int, ...], in_worker: bool):
+    """Public API: ``torch.empty`` moved into shared memory by ``share_memory_()`` before it is written
+    (the move copies the fresh buffer, and reading it faults on each of its 4 KB pages)."""
+    import torch
+
+    full = (batch_size, *shape)
+    return torch.empty(full, dtype=torch.float32).share_memory_() if in_worker else torch.from_numpy(np.empty(full, np.float32))
+
+
+def _shm_now(batch_size: int, shape: tuple[int, ...], in_worker: bool):
+    """What the loaders do now (``BatchSlots._allocate``, which tells a worker itself): torch's public
+    ``share_memory_()`` of numpy's buffer, advised for huge pages, so that the copy the move makes
+    reads the huge zero page instead of faulting per 4 KB."""
+    return _LIBRARY_ALLOCATE(BatchSlots(batch_size), shape)
+
+
+def _shm_on_send(batch_size: int, shape: tuple[int, ...], in_worker: bool):
+    """No shared allocation: numpy's allocator, and the DataLoader copies the batch into shared memory when it sends it."""
+    import torch
+
+    return torch.from_numpy(np.empty((batch_size, *shape), np.float32))
+
+
+PRIVATE, PUBLIC = "_new_shared (private, before)", "share_memory_() of numpy's empty (now)"
+SHM_PATHS = {PRIVATE: _shm_private, "share_memory_() of torch.empty": _shm_public_torch,
+             PUBLIC: _shm_now, "DataLoader copies on send": _shm_on_send}
+
+
+def bench_allocation(shapes: dict[str, tuple[int, ...]], rounds: int) -> dict[str, dict[str, float]]:
+    """Median CPU ms for a DataLoader worker to allocate one batch tensor (``shapes``: batch size first)
+    by each shared path and write all of it once, as decoders do; the paths alternate, each freed before the next."""
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset
+
+    shared = {name: fn for name, fn in SHM_PATHS.items() if fn is not _shm_on_send}  # that one copies on send
+
+    class Allocations(IterableDataset):
+        def __iter__(self):
+            torch.set_num_threads(1)
+            for _ in range(rounds):
+                for case, shape in shapes.items():
+                    for name, allocate in shared.items():
+                        c0 = time.process_time()
+                        tensor = allocate(shape[0], shape[1:], True)
+                        assert tensor.is_shared()
+                        tensor.fill_(1.0)
+                        del tensor
+                        yield case, name, time.process_time() - c0
+
+    times: dict[str, dict[str, list[float]]] = {case: {name: [] for name in shared} for case in shapes}
+    for case, name, seconds in DataLoader(Allocations(), batch_size=None, num_workers=1):
+        times[case][name].append(seconds)
+    return {case: {name: 1e3 * statistics.median(v) for name, v in by.items()} for case, by in times.items()}
+
+
+def bench_shared_memory(make_loader: Callable[[], object], repeats: int) -> dict[str, tuple[float, float]]:
+    """Samples/s (wall, and per CPU second of this process and its DataLoader worker) of one loader pass
+    with one worker, for each way of allocating the worker's batch tensors; the paths alternate in
+    every round, the best round of each counts.
+    """
+    import resource
+
+    from torch.utils.data import get_worker_info
+
+    def cpu() -> float:
+        return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                       resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+    paths = {name: fn for name, fn in SHM_PATHS.items() if fn is not _shm_public_torch}
+    wall: dict[str, list[float]] = {name: [] for name in paths}
+    per_cpu: dict[str, list[float]] = {name: [] for name in paths}
+    try:
+        for _ in range(repeats):
+            for name, allocate in paths.items():
+                BatchSlots._allocate = (  # type: ignore[method-assign]
+                    lambda slots, shape, allocate=allocate: allocate(slots.batch_size, shape, get_worker_info() is not None))
+                loader = make_loader()
+                t0, c0 = time.perf_counter(), cpu()
+                n = sum(len(b["fname"]) for b in loader)  # type: ignore[attr-defined]
+                wall[name].append(n / (time.perf_counter() - t0))
+                per_cpu[name].append(n / (cpu() - c0))  # the worker is joined (and counted) when the pass ends
+    finally:
+        BatchSlots._allocate = _LIBRARY_ALLOCATE  # type: ignore[method-assign]
+    return {name: (max(wall[name]), max(per_cpu[name])) for name in paths}
+
+
+PARTS = ("images", "video", "latents", "bytes", "resume", "shm")
 
 
 def main() -> None:
@@ -405,6 +514,36 @@ def main() -> None:
             for pos, (fg_t, ref_t) in ttfb.items():
                 row(f"Time to first batch resuming at {pos} (2 x 1,000-sample shards), s; ratio to position 0",
                     f"{fg_t:.3f} ({fg_t / base:.2f}x)", f"{ref_t:.3f} ({ref_t / ttfb[0][1]:.2f}x)", f"{ref_t / fg_t:.2f}x", "<= 2x of position 0")
+
+        if "shm" in parts:
+            if "images" not in parts:
+                build_images(str(t / "img"), args.images)
+            if "video" not in parts:
+                build_videos(str(t / "vid"), args.videos)
+            cases = {  # name: (batch shape, batch size, one-worker loader)
+                "ImageWDSLoader 256² B=16 (12.6 MB batches)": ((3, 256, 256), 16, lambda: ImageWDSLoader(
+                    ["WDS:" + str(t / "img")], batch_size=16, input_res=256, num_workers=1, train=False, partial=True,
+                    key_map={"real_raw": "jpg", "condition_raw": "txt"})),
+                f"VideoWDSLoader {VIDEO_FRAMES}x{VIDEO_SIZE[1]}x{VIDEO_SIZE[0]} B=1 (390 MB batches)": (
+                    (3, VIDEO_FRAMES, VIDEO_SIZE[1], VIDEO_SIZE[0]), 1, lambda: VideoWDSLoader(
+                        ["WDS:" + str(t / "vid")], batch_size=1, sequence_length=VIDEO_FRAMES, img_size=VIDEO_SIZE,
+                        num_workers=1, train=False, seed=0)),
+            }
+            ms = bench_allocation({case: (b, *shape) for case, (shape, b, _) in cases.items()}, max(12, 4 * args.repeats))
+            for case, (_, batch_size, make) in cases.items():
+                for name, value in ms[case].items():
+                    row(f"{case}: a worker allocates and writes one batch tensor via {name}, CPU ms (median)",
+                        f"{value:.1f}", f"{ms[case][PRIVATE]:.1f}", f"{ms[case][PRIVATE] / value:.3f}x", "")
+                rates = bench_shared_memory(make, args.repeats)
+                base_wall, base_cpu = rates[PRIVATE]
+                for name, (w, c) in rates.items():
+                    row(f"{case}, 1 worker, batch tensors via {name}: samples/s (per CPU second)",
+                        f"{w:.2f} ({c:.2f})", f"{base_wall:.2f} ({base_cpu:.2f})",
+                        f"{w / base_wall:.3f}x ({c / base_cpu:.3f}x)", "")
+                batch_ms = 1e3 * batch_size / base_cpu
+                extra = ms[case][PUBLIC] - ms[case][PRIVATE]
+                row(f"{case}: the public path's extra CPU per batch / a batch's CPU (private path)",
+                    f"{extra:.1f} ms / {batch_ms:.0f} ms", "", f"{extra / batch_ms:.1%}", "<= ~5 %")
 
     table = ["| measurement | fgdata | reference | fgdata vs reference | target |", "|---|---|---|---|---|"]
     table += [f"| {' | '.join(r)} |" for r in rows]

@@ -7,19 +7,33 @@ imported when a loader is first iterated.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
 from fgdata.errors import FgdataError
+from fgdata.loaders.collate import Batch
 from fgdata.loaders.ranks import worker_slot
-
-# A worker's FgdataError travels to the main process as a batch under this key, so the user
-# gets the one-line message instead of torch's wrapped traceback text.
-WORKER_ERROR = "__fgdata_error__"
 
 if TYPE_CHECKING:
     from fgdata.loaders.wds import BaseWDSLoader
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """A worker's FgdataError on its way to the main process, in place of the batch it could not build,
+    so the user gets the one-line message instead of torch's wrapped traceback text."""
+
+    error_type: type[Exception]
+    message: str
+
+    def error(self) -> Exception:
+        """The error to raise here: its own class when that takes one message."""
+        try:
+            return self.error_type(self.message)
+        except TypeError:  # a class with another constructor: the message is what matters
+            return FgdataError(self.message)
 
 
 class WorkerBatches(IterableDataset):
@@ -31,27 +45,22 @@ class WorkerBatches(IterableDataset):
         self.start = start
         self.epoch = epoch
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[Batch | WorkerFailure]:
         worker, workers = worker_slot()
         try:
             yield from self.loader.worker_batches(self.start, self.epoch, worker, workers)
         except FgdataError as exc:
             if self.loader.num_workers == 0:
                 raise
-            yield {WORKER_ERROR: (type(exc), str(exc))}
+            yield WorkerFailure(type(exc), str(exc))
 
 
-def _raise_worker_errors(batches: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """Re-raise a worker's FgdataError in this process, as its own class when that takes one message."""
-    for batch in batches:
-        if WORKER_ERROR in batch:
-            cls, message = batch[WORKER_ERROR]
-            try:
-                error = cls(message)
-            except TypeError:  # a class with another constructor: the message is what matters
-                error = FgdataError(message)
-            raise error
-        yield batch
+def _raise_worker_errors(items: Iterator[Batch | WorkerFailure]) -> Iterator[Batch]:
+    """The workers' batches; a worker's FgdataError is raised again in this process."""
+    for item in items:
+        if isinstance(item, WorkerFailure):
+            raise item.error()
+        yield item
 
 
 def _unchanged(batch: Any) -> Any:
@@ -75,13 +84,13 @@ class LoaderView(DataLoader):
         return len(self.owner)
 
 
-def iterate(loader: BaseWDSLoader, start: int, epoch: int) -> Iterator[dict[str, Any]]:
-    """Batches in delivery order.
+def iterate(loader: BaseWDSLoader, start: int, epoch: int) -> Iterator[Batch]:
+    """Batches in delivery order, with their control data (the loader unwraps them).
 
     torch's DataLoader takes one batch from each worker in turn, in order, so
     worker ``w`` owning batches ``j ≡ w (mod n)`` reproduces the 1-worker order.
     """
     dataset = WorkerBatches(loader, start, epoch)
-    if loader.num_workers == 0:
-        return iter(dataset)
+    if loader.num_workers == 0:  # the dataset raises in this process itself
+        return _raise_worker_errors(iter(dataset))
     return _raise_worker_errors(iter(DataLoader(dataset, batch_size=None, num_workers=loader.num_workers, collate_fn=_unchanged)))

@@ -16,9 +16,8 @@ reference's collation does.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,9 +29,9 @@ class BatchSlots:
     The batch loop calls :meth:`next_row` before it pulls each sample; a decoder asks
     :meth:`row` for its key and shape and writes there. A pull delivers one sample, so a build
     that fails (a drop) leaves its row to the next attempt in the same pull. Tensors are new for
-    every batch (the previous one belongs to whoever received it): from numpy's allocator in the
-    main process (large arrays get transparent huge pages: several times fewer page faults for a
-    fresh 390 MB clip than torch's allocator), in shared memory inside a DataLoader worker (the
+    every batch (the previous one belongs to whoever received it), from numpy's allocator (large
+    arrays get transparent huge pages: several times fewer page faults for a fresh 390 MB clip than
+    torch's allocator); inside a DataLoader worker moved to shared memory before it is written (the
     batch then crosses to the main process without a copy).
     """
 
@@ -53,11 +52,13 @@ class BatchSlots:
         import torch
         from torch.utils.data import get_worker_info
 
-        full = (self.batch_size, *shape)
-        if get_worker_info() is not None:
-            storage = torch.UntypedStorage._new_shared(math.prod(full) * 4)
-            return torch.empty(0, dtype=torch.float32).set_(storage, 0, full)  # type: ignore[call-overload]
-        return torch.from_numpy(np.empty(full, np.float32))
+        tensor = torch.from_numpy(np.empty((self.batch_size, *shape), np.float32))
+        # share_memory_() copies the unwritten buffer into shared memory once, which torch's private
+        # direct allocation spares: about 30 ms of CPU per 390 MB clip batch (2-50 ms over five
+        # runs), some 4 % of a worker's time per clip at the reference's video settings, 1 % for
+        # 256² images (benchmarks/RESULTS.md). numpy's buffer, advised for huge pages, reads as the
+        # huge zero page; copying a torch.empty one costs twice as much.
+        return tensor.share_memory_() if get_worker_info() is not None else tensor
 
     def row(self, key: str, shape: tuple[int, ...]) -> np.ndarray:
         """The float32 ``shape`` row of ``key``'s batch tensor for the sample being built."""
@@ -138,19 +139,33 @@ class Delivered:
     skipped: int = 0
 
 
+@dataclass
+class Batch:
+    """A collated batch and the control data that stays the loader's own.
+
+    ``drops`` counts the unusable positions skipped to fill it; ``replaced`` lists the positions
+    whose planned sample was replaced by the next usable one. A DataLoader worker sends the whole
+    object to the main process, where the loader counts the control data and delivers ``data``
+    alone: the user's batch dict never holds a key the loader would have to take out again.
+    """
+
+    data: dict[str, Any]
+    drops: int = 0
+    replaced: list[int] = field(default_factory=list)
+
+
 Collator = Callable[[list[dict[str, Any]], "BatchSlots | None"], dict[str, Any]]
 
 
 def batch_loop(
     items: Iterable[Delivered], batch_size: int, partial: bool, collate: Collator, slots: BatchSlots | None = None
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[Batch]:
     """The one batch loop of the WDS loaders: ``batch_size`` items per batch; a short last batch only with ``partial``.
 
-    Besides the collated fields a batch carries ``__index__`` (global positions, deterministic
-    mode), ``__drops__`` (positions skipped) and ``__replaced__`` (positions whose planned
-    sample was replaced); the loader pops the last two before delivering it. With ``slots``,
-    each sample is built into its row of the batch's tensors (a source builds the sample it
-    delivers during the pull that delivers it).
+    Besides the collated fields a batch dict carries ``__index__`` (global positions,
+    deterministic mode), a diagnostic for the user. With ``slots``, each sample is built into
+    its row of the batch's tensors (a source builds the sample it delivers during the pull that
+    delivers it).
     """
     pending: list[Delivered] = []
     stream = iter(items)
@@ -168,13 +183,12 @@ def batch_loop(
         yield _finish(pending, collate, slots)
 
 
-def _finish(items: list[Delivered], collate: Collator, slots: BatchSlots | None) -> dict[str, Any]:
-    batch = collate([d.sample for d in items], slots)
+def _finish(items: list[Delivered], collate: Collator, slots: BatchSlots | None) -> Batch:
+    data = collate([d.sample for d in items], slots)
     positions = [d.position for d in items if d.position is not None]
     if positions:
         import torch
 
-        batch["__index__"] = torch.tensor(positions, dtype=torch.int64)
-    batch["__drops__"] = sum(d.skipped for d in items)
-    batch["__replaced__"] = [d.position for d in items if d.skipped]
-    return batch
+        data["__index__"] = torch.tensor(positions, dtype=torch.int64)
+    replaced = [d.position for d in items if d.skipped and d.position is not None]
+    return Batch(data, drops=sum(d.skipped for d in items), replaced=replaced)

@@ -50,7 +50,7 @@ import numpy as np
 
 from fgdata.errors import FgdataError
 from fgdata.loaders.builder import AUDIT_FIRST_SAMPLES, SampleBuilder, parse_key_map
-from fgdata.loaders.collate import BatchSlots, batch_loop
+from fgdata.loaders.collate import Batch, BatchSlots, batch_loop
 from fgdata.loaders.decoders import (
     VIDEO_MEMBERS,
     CameraDecoder,
@@ -272,11 +272,11 @@ class BaseWDSLoader:
         self._position = self._iter_start = start
         self._replaced.clear()  # a new iteration is a new stream: its epochs are counted afresh
         for batch in iterate(self, start, epoch):
-            self._drops += int(batch.pop("__drops__", 0))
-            self._note_replaced(batch.pop("__replaced__", ()))
-            self._position += len(batch["__key__"]) * self.world_size
+            self._drops += batch.drops
+            self._note_replaced(batch.replaced)
+            self._position += len(batch.data["__key__"]) * self.world_size
             self._warn_replaced(stream_over=False)
-            yield batch
+            yield batch.data
         self._warn_replaced(stream_over=True)
 
     def _rank_positions(self, epoch: int, end: int) -> int:
@@ -328,8 +328,9 @@ class BaseWDSLoader:
                     "Run `fgdata verify` and pass its ignore index", stacklevel=3,
                 )
 
-    def worker_batches(self, start: int, epoch: int, worker: int, num_workers: int) -> Iterator[dict[str, Any]]:
-        """The batches worker ``worker`` of ``num_workers`` builds for this rank, in its delivery order."""
+    def worker_batches(self, start: int, epoch: int, worker: int, num_workers: int) -> Iterator[Batch]:
+        """The batches worker ``worker`` of ``num_workers`` builds for this rank, in its delivery order,
+        each with its control data (drops, replaced positions)."""
         builder = self._builder
         builder.audit.reset()
         slots = BatchSlots(self.batch_size)
