@@ -107,6 +107,9 @@ class Backend(abc.ABC):
     #: Jobs on other hosts (or with another local cache) may write the same place, so a job holds it through a
     #: lease kept in the destination itself (:mod:`fgdata.jobs.lease`), not a local lock alone.
     shared: ClassVar[bool] = False
+    #: Asking for one file (:meth:`stat`) costs no more than its entry in a listing (a local ``stat`` is one system
+    #: call), so a few files are looked up one by one rather than by listing their folder.
+    cheap_stat: ClassVar[bool] = False
 
     @abc.abstractmethod
     def open_read(self, path: str, buffering: int = -1) -> contextlib.AbstractContextManager[BinaryIO]:

@@ -167,6 +167,7 @@ class LocalBackend(Backend):
 
     scheme = ""
     random_access = True
+    cheap_stat = True
 
     @contextlib.contextmanager
     def open_read(self, path: str, buffering: int = -1) -> Iterator[BinaryIO]:
