@@ -20,7 +20,7 @@ from fgdata.errors import StorageError
 from fgdata.storage.paths import scheme
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a listing of a million files holds a million of these
 class FileInfo:
     """One listed file: full path or URL, basename, size in bytes, and ``version``: what changes when its content
     is replaced (local: the modification time in ns; S3: the ETag), so a rerun can tell a replaced input."""
@@ -71,9 +71,10 @@ class ListedTree:
             names = info.path[len(top) + 1:].split("/")[:-1]
             for depth in range(len(names)):
                 child = top + "/" + "/".join(names[:depth + 1])
-                self._parts[folder][1].add(child)
-                folder = child
-                self._parts.setdefault(folder, ([], set()))
+                if child != folder:  # a key with an empty part ("p//x") under a root given as "p/"
+                    self._parts[folder][1].add(child)
+                    folder = child
+                    self._parts.setdefault(folder, ([], set()))
             self._parts[folder][0].append(info)
 
     def __call__(self, folder: str) -> Folder:

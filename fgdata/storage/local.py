@@ -114,8 +114,8 @@ class _LocalTree:
 
     A linked folder is walked only with ``follow_links``, and only when it leads out of the root to a folder not
     walked yet (its files are listed under the link's path); otherwise it is an :class:`Unlisted` entry, as are
-    special files, broken links and folders that cannot be listed. A folder's entries are taken in name order,
-    so which of two links to one folder is followed does not depend on the order the file system lists them.
+    special files, broken links and folders that cannot be listed. A folder's links to folders are decided in name
+    order, so which of two links to one folder is followed does not depend on the order the file system lists them.
     """
 
     def __init__(self, root: str, follow_links: bool):
@@ -125,25 +125,32 @@ class _LocalTree:
 
     def __call__(self, folder: str) -> Folder:
         listed = Folder([], [], [])
+        linked: list[os.DirEntry] = []  # decided in name order, after the rest
         try:
             with os.scandir(folder) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as exc:
-            listed.unlisted.append(Unlisted(folder, "unreadable", f"cannot be listed ({exc.strerror or exc})"))
-            return listed
-        for entry in entries:
-            try:
-                self._take(entry, listed)
-            except OSError as exc:
-                listed.unlisted.append(Unlisted(entry.path, "unreadable", f"cannot be read ({exc.strerror or exc})"))
+                for entry in it:
+                    self._checked(entry, listed, linked)
+        except OSError as exc:  # nothing of a folder that cannot be listed to its end
+            return Folder([], [], [Unlisted(folder, "unreadable", f"cannot be listed ({exc.strerror or exc})")])
+        for entry in sorted(linked, key=lambda e: e.name):
+            self._checked(entry, listed, None)
         return listed
 
-    def _take(self, entry: os.DirEntry, listed: Folder) -> None:
-        """Put ``entry`` where it belongs in ``listed``."""
+    def _checked(self, entry: os.DirEntry, listed: Folder, linked: list[os.DirEntry] | None) -> None:
+        """:meth:`_take`, with an entry that cannot be examined listed as unreadable."""
+        try:
+            self._take(entry, listed, linked)
+        except OSError as exc:
+            listed.unlisted.append(Unlisted(entry.path, "unreadable", f"cannot be read ({exc.strerror or exc})"))
+
+    def _take(self, entry: os.DirEntry, listed: Folder, linked: list[os.DirEntry] | None) -> None:
+        """Put ``entry`` where it belongs in ``listed``; a link to a folder goes to ``linked`` (when given)."""
         if entry.is_dir(follow_symlinks=False):
             listed.folders.append(entry.path)
         elif entry.is_file():
             listed.files.append(_info(entry.path, entry.name, entry.stat()))
+        elif entry.is_dir() and linked is not None:
+            linked.append(entry)
         elif entry.is_dir():
             real = os.path.realpath(entry.path)
             root = self._real_root
