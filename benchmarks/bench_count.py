@@ -29,7 +29,7 @@ def build(dest: str, n_shards: int, per_shard: int, sample_bytes: int) -> list[s
 
     rng = np.random.default_rng(0)
     payload = rng.integers(0, 256, sample_bytes, dtype=np.uint8).tobytes()
-    with ShardWriter(dest, maxcount=per_shard, resume=False) as w:
+    with ShardWriter(dest, maxcount=per_shard) as w:
         for i in range(n_shards * per_shard):
             w.write(f"sample_{i:08d}", {"jpg": payload, "txt": b"a caption", "json": b'{"w": 256}'})
     return sorted(os.path.join(dest, f) for f in os.listdir(dest) if f.endswith(".tar"))

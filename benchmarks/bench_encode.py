@@ -56,7 +56,7 @@ def build_inputs(n: int, dest: Path) -> Path:
     with ShardWriter(str(dest), maxcount=max(1, n // 4)) as w:
         for i in range(n):
             img = images[i % len(images)]
-            w.write(f"sample_{i:06d}", {img.suffix[1:].lower(): img.read_bytes(), "txt": b"a photo"}, input_pos=i)
+            w.write(f"sample_{i:06d}", {img.suffix[1:].lower(): img.read_bytes(), "txt": b"a photo"})
     return dest
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import typer
@@ -57,7 +57,7 @@ class ShardingFlags:
 
     maxcount: int = flag(typer.Option(1000, "--maxcount", min=1, help="Samples per shard at most."))
     maxsize: Optional[str] = flag(typer.Option(None, "--maxsize", help="Bytes per shard at most (e.g. 1GB)."))
-    shuffle_seed: Optional[int] = flag(typer.Option(None, "--shuffle-seed", help="Write the inputs in a seeded random order."))
+    shuffle_seed: Optional[int] = flag(typer.Option(None, "--shuffle-seed", help="Write the inputs of each work unit in a seeded random order."))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +71,7 @@ class ScaleFlags:
                                                    help="Ray cluster address, or auto to join the running one "
                                                         "(default: RAY_ADDRESS, else start a private local one)."))
     unit_size: Optional[int] = flag(typer.Option(None, "--unit-size", min=1,
-                                                 help="Ray and torchrun: inputs per work unit (default: --maxcount)."))
+                                                 help="Inputs per work unit: a unit writes its own shards and is redone whole after a stop (default: --maxcount)."))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,12 +145,11 @@ class DownloadFlags:
 def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     from fgdata.cli.jobrun import Outcome, finish, job_progress, notes, run_job
     from fgdata.jobs.ranks import dist_env
-    from fgdata.jobs.report import by_category
     from fgdata.jobs.shard import run_shard_job
     from fgdata.sources.folder import skip_summary
 
-    def categories(entries: list[dict]) -> str:
-        return ", ".join(f"{category} {n:,}" for category, n in by_category(entries).items())
+    def categories(by_reason: dict[str, int]) -> str:
+        return ", ".join(f"{category} {n:,}" for category, n in by_reason.items())
 
     started = time.perf_counter()
     rank, world = dist_env()
@@ -174,16 +173,16 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     if report.retried:
         rows.append(("retried", f"{report.retried:,} retryable failure(s): {report.recovered:,} now written"))
     if report.changed:
-        rows.append(("changed inputs", f"{len(report.changed):,}: wrote {len(report.rewritten):,} shard(s) again"))
+        rows.append(("changed inputs", f"{report.changed:,}: wrote {len(report.rewritten):,} shard(s) again"))
     rows.append(("read", human_bytes(report.nbytes)))
-    if report.warnings:
-        rows.append(("warnings", f"{len(report.warnings):,}: {categories(report.warnings)} (in failures.json)"))
+    if report.warned:
+        rows.append(("warnings", f"{report.warned:,}: {categories(report.warned_by_reason)} (in failures.json)"))
     if report.skipped:
         rows.append(("skipped", f"{len(report.skipped):,}: {skip_summary(report.skipped)} (in failures.json)"))
     details = {"samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
                "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes,
-               "warnings": len(report.warnings), "skipped": len(report.skipped),
-               "changed_inputs": report.changed, "rewritten_shards": report.rewritten,
+               "warnings": report.warned, "skipped": len(report.skipped),
+               "changed_inputs": report.changed_names, "rewritten_shards": report.rewritten,
                "normalised": report.normalised, "retried": report.retried, "recovered": report.recovered}
     if report.clips is not None:
         details["clips"] = report.clips.to_json()
@@ -208,19 +207,29 @@ def _clip_rows(clips) -> list[tuple[str, str]]:  # noqa: ANN001 - a ClipTally
     return rows
 
 
-def _job(what, src: str, dest: str, *groups: Any, **flags: Any):  # noqa: ANN001, ANN202 - ShardOptions -> ShardJob
-    """The job from the command's own options (``what``) plus the flag groups the shard commands share."""
+def _job(what, src: str, dest: str, sharding: ShardingFlags, job: JobFlags, *,  # noqa: ANN001, ANN202
+         source: SourceFlags | None = None, scale: ScaleFlags | None = None, fetch: DownloadFlags | None = None,
+         caption_column: str = "caption"):
+    """The ShardJob from the command's own transform options (``what``, a ShardOptions) and its typed flag groups
+    (a group a command lacks keeps the job's defaults)."""
     from fgdata.errors import OptionError
     from fgdata.jobs.shard import ShardJob
 
-    for group in groups:
-        flags |= {f.name: getattr(group, f.name) for f in fields(group)}
-    if "caption_field" in flags:  # the transform reads NAME.json, so the caption's fields are a transform option
-        names = tuple(name.strip() for name in flags.pop("caption_field").split(","))
-        what = replace(what, caption_field=names)
-    if flags.get("engine", "local") not in ("local", "ray"):
-        raise OptionError(f"--engine must be 'local' or 'ray', not {flags['engine']!r}")
-    return ShardJob(options=what, src=src, dest=dest, **{**flags, "maxsize": parse_bytes(flags.get("maxsize"))})
+    if source is not None:  # the transform reads NAME.json, so the caption's fields are a transform option
+        what = replace(what, caption_field=tuple(name.strip() for name in source.caption_field.split(",")))
+    if scale is not None and scale.engine not in ("local", "ray"):
+        raise OptionError(f"--engine must be 'local' or 'ray', not {scale.engine!r}")
+    return ShardJob(
+        src=src, dest=dest, options=what,
+        path_column=source.path_column if source else "path",
+        caption_column=source.caption_column if source else caption_column,
+        follow_symlinks=source.follow_symlinks if source else False,
+        maxcount=sharding.maxcount, maxsize=parse_bytes(sharding.maxsize), shuffle_seed=sharding.shuffle_seed,
+        workers=scale.workers if scale else 1, engine="ray" if scale and scale.engine == "ray" else "local",
+        ray_address=scale.ray_address if scale else None, unit_size=scale.unit_size if scale else None,
+        resume=job.resume, overwrite=job.overwrite,
+        wait_timeout=job.wait_timeout if isinstance(job, TorchrunJobFlags) else None,
+        download=fetch.options() if fetch else None, retry_failed=fetch.retry_failed if fetch else False)
 
 
 @shard_app.command("images")
@@ -233,7 +242,7 @@ def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: Sou
 
     From a URL list: fgdata shard images laion.parquet ./laion-wds --path-column url --caption-column caption --workers 4 (each URL is fetched with the download flags below; every URL ends written or in failures.json with its reason).
 
-    Many processes or nodes: torchrun --nproc-per-node 8 -m fgdata.cli.main shard images SRC DST --unit-size 10000 (each rank writes the work units u with u mod WORLD_SIZE == rank; rank 0 merges them into one numbering, the same bytes as --engine ray with that --unit-size).
+    Many processes or nodes: torchrun --nproc-per-node 8 -m fgdata.cli.main shard images SRC DST --unit-size 10000 (each rank writes the work units u with u mod WORLD_SIZE == rank under names fixed by the unit; rank 0 waits for the others and writes the counts and reports: the same files as one process or --engine ray).
 
     Each sample holds the image, a json (your metadata as given, with fgdata's source, width, height and mode under its "fgdata" key) and a txt caption (NAME.txt, else the --caption-field of NAME.json or the manifest row). Undecodable images, names that are not UTF-8 and symlinks out of SRC go to DST/failures.json, with captions that cannot be read (warnings: the image is still written) and the files of SRC that are not inputs (skipped).
 
@@ -246,8 +255,7 @@ def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: Sou
                         max_pixels=image.max_pixels, dedupe=image.dedupe, resize_mode=image.resize_mode,
                         image_size=image.image_size, min_image_size=image.min_image_size,
                         max_image_area=image.max_image_area, max_aspect_ratio=image.max_aspect_ratio)
-    _run(_job(what, src, dst, source, sharding, scale, job, download=fetch.options(), retry_failed=fetch.retry_failed),
-         out)
+    _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch), out)
 
 
 @shard_app.command("videos")
@@ -266,8 +274,7 @@ def videos_cmd(src: str = SRC, dst: str = DST, *, video: VideoFlags, source: Sou
 
     what = ShardOptions(kind="videos", clip_seconds=video.clip_seconds, exact_clips=video.exact, fps=video.fps,
                         max_side=video.max_side)
-    _run(_job(what, src, dst, source, sharding, scale, job, download=fetch.options(), retry_failed=fetch.retry_failed),
-         out)
+    _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch), out)
 
 
 @shard_app.command("prompts")

@@ -2,11 +2,14 @@
 
 Each guarantee lives in exactly one module here:
 
-- :mod:`fgdata.jobs.dest`: the destination: one lock per DST, private temporary files
-  (``O_EXCL|O_NOFOLLOW``, unpredictable names, inside DST), stale temporaries and staging of a
-  killed job removed on the next run, and files fgdata did not write refused unless ``--overwrite``;
+- :mod:`fgdata.jobs.dest`: the destination: one lock per DST, stale temporaries
+  (:mod:`fgdata.storage.temps`) and staging of a killed job removed on the next run, and files fgdata did
+  not write refused unless ``--overwrite``;
+- :mod:`fgdata.jobs.units`: work units: inputs streamed in fixed-size units, each writing its shards under
+  names fixed by the unit and leaving a typed marker; the spool and the streamed finalize (counts,
+  ``failures.json``, stats) and the sweep of what no unit claims;
 - :mod:`fgdata.jobs.options`: the resume fingerprint, from each command's frozen options
-  dataclass (only options that change output bytes); a rerun with other options is refused
+  dataclass (every field but those declared ``RUNTIME``); a rerun with other options is refused
   with a message naming the option;
 - :mod:`fgdata.jobs.report`: the one failure report, ``failures.json``
   (``command, seen, written, failed, failures: [{input, reason}]``), written atomically;
@@ -16,8 +19,8 @@ Each guarantee lives in exactly one module here:
   executors (process pool, torchrun ranks, Ray); Ray tasks are declared in that last module only;
 - :mod:`fgdata.jobs.testhook`: ``FGDATA_TEST_STOP_AFTER``, the point kill tests stop a job at, and
   ``FGDATA_TEST_HOLD``, named points where a test holds one rank to order two ranks' steps;
-- :mod:`fgdata.jobs.shard`: ``fgdata shard images|videos|prompts`` on top of all of that.
+- :mod:`fgdata.jobs.shard`: ``fgdata shard images|videos|prompts`` on top of all of that: its producer (the
+  media transform) and sink (one unit's shards), and the choice of executor.
 
-Nothing is imported here, so low layers (the shard writer) can use :mod:`fgdata.jobs.dest`
-without import cycles.
+Nothing is imported here, so importing one module of the job core does not import the others.
 """

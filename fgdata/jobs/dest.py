@@ -31,7 +31,6 @@ import errno
 import fcntl
 import json
 import os
-import secrets
 import socket
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -39,16 +38,14 @@ from typing import Any
 from fgdata import storage
 from fgdata.errors import FgdataError
 from fgdata.jobs import lease
-from fgdata.storage import staging_dir
+from fgdata.storage import staging_dir, temps
 
 STATE_DIR = ".fgdata"
 LOCK_FILE = "lock"
-TEMP_MARK = ".fgtmp-"
 INDEX_SUFFIX = ".idx.json"
 #: Side files fgdata writes beside its outputs (every writing command).
 SIDE_FILES = frozenset({STATE_DIR, "shard_count.json", "failures.json", "provenance.json", "shard_job.json",
                         "shard_stats.json"})
-_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 Notify = Callable[[str], None]
 
@@ -56,44 +53,14 @@ Notify = Callable[[str], None]
 # -- temporary files -------------------------------------------------------------------------------------
 
 
-def open_temp(directory: str, final_name: str) -> tuple[int, str]:
-    """A new private file for ``final_name`` in ``directory``: ``(fd, path)``; never follows or reuses a link."""
-    os.makedirs(directory, exist_ok=True)
-    while True:
-        path = os.path.join(directory, f".{final_name}{TEMP_MARK}{secrets.token_hex(8)}")
-        try:
-            return os.open(path, _FLAGS, 0o644), path
-        except FileExistsError:  # a collision of 64 random bits (or a planted name): draw again
-            continue
-
-
-_OUTPUT_SUFFIXES = (".tar", ".tar" + INDEX_SUFFIX, ".zip", ".json", ".npy", ".log")
-
-
 def is_temp(name: str) -> bool:
-    """A temporary name of fgdata's: ours, or :func:`fgdata.storage.atomic_path`'s (``.X.tmp-…``) for an output."""
-    if not name.startswith("."):
-        return False
-    if TEMP_MARK in name:
-        return True
-    target = name[1:].split(".tmp-", 1)[0] if ".tmp-" in name else None
-    return target is not None and (target in SIDE_FILES or target.endswith(_OUTPUT_SUFFIXES))
+    """A temporary name of fgdata's in a destination (its side files count as outputs)."""
+    return temps.is_temp(name, SIDE_FILES)
 
 
 def clean_temps(directory: str) -> list[str]:
-    """Remove the temporary files a killed job left in ``directory`` (links are removed, never followed)."""
-    removed: list[str] = []
-    try:
-        names = os.listdir(directory)
-    except (FileNotFoundError, NotADirectoryError):
-        return removed
-    for name in names:
-        path = os.path.join(directory, name)
-        if is_temp(name) and (os.path.islink(path) or not os.path.isdir(path)):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            removed.append(name)
-    return removed
+    """Remove the temporary files a killed job left in ``directory``."""
+    return temps.clean_temps(directory, SIDE_FILES)
 
 
 # -- the lock --------------------------------------------------------------------------------------------
@@ -131,6 +98,7 @@ class DestLock:
         self.dest = dest
         self.path = os.path.join(folder, name)
         self._fd: int | None = None
+        self.lease: lease.Lease | None = None  # set while held through :func:`claimed` on shared storage
 
     def acquire(self) -> None:
         folder = _state_dir(os.path.dirname(self.path))
@@ -308,7 +276,8 @@ def claimed(dest: str, lock_name: str = LOCK_FILE, check: Callable[[], None] | N
             for name in os.listdir(stage):
                 if name != STATE_DIR:
                     _remove(stage, name)
-        with lease.held(dest, lock_name):
+        with lease.held(dest, lock_name) as held:
+            lock.lease = held
             yield lock
     finally:
         lock.release()

@@ -21,6 +21,8 @@ so every job that writes it sees it.
   on a clock that agrees with this one). Removals and job-state writes are checked the same way. An
   upload that outlived its job (see :mod:`fgdata.children` for why none should) can land only under
   that job's staging prefix.
+- **Followers.** A Ray task of the job writes under the driver's lease (:func:`following`): it stages under
+  the driver's prefix and confirms that the lease read back still names the driver's job before each move.
 - **Leftovers.** The job that takes a lease removes the staging prefixes of every job that holds no
   live lease; a job removes its own prefix and its lease when it ends.
 
@@ -121,11 +123,13 @@ def lease_name(lock_name: str) -> str:
 class Lease:
     """This job's lease on ``dest`` (an ``s3://`` prefix); a :class:`fgdata.storage.guard.Guard` while held."""
 
-    def __init__(self, dest: str, name: str = "lease.json"):
+    def __init__(self, dest: str, name: str = "lease.json", job: str | None = None):
+        """``job``: follow the lease that job holds (a Ray task of the job's driver) instead of taking one."""
         self.dest = dest.rstrip("/")
         self.state = storage.join(self.dest, STATE_DIR)
         self.url = storage.join(self.state, name)
-        self.job = secrets.token_hex(8)
+        self.job = job or secrets.token_hex(8)
+        self.follower = job is not None
         self.staging = storage.join(self.state, STAGING, self.job)
         self.expiry = lease_seconds()
         self._renewed = 0.0  # time.monotonic() when the last renewal started
@@ -173,7 +177,8 @@ class Lease:
         return storage.join(self.staging, path.rstrip("/")[len(self.dest) + 1:])
 
     def confirm(self, path: str) -> None:
-        if self._lost is None and time.monotonic() - self._renewed > self.expiry - heartbeat_seconds(self.expiry):
+        if self._lost is None and not self.follower and \
+                time.monotonic() - self._renewed > self.expiry - heartbeat_seconds(self.expiry):
             self._lost = f"not renewed for {time.monotonic() - self._renewed:.0f} s, the lease expires after " \
                          f"{self.expiry:g} s ({LEASE_ENV})"
         if self._lost is None:
@@ -256,6 +261,22 @@ class Lease:
             pass  # unreachable now: the lease expires by itself, and the next job clears the staging
         finally:
             guard.unregister(self)
+
+
+@contextlib.contextmanager
+def following(dest: str, name: str, job: str) -> Iterator[None]:
+    """Write under the lease job ``job`` holds on ``dest`` (named ``name``): a Ray task of that job's driver,
+    on any node. Its files are staged under the job's prefix and moved into place only while the lease read
+    back still names the job, as the driver's are; the driver renews and gives back the lease."""
+    if not storage.backend_for(dest).shared:
+        yield
+        return
+    lease = Lease(dest, name, job)
+    guard.register(lease)
+    try:
+        yield
+    finally:
+        guard.unregister(lease)
 
 
 @contextlib.contextmanager

@@ -1,8 +1,10 @@
 """The resume fingerprint: what a rerun must match to continue an earlier job's outputs.
 
-Each writing command describes the options that change its output bytes as one frozen
-dataclass (workers, engines, progress bars and the like stay out of it). The job record keeps
-``options_record(options)``; a rerun whose record differs is refused, naming the option.
+The one rule: a job's options are a frozen dataclass, and every field changes the output bytes unless it is
+declared with ``field(metadata=RUNTIME)`` (workers, engines, timeouts, where to write). :func:`byte_options`
+collects the others (a nested option dataclass declared ``FLATTEN`` gives its fields as the job's own), and
+the job record keeps them; a rerun whose record
+differs is refused, naming the option.
 """
 
 from __future__ import annotations
@@ -16,11 +18,32 @@ from typing import Any
 from fgdata.errors import FgdataError
 
 
-def options_record(options: Any) -> dict[str, Any]:
-    """The options as plain JSON data (tuples become lists, as they would after a round trip)."""
+#: Field metadata: this option does not change the output bytes (it stays out of the job record).
+RUNTIME = {"runtime": True}
+#: Field metadata: a nested option dataclass whose fields are recorded as the job's own.
+FLATTEN = {"flatten": True}
+
+
+def byte_options(options: Any) -> dict[str, Any]:
+    """Every field of ``options`` not declared :data:`RUNTIME`, as plain JSON data (see the module docstring)."""
     if not dataclasses.is_dataclass(options) or isinstance(options, type):
         raise TypeError("options must be a dataclass instance")
-    return json.loads(json.dumps(dataclasses.asdict(options), sort_keys=True, default=str))
+    record: dict[str, Any] = {}
+    for f in dataclasses.fields(options):
+        if f.metadata.get("runtime"):
+            continue
+        value = getattr(options, f.name)
+        if f.metadata.get("flatten"):
+            record.update(byte_options(value))
+        else:
+            record[f.name] = json.loads(json.dumps(_plain(value), sort_keys=True, default=str))
+    return record
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return byte_options(value)
+    return value
 
 
 def fingerprint(record: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ with one line naming it; results are returned in unit order, never with a silent
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from fgdata.errors import FgdataError
@@ -76,40 +76,63 @@ def _unit_error(exc: BaseException, unit: int) -> FgdataError:
 def run_units(fn: Callable[..., Any], units: Sequence[dict[str, Any]], *, address: str | None = None,
               num_gpus: float = 0.0, shared: dict[str, Any] | None = None,
               on_done: Callable[[int, Any], None] | None = None) -> list[Any]:
-    """``[fn(**shared, **units[i]) for i]`` as Ray tasks; ``on_done(i, result)`` as each finishes.
+    """``[fn(**shared, **units[i]) for i]`` as Ray tasks, in unit order; ``on_done(i, result)`` as each finishes."""
+    results: dict[int, Any] = dict(stream_units(fn, units, address=address, num_gpus=num_gpus, shared=shared,
+                                                on_done=on_done))
+    if len(results) != len(units):  # defensive: every unit must be accounted for
+        raise FgdataError(f"Ray returned {len(results)} of {len(units)} work units")
+    return [results[i] for i in range(len(units))]
 
-    ``shared`` values are put in the object store once and reach every unit by reference.
+
+def stream_units(fn: Callable[..., Any], units: Iterable[dict[str, Any]], *, address: str | None = None,
+                 num_gpus: float = 0.0, shared: dict[str, Any] | None = None,
+                 on_done: Callable[[int, Any], None] | None = None,
+                 in_flight: int | None = None) -> Iterator[tuple[int, Any]]:
+    """``fn(**shared, **unit)`` for each unit of a stream, as Ray tasks; yields ``(i, result)`` as they finish.
+
+    At most ``in_flight`` tasks are submitted at a time (default: twice the cluster's CPUs), so a stream of
+    any length is read only as fast as the cluster works through it. ``shared`` values are put in the object
+    store once and reach every unit by reference.
     """
     started = connect(address)
     import ray
 
     try:
+        limit = in_flight or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
         refs_shared = {k: ray.put(v) for k, v in (shared or {}).items()}
         remote = ray.remote(num_gpus=num_gpus, max_retries=MAX_RETRIES, retry_exceptions=False)(fn)
-        refs = [remote.remote(**refs_shared, **unit) for unit in units]
-        index = {ref: i for i, ref in enumerate(refs)}
-        results: dict[int, Any] = {}
-        pending = list(refs)
+        stream = enumerate(units)
+        index: dict[Any, int] = {}
+        pending: list[Any] = []
+        exhausted = False
         try:
             with signals.critical():  # a stop is recorded, and raised between two short waits
-                while pending:
+                while True:
+                    while not exhausted and len(pending) < limit:
+                        nxt = next(stream, None)
+                        if nxt is None:
+                            exhausted = True
+                            break
+                        ref = remote.remote(**refs_shared, **nxt[1])
+                        index[ref] = nxt[0]
+                        pending.append(ref)
+                    if not pending:
+                        return
                     signals.stop_if_signalled()
                     done, pending = ray.wait(pending, num_returns=1, timeout=WAIT_STEP_S)
                     for ref in done:
-                        i = index[ref]
+                        i = index.pop(ref)
                         try:
-                            results[i] = ray.get(ref)
+                            result = ray.get(ref)
                         except (ray.exceptions.RayError, OSError) as exc:
                             raise _unit_error(exc, i) from None
                         if on_done:
-                            on_done(i, results[i])
+                            on_done(i, result)
+                        yield i, result
         except BaseException:
             for ref in pending:
                 ray.cancel(ref, force=True)
             raise
-        if len(results) != len(units):  # defensive: every unit must be accounted for
-            raise FgdataError(f"Ray returned {len(results)} of {len(units)} work units")
-        return [results[i] for i in range(len(units))]
     finally:
         if started:
             disconnect()

@@ -33,7 +33,7 @@ from fgdata import __version__, storage
 from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs import dest as destmod
 from fgdata.jobs import testhook
-from fgdata.jobs.options import check_same, fingerprint, options_record
+from fgdata.jobs.options import check_same, fingerprint, byte_options
 from fgdata.jobs.ranks import dist_env, owned, owner, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, clean_reason, write_failures
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
@@ -142,22 +142,20 @@ def _write_task(job: TaskJob, task: Task, results: Iterable[Result], rank: int, 
     failures: list[dict[str, Any]] = []
     written = kept = 0
     untouched = False
-    writer = ShardWriter(work, maxcount=MAX_SAMPLES_PER_SHARD, resume=False)
+    writer = ShardWriter(work, maxcount=MAX_SAMPLES_PER_SHARD)
     try:
         for r in results:
             if r.members is not None:
-                writer.write(r.key, r.members, input_pos=r.pos)
+                writer.write(r.key, r.members)
                 written += 1
                 continue
             entry: dict[str, Any] = {"input": f"{task.source or task.name}#{r.key}", "reason": clean_reason(r.reason)}
             if job.in_place and r.original is not None:
-                writer.write(r.key, r.original, input_pos=r.pos)  # kept as it was: not updated, never removed
+                writer.write(r.key, r.original)  # kept as it was: not updated, never removed
                 entry["kept"] = True
                 kept += 1
             elif job.in_place:
                 untouched = True  # a damaged input shard: replacing it would drop what cannot be read
-            else:
-                writer.fail(r.pos, r.key, entry["reason"])
             failures.append(entry)
     except BaseException:
         writer.abort()
@@ -260,7 +258,7 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
     if len(set(names)) != len(names):
         raise FgdataError(f"{job.dest}: two inputs map to the same output shard name")
     storage.make_dirs(job.dest)
-    opts = options_record(job.options)
+    opts = byte_options(job.options)
     record = {"command": job.command, "fingerprint": fingerprint(opts), "options": opts, "fgdata": __version__}
     summary = JobSummary(dest=job.dest, command=job.command, rank=rank, world=world)
     launch = run_launch(run.resume, run.wait_timeout)  # None outside torchrun (a Ray driver clears DST first)

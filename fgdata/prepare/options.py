@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fgdata.errors import OptionError
-from fgdata.jobs.options import check_same, options_record
+from fgdata.jobs.options import check_same, byte_options
 
 PathLike = str | os.PathLike[str]
 DTYPES = ("float32", "bfloat16")
@@ -90,7 +90,7 @@ class Fingerprint:
     def of(cls, options: Any, **facts: Any) -> Fingerprint:
         byte = _byte_fields(options)
         names = {f.name for f in byte}
-        record = {k: v for k, v in options_record(options).items() if k in names}
+        record = {k: v for k, v in byte_options(options).items() if k in names}
         return cls(record, facts, {f.name: f.default for f in byte})
 
     def record(self, **more: Any) -> dict[str, Any]:

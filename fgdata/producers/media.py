@@ -324,13 +324,17 @@ def _text_members(text: _Text, fields: dict[str, Any]) -> dict[str, bytes]:
 _SAME_FORMAT = {"jpeg": "jpg", "jpe": "jpg", "jfif": "jpg", "tif": "tiff"}
 
 
-def mixed_format_warning(items: list[WorkItem], options: ShardOptions) -> str | None:
-    """The one warning of ``--format keep`` on inputs of several formats: what each reader will miss."""
+def mixed_format_warning(extensions: Counter[str], options: ShardOptions) -> str | None:
+    """The one warning of ``--format keep`` on inputs of several formats (``extensions``: the inputs' file
+    extensions, lower-case, counted): what each reader will miss."""
     from fgdata.media.decode import mixed_image_formats
 
     if options.kind != "images" or options.image_format != "keep":
         return None
-    exts = Counter(_SAME_FORMAT.get(e, e) for e in (i.path.rpartition(".")[2].lower() for i in items if i.path) if e)
+    exts: Counter[str] = Counter()
+    for ext, n in extensions.items():
+        if ext:
+            exts[_SAME_FORMAT.get(ext, ext)] += n
     mixed = mixed_image_formats(exts)
     return f"--format keep: the samples will carry {mixed[0]}" if mixed else None
 

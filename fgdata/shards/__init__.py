@@ -18,12 +18,12 @@ _MODULES = {
     "reader": ("Sample", "ShardFile", "discover_shards", "iter_samples", "require_shards"),
     "select": ("ShardSet", "expand_braces", "resolve_shards"),
     "scan": ("MemberEntry", "SampleEntry", "ShardScan", "TarDamage", "iter_members", "scan_fileobj", "scan_shard"),
-    "writer": ("Failure", "ResumePoint", "ShardRecord", "ShardWriter", "WriteSummary"),
+    "writer": ("ShardWriter", "WriteSummary"),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = [
-    "COUNT_FILE", "INDEX_SUFFIX", "CountFileUpdate", "Failure", "MemberEntry", "ResumePoint", "Sample", "SampleEntry",
-    "ShardCount", "ShardFile", "ShardRecord", "ShardScan", "ShardSet", "ShardWriter", "TarDamage", "WriteSummary",
+    "COUNT_FILE", "INDEX_SUFFIX", "CountFileUpdate", "MemberEntry", "Sample", "SampleEntry",
+    "ShardCount", "ShardFile", "ShardScan", "ShardSet", "ShardWriter", "TarDamage", "WriteSummary",
     "count_one", "count_shards", "discover_shards", "expand_braces", "index_path", "iter_members", "iter_samples",
     "load_ignore_index", "load_index", "read_shard_counts", "require_shards", "resolve_shards", "scan_fileobj",
     "scan_shard", "sort_shards", "split_member_name", "validate_extension", "validate_key", "write_counts",
@@ -56,4 +56,4 @@ if TYPE_CHECKING:
     from fgdata.shards.reader import Sample, ShardFile, discover_shards, iter_samples, require_shards
     from fgdata.shards.scan import MemberEntry, SampleEntry, ShardScan, TarDamage, iter_members, scan_fileobj, scan_shard
     from fgdata.shards.select import ShardSet, expand_braces, resolve_shards
-    from fgdata.shards.writer import Failure, ResumePoint, ShardRecord, ShardWriter, WriteSummary
+    from fgdata.shards.writer import ShardWriter, WriteSummary

@@ -273,3 +273,4 @@ def skip_summary(skipped: Sequence[Skipped | dict[str, Any]]) -> str:
     exts = ", ".join(f"{ext} ×{n}" for ext, n in sorted(by_ext.items(), key=lambda kv: (-kv[1], kv[0])))
     kinds = ", ".join(f"{n} {_SKIP_WORDS.get(kind, (kind, kind))[n > 1]}" for kind, n in sorted(by_kind.items()))
     return "; ".join(part for part in (exts, kinds) if part)
+

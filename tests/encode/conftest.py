@@ -96,8 +96,8 @@ def write_shards(dest: Path, samples: list[tuple[str, dict[str, bytes]]], per_sh
     from fgdata.shards import ShardWriter
 
     with ShardWriter(str(dest), maxcount=per_shard) as w:
-        for i, (key, members) in enumerate(samples):
-            w.write(key, members, input_pos=i)
+        for key, members in samples:
+            w.write(key, members)
     return dest
 
 

@@ -83,7 +83,7 @@ def write_dataset(dest: Path, n: int = 12, maxcount: int = 4, kinds: Sequence[st
                 members.pop(ext, None)
             else:
                 members[ext] = data
-        w.write(f"sample_{i:06d}", members, input_pos=i)
+        w.write(f"sample_{i:06d}", members)
     return w.close().counts
 
 
@@ -244,9 +244,11 @@ def check_final_names(root: Path, reference: dict[str, str], exact: Callable[[st
 
 def kill_trials(cmd: Sequence[str], *, out: Path, clean: Path, seed: int, trials: int, cwd: Path | None = None,
                 env: dict | None = None, exact: Callable[[str], bool] = lambda rel: rel.endswith((".tar", ".zip")),
-                skip: Callable[[str], bool] = lambda rel: False, reruns: int = 1) -> list[KillResult]:
+                skip: Callable[[str], bool] = lambda rel: False, reruns: int = 1,
+                after_kill: Callable[[Path], None] | None = None) -> list[KillResult]:
     """The generic SIGKILL check: run ``cmd`` (whose output goes to ``out``) uninterrupted into ``clean`` first,
-    then ``trials`` times: kill it at a seeded random moment, check final names, rerun, compare trees byte-for-byte.
+    then ``trials`` times: kill it at a seeded random moment, check final names, call ``after_kill(output folder)``
+    (what a caller of a bare writer does before it writes again), rerun, compare trees byte-for-byte.
 
     ``cmd`` holds the placeholder ``{out}``, replaced by the output folder of each run.
     """
@@ -263,6 +265,8 @@ def kill_trials(cmd: Sequence[str], *, out: Path, clean: Path, seed: int, trials
         result = run_and_kill(argv(dest), watch=dest, delay=rng.uniform(0, span), cwd=cwd, env=env)
         results.append(result)
         check_final_names(dest, reference, exact)
+        if after_kill is not None:
+            after_kill(dest)
         for _ in range(reruns):
             again = subprocess.run(argv(dest), cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=300)
             assert again.returncode == 0, f"trial {t} (seed {seed}, delay {result.delay:.3f}): {again.stderr[-3000:]}"

@@ -84,7 +84,7 @@ def test_writes_are_staged_and_a_lost_lease_stops_them(dest):
         with pytest.raises(FgdataError, match="no longer holds the lease"):
             storage.remove(f"{dest}/a.json")
         with pytest.raises(FgdataError, match="no longer holds the lease"):
-            storage.write_bytes(f"{dest}/.fgdata/units/merge.json", b"{}")
+            storage.write_bytes(f"{dest}/.fgdata/units/000000.json", b"{}")
     finally:
         lease.release()
     assert storage.stat(f"{dest}/b.json") is None and storage.stat(f"{dest}/a.json") is not None

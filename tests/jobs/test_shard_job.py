@@ -59,11 +59,12 @@ def test_signal_at_a_signalled_point_then_rerun_is_identical(photos, tmp_path, c
     assert stopped.workers, "the pool had workers while the job was paused"
     if sig != signal.SIGKILL:
         last = stopped.stderr.strip().splitlines()[-1]
-        # broken.png sorts first: 1 failed + 8 written inputs are in the two complete shards
-        assert last == "interrupted: 9 inputs done; rerun the same command to resume", stopped.stderr
+        # units of 4 inputs; broken.png sorts first. The job paused once unit 1's shard was in place, before the
+        # unit's marker: unit 0 (1 failed + 3 written) is done, unit 1 is written again on the rerun
+        assert last == "interrupted: 4 inputs done; rerun the same command to resume", stopped.stderr
         assert "Traceback" not in stopped.stderr
         assert gone(stopped.workers), "pool workers outlived the job"
-    # only complete shards under final names: 2 shards of 4 inputs each
+    # only complete shards under final names: one per unit
     assert sorted(p.name for p in dest.glob("*.tar")) == ["00000.tar", "00001.tar"]
     again = run_cli(*shard_cmd(photos, dest)[3:])
     assert again.returncode == 0, again.stderr

@@ -36,7 +36,7 @@ def dataset(dest: Path, n: int) -> None:
     """``n`` samples keyed sample_000000... in shards of 3, as every fgdata dataset numbers them."""
     with ShardWriter(str(dest), maxcount=3) as w:
         for i in range(n):
-            w.write(f"sample_{i:06d}", {"png": png(10 * i), "txt": f"photo {i}".encode()}, input_pos=i)
+            w.write(f"sample_{i:06d}", {"png": png(10 * i), "txt": f"photo {i}".encode()})
 
 
 def report(cwd: Path, *paths: str) -> tuple[dict, subprocess.CompletedProcess]:

@@ -1,5 +1,5 @@
 """A rerun notices inputs replaced since the earlier run: it writes exactly the shards that hold them again,
-says which, and ends with the bytes of a fresh run; added or removed inputs are still refused."""
+says which, and ends with the bytes of a fresh run, as it does after inputs are added or removed."""
 
 from __future__ import annotations
 
@@ -89,16 +89,25 @@ def test_a_repaired_input_leaves_the_failure_report(cli, bmp_folder, tmp_path, s
     assert snapshot(dest) == snapshot(fresh)
 
 
-def test_added_or_removed_inputs_are_still_refused(cli, bmp_folder, tmp_path):
+def test_added_or_removed_inputs_end_as_a_fresh_run(cli, bmp_folder, tmp_path, snapshot):
     dest = tmp_path / "out"
     _run(cli, bmp_folder, dest)
-    _bmp(bmp_folder / "img_9.bmp", (9, 9, 9))
-    result = cli("shard", "images", bmp_folder, dest, "--maxcount", "3", "--no-progress", expect=1)
-    assert "the inputs changed since the earlier run (9 then, 10 now)" in str(result.exception)
+    before = _identities(dest)
+    _bmp(bmp_folder / "img_9.bmp", (9, 9, 9))  # sorts last: a new unit after the others, which are kept
+    doc = _run(cli, bmp_folder, dest)
+    assert doc["written"] == 10 and doc["resumed"] == 9
+    assert {k: v for k, v in _identities(dest).items() if k in before} == before
+    fresh = tmp_path / "fresh"
+    _run(cli, bmp_folder, fresh)
+    assert snapshot(dest) == snapshot(fresh)
     (bmp_folder / "img_9.bmp").unlink()
-    (bmp_folder / "img_0.bmp").unlink()
-    result = cli("shard", "images", bmp_folder, dest, "--maxcount", "3", "--no-progress", expect=1)
-    assert "the inputs changed since the earlier run (9 then, 8 now)" in str(result.exception)
+    (bmp_folder / "img_0.bmp").unlink()  # every later input moves up one place: every unit is written again
+    doc = _run(cli, bmp_folder, dest)
+    assert doc["written"] == 8 and doc["resumed"] == 0 and sorted(doc["shards"]) == [
+        str(dest / n) for n in ("00000.tar", "00001.tar", "00002.tar")]
+    fresh = tmp_path / "fresh2"
+    _run(cli, bmp_folder, fresh)
+    assert snapshot(dest) == snapshot(fresh)
 
 
 def test_a_replaced_s3_object_rewrites_only_its_shard(cli, bmp_folder, s3_bucket, tmp_path, snapshot):

@@ -44,10 +44,11 @@ def test_ray_engine_matches_local_samples(cli, corrupt_folder, tmp_path, ray_loc
     assert _members(str(ray_out)) == _members(str(local))
     counts = read_shard_counts(str(ray_out / "shard_count.json"))
     assert list(counts) == [f"{i:05d}.tar" for i in range(len(counts))] and sum(counts.values()) == doc["written"]
-    assert not (ray_out / ".fgdata" / "units").exists()
+    assert not any((ray_out / ".fgdata" / "work").glob("*/*"))  # no unit left a file half-built
+    assert len(list((ray_out / ".fgdata" / "units").glob("*.json"))) == 3  # one marker per unit (8 inputs, 3 a unit): the resume state
     a, b = json.loads((ray_out / "failures.json").read_text()), json.loads((local / "failures.json").read_text())
     assert a == b
-    for shard in discover_shards(str(ray_out)):  # indexes were rewritten under the merged names
+    for shard in discover_shards(str(ray_out)):  # each index names its shard
         assert json.loads(Path(shard + ".idx.json").read_text())["shard"] == Path(shard).name
     before = {p.name: p.read_bytes() for p in ray_out.iterdir() if p.is_file()}
     cli("shard", "images", corrupt_folder, ray_out, "--maxcount", "2", "--unit-size", "3", "--engine", "ray",
@@ -70,3 +71,28 @@ def test_interrupted_clip_job_resumes_mid_video(cli, keyframed_clip, tmp_path, s
             p.unlink()  # as if the process died while writing 00001.tar (video a has 3 clips)
     cli("shard", "videos", src, crashed, *args)
     assert snapshot(crashed) == snapshot(clean)
+
+
+def test_ray_tasks_write_to_s3_under_the_driver_lease(corrupt_folder, s3_bucket, tmp_path):
+    """Each Ray task stages its shards under the driver's lease prefix and moves them into place: the result
+    equals a local run's, and nothing is left staged."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env |= {"PYTHONPATH": str(repo), "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    args = ["--maxcount", "2", "--unit-size", "3", "--no-progress", "-q"]
+    url = f"{s3_bucket}/ray"
+    done = subprocess.run([sys.executable, "-m", "fgdata.cli.main", "shard", "images", str(corrupt_folder), url,
+                           *args, "--engine", "ray"], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    local = tmp_path / "local"
+    subprocess.run([sys.executable, "-m", "fgdata.cli.main", "shard", "images", str(corrupt_folder), str(local),
+                    *args], check=True, env=env, timeout=300)
+    names = sorted(i.name for i in storage.list_dir(url))
+    assert names == sorted(p.name for p in local.iterdir() if p.is_file())
+    for name in names:
+        assert storage.read_bytes(f"{url}/{name}") == (local / name).read_bytes(), name
+    assert storage.list_recursive(f"{url}/.fgdata/staging") == []

@@ -37,7 +37,8 @@ def test_a_file_name_that_is_not_utf8_is_one_failure_named_with_escapes(cli, ima
     (entry,) = _report(dest)["failures"]
     assert entry["input"] == "bad\\xff name.jpg" and entry["reason"].startswith("name: ")
     assert len(_samples(dest)) == n - 1
-    assert json.loads((dest / "shard_job.json").read_text())["inputs"] == n
+    markers = [json.loads(p.read_text()) for p in (dest / ".fgdata" / "units").glob("*.json")]
+    assert sum(m["count"] for m in markers) == n and "bad\\xff name.jpg" in [x for m in markers for x in m["names"]]
 
 
 def test_a_csv_caption_over_128_kib_is_stored_whole(cli, sample_images, tmp_path):

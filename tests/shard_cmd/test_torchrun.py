@@ -1,4 +1,4 @@
-"""``fgdata shard images`` under torchrun: ranks own work units, rank 0 waits (bounded) and merges.
+"""``fgdata shard images`` under torchrun: ranks own work units, rank 0 waits (bounded) and finalizes.
 
 Real ``torch.distributed.run`` on CPU (``--standalone``: its store listens on a free port, which
 ``--no-resume`` needs for the launch id); a rank that never comes is a process started with ``RANK=0
@@ -94,7 +94,9 @@ def test_two_and_three_ranks_write_the_same_bytes_and_the_local_samples(photos, 
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == "" and "Traceback" not in done.stderr
     assert tree(three) == tree(two)
-    assert not (two / ".fgdata" / "units").exists() and not (three / ".fgdata" / "units").exists()
+    for dest in (two, three):  # one marker per unit, nothing half-built
+        assert len(list((dest / ".fgdata" / "units").glob("*.json"))) == 3
+        assert not any((dest / ".fgdata" / "work").glob("*/*"))
 
     local = tmp_path / "local"
     cli("shard", "images", photos, local, "--maxcount", "2", "--no-progress")
@@ -122,8 +124,8 @@ def test_a_rank_that_never_comes_is_named_then_the_job_resumes(photos, two_ranks
     assert alone.returncode == 1, alone.stderr
     lines = alone.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {dest}: work units of other ranks: still missing"), lines
-    assert lines[0].endswith("unit 00001 (rank 1) (is that rank still running? rerun the same command to resume)")
-    assert sorted(p.name for p in (dest / ".fgdata" / "units").glob("*.json")) == ["00000.json", "00002.json"]
+    assert lines[0].endswith("unit 000001 (rank 1) (is that rank still running? rerun the same command to resume)")
+    assert sorted(p.name for p in (dest / ".fgdata" / "units").glob("*.json")) == ["000000.json", "000002.json"]
 
     late = as_rank(1, 2, *cmd, "--json")
     assert late.returncode == 0, late.stderr
@@ -136,8 +138,8 @@ def test_a_rank_that_never_comes_is_named_then_the_job_resumes(photos, two_ranks
 
 
 def test_killed_ranks_resume_to_the_same_bytes(photos, two_ranks, tmp_path):
-    """Each rank pauses once its first unit's first shard is complete (the job signals it); torchrun and every
-    rank are SIGKILLed, then the launch is rerun: the units continue from their complete shards."""
+    """Each rank pauses once its first unit's first shard is in place (the job signals it); torchrun and every
+    rank are SIGKILLed, then the launch is rerun: the units that did not finish are written again."""
     two, _ = two_ranks
     dest = tmp_path / "out"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
@@ -161,9 +163,8 @@ def test_killed_ranks_resume_to_the_same_bytes(photos, two_ranks, tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     units = dest / ".fgdata" / "units"
-    assert not list(dest.glob("*.tar")) and not list(units.glob("*.json"))  # no unit finished, nothing merged
-    assert sorted(p.relative_to(units).as_posix() for p in units.glob("*/*.tar")) == ["00000/00000.tar",
-                                                                                      "00001/00000.tar"]
+    assert not list(units.glob("*.json"))  # no unit finished
+    assert sorted(p.name for p in dest.glob("*.tar")) == ["00000.tar", "00002.tar"]  # units 0 and 1: first shards
     again = torchrun(2, "shard", "images", photos, dest, *ARGS)
     assert again.returncode == 0, again.stderr[-3000:]
     assert tree(dest) == tree(two)
@@ -180,15 +181,17 @@ def test_what_cannot_run_under_torchrun_says_so(photos, tmp_path, monkeypatch, c
     assert message in str(result.exception)
 
 
-def test_a_local_job_is_not_resumed_by_ranks(photos, tmp_path, monkeypatch, cli):
-    """The stream and the units put other shard boundaries: a rerun the other way is refused, naming both."""
+def test_a_local_job_is_resumed_by_ranks(photos, two_ranks, tmp_path, monkeypatch, cli):
+    """One process and the ranks write the same units: ranks finish (here: find finished) a local job's units."""
+    two, _ = two_ranks
     dest = tmp_path / "out"
     cli("shard", "images", photos, dest, *ARGS)
+    before = tree(dest)
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    result = cli("shard", "images", photos, dest, *ARGS, expect=1)
-    assert "an earlier run wrote it as one stream (--engine local in one process), this one writes it in work units" \
-        in str(result.exception)
+    doc = json.loads(cli("shard", "images", photos, dest, *ARGS, "--json").stdout)
+    assert doc["resumed"] == 6 and (doc["seen"], doc["written"]) == (9, 7)  # its units 0 and 2; unit 1 is rank 1's
+    assert tree(dest) == before == tree(two)
 
 
 def test_video_clips_under_ranks_equal_the_local_samples(keyframed_clip, tmp_path, cli):
@@ -232,7 +235,7 @@ def test_no_resume_under_ranks_redoes_every_unit(photos, two_ranks, tmp_path):
     again = torchrun(2, *cmd, "--no-resume", "--json")
     assert again.returncode == 0, again.stderr[-3000:]
     assert [doc["resumed"] for doc in documents(again.stdout).values()] == [0, 0]
-    assert "--no-resume: removing" in again.stderr  # rank 0 says which earlier outputs go
+    assert "--no-resume: writing every work unit" in again.stderr  # rank 0 says that earlier outputs go
     assert tree(dest) == tree(two)
 
 
@@ -257,7 +260,7 @@ def test_no_resume_never_merges_a_unit_an_earlier_launch_left(photos, two_ranks,
     dest = tmp_path / "out"
     planted = as_rank(1, 2, "shard", "images", old, dest, *ARGS)  # same options, so the same fingerprint
     assert planted.returncode == 0, planted.stderr
-    assert (dest / ".fgdata" / "units" / "00001.json").is_file()
+    assert (dest / ".fgdata" / "units" / "000001.json").is_file()
 
     # Rank 0 runs units 0 and 2, then either waits for unit 1 or (the bug) merges the earlier one and reports.
     run = hold_and_release(launch(2, "shard", "images", photos, dest, *ARGS, "--no-resume", "--json"),
@@ -267,4 +270,5 @@ def test_no_resume_never_merges_a_unit_an_earlier_launch_left(photos, two_ranks,
     assert run.seen.startswith("waiting for ") and "1 missing" in run.seen, run.seen
     assert run.returncode == 0, run.output[-3000:]
     assert tree(dest) == tree(two)
-    assert not (dest / ".fgdata" / "units").exists()
+    markers = [json.loads(p.read_text()) for p in (dest / ".fgdata" / "units").glob("*.json")]
+    assert len(markers) == 3 and len({m["launch"] for m in markers}) == 1 and markers[0]["launch"]  # this launch's

@@ -204,14 +204,15 @@ def test_every_url_ends_in_one_outcome_with_its_reason(cli, server, tmp_path):
     assert doc["aesthetic"] == 0.5 and by_source["/img/2.png"]["txt"] == b"caption 2"  # extra columns kept
     assert doc["fgdata"]["sha256"] == hashlib.sha256(png_bytes(2)).hexdigest()
     assert all(a.startswith("fgdata/") and "ops@example.org" in a for a in server.agents)
-    # per-shard stats: shard 0 covers inputs 0-5 (the 404 at 4), shard 1 the rest
+    # per-shard stats: each work unit of 5 inputs writes one shard, which holds its unit's failures
     stats = json.loads((dest / "shard_stats.json").read_text())
     assert stats["successes"] == 8 and stats["failed"] == 7 and stats["retryable"] == 1  # the stall
     assert stats["failed_by_reason"] == report["failed_by_reason"]
     assert stats["shards"] == {
-        "00000.tar": {"samples": 5, "failed_by_reason": {"http": 1}},
-        "00001.tar": {"samples": 3, "failed_by_reason": {"image-decode": 2, "opt-out": 1, "redirect": 1,
-                                                         "timeout": 1, "too-large": 1}},
+        "00000.tar": {"samples": 4, "failed_by_reason": {"http": 1}},
+        "00001.tar": {"samples": 3, "failed_by_reason": {"image-decode": 1, "redirect": 1}},
+        "00002.tar": {"samples": 1, "failed_by_reason": {"image-decode": 1, "opt-out": 1, "timeout": 1,
+                                                         "too-large": 1}},
     }
 
 
@@ -254,7 +255,7 @@ def test_same_bytes_for_one_or_two_workers(cli, server, tmp_path):
         cli("shard", "images", manifest, dest, "--path-column", "url", "--maxcount", "6", "--workers", str(workers),
             "--fetch-threads", "2", "--max-download-size", "2000", "-q")
         runs[workers] = _tree(dest)
-    assert runs[1] == runs[2] and len([n for n in runs[1] if n.endswith(".tar")]) == 8  # 44 written
+    assert runs[1] == runs[2] and len([n for n in runs[1] if n.endswith(".tar")]) == 9  # 50 inputs, units of 6
 
 
 def test_sigkill_and_rerun_give_the_bytes_of_an_uninterrupted_run(server, tmp_path):

@@ -23,6 +23,7 @@ from fgdata.shards import (
     scan_shard,
     split_member_name,
 )
+from fgdata.storage.temps import clean_temps
 
 
 def _samples(sample_images, n):
@@ -33,8 +34,8 @@ def _samples(sample_images, n):
 
 def _write(dest, sample_images, n=23, **kw):
     with ShardWriter(str(dest), **kw) as w:
-        for i, (key, members) in enumerate(_samples(sample_images, n)):
-            w.write(key, members, input_pos=i)
+        for key, members in _samples(sample_images, n):
+            w.write(key, members)
     return w
 
 
@@ -91,7 +92,9 @@ def test_maxsize_limits_shard_bytes(tmp_path, sample_images):
 
 def test_rerun_is_byte_identical(tmp_path, sample_images):
     _write(tmp_path / "a", sample_images, n=15, maxcount=4)
-    _write(tmp_path / "b", sample_images, n=15, maxcount=4, resume=False)
+    _write(tmp_path / "b", sample_images, n=15, maxcount=4)
+    assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
+    _write(tmp_path / "b", sample_images, n=15, maxcount=4)  # again, over the first run's files
     assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
 
 
@@ -133,30 +136,51 @@ def test_writer_rejects_duplicate_key(tmp_path):
 def test_nothing_partial_under_final_name(tmp_path, sample_images):
     dest = tmp_path / "s"
     w = ShardWriter(str(dest), maxcount=5)
-    for i, (key, members) in enumerate(_samples(sample_images, 7)):
-        w.write(key, members, input_pos=i)
+    for key, members in _samples(sample_images, 7):
+        w.write(key, members)
     # One shard closed, the second open: only the complete one is visible under a .tar name.
     assert sorted(p.name for p in dest.glob("*.tar")) == ["00000.tar"]
-    w.abort()
-    assert sorted(p.name for p in dest.iterdir() if not p.name.startswith(".")) == [
-        "00000.tar", "00000.tar.idx.json", "shard_count.json"]
+    [open_shard] = [p.name for p in dest.iterdir() if p.name.startswith(".")]
+    assert open_shard.startswith(".00001.tar.fgtmp-")
+    w.abort()  # the open shard's temporary goes; the complete shard stays, and no count file is written
+    assert sorted(p.name for p in dest.iterdir()) == ["00000.tar", "00000.tar.idx.json"]
+    assert [s.key for s in iter_samples(str(dest / "00000.tar"))] == [f"sample_{i:06d}" for i in range(5)]
 
 
-def test_resume_skips_complete_shards_and_failures_survive(tmp_path, sample_images):
+def test_writer_never_reads_or_removes_what_dest_holds(tmp_path, sample_images):
+    """No resume ledger and no cleaning: what was there stays (a same-named shard is replaced whole), and
+    numbering starts at 0 whatever is there; cleaning up after a kill is the job's decision."""
     dest = tmp_path / "s"
-    w = ShardWriter(str(dest), maxcount=4)
-    for i, (key, members) in enumerate(_samples(sample_images, 10)):
-        if i == 2:
-            w.fail(i, "input-2", "decode error")
-            continue
-        w.write(key, members, input_pos=i)
-    w.abort()  # crash: shard 0 (inputs 0-4) and shard 1 (5-8) are complete, input 9 was in flight
-    w2 = ShardWriter(str(dest), maxcount=4)
-    point = w2.resume_point
-    assert (point.shards, point.samples, point.next_input) == (2, 8, 9)
-    assert [f.name for f in point.failures] == ["input-2"]
-    with pytest.raises(ShardError, match="written with"):
-        ShardWriter(str(dest), maxcount=5)
+    dest.mkdir()
+    kept = {"00007.tar": b"someone else's", "notes.txt": b"mine", ".00000.tar.fgtmp-0123456789abcdef": b"stale"}
+    for name, data in kept.items():
+        (dest / name).write_bytes(data)
+    (dest / "00000.tar").write_bytes(b"an older shard")
+    _write(dest, sample_images, n=3, maxcount=2)
+    _write(tmp_path / "fresh", sample_images, n=3, maxcount=2)
+    assert {name: (dest / name).read_bytes() for name in kept} == kept
+    assert {k: v for k, v in _digest(dest).items() if k not in kept} == _digest(tmp_path / "fresh")
+
+
+def test_unit_names_stage_and_callback(tmp_path, sample_images):
+    """A caller that writes one part of a dataset names its shards, builds them in its own stage folder, keeps
+    the count file for itself and hears of each shard once it is in place."""
+    dest, stage = tmp_path / "s", tmp_path / "stage"
+    seen: list[tuple[str, int, bool]] = []
+    with ShardWriter(str(dest), name=lambda n: f"u000003-{n:04d}.tar", maxcount=4, stage=str(stage),
+                     count_file=False, on_shard=lambda name, k: seen.append((name, k, (dest / name).exists()))) as w:
+        for key, members in _samples(sample_images, 9):
+            w.write(key, members)
+    summary = w.close()  # a second close returns the same summary
+    names = ["u000003-0000.tar", "u000003-0001.tar", "u000003-0002.tar"]
+    assert seen == [(names[0], 4, True), (names[1], 4, True), (names[2], 1, True)]
+    assert summary.shards == [str(dest / n) for n in names] and summary.samples == 9
+    assert summary.counts == dict(zip(names, [4, 4, 1]))
+    assert sorted(p.name for p in dest.iterdir()) == sorted(names + [n + ".idx.json" for n in names])
+    assert list(stage.iterdir()) == []
+    _write(tmp_path / "plain", sample_images, n=9, maxcount=4)
+    plain = [(tmp_path / "plain" / f"{i:05d}.tar").read_bytes() for i in range(3)]
+    assert [(dest / n).read_bytes() for n in names] == plain  # the names are not in the bytes
 
 
 @pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
@@ -231,13 +255,26 @@ def test_packed_headers_equal_tarfile(name, size):
 
 
 def test_stale_side_file_temporaries_are_cleaned(tmp_path):
+    """What a killed writer leaves is removed by the storage layer's cleaner, which the job calls (the writer
+    itself never cleans): its shard and side-file temporaries, a link named like one (never followed), and
+    nothing else."""
     dest = tmp_path / "s"
     dest.mkdir()
-    for junk in [".shard_count.json.tmp-1-ab", ".00000.tar.idx.json.tmp-2-cd", ".00001.tar.tmp-3"]:
-        (dest / junk).write_bytes(b"partial")
-    (dest / ".unrelated.tmp-4").write_bytes(b"keep")
-    ShardWriter(str(dest)).close()
-    assert sorted(p.name for p in dest.iterdir()) == [".unrelated.tmp-4", "shard_count.json"]
+    junk = [".shard_count.json.tmp-1-ab", ".00000.tar.idx.json.tmp-2-cd", ".00001.tar.tmp-3",
+            ".00002.tar.fgtmp-0123456789abcdef"]
+    for name in junk:
+        (dest / name).write_bytes(b"partial")
+    target = tmp_path / "elsewhere.tar"
+    target.write_bytes(b"not ours")
+    (dest / ".00003.tar.fgtmp-fedcba9876543210").symlink_to(target)
+    keep = [".unrelated.tmp-4", "00000.tar", "notes.tmp-5"]
+    for name in keep:
+        (dest / name).write_bytes(b"keep")
+    (dest / ".00004.tar.fgtmp-00aa").mkdir()  # a folder is never removed
+    assert sorted(clean_temps(str(dest))) == sorted(junk + [".00003.tar.fgtmp-fedcba9876543210"])
+    assert sorted(p.name for p in dest.iterdir()) == sorted(keep + [".00004.tar.fgtmp-00aa"])
+    assert target.read_bytes() == b"not ours"
+    assert clean_temps(str(tmp_path / "missing")) == []
 
 
 def test_sample_with_many_members_round_trips(tmp_path):

@@ -1,0 +1,132 @@
+"""The job core at scale: the driver's peak memory and the CPU per input as the manifest grows.
+
+Run: python benchmarks/bench_scale.py [--rows 10000000] [--run 10000,100000,1000000] [--base /path/to/checkout]
+
+Builds a JSONL manifest of ``--rows`` rows over 1,000 small distinct JPEGs (repeated; each is stored as it is,
+a pass-through), then, each in its own process:
+
+- **plan**: streams the manifest and plans every work unit (stamps and input fingerprints) without writing,
+  at 1/10 of the rows and at all of them: the driver's peak RSS, which must not grow with the rows;
+- **run**: ``fgdata shard images MANIFEST DST`` on the first N rows for each N of ``--run`` (one worker
+  process besides the driver): the driver's peak RSS and the CPU per input (driver + workers, user + system),
+  which must stay within 1.2x across sizes.
+
+``--base`` runs the same ``run`` sizes with another checkout (e.g. fgdata 0.2) side by side, so the old
+job core's growth with the input list shows next to the new one's. Figures go to stdout as a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from PIL import Image
+
+DISTINCT = 1000
+
+_RUN_CHILD = r"""
+import json, resource, sys, time
+from fgdata.jobs.shard import ShardJob, run_shard_job
+from fgdata.producers.media import ShardOptions
+manifest, dest, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+t = time.perf_counter()
+report = run_shard_job(ShardJob(src=manifest, dest=dest, options=ShardOptions(kind="images"), workers=workers,
+                                resume=False))
+wall = time.perf_counter() - t
+own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"seen": report.seen, "written": report.written, "wall": wall,
+                  "cpu": own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime,
+                  "driver_rss_mb": own.ru_maxrss / 1024}))
+"""
+
+_PLAN_CHILD = r"""
+import json, resource, sys, time
+from fgdata.jobs.shard import ShardJob, _stamps, stream_items
+from fgdata.jobs.units import plan_units
+from fgdata.producers.media import ShardOptions
+manifest = sys.argv[1]
+job = ShardJob(src=manifest, dest="unused", options=ShardOptions(kind="images"))
+t = time.perf_counter()
+units = inputs = 0
+for unit in plan_units(stream_items(job, []), job.units_of, None, _stamps):
+    units += 1
+    inputs += len(unit.items)
+own = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"inputs": inputs, "units": units, "wall": time.perf_counter() - t,
+                  "driver_rss_mb": own.ru_maxrss / 1024}))
+"""
+
+
+def make_images(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(DISTINCT):
+        Image.new("RGB", (32, 32), (i % 256, (i // 256) * 40, 90)).save(folder / f"{i:04d}.jpg", quality=90)
+
+
+def make_manifest(path: Path, rows: int) -> None:
+    """``rows`` rows cycling over the images, written in blocks (the builder never holds the manifest)."""
+    block = 100_000
+    with open(path, "w") as f:
+        for start in range(0, rows, block):
+            f.write("".join(f'{{"path": "img/{i % DISTINCT:04d}.jpg", "caption": "image {i}"}}\n'
+                            for i in range(start, min(rows, start + block))))
+
+
+def head(path: Path, rows: int, out: Path) -> Path:
+    with open(path) as src, open(out, "w") as dst:
+        for n, line in enumerate(src):
+            if n == rows:
+                break
+            dst.write(line)
+    return out
+
+
+def child(code: str, args: list[str], checkout: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"child failed ({checkout}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    here = Path(__file__).resolve().parents[1]
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=10_000_000)
+    ap.add_argument("--run", default="10000,100000,1000000", help="comma-separated run sizes")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--base", type=Path, help="another checkout to run side by side")
+    ap.add_argument("--work", type=Path, help="folder for the manifest and outputs (default: a temp folder)")
+    args = ap.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="fgdata-scale-"))
+    make_images(work / "img")
+    full = work / f"rows-{args.rows}.jsonl"
+    if not full.exists():
+        t = time.perf_counter()
+        make_manifest(full, args.rows)
+        print(f"manifest: {args.rows:,} rows, {full.stat().st_size / 1e6:,.0f} MB in {time.perf_counter() - t:.0f} s")
+    print("| step | inputs | checkout | driver peak RSS (MB) | wall (s) | CPU per input (us) |")
+    print("|---|---:|---|---:|---:|---:|")
+    for rows in sorted({max(1, args.rows // 10), args.rows}):
+        part = full if rows == args.rows else head(full, rows, work / f"rows-{rows}.jsonl")
+        r = child(_PLAN_CHILD, [str(part)], here)
+        print(f"| plan | {r['inputs']:,} | this | {r['driver_rss_mb']:.0f} | {r['wall']:.1f} | |", flush=True)
+    for rows in (int(x) for x in args.run.split(",")):
+        part = head(full, rows, work / f"run-{rows}.jsonl")
+        for name, checkout in [("this", here)] + ([("base", args.base)] if args.base else []):
+            dest = work / f"out-{name}-{rows}"
+            r = child(_RUN_CHILD, [str(part), str(dest), str(args.workers)], checkout)
+            assert r["seen"] == rows == r["written"], r
+            print(f"| run | {rows:,} | {name} | {r['driver_rss_mb']:.0f} | {r['wall']:.1f} | "
+                  f"{r['cpu'] / rows * 1e6:.0f} |", flush=True)
+            subprocess.run(["rm", "-rf", str(dest)], check=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,392 @@
+"""The job core's work units: inputs streamed in fixed-size units, each written under its own final names.
+
+**Units.** A job reads its inputs in source order and cuts them into units of ``unit_size`` inputs as it reads
+(unit ``u`` holds positions ``u * unit_size`` up to the next unit's first), so the driver holds only the units
+in flight, never the whole input list. A unit is planned from its inputs alone: their order (a seeded shuffle
+within the unit, when asked) and a fingerprint of their names and content stamps
+(:mod:`fgdata.sources.stamps`).
+
+**Names.** Unit ``u`` writes its ``j``-th shard as ``"%05d.tar" % (u * slots + j)``: a name fixed by the unit,
+so a local run, torchrun ranks and Ray give the same files by construction, a unit can be redone alone, and
+nothing is renamed afterwards (on S3 a rename is a copy and a delete). ``slots`` is
+``ceil(unit_size / maxcount)`` when each input gives at most one sample and shards have no byte cap (then
+shard names run on without gaps, except where a whole shard's inputs failed), else :data:`WIDE_SLOTS`; a unit
+that would need more shards than its slots stops the job with one line saying to lower ``--unit-size``.
+
+**Markers.** Once a unit's last shard is in place it leaves ``DST/.fgdata/units/NNNNNN.json``
+(:class:`Marker`): the fingerprint of the options that change bytes, its inputs' fingerprint and stamps, its
+shards with their sample counts, its failures and warnings, and this run's figures. A torn or foreign marker
+reads as absent. A rerun skips the units whose marker matches and whose shards are all in place with their
+sizes (one listing of DST tells), redoes a unit whose inputs changed (naming the inputs) or whose shards went
+missing, and redoes a unit that was stopped half-way from its start (its complete shards are written again
+with the same bytes).
+
+**Finalize.** The process that finishes the job (the only process, the Ray driver, or torchrun rank 0 after
+waiting for every marker) reads the markers in unit order once, spooled to a local file as they are met, and
+streams ``shard_count.json``, ``failures.json`` and (URL jobs) ``shard_stats.json`` from them without reading a
+shard again; shards and markers that no unit of this job claims (a shorter input list, an earlier run's
+shards) are removed, saying so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import Any, BinaryIO
+
+from fgdata import storage
+from fgdata.errors import FgdataError
+from fgdata.sources.folder import WorkItem
+
+UNITS_DIR = ".fgdata/units"
+WORK_DIR = ".fgdata/work"
+MARKER_FORMAT = "fgdata.unit"
+MARKER_VERSION = 1
+#: Shard slots of a unit whose inputs may give several samples each (clips) or whose shards have a byte cap.
+WIDE_SLOTS = 10_000
+SHARD_FORMAT = "%05d.tar"
+
+
+def shard_name(unit: int, j: int, slots: int) -> str:
+    """The ``j``-th shard of unit ``unit`` (see the module docstring)."""
+    if j >= slots:
+        raise FgdataError(f"work unit {unit} needs more than {slots} shards; rerun with a smaller --unit-size "
+                          "(with --no-resume)")
+    return SHARD_FORMAT % (unit * slots + j)
+
+
+def slots_per_unit(unit_size: int, maxcount: int, one_sample_per_input: bool) -> int:
+    if one_sample_per_input:
+        return -(-unit_size // maxcount)
+    return WIDE_SLOTS
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A failure (or a warning) of one input: its name, why, and its index in the source order."""
+
+    input: str
+    reason: str
+    index: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"input": self.input, "reason": self.reason, "index": self.index}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> "Entry":
+        return cls(str(doc["input"]), str(doc["reason"]), doc.get("index"))
+
+
+@dataclass(frozen=True)
+class ShardDone:
+    """One shard a unit wrote: its name, samples, byte size, and the failures met while it was open (by
+    category)."""
+
+    name: str
+    samples: int
+    size: int
+    failed_by_reason: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One unit of work: its number, the position of its first input and its inputs in writing order."""
+
+    number: int
+    first: int
+    items: tuple[WorkItem, ...]
+    stamps: tuple[str, ...]  # per item, in writing order
+    inputs: str  # fingerprint of the unit's inputs (names, order, stamps)
+
+    @property
+    def positions(self) -> range:
+        return range(self.first, self.first + len(self.items))
+
+
+@dataclass
+class Marker:
+    """What a finished unit leaves in ``DST/.fgdata/units/``: its plan and its result (plain JSON data)."""
+
+    unit: int
+    first: int
+    count: int
+    options: str
+    inputs: str
+    stamps: list[str]
+    names: list[str]  # its inputs' names, in writing order (to say which changed)
+    shards: list[ShardDone]
+    written: int
+    failures: list[Entry]
+    warnings: list[Entry]
+    nbytes: int = 0
+    normalised: dict[str, int] = field(default_factory=dict)
+    clips: dict[str, Any] | None = None
+    launch: str | None = None
+
+    def to_bytes(self) -> bytes:
+        doc = {"format": MARKER_FORMAT, "version": MARKER_VERSION, **asdict(self)}
+        return json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+
+    @classmethod
+    def parse(cls, data: bytes) -> "Marker | None":
+        """The marker in ``data``; None when it is torn, foreign or of another version."""
+        try:
+            doc = json.loads(data)
+            if doc.get("format") != MARKER_FORMAT or doc.get("version") != MARKER_VERSION:
+                return None
+            return cls(unit=int(doc["unit"]), first=int(doc["first"]), count=int(doc["count"]),
+                       options=str(doc["options"]), inputs=str(doc["inputs"]), stamps=list(doc["stamps"]),
+                       names=list(doc["names"]),
+                       shards=[ShardDone(str(s["name"]), int(s["samples"]), int(s["size"]), dict(s["failed_by_reason"]))
+                               for s in doc["shards"]],
+                       written=int(doc["written"]), failures=[Entry.from_json(f) for f in doc["failures"]],
+                       warnings=[Entry.from_json(w) for w in doc["warnings"]], nbytes=int(doc["nbytes"]),
+                       normalised=dict(doc["normalised"]), clips=doc["clips"], launch=doc.get("launch"))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    @property
+    def samples(self) -> int:
+        return sum(s.samples for s in self.shards)
+
+
+def marker_path(dest: str, unit: int) -> str:
+    return storage.join(dest, UNITS_DIR, "%06d.json" % unit)
+
+
+def read_marker(dest: str, unit: int) -> Marker | None:
+    """Unit ``unit``'s marker, or None (missing, torn or foreign)."""
+    try:
+        data = storage.read_bytes(marker_path(dest, unit))
+    except FgdataError:
+        return None
+    return Marker.parse(data)
+
+
+def existing_markers(dest: str) -> set[int]:
+    """The unit numbers that have a marker file (one listing, so a rerun reads only the markers that exist)."""
+    found = set()
+    for name in storage.list_names(storage.join(dest, UNITS_DIR)):
+        stem = name.removesuffix(".json")
+        if name.endswith(".json") and stem.isdigit():
+            found.add(int(stem))
+    return found
+
+
+def unit_stage(dest: str, unit: int) -> str:
+    """The unit's own local folder where its shards are built (emptied here: only this unit writes there)."""
+    root = storage.staging_dir(dest)
+    path = os.path.join(root, WORK_DIR, "%06d" % unit)
+    if os.path.isdir(path):
+        for name in os.listdir(path):
+            os.unlink(os.path.join(path, name))
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def inputs_fingerprint(items: Sequence[WorkItem], stamps: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for item, stamp in zip(items, stamps, strict=True):
+        h.update(f"{item.index}\t{item.name}\t{stamp}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()[:32]
+
+
+def plan_units(items: Iterable[WorkItem], unit_size: int, shuffle_seed: int | None,
+               stamp: Callable[[Sequence[WorkItem]], list[str]]) -> Iterator[Unit]:
+    """Cut the input stream into units as it is read (``stamp``: the stamps of a batch of items)."""
+    batch: list[WorkItem] = []
+    number = 0
+
+    def unit() -> Unit:
+        ordered = list(batch)
+        if shuffle_seed is not None:  # seeded per unit: the same order whatever runs the unit
+            random.Random(f"{shuffle_seed}/{number}").shuffle(ordered)
+        stamps = stamp(ordered)
+        return Unit(number, number * unit_size, tuple(ordered), tuple(stamps), inputs_fingerprint(ordered, stamps))
+
+    for item in items:
+        batch.append(item)
+        if len(batch) == unit_size:
+            yield unit()
+            number += 1
+            batch = []
+    if batch:
+        yield unit()
+
+
+def changed_names(old: Marker, unit: Unit) -> list[str]:
+    """The inputs of ``unit`` whose content changed since ``old`` was written (all of them when the unit's
+    inputs are not the same list)."""
+    names = [i.name for i in unit.items]
+    if old.names != names:
+        return [n for n in names if n not in set(old.names)] or names
+    return [n for n, a, b in zip(names, old.stamps, unit.stamps, strict=True) if a != b]
+
+
+# -- the spool and the finalize ------------------------------------------------------------------------------
+
+
+class Spool:
+    """Every unit's marker, appended as met (in any order) to a local temporary file, read back in unit order:
+    the driver keeps 8 bytes per unit, not the markers."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile()
+        self._offsets: dict[int, tuple[int, int]] = {}
+
+    def add(self, marker: Marker) -> None:
+        data = marker.to_bytes()
+        self._file.seek(0, os.SEEK_END)
+        self._offsets[marker.unit] = (self._file.tell(), len(data))
+        self._file.write(data)
+
+    def __contains__(self, unit: int) -> bool:
+        return unit in self._offsets
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def in_order(self) -> Iterator[Marker]:
+        for unit in sorted(self._offsets):
+            offset, size = self._offsets[unit]
+            self._file.seek(offset)
+            marker = Marker.parse(self._file.read(size))
+            assert marker is not None
+            yield marker
+
+    def close(self) -> None:
+        self._file.close()
+
+
+@dataclass
+class Totals:
+    """What the finalize counted over every unit."""
+
+    inputs: int = 0
+    written: int = 0
+    failed: int = 0
+    samples: int = 0
+    shards: int = 0
+    warned: int = 0
+    failed_by_reason: Counter[str] = field(default_factory=Counter)
+    warned_by_reason: Counter[str] = field(default_factory=Counter)
+    retryable: int = 0
+
+
+def category(reason: str) -> str:
+    return reason.split(":", 1)[0].strip()
+
+
+def _json_lines(out: BinaryIO, key: str, lines: BinaryIO, last: bool = False) -> None:
+    """Write ``"key": [ ... ]`` from a file of one JSON value per line."""
+    out.write(f' "{key}": ['.encode())
+    lines.seek(0)
+    first = True
+    for line in lines:
+        out.write(b"\n  " if first else b",\n  ")
+        out.write(line.rstrip(b"\n"))
+        first = False
+    out.write(b"\n ]" if not first else b"]")
+    out.write(b"\n}\n" if last else b",\n")
+
+
+def write_side_file(path: str, build: Callable[[BinaryIO], None]) -> None:
+    """Write a side file that may be large (built by ``build`` into a local file) atomically, local or s3://."""
+    if storage.is_url(path):
+        stage = storage.staging_dir(storage.parent(path))
+        os.makedirs(stage, exist_ok=True)
+        fd, local = tempfile.mkstemp(dir=stage, prefix=".side-")
+        with open(fd, "wb") as f:
+            build(f)
+        try:
+            storage.upload(local, path)
+        finally:
+            os.unlink(local)
+        return
+    with storage.atomic_path(path) as tmp, open(tmp, "wb") as f:
+        build(f)
+
+
+def finalize(dest: str, command: str, spool: Spool, extra: dict[str, Any], stats: bool,
+             retryable: Callable[[str], bool]) -> Totals:
+    """Stream ``shard_count.json``, ``failures.json`` (and with ``stats`` ``shard_stats.json``) from the
+    spooled markers in unit order; return the totals. ``extra``: the report's own fields (``skipped``)."""
+    from fgdata.jobs.report import FAILURES_FILE, FORMAT, VERSION
+    from fgdata.shards.index import COUNT_FILE
+
+    totals = Totals()
+    with tempfile.TemporaryFile() as counts, tempfile.TemporaryFile() as failures, \
+            tempfile.TemporaryFile() as warnings, tempfile.TemporaryFile() as per_shard:
+        for marker in spool.in_order():
+            totals.inputs += marker.count
+            totals.written += marker.written
+            totals.failed += len(marker.failures)
+            totals.warned += len(marker.warnings)
+            for s in marker.shards:
+                counts.write(json.dumps([s.name, s.samples]).encode() + b"\n")
+                per_shard.write(json.dumps([s.name, {"samples": s.samples, "failed_by_reason": dict(sorted(
+                    s.failed_by_reason.items()))}]).encode() + b"\n")
+                totals.samples += s.samples
+                totals.shards += 1
+            for f in marker.failures:
+                failures.write(json.dumps(f.to_json(), ensure_ascii=False).encode() + b"\n")
+                totals.failed_by_reason[category(f.reason)] += 1
+                totals.retryable += retryable(f.reason)
+            for w in marker.warnings:
+                warnings.write(json.dumps(w.to_json(), ensure_ascii=False).encode() + b"\n")
+                totals.warned_by_reason[category(w.reason)] += 1
+        if totals.inputs != totals.written + totals.failed:
+            raise FgdataError(f"{dest}: accounting mismatch: {totals.inputs} inputs seen, {totals.written} written, "
+                              f"{totals.failed} failed")
+
+        def count_file(out: BinaryIO) -> None:  # as shard_counts_bytes writes it (shards in numeric order)
+            counts.seek(0)
+            out.write(b"{")
+            n = 0
+            for n, line in enumerate(counts, 1):
+                name, samples = json.loads(line)
+                out.write(b"%s\n %s: %d" % (b"," if n > 1 else b"", json.dumps(name).encode(), samples))
+            out.write(b"\n}\n" if n else b"}\n")
+
+        def report(out: BinaryIO) -> None:
+            head = {"format": FORMAT, "version": VERSION, "command": command, "seen": totals.inputs,
+                    "written": totals.written, "failed": totals.failed, "samples": totals.samples,
+                    "failed_by_reason": dict(sorted(totals.failed_by_reason.items())), **extra}
+            out.write(b"{\n")
+            for key, value in head.items():
+                out.write(f" {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)},\n".encode())
+            _json_lines(out, "warnings", warnings)
+            _json_lines(out, "failures", failures, last=True)
+
+        write_side_file(storage.join(dest, COUNT_FILE), count_file)
+        write_side_file(storage.join(dest, FAILURES_FILE), report)
+        if stats:
+            from fgdata.jobs.stats import STATS_FILE, write_stats
+
+            head = {"successes": totals.written, "failed": totals.failed,
+                    "failed_by_reason": dict(sorted(totals.failed_by_reason.items())), "retryable": totals.retryable}
+            write_side_file(storage.join(dest, STATS_FILE), partial(write_stats, head=head, per_shard=per_shard))
+    return totals
+
+
+def sweep(dest: str, claimed: Callable[[str], bool], units: int, notify: Callable[[str], None] | None) -> list[str]:
+    """Remove the shards (with their indexes) that no unit of this job wrote, and the markers of units past
+    the last one; return the shards removed. ``claimed(name)``: whether a shard belongs to this job."""
+    from fgdata.jobs.dest import remove_files
+    from fgdata.shards.index import INDEX_SUFFIX
+
+    stale = sorted(info.name for info in storage.list_dir(dest, ".tar")
+                   if info.name[:-4].isdigit() and not claimed(info.name)) if storage.is_dir(dest) else []
+    names = set(storage.list_names(dest)) if stale else set()
+    remove_files(dest, [n for s in stale for n in (s, s + INDEX_SUFFIX) if n in names],
+                 "shards of an earlier run that this run does not write", notify)
+    for unit in sorted(u for u in existing_markers(dest) if u >= units):
+        storage.remove(marker_path(dest, unit))
+    return stale

@@ -1,0 +1,42 @@
+"""The S3 requests a shard job makes grow with its shards at a constant rate: nothing is merged or renamed
+after the fact, and no step reads every shard again.
+
+The job writes to the moto server through a counting loopback proxy (every request passes and is recorded),
+for 10, 50 and 100 shards of prompts (one per shard); the requests per extra shard must be the same from 10
+to 50 as from 50 to 100, and small.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fgdata.jobs.shard import ShardJob, run_shard_job
+from fgdata.producers.media import ShardOptions
+from test_s3_stalls import StallingEndpoint
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _requests(s3_endpoint: str, s3_bucket: str, tmp_path, monkeypatch, shards: int) -> int:
+    prompts = tmp_path / f"prompts-{shards}.txt"
+    prompts.write_text("".join(f"prompt {i}\n" for i in range(shards)))
+    proxy = StallingEndpoint(s3_endpoint, lambda method, target: "pass")
+    try:
+        with monkeypatch.context() as mp:
+            mp.setenv("S3_ENDPOINT_URL", proxy.url)
+            mp.setenv("FGDATA_S3_LEASE_SECONDS", "3600")  # no renewal during the job: its requests depend on time
+            report = run_shard_job(ShardJob(src=str(prompts), dest=f"{s3_bucket}/p{shards}",
+                                            options=ShardOptions(kind="prompts"), maxcount=1))
+        assert (report.written, len(report.shards)) == (shards, shards)
+        return len(proxy.seen)
+    finally:
+        proxy.close()
+
+
+def test_requests_per_shard_do_not_grow_with_the_shards(s3_endpoint, s3_bucket, tmp_path, monkeypatch):
+    counts = {n: _requests(s3_endpoint, s3_bucket, tmp_path, monkeypatch, n) for n in (10, 50, 100)}
+    early = (counts[50] - counts[10]) / 40
+    late = (counts[100] - counts[50]) / 50
+    assert early == late, counts  # the same requests for every further shard: no merge, no re-read
+    # the shard, its index and its unit's marker, each staged under the lease, confirmed and moved into place
+    assert late <= 16, counts
