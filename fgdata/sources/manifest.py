@@ -19,9 +19,11 @@ line never stops the job. Rows are counted from 0, like the ``input`` field of t
 Manifests are streamed, never loaded whole: :func:`iter_manifest` and :func:`iter_prompts` read CSV
 row by row, JSONL line by line and Parquet one row batch (:data:`PARQUET_BATCH_ROWS` rows) at a time,
 and undo ``.gz`` and ``.zst`` compression as they read, so memory holds one batch (or one line), not the
-file. Parquet needs to seek: a Parquet manifest that is not a local file (on s3:// or http(s)://, or
-compressed) is first copied, uncompressed, to a temporary file in fgdata's cache folder, which costs disk,
-not memory (an http(s) body is held in memory while it is fetched, within the download body limit).
+file. A manifest that is not a local file (s3://, http(s)://) is first copied as it is to a temporary file in
+fgdata's cache folder (``$FGDATA_CACHE``) and read from there: the job core reads rows as its units finish, and
+a remote stream held open across such pauses can be dropped (an s3 stream then restarts from its first byte).
+That costs disk, not memory (an http(s) body is held in memory while it is fetched, within the download body
+limit). Parquet needs to seek: a compressed Parquet manifest is also copied, uncompressed, to a temporary file.
 Whether the path (or caption) column exists is decided on the first readable row (a CSV header or a
 Parquet schema gives every row the same columns); the refused JSONL lines before it are already yielded.
 A manifest that ends without a row is an error when the stream ends; so is a compressed file that ends
@@ -147,10 +149,30 @@ class _ZstdStream(io.RawIOBase):
 
 
 @contextlib.contextmanager
+def _local(path: str) -> Iterator[str]:
+    """``path`` when it is a local file, else a temporary copy in fgdata's cache folder (removed after).
+
+    The job core reads its inputs as units finish, so the stream can pause for minutes: a remote read held open
+    that long can be dropped by the server, and an s3 stream restarts from the first byte; a local copy cannot.
+    """
+    if storage.random_access(path):
+        yield path
+        return
+    import os
+    import tempfile
+
+    from fgdata.storage.cache import cache_root
+
+    os.makedirs(cache_root(), exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".manifest-", dir=cache_root()) as folder:
+        yield storage.local_copy(path, folder)
+
+
+@contextlib.contextmanager
 def _open_uncompressed(path: str) -> Iterator[BinaryIO]:
     """A binary stream of the manifest's table bytes: ``.gz`` and ``.zst`` undone as they are read."""
     lower = path.lower()
-    with storage.open_read(path) as source:
+    with _local(path) as local, storage.open_read(local) as source:
         if lower.endswith(".gz"):
             yield io.BufferedReader(_GzipStream(path, source), _READ_BYTES)
         elif lower.endswith(".zst"):
@@ -245,7 +267,7 @@ def _jsonl_rows(path: str, stream: BinaryIO) -> Iterator[Row]:
 
 @contextlib.contextmanager
 def _seekable(path: str, stream: BinaryIO) -> Iterator[IO[bytes]]:
-    """``stream`` when it can seek, else a temporary copy of it in fgdata's cache folder (disk, not memory)."""
+    """``stream`` when it can seek, else (compressed) a temporary copy of it in fgdata's cache folder."""
     if stream.seekable():
         yield stream
         return
@@ -389,7 +411,7 @@ def iter_prompts(path: str, caption_column: str = "caption") -> Iterator[WorkIte
         return
     base = storage.basename(path)
     count = 0
-    with storage.open_read(path) as stream:
+    with _local(path) as local, storage.open_read(local) as stream:
         for n, line in enumerate(_text_lines(path, stream), 1):
             if line.strip():
                 yield WorkItem(index=count, name=f"{base}:{n}", caption=line.strip())

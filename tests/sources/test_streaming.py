@@ -256,18 +256,24 @@ def test_a_walk_without_media_ends_in_the_listing_error(tmp_path):
 
 
 @pytest.mark.s3
-def test_s3_manifests_and_folders_stream_like_local_ones(s3_bucket, tmp_path):
+def test_s3_manifests_and_folders_stream_like_local_ones(s3_bucket, tmp_path, monkeypatch):
     from fgdata import storage
 
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("FGDATA_CACHE", str(cache))
     rows = _rows(300)
     for name, data in (("list.parquet", _table_bytes("parquet", rows)),
                        ("list.jsonl.zst", _compressed(".zst", _table_bytes("jsonl", rows)))):
         storage.write_bytes(f"{s3_bucket}/lists/{name}", data)
         (tmp_path / name).write_bytes(data)
-        remote = list(iter_manifest(f"{s3_bucket}/lists/{name}"))  # Parquet: a non-seekable stream
+        stream = iter_manifest(f"{s3_bucket}/lists/{name}")
+        remote = [next(stream)]
+        assert [p.name[:10] for p in cache.iterdir() if p.name.startswith(".")] == [".manifest-"]  # read from a copy
+        remote += stream
         local = list(iter_manifest(str(tmp_path / name)))
         assert [(i.name, i.caption, i.metadata) for i in remote] == [(i.name, i.caption, i.metadata) for i in local]
         assert remote[0].path == f"{s3_bucket}/lists/img/00000.jpg"
+        assert [p for p in cache.iterdir() if p.name.startswith(".")] == []  # and the copy is gone
     keys = ["a-b.jpg", "a/x.jpg", "a/x.txt", "a/b/z.png", "a0.jpg", ".hidden/h.jpg", "b.jpg", "b.txt", "c.xyz"]
     for key in keys:
         storage.write_bytes(f"{s3_bucket}/photos/{key}", b"x")
