@@ -1,7 +1,16 @@
 """Folder source: every media file below a folder (local or s3://), with its sidecars, as work items.
 
-Order: sorted relative paths (``a/b.jpg`` < ``a/c.jpg`` < ``b.jpg``), so a listing is the same
+Order: sorted relative paths (``a-b.jpg`` < ``a/b.jpg`` < ``a/c.jpg`` < ``b.jpg``), so a listing is the same
 on every machine. Hidden files and folders (a name starting with ``.``) are skipped.
+
+The walk (:func:`walk_folder`) streams: it lists one folder at a time, depth first, sorting each folder's media
+files and sub-folders with a sub-folder ``d`` compared as ``d/`` (every path below it starts with that), which
+gives the sorted relative paths of the whole tree without holding it. A local walk holds the listings of the
+folders on the current path (one per depth level) and nothing else: memory grows with the largest folder
+(about 0.5 KB per entry), not with the tree. An s3:// folder is listed whole first (one recursive listing: an
+estimated 1-2 KB per object while it is parsed) and then walked the same way: s5cmd's listing is read to its
+end before its output is used (it is watched for stalls and retried as one call), and a listing per prefix
+instead would cost one s5cmd call for every folder of the tree.
 
 Sidecars share the media file's stem (its name without the last extension), in the same folder:
 
@@ -9,8 +18,8 @@ Sidecars share the media file's stem (its name without the last extension), in t
 - ``NAME.json``: a JSON object of metadata, kept in the sample's ``json`` member;
 - ``NAME.poses.npy`` ``[T,4,4]`` and ``NAME.intrinsics.npy`` ``[T,4]``: a camera track (videos).
 
-Sidecars are only located here; they are read by the worker that transforms the item, so
-listing a large folder stays one ``list`` call.
+Sidecars are only located here (in the listing of their folder); they are read by the worker that transforms
+the item.
 
 Inputs the listing can already judge become *refused* items (a failure with its reason, counted
 like any other), never a job-wide error:
@@ -150,55 +159,97 @@ def _not_taken(rel: str, missing_decoder: Callable[[str], str | None]) -> Skippe
     return Skipped(printable_name(rel), f"extension: {why}")
 
 
+def _hidden(rel: str) -> bool:
+    return any(part.startswith(".") for part in rel.split("/"))
+
+
+@dataclass
+class _FolderPart:
+    """One folder's part of a walk: its inputs and sub-folders still to go, in walk order, and its visible files
+    (where the sidecars of its media files are)."""
+
+    entries: Iterator[tuple[str, Any]]
+    files: dict[str, storage.FileInfo]
+
+
+def _folder_part(root: str, listed: storage.Folder, extensions: Collection[str],
+                 missing_decoder: Callable[[str], str | None], skipped: list[Skipped]) -> _FolderPart:
+    """The media files and sub-folders of one listed folder as ``(relative path, FileInfo)`` and
+    ``(relative path + "/", folder path)`` pairs sorted by that key. Every path below a sub-folder starts with its
+    key, so sorting each folder so, depth first, gives the sorted relative paths of the whole tree. What the
+    folder holds that is not an input is appended to ``skipped``."""
+    rels = {info.name: (rel, info) for info in listed.files if not _hidden(rel := storage.relative(root, info.path))}
+    media = [(rel, info) for rel, info in rels.values() if _extension(info.name) in extensions]
+    taken = {info.name for _, info in media}
+    for _, info in media:
+        stem = info.name.rpartition(".")[0]
+        taken.update(stem + suffix for suffix in _SIDECAR_SUFFIXES if stem + suffix in rels)
+    skipped.extend(_not_taken(rel, missing_decoder) for name, (rel, _) in rels.items() if name not in taken)
+    for entry in listed.unlisted:
+        if not _hidden(rel := storage.relative(root, entry.path)):
+            skipped.append(Skipped(printable_name(rel), f"{entry.kind}: {entry.detail}"))
+    entries: list[tuple[str, Any]] = list(media)
+    entries += [(rel + "/", folder) for folder in listed.folders if not _hidden(rel := storage.relative(root, folder))]
+    entries.sort(key=lambda entry: entry[0])
+    return _FolderPart(iter(entries), {name: info for name, (_, info) in rels.items()})
+
+
+def _media_item(index: int, rel: str, info: storage.FileInfo, siblings: dict[str, storage.FileInfo],
+                real_root: str | None) -> WorkItem:
+    """The work item of one media file, with the sidecars of its stem in its folder located."""
+    stem = info.name.rpartition(".")[0]
+
+    def sidecar(suffix: str) -> str | None:
+        found = siblings.get(stem + suffix)
+        return found.path if found else None
+
+    item = WorkItem(index=index, name=rel, path=info.path, caption_path=sidecar(CAPTION_SUFFIX),
+                    metadata_path=sidecar(METADATA_SUFFIX), poses_path=sidecar(POSES_SUFFIX),
+                    intrinsics_path=sidecar(INTRINSICS_SUFFIX))
+    paths = [p for p in (item.path, item.caption_path, item.metadata_path, item.poses_path, item.intrinsics_path) if p]
+    refused = _refusal(rel, paths, real_root)
+    if refused:  # nothing of it is read, and only printable text reaches reports and job records
+        return WorkItem(index=index, name=printable_name(rel), refused=refused)
+    return item
+
+
+def walk_folder(root: str, extensions: Collection[str], follow_symlinks: bool = False,
+                missing_decoder: Callable[[str], str | None] = lambda ext: None,
+                skipped: list[Skipped] | None = None) -> Iterator[WorkItem]:
+    """Media files below ``root`` whose extension is in ``extensions``, with their sidecars located, in source
+    order, streamed (see the module docstring for the memory bound). The files that are neither
+    (``missing_decoder(ext)``: why a known extension cannot be read here) are appended to ``skipped`` as the walk
+    finds them, and sorted by name when it ends; a walk that ends without a media file is an error."""
+    found: list[Skipped] = [] if skipped is None else skipped
+    lister = storage.tree_lister(root, follow_links=follow_symlinks)
+    real_root = None if storage.is_url(root) or follow_symlinks else os.path.realpath(root)
+    index = 0
+
+    def enter(folder: str) -> _FolderPart:
+        return _folder_part(root, lister(folder), extensions, missing_decoder, found)
+
+    stack = [enter(root)]
+    while stack:
+        entry = next(stack[-1].entries, None)
+        if entry is None:
+            stack.pop()
+        elif isinstance(entry[1], str):
+            stack.append(enter(entry[1]))
+        else:
+            yield _media_item(index, entry[0], entry[1], stack[-1].files, real_root)
+            index += 1
+    found.sort(key=lambda s: s.name)
+    if not index:
+        summary = f"; skipped {len(found)}: {skip_summary(found)}" if found else ""
+        wanted = ", ".join(sorted(extensions)) if len(extensions) <= 12 else f"the {len(extensions)} readable formats"
+        raise FgdataError(f"{root}: no files with extensions {wanted} found{summary}")
+
+
 def list_folder(root: str, extensions: Collection[str], follow_symlinks: bool = False,
                 missing_decoder: Callable[[str], str | None] = lambda ext: None) -> Listing:
-    """Media files below ``root`` whose extension is in ``extensions``, with their sidecars located, and the
-    files that are neither (``missing_decoder(ext)``: why a known extension cannot be read here)."""
-    infos, unlisted = storage.list_tree(root, follow_links=follow_symlinks)
-    rel_to_path = {}
-    for info in infos:
-        rel = storage.relative(root, info.path)
-        if any(part.startswith(".") for part in rel.split("/")):
-            continue
-        rel_to_path[rel] = info.path
-    media = sorted(rel for rel in rel_to_path if _extension(rel) in extensions)
-    taken = set(media)
-
-    def sidecar(stem: str, suffix: str) -> str | None:
-        if stem + suffix in rel_to_path:
-            taken.add(stem + suffix)
-            return rel_to_path[stem + suffix]
-        return None
-
-    real_root = None if storage.is_url(root) or follow_symlinks else os.path.realpath(root)
-    items = []
-    for index, rel in enumerate(media):
-        stem = rel.rpartition(".")[0]
-        item = WorkItem(
-            index=index,
-            name=rel,
-            path=rel_to_path[rel],
-            caption_path=sidecar(stem, CAPTION_SUFFIX),
-            metadata_path=sidecar(stem, METADATA_SUFFIX),
-            poses_path=sidecar(stem, POSES_SUFFIX),
-            intrinsics_path=sidecar(stem, INTRINSICS_SUFFIX),
-        )
-        paths = [p for p in (item.path, item.caption_path, item.metadata_path, item.poses_path,
-                             item.intrinsics_path) if p]
-        refused = _refusal(rel, paths, real_root)
-        if refused:  # nothing of it is read, and only printable text reaches reports and job records
-            item = WorkItem(index=index, name=printable_name(rel), refused=refused)
-        items.append(item)
-    skipped = [_not_taken(rel, missing_decoder) for rel in sorted(set(rel_to_path) - taken)]
-    for entry in unlisted:
-        rel = storage.relative(root, entry.path)
-        if not any(part.startswith(".") for part in rel.split("/")):
-            skipped.append(Skipped(printable_name(rel), f"{entry.kind}: {entry.detail}"))
-    skipped.sort(key=lambda s: s.name)
-    if not media:
-        found = f"; skipped {len(skipped)}: {skip_summary(skipped)}" if skipped else ""
-        wanted = ", ".join(sorted(extensions)) if len(extensions) <= 12 else f"the {len(extensions)} readable formats"
-        raise FgdataError(f"{root}: no files with extensions {wanted} found{found}")
+    """All of :func:`walk_folder` at once: the items, and the sorted skipped entries."""
+    skipped: list[Skipped] = []
+    items = list(walk_folder(root, extensions, follow_symlinks, missing_decoder, skipped))
     return Listing(items, skipped)
 
 
@@ -223,12 +274,3 @@ def skip_summary(skipped: Sequence[Skipped | dict[str, Any]]) -> str:
     kinds = ", ".join(f"{n} {_SKIP_WORDS.get(kind, (kind, kind))[n > 1]}" for kind, n in sorted(by_kind.items()))
     return "; ".join(part for part in (exts, kinds) if part)
 
-
-def walk_folder(root: str, extensions: Collection[str], follow_symlinks: bool = False,
-                missing_decoder: Callable[[str], str | None] = lambda ext: None,
-                skipped: list[Skipped] | None = None) -> Iterator[WorkItem]:
-    """TEMPORARY shim until the streamed walk lands."""
-    listing = list_folder(root, extensions, follow_symlinks, missing_decoder)
-    if skipped is not None:
-        skipped.extend(listing.skipped)
-    return iter(listing.items)

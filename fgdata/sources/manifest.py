@@ -1,7 +1,7 @@
-"""Manifest source: a CSV, JSONL or Parquet table (local or s3://) with a path column, as work items.
+"""Manifest source: a CSV, JSONL or Parquet table (local, s3:// or http(s)://) with a path column, as work items.
 
 Each row is one input, in row order (its ``index`` gives the key, see
-:mod:`fgdata.sources.folder`). The path column holds a local path or an s3:// URL; a relative
+:mod:`fgdata.sources.folder`). The path column holds a local path or a URL; a relative
 path is taken relative to the manifest's folder. The caption column (optional) becomes the
 ``txt`` member; every other column is kept as JSON metadata (where ``--caption-field`` may find the
 caption of a row without one, see :mod:`fgdata.producers.media`). CSV cells are text: a metadata cell
@@ -10,25 +10,39 @@ number; the path and caption cells always stay text. CSV cells may be of any siz
 
 A path that is not text (a JSON or Parquet number, list or object) makes that row a refused item,
 reported with the row and the type it found; a caption that is not text is a warning of that row, which
-is written without a caption (for ``read_prompts``, where the caption is the sample, the row is refused).
+is written without a caption (for prompts, where the caption is the sample, the row is refused).
 Neither is ever stored as a Python repr.
 A CSV row with more cells than the header is refused the same way, and so is a JSONL line that is
 not valid JSON or not a JSON object (reported as ``FILE:line``, the line counted from 1): one bad
 line never stops the job. Rows are counted from 0, like the ``input`` field of the failure report.
 
-:func:`read_prompts` reads prompt-only inputs: a text file with one prompt per line (blank
+Manifests are streamed, never loaded whole: :func:`iter_manifest` and :func:`iter_prompts` read CSV
+row by row, JSONL line by line and Parquet one row batch (:data:`PARQUET_BATCH_ROWS` rows) at a time,
+and undo ``.gz`` and ``.zst`` compression as they read, so memory holds one batch (or one line), not the
+file. A manifest that is not a local file (s3://, http(s)://) is first copied as it is to a temporary file in
+fgdata's cache folder (``$FGDATA_CACHE``) and read from there: the job core reads rows as its units finish, and
+a remote stream held open across such pauses can be dropped (an s3 stream then restarts from its first byte).
+That costs disk, not memory (an http(s) body is held in memory while it is fetched, within the download body
+limit). Parquet needs to seek: a compressed Parquet manifest is also copied, uncompressed, to a temporary file.
+Whether the path (or caption) column exists is decided on the first readable row (a CSV header or a
+Parquet schema gives every row the same columns); the refused JSONL lines before it are already yielded.
+A manifest that ends without a row is an error when the stream ends; so is a compressed file that ends
+early: never a shorter manifest.
+
+:func:`iter_prompts` reads prompt-only inputs: a text file with one prompt per line (blank
 lines skipped), or a manifest's caption column.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import re
 import sys
-from dataclasses import dataclass
 from collections.abc import Iterator
-from typing import Any, Union
+from dataclasses import dataclass
+from typing import IO, Any, BinaryIO, Union
 
 from fgdata import storage
 from fgdata.errors import FgdataError
@@ -38,6 +52,12 @@ from fgdata.sources.folder import WorkItem, printable_name
 MANIFEST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".parquet")
 #: Compressed text manifests (``list.csv.gz``, ``list.jsonl.zst``): the table type is the suffix before these.
 COMPRESSED_SUFFIXES = (".gz", ".zst")
+#: Rows of a Parquet manifest decoded at once: the memory bound of reading one.
+PARQUET_BATCH_ROWS = 8192
+_READ_BYTES = 1 << 16
+#: Compressed bytes fed to the zstd decoder at once: a block of a few bytes can stand for 128 KiB, so small
+#: feeds keep the decoded output of one step small even for a file made to inflate.
+_ZSTD_FEED_BYTES = 1024
 _NUMBER = re.compile(r"-?(0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?")
 
 
@@ -53,40 +73,116 @@ def is_manifest(path: str) -> bool:
     return _uncompressed_name(path).endswith(MANIFEST_SUFFIXES)
 
 
-def _decompress(path: str, data: bytes) -> bytes:
-    """The bytes of a ``.gz`` or ``.zst`` manifest, uncompressed (a damaged one is a one-line error)."""
-    lower = path.lower()
-    if lower.endswith(".gz"):
+class _GzipStream(io.RawIOBase):
+    """A ``.gz`` file (every member) decoded as it is read; damage (a file that ends early) is a one-line error."""
+
+    def __init__(self, path: str, source: BinaryIO):
         import gzip
 
+        super().__init__()
+        self._path = path
+        self._inner = gzip.GzipFile(fileobj=source, mode="rb")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        import gzip
+        import zlib
+
         try:
-            return gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise FgdataError(f"{path}: not a readable gzip file ({e})") from None
-    if lower.endswith(".zst"):
-        try:
-            import zstandard  # type: ignore[import-not-found, unused-ignore]
-        except ImportError:
-            raise FgdataError(f"{path}: reading .zst manifests needs zstandard: pip install zstandard") from None
-        return _unzstd(path, data, zstandard)
-    return data
+            return self._inner.readinto(buffer)
+        except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+            raise FgdataError(f"{self._path}: not a readable gzip file ({e})") from None
 
 
-def _unzstd(path: str, data: bytes, zstandard: Any) -> bytes:
-    """Every frame of a ``.zst`` file (``pzstd`` writes several); a file that ends inside a frame is an error,
-    never a shorter manifest."""
-    parts = []
-    rest = data
-    try:
-        while rest:
-            frame = zstandard.ZstdDecompressor().decompressobj()
-            parts.append(frame.decompress(rest))
-            if not frame.eof:
-                raise FgdataError(f"{path}: a truncated zstd file (it ends inside a frame)")
-            rest = frame.unused_data
-    except zstandard.ZstdError as e:
-        raise FgdataError(f"{path}: not a readable zstd file ({e})") from None
-    return b"".join(parts)
+class _ZstdStream(io.RawIOBase):
+    """Every frame of a ``.zst`` file (``pzstd`` writes several), decoded as it is read; a file that ends inside
+    a frame is an error, never a shorter manifest."""
+
+    def __init__(self, path: str, source: BinaryIO, zstandard: Any):
+        super().__init__()
+        self._path = path
+        self._source = source
+        self._zstandard = zstandard
+        self._frame = zstandard.ZstdDecompressor().decompressobj()
+        self._in_frame = False  # the current frame has been fed bytes and has not ended
+        self._input = b""
+        self._input_at = 0
+        self._output = memoryview(b"")
+        self._source_done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def _decode_some(self) -> bool:
+        """Feed the decoder one small piece; False at the clean end of the file."""
+        if self._input_at == len(self._input):
+            self._input, self._input_at = (b"", 0) if self._source_done else (self._source.read(_READ_BYTES), 0)
+            if not self._input:
+                self._source_done = True
+                if self._in_frame:
+                    raise FgdataError(f"{self._path}: a truncated zstd file (it ends inside a frame)")
+                return False
+        end = self._input_at + _ZSTD_FEED_BYTES
+        piece = self._input[self._input_at:end]
+        self._input_at = min(end, len(self._input))
+        try:
+            self._output = memoryview(self._frame.decompress(piece))
+        except self._zstandard.ZstdError as e:
+            raise FgdataError(f"{self._path}: not a readable zstd file ({e})") from None
+        self._in_frame = True
+        if self._frame.eof:  # the frame ended inside this piece: the next frame starts with its unused bytes
+            self._input, self._input_at = self._frame.unused_data + self._input[self._input_at:], 0
+            self._frame = self._zstandard.ZstdDecompressor().decompressobj()
+            self._in_frame = False
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not len(self._output):
+            if not self._decode_some():
+                return 0
+        n = min(len(buffer), len(self._output))
+        buffer[:n] = self._output[:n]
+        self._output = self._output[n:]
+        return n
+
+
+@contextlib.contextmanager
+def _local(path: str) -> Iterator[str]:
+    """``path`` when it is a local file, else a temporary copy in fgdata's cache folder (removed after).
+
+    The job core reads its inputs as units finish, so the stream can pause for minutes: a remote read held open
+    that long can be dropped by the server, and an s3 stream restarts from the first byte; a local copy cannot.
+    """
+    if storage.random_access(path):
+        yield path
+        return
+    import os
+    import tempfile
+
+    from fgdata.storage.cache import cache_root
+
+    os.makedirs(cache_root(), exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".manifest-", dir=cache_root()) as folder:
+        yield storage.local_copy(path, folder)
+
+
+@contextlib.contextmanager
+def _open_uncompressed(path: str) -> Iterator[BinaryIO]:
+    """A binary stream of the manifest's table bytes: ``.gz`` and ``.zst`` undone as they are read."""
+    lower = path.lower()
+    with _local(path) as local, storage.open_read(local) as source:
+        if lower.endswith(".gz"):
+            yield io.BufferedReader(_GzipStream(path, source), _READ_BYTES)
+        elif lower.endswith(".zst"):
+            try:
+                import zstandard  # type: ignore[import-not-found, unused-ignore]
+            except ImportError:
+                raise FgdataError(f"{path}: reading .zst manifests needs zstandard: pip install zstandard") from None
+            yield io.BufferedReader(_ZstdStream(path, source, zstandard), _READ_BYTES)
+        else:
+            yield source
 
 
 def _cell(value: str) -> Any:
@@ -120,53 +216,102 @@ class BadRow:
 Row = Union[dict[str, Any], BadRow]
 
 
-def read_rows(path: str) -> list[Row]:
-    """All rows of a manifest as dicts, in file order; an unreadable JSONL line as a :class:`BadRow` in its place."""
-    lower = _uncompressed_name(path)
-    data = _decompress(path, storage.read_bytes(path))
-    if lower.endswith(".csv"):
-        try:
-            text = data.decode("utf-8-sig")
-        except UnicodeDecodeError as e:
-            raise FgdataError(f"{path}: not UTF-8 ({e})") from None
-        csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # the default 128 KiB refuses long captions
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        try:
-            if reader.fieldnames is None:
-                raise FgdataError(f"{path}: empty CSV (no header row)")
-            # Cells past the header land under the key None; read_manifest refuses such rows.
-            return [{k: v for k, v in row.items() if v is not None} for row in reader]
-        except csv.Error as e:
-            raise FgdataError(f"{path}: line {reader.line_num}: not valid CSV ({e})") from None
-    if lower.endswith((".jsonl", ".ndjson")):
-        rows: list[Row] = []
-        base = storage.basename(path)
-        for n, line in enumerate(data.splitlines(), 1):
+def _text_lines(path: str, stream: BinaryIO) -> Iterator[str]:
+    """The UTF-8 text of ``stream`` (a BOM dropped), cut into lines exactly as ``str.splitlines`` cuts the whole."""
+    text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="\n")
+    try:
+        for chunk in text:  # every separator splitlines knows but "\n" lies inside one chunk
+            yield from chunk.splitlines()
+    except UnicodeDecodeError as e:
+        raise FgdataError(f"{path}: not UTF-8 ({e})") from None
+    finally:
+        text.detach()  # the caller closes the stream
+
+
+def _csv_rows(path: str, stream: BinaryIO) -> Iterator[Row]:
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # the default 128 KiB refuses long captions
+    text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+    reader = csv.DictReader(text)
+    try:
+        if reader.fieldnames is None:
+            raise FgdataError(f"{path}: empty CSV (no header row)")
+        for row in reader:
+            # Cells past the header land under the key None; the item refuses such rows.
+            yield {k: v for k, v in row.items() if v is not None}
+    except csv.Error as e:
+        raise FgdataError(f"{path}: line {reader.line_num}: not valid CSV ({e})") from None
+    except UnicodeDecodeError as e:
+        raise FgdataError(f"{path}: not UTF-8 ({e})") from None
+    finally:
+        text.detach()
+
+
+def _jsonl_rows(path: str, stream: BinaryIO) -> Iterator[Row]:
+    base = storage.basename(path)
+    n = 0
+    for chunk in stream:  # lines as bytes.splitlines cuts the whole file (a lone "\r" ends a line too)
+        for line in chunk.splitlines():
+            n += 1
             if not line.strip():
                 continue
             try:
                 row = parse_json(line)
             except ValueError as e:
-                rows.append(BadRow(f"{base}:{n}", f"manifest: line {n} of {base} is not valid JSON ({e})"))
+                yield BadRow(f"{base}:{n}", f"manifest: line {n} of {base} is not valid JSON ({e})")
                 continue
             if not isinstance(row, dict):
-                rows.append(BadRow(f"{base}:{n}", f"manifest: line {n} of {base} holds {_type_name(row)}, "
-                                                  "not a JSON object"))
+                yield BadRow(f"{base}:{n}", f"manifest: line {n} of {base} holds {_type_name(row)}, not a JSON object")
                 continue
-            rows.append(row)
-        return rows
-    if lower.endswith(".parquet"):
+            yield row
+
+
+@contextlib.contextmanager
+def _seekable(path: str, stream: BinaryIO) -> Iterator[IO[bytes]]:
+    """``stream`` when it can seek, else (compressed) a temporary copy of it in fgdata's cache folder."""
+    if stream.seekable():
+        yield stream
+        return
+    import os
+    import shutil
+    import tempfile
+
+    from fgdata.storage.cache import cache_root
+
+    os.makedirs(cache_root(), exist_ok=True)
+    with tempfile.TemporaryFile(prefix=".manifest-", dir=cache_root()) as copy:
+        shutil.copyfileobj(stream, copy, _READ_BYTES)
+        copy.seek(0)
+        yield copy
+
+
+def _parquet_rows(path: str, stream: BinaryIO) -> Iterator[Row]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise FgdataError("reading Parquet manifests needs pyarrow: pip install 'fgdata[parquet]'") from None
+    with _seekable(path, stream) as table:
         try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise FgdataError("reading Parquet manifests needs pyarrow: pip install 'fgdata[parquet]'") from None
-        try:
-            table = pq.read_table(pa.BufferReader(data))
+            batches = pq.ParquetFile(table).iter_batches(batch_size=PARQUET_BATCH_ROWS)
+            for batch in batches:
+                for row in batch.to_pylist():
+                    yield {str(k): _json_safe(v) for k, v in row.items()}
         except (pa.ArrowException, OSError) as e:
             raise FgdataError(f"{path}: not a readable Parquet file ({e})") from None
-        return [{str(k): _json_safe(v) for k, v in row.items()} for row in table.to_pylist()]
-    raise FgdataError(f"{path}: a manifest must end in {', '.join(MANIFEST_SUFFIXES)}")
+
+
+def iter_rows(path: str) -> Iterator[Row]:
+    """The rows of a manifest as dicts, in file order, streamed; an unreadable JSONL line as a :class:`BadRow`."""
+    lower = _uncompressed_name(path)
+    if not lower.endswith(MANIFEST_SUFFIXES):
+        raise FgdataError(f"{path}: a manifest must end in {', '.join(MANIFEST_SUFFIXES)}")
+    with _open_uncompressed(path) as stream:
+        if lower.endswith(".csv"):
+            yield from _csv_rows(path, stream)
+        elif lower.endswith(".parquet"):
+            yield from _parquet_rows(path, stream)
+        else:
+            yield from _jsonl_rows(path, stream)
 
 
 def _resolve(manifest: str, value: str) -> str:
@@ -175,11 +320,17 @@ def _resolve(manifest: str, value: str) -> str:
     return storage.join(storage.parent(manifest), value)
 
 
-def _require_column(path: str, rows: list[Row], column: str) -> None:
-    """Refuse a manifest none of whose readable rows has ``column`` (when no row is readable, each fails alone)."""
-    good = [row for row in rows if isinstance(row, dict)]
-    if good and not any(column in row for row in good):
-        raise FgdataError(f"{path}: no column {column!r} (columns: {', '.join(sorted(k for k in good[0] if k is not None))})")
+def _with_column(path: str, rows: Iterator[Row], column: str) -> Iterator[Row]:
+    """``rows``, refusing a manifest whose first readable row has no ``column`` (a header or schema gives every
+    row the same columns); when no row is readable, each fails alone."""
+    checked = False
+    for row in rows:
+        if not checked and isinstance(row, dict):
+            if column not in row:
+                columns = ", ".join(sorted(k for k in row if k is not None))
+                raise FgdataError(f"{path}: no column {column!r} (columns: {columns})")
+            checked = True
+        yield row
 
 
 def _row_name(path: str, index: int) -> str:
@@ -216,64 +367,59 @@ def _type_name(value: Any) -> str:
     return "an object" if isinstance(value, dict) else f"a {type(value).__name__}"
 
 
-def read_manifest(path: str, path_column: str = "path", caption_column: str = "caption") -> list[WorkItem]:
-    """One work item per row; a row with an empty or unusable path still becomes an item (it fails, and is reported)."""
-    rows = read_rows(path)
-    if not rows:
-        raise FgdataError(f"{path}: the manifest has no rows")
-    _require_column(path, rows, path_column)
-    numbers = path.lower().endswith(".csv")
-    items = []
-    for index, row in enumerate(rows):
-        if isinstance(row, BadRow):
-            items.append(WorkItem(index=index, name=row.name, refused=row.reason))
-            continue
-        refused = _not_text(path, index, row, {"path": path_column})
-        bad_caption = None if refused else _not_text(path, index, row, {"caption": caption_column})
-        value = row.get(path_column)
-        if refused or not value:
-            name = printable_name(value) if isinstance(value, str) and value else _row_name(path, index)
-            items.append(WorkItem(index=index, name=name, refused=refused))
-            continue
-        metadata = {k: _cell(v) if numbers else v for k, v in row.items() if k not in (path_column, caption_column)}
-        items.append(WorkItem(index=index, name=value, path=_resolve(path, value),
-                              caption=None if bad_caption else row.get(caption_column), metadata=metadata,
-                              warning=f"{bad_caption}; written without a caption" if bad_caption else None))
-    return items
-
-
-def read_prompts(path: str, caption_column: str = "caption") -> list[WorkItem]:
-    """Prompt-only items: one per non-blank line of a text file, or one per manifest row."""
-    if is_manifest(path):
-        rows = read_rows(path)
-        _require_column(path, rows, caption_column)
-        items = []
-        for i, row in enumerate(rows):
-            if isinstance(row, BadRow):
-                items.append(WorkItem(index=i, name=row.name, refused=row.reason))
-                continue
-            refused = _not_text(path, i, row, {"caption": caption_column})
-            items.append(WorkItem(index=i, name=_row_name(path, i), refused=refused,
-                                  caption=None if refused else row.get(caption_column)))
-        return items
-    try:
-        text = storage.read_bytes(path).decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise FgdataError(f"{path}: not UTF-8 ({e})") from None
-    items = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            items.append(WorkItem(index=len(items), name=f"{storage.basename(path)}:{n}", caption=line.strip()))
-    if not items:
-        raise FgdataError(f"{path}: no prompts (the file is empty)")
-    return items
+def _media_item(path: str, index: int, row: Row, path_column: str, caption_column: str, numbers: bool) -> WorkItem:
+    """The work item of one manifest row; a row with an empty or unusable path still becomes one (it fails)."""
+    if isinstance(row, BadRow):
+        return WorkItem(index=index, name=row.name, refused=row.reason)
+    refused = _not_text(path, index, row, {"path": path_column})
+    bad_caption = None if refused else _not_text(path, index, row, {"caption": caption_column})
+    value = row.get(path_column)
+    if refused or not value:
+        name = printable_name(value) if isinstance(value, str) and value else _row_name(path, index)
+        return WorkItem(index=index, name=name, refused=refused)
+    metadata = {k: _cell(v) if numbers else v for k, v in row.items() if k not in (path_column, caption_column)}
+    return WorkItem(index=index, name=value, path=_resolve(path, value),
+                    caption=None if bad_caption else row.get(caption_column), metadata=metadata,
+                    warning=f"{bad_caption}; written without a caption" if bad_caption else None)
 
 
 def iter_manifest(path: str, path_column: str = "path", caption_column: str = "caption") -> Iterator[WorkItem]:
-    """TEMPORARY shim until the streamed reader lands."""
-    return iter(read_manifest(path, path_column, caption_column))
+    """One work item per row, in row order, streamed (see the module docstring for the memory bound)."""
+    numbers = _uncompressed_name(path).endswith(".csv")
+    index = -1
+    for index, row in enumerate(_with_column(path, iter_rows(path), path_column)):
+        yield _media_item(path, index, row, path_column, caption_column, numbers)
+    if index < 0:
+        raise FgdataError(f"{path}: the manifest has no rows")
+
+
+def read_manifest(path: str, path_column: str = "path", caption_column: str = "caption") -> list[WorkItem]:
+    """All of :func:`iter_manifest` in a list."""
+    return list(iter_manifest(path, path_column, caption_column))
 
 
 def iter_prompts(path: str, caption_column: str = "caption") -> Iterator[WorkItem]:
-    """TEMPORARY shim until the streamed reader lands."""
-    return iter(read_prompts(path, caption_column))
+    """Prompt-only items, streamed: one per non-blank line of a text file, or one per manifest row."""
+    if is_manifest(path):
+        for i, row in enumerate(_with_column(path, iter_rows(path), caption_column)):
+            if isinstance(row, BadRow):
+                yield WorkItem(index=i, name=row.name, refused=row.reason)
+                continue
+            refused = _not_text(path, i, row, {"caption": caption_column})
+            yield WorkItem(index=i, name=_row_name(path, i), refused=refused,
+                           caption=None if refused else row.get(caption_column))
+        return
+    base = storage.basename(path)
+    count = 0
+    with _local(path) as local, storage.open_read(local) as stream:
+        for n, line in enumerate(_text_lines(path, stream), 1):
+            if line.strip():
+                yield WorkItem(index=count, name=f"{base}:{n}", caption=line.strip())
+                count += 1
+    if not count:
+        raise FgdataError(f"{path}: no prompts (the file is empty)")
+
+
+def read_prompts(path: str, caption_column: str = "caption") -> list[WorkItem]:
+    """All of :func:`iter_prompts` in a list."""
+    return list(iter_prompts(path, caption_column))

@@ -1,10 +1,14 @@
 """What a rerun compares to tell that an input changed: one short stamp per work item.
 
 A stamp is a digest of the item's files (media and sidecars: size and version, i.e. the modification time of a
-local file or the ETag of an S3 object) and of its inline text (a manifest row's caption and metadata). Files are
-looked up by listing each folder (prefix) that holds one once per batch of items (the job core stamps one work
-unit at a time), so an S3 source costs one listing per folder and unit, not one request per file; local files are
-asked for one by one (a ``stat``). Stamps are kept as 8 bytes each, so a million inputs cost 8 MB.
+local file or the ETag of an S3 object) and of its inline text (a manifest row's caption and metadata). Stamps are
+kept as 8 bytes each, so a million inputs cost 8 MB.
+
+The job core stamps its inputs one unit at a time, so a batch is a unit's inputs, not the whole source. Remote
+files (S3) are looked up by listing once each folder (prefix) that holds one of the batch, which costs one listing
+per folder and batch rather than one request per file; a flat prefix of N objects cut into batches of B inputs is
+therefore listed N/B times. Local files are asked for one by one (one ``stat`` each): listing their folder instead
+would read a whole folder of a million files again for every batch of a thousand.
 """
 
 from __future__ import annotations
@@ -33,11 +37,11 @@ def _paths(item: WorkItem) -> list[str]:
 
 
 def _listings(items: Sequence[WorkItem]) -> dict[str, storage.FileInfo]:
-    """Every remote item file's listing entry, one listing per folder; a file that is gone has none. Local files
-    are not listed (a stat each is cheaper than listing a large folder for every unit of inputs in it)."""
+    """The listing entry of every item file on storage where a listing saves requests, one listing per folder; a
+    file that is gone has none."""
     folders: set[str] = set()
     for item in items:
-        folders.update(storage.parent(p) for p in _paths(item) if storage.is_url(p))
+        folders.update(storage.parent(p) for p in _paths(item) if not storage.backend_for(p).cheap_stat)
     found: dict[str, storage.FileInfo] = {}
     for folder in sorted(folders):
         try:
@@ -48,7 +52,7 @@ def _listings(items: Sequence[WorkItem]) -> dict[str, storage.FileInfo]:
 
 
 class InputStamps:
-    """The stamps of a job's items, by item index."""
+    """The stamps of a batch of items (the job core makes one per unit of inputs), by position in the batch."""
 
     def __init__(self, items: Sequence[WorkItem]):
         listed = _listings(items)
@@ -67,5 +71,5 @@ class InputStamps:
         return len(self._stamps) // STAMP_BYTES
 
     def __getitem__(self, index: int) -> str:
-        """The stamp of item ``index``, as hex (what job records store)."""
+        """The stamp of the item at position ``index`` of the batch, as hex (what job records store)."""
         return self._stamps[index * STAMP_BYTES:(index + 1) * STAMP_BYTES].hex()

@@ -5,7 +5,7 @@ through the s5cmd binary with argument lists and bounded waits. Only the standar
 library is imported here so ``fgdata --help`` stays fast.
 """
 
-from fgdata.storage.backend import Backend, FileInfo, Unlisted, backend_for
+from fgdata.storage.backend import Backend, FileInfo, Folder, FolderLister, Unlisted, backend_for
 from fgdata.storage.cache import fetch_to_cache
 from fgdata.storage.credentials import load_s3_credentials_file
 from fgdata.storage.files import (
@@ -31,6 +31,7 @@ from fgdata.storage.files import (
     stage,
     staging_dir,
     stat,
+    tree_lister,
     upload,
     write_bytes,
 )
@@ -51,6 +52,8 @@ from fgdata.storage.s5cmd import s5cmd_binary
 __all__ = [
     "Backend",
     "FileInfo",
+    "Folder",
+    "FolderLister",
     "Unlisted",
     "absolute",
     "atomic_path",
@@ -88,6 +91,7 @@ __all__ = [
     "stage",
     "staging_dir",
     "stat",
+    "tree_lister",
     "upload",
     "write_bytes",
     "writing_to",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import BinaryIO, ClassVar
 
@@ -19,7 +20,7 @@ from fgdata.errors import StorageError
 from fgdata.storage.paths import scheme
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a listing of a million files holds a million of these
 class FileInfo:
     """One listed file: full path or URL, basename, size in bytes, and ``version``: what changes when its content
     is replaced (local: the modification time in ns; S3: the ETag), so a rerun can tell a replaced input."""
@@ -43,6 +44,57 @@ class Unlisted:
     detail: str
 
 
+@dataclass(frozen=True)
+class Folder:
+    """One folder of a tree, as a tree walk lists it: its files, the sub-folders to walk (full paths or URLs),
+    and the entries that are neither (:class:`Unlisted`). Nothing is sorted."""
+
+    files: list[FileInfo]
+    folders: list[str]
+    unlisted: list[Unlisted]
+
+
+#: Lists one folder of a tree at a time (``lister(folder)``), starting with the tree's root; it keeps what the
+#: walk must remember between folders (the linked folders already followed).
+FolderLister = Callable[[str], Folder]
+
+
+class ListedTree:
+    """A tree listed whole (an object store lists every key below a prefix in one call), handed out one folder
+    at a time like a local walk. Each folder's part is dropped once handed out."""
+
+    def __init__(self, root: str, files: Iterable[FileInfo]):
+        top = root.rstrip("/")
+        self._parts: dict[str, tuple[list[FileInfo], set[str]]] = {root: ([], set())}
+        for info in files:
+            folder = root
+            names = info.path[len(top) + 1:].split("/")[:-1]
+            for depth in range(len(names)):
+                child = top + "/" + "/".join(names[:depth + 1])
+                if child != folder:  # a key with an empty part ("p//x") under a root given as "p/"
+                    self._parts[folder][1].add(child)
+                    folder = child
+                    self._parts.setdefault(folder, ([], set()))
+            self._parts[folder][0].append(info)
+
+    def __call__(self, folder: str) -> Folder:
+        files, folders = self._parts.pop(folder, ([], set()))
+        return Folder(files, list(folders), [])
+
+
+def walk_whole(lister: FolderLister, root: str) -> tuple[list[FileInfo], list[Unlisted]]:
+    """Every file below ``root`` and every entry that is not one, through ``lister``, unsorted."""
+    files: list[FileInfo] = []
+    unlisted: list[Unlisted] = []
+    folders = [root]
+    while folders:
+        listed = lister(folders.pop())
+        files += listed.files
+        unlisted += listed.unlisted
+        folders += listed.folders
+    return files, unlisted
+
+
 class Backend(abc.ABC):
     """One kind of storage. Paths are full local paths or full URLs of the backend's scheme."""
 
@@ -56,6 +108,9 @@ class Backend(abc.ABC):
     #: Jobs on other hosts (or with another local cache) may write the same place, so a job holds it through a
     #: lease kept in the destination itself (:mod:`fgdata.jobs.lease`), not a local lock alone.
     shared: ClassVar[bool] = False
+    #: Asking for one file (:meth:`stat`) costs no more than its entry in a listing (a local ``stat`` is one system
+    #: call), so a few files are looked up one by one rather than by listing their folder.
+    cheap_stat: ClassVar[bool] = False
 
     @abc.abstractmethod
     def open_read(self, path: str, buffering: int = -1) -> contextlib.AbstractContextManager[BinaryIO]:
@@ -72,9 +127,10 @@ class Backend(abc.ABC):
     def list_files(self, path: str, recursive: bool) -> list[FileInfo]:
         """Files directly under (``recursive``: anywhere below) a directory or prefix, unsorted."""
 
-    def list_tree(self, path: str, follow_links: bool) -> tuple[list[FileInfo], list[Unlisted]]:
-        """Every file anywhere below ``path``, and the entries that are not files (object stores have none)."""
-        return self.list_files(path, recursive=True), []
+    def tree_lister(self, path: str, follow_links: bool) -> FolderLister:
+        """A lister of the folders below ``path``, one folder at a time (see :class:`Folder`). Here the tree is
+        listed whole first (:class:`ListedTree`); object stores have no entries that are not files."""
+        return ListedTree(path, self.list_files(path, recursive=True))
 
     @abc.abstractmethod
     def list_names(self, path: str) -> list[str]:

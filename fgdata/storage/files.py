@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from fgdata.storage.backend import FileInfo, Unlisted, backend_for
+from fgdata.storage.backend import FileInfo, FolderLister, Unlisted, backend_for, walk_whole
 
 
 @contextlib.contextmanager
@@ -58,10 +58,17 @@ def list_recursive(path: str) -> list[FileInfo]:
     return sorted(backend_for(path).list_files(path, recursive=True), key=lambda i: i.path)
 
 
+def tree_lister(path: str, follow_links: bool = False) -> FolderLister:
+    """A lister of the folders below ``path``, one at a time, for a walk that never holds the whole tree: local
+    folders are listed as they are asked for (linked folders walked with ``follow_links``, and the entries that are
+    not files reported: special files, linked folders, broken links, unreadable folders); an object store's prefix
+    is listed whole first, then handed out folder by folder. A missing folder is an error."""
+    return backend_for(path).tree_lister(path, follow_links)
+
+
 def list_tree(path: str, follow_links: bool = False) -> tuple[list[FileInfo], list[Unlisted]]:
-    """All files below ``path`` (linked folders walked with ``follow_links``) and, for local folders, the
-    entries that are not files (special files, linked folders, broken links, unreadable folders); both sorted."""
-    files, unlisted = backend_for(path).list_tree(path, follow_links)
+    """All files below ``path`` and the entries that are not files (see :func:`tree_lister`), both sorted."""
+    files, unlisted = walk_whole(tree_lister(path, follow_links), path)
     return sorted(files, key=lambda i: i.path), sorted(unlisted, key=lambda u: u.path)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from fgdata.errors import StorageError
-from fgdata.storage.backend import Backend, FileInfo, Unlisted
+from fgdata.storage.backend import Backend, FileInfo, Folder, FolderLister, Unlisted, walk_whole
 from fgdata.storage.paths import is_url
 
 
@@ -109,11 +109,72 @@ def _info(path: str, name: str, st: os.stat_result) -> FileInfo:
     return FileInfo(path, name, st.st_size, str(st.st_mtime_ns))
 
 
+class _LocalTree:
+    """One folder at a time, with ``os.scandir``: files (links to files included) and what is not a file.
+
+    A linked folder is walked only with ``follow_links``, and only when it leads out of the root to a folder not
+    walked yet (its files are listed under the link's path); otherwise it is an :class:`Unlisted` entry, as are
+    special files, broken links and folders that cannot be listed. A folder's links to folders are decided in name
+    order, so which of two links to one folder is followed does not depend on the order the file system lists them.
+    """
+
+    def __init__(self, root: str, follow_links: bool):
+        self._real_root = os.path.realpath(root)
+        self._walked = {self._real_root}
+        self._follow_links = follow_links
+
+    def __call__(self, folder: str) -> Folder:
+        listed = Folder([], [], [])
+        linked: list[os.DirEntry] = []  # decided in name order, after the rest
+        try:
+            with os.scandir(folder) as it:
+                for entry in it:
+                    self._checked(entry, listed, linked)
+        except OSError as exc:  # nothing of a folder that cannot be listed to its end
+            return Folder([], [], [Unlisted(folder, "unreadable", f"cannot be listed ({exc.strerror or exc})")])
+        for entry in sorted(linked, key=lambda e: e.name):
+            self._checked(entry, listed, None)
+        return listed
+
+    def _checked(self, entry: os.DirEntry, listed: Folder, linked: list[os.DirEntry] | None) -> None:
+        """:meth:`_take`, with an entry that cannot be examined listed as unreadable."""
+        try:
+            self._take(entry, listed, linked)
+        except OSError as exc:
+            listed.unlisted.append(Unlisted(entry.path, "unreadable", f"cannot be read ({exc.strerror or exc})"))
+
+    def _take(self, entry: os.DirEntry, listed: Folder, linked: list[os.DirEntry] | None) -> None:
+        """Put ``entry`` where it belongs in ``listed``; a link to a folder goes to ``linked`` (when given)."""
+        if entry.is_dir(follow_symlinks=False):
+            listed.folders.append(entry.path)
+        elif entry.is_file():
+            listed.files.append(_info(entry.path, entry.name, entry.stat()))
+        elif entry.is_dir() and linked is not None:
+            linked.append(entry)
+        elif entry.is_dir():
+            real = os.path.realpath(entry.path)
+            root = self._real_root
+            inside = real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+            if self._follow_links and not inside and real not in self._walked:
+                self._walked.add(real)
+                listed.folders.append(entry.path)
+            else:
+                why = ("its folder is listed under its own name" if inside
+                       else "its folder was listed through another link" if self._follow_links
+                       else "pass --follow-symlinks to read it")
+                listed.unlisted.append(Unlisted(entry.path, "linked-folder", f"a link to a folder; {why}"))
+        elif entry.is_symlink():
+            listed.unlisted.append(Unlisted(entry.path, "broken-link", "a link to nothing"))
+        else:
+            listed.unlisted.append(Unlisted(entry.path, "special", _special_kind(entry.stat().st_mode)))
+
+
 class LocalBackend(Backend):
     """Paths on a local or mounted file system."""
 
     scheme = ""
     random_access = True
+    cheap_stat = True
 
     @contextlib.contextmanager
     def open_read(self, path: str, buffering: int = -1) -> Iterator[BinaryIO]:
@@ -147,54 +208,12 @@ class LocalBackend(Backend):
                 raise StorageError(f"{path}: not a directory") from None
             except OSError as exc:
                 raise _os_error(path, exc) from None
-        return self.list_tree(path, follow_links=False)[0]
+        return walk_whole(self.tree_lister(path, follow_links=False), path)[0]
 
-    def list_tree(self, path: str, follow_links: bool) -> tuple[list[FileInfo], list[Unlisted]]:
-        """Files below ``path`` (links to files included) and what is not a file, each once.
-
-        A linked folder is walked only with ``follow_links``, and only when it leads out of ``path`` to a
-        folder not walked yet (its files are listed under the link's path); otherwise it is an
-        :class:`Unlisted` entry, as are special files, broken links and folders that cannot be listed.
-        """
+    def tree_lister(self, path: str, follow_links: bool) -> FolderLister:
         if not os.path.isdir(path):
             raise StorageError(f"{path}: directory not found")
-        real_root = os.path.realpath(path)
-        walked = {real_root}
-        files: list[FileInfo] = []
-        unlisted: list[Unlisted] = []
-        folders = [path]
-        while folders:
-            folder = folders.pop()
-            try:
-                with os.scandir(folder) as it:
-                    entries = list(it)
-            except OSError as exc:
-                unlisted.append(Unlisted(folder, "unreadable", f"cannot be listed ({exc.strerror or exc})"))
-                continue
-            for entry in entries:
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        folders.append(entry.path)
-                    elif entry.is_file():
-                        files.append(_info(entry.path, entry.name, entry.stat()))
-                    elif entry.is_dir():
-                        real = os.path.realpath(entry.path)
-                        inside = real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
-                        if follow_links and not inside and real not in walked:
-                            walked.add(real)
-                            folders.append(entry.path)
-                        else:
-                            why = ("its folder is listed under its own name" if inside
-                                   else "its folder was listed through another link" if follow_links
-                                   else "pass --follow-symlinks to read it")
-                            unlisted.append(Unlisted(entry.path, "linked-folder", f"a link to a folder; {why}"))
-                    elif entry.is_symlink():
-                        unlisted.append(Unlisted(entry.path, "broken-link", "a link to nothing"))
-                    else:
-                        unlisted.append(Unlisted(entry.path, "special", _special_kind(entry.stat().st_mode)))
-                except OSError as exc:
-                    unlisted.append(Unlisted(entry.path, "unreadable", f"cannot be read ({exc.strerror or exc})"))
-        return files, unlisted
+        return _LocalTree(path, follow_links)
 
     def list_names(self, path: str) -> list[str]:
         try:
