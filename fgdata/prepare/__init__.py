@@ -63,7 +63,7 @@ def prepare_imagenet256(options: ImagenetOptions, latents: LatentZipOptions = La
             storage.write_bytes(str(stamp), launch.encode())
     else:
         wait_for(lambda: [] if written() else [f"{rgb.name} (rank 0)"], f"{root}: the RGB zip", prepare_wait_s(),
-                 poll=5.0, log=print)
+                 poll=5.0, log=run.notify)
     results.append(encode_latent_zip(rgb, root / IMAGENET256_SD_ZIP, latents, run))
     return results
 

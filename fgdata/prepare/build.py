@@ -152,7 +152,7 @@ def clear(existing: list[Existing], notify: Notify | None) -> None:
 @dataclass(frozen=True)
 class ZipRun:
     """How a prepare job runs, never part of its fingerprint: processes (None: every core the process may use),
-    resume, overwrite and the callbacks for progress and for notes about removed files."""
+    resume, overwrite and the callbacks for progress and for notes (files removed, waits for other ranks)."""
 
     workers: int | None = None
     resume: bool = True

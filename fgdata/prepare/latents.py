@@ -125,7 +125,7 @@ class _LatentJob:
             ready.update(r for r in range(self.world) if r not in ready and self._part_done(r))
             return [f"{p.name} (rank {r})" for r, p in enumerate(parts) if r not in ready]
 
-        wait_for(missing, f"{dest}: the other ranks' part files", prepare_wait_s(), poll=5.0, log=print)
+        wait_for(missing, f"{dest}: the other ranks' part files", prepare_wait_s(), poll=5.0, log=run.notify)
         summary = _merge(parts, dest, self.names, self.labels, self.fingerprint.record(), info, progress)
         return {**summary, "failures_file": self._report()}
 
