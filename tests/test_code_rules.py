@@ -63,3 +63,26 @@ def test_the_check_catches_both_kinds():
     fits = ", ".join(f"a{i}" for i in range(MAX_PARAMS))
     call = ", ".join(f"a{i}" for i in range(MAX_POSITIONAL))
     assert _offenders(f"def f(self, {fits}, *args, **kw):\n    g(*args, {call}, x=1)\n", ROOT / "x.py") == []
+
+
+def _imports_testhook(source: str) -> bool:
+    """Whether a module imports :mod:`fgdata.jobs.testhook` (``import``, ``from fgdata.jobs import testhook`` or
+    ``from fgdata.jobs.testhook import ...``), at its top or inside a function."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import) and any(a.name == "fgdata.jobs.testhook" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module == "fgdata.jobs.testhook" or (
+                node.module == "fgdata.jobs" and any(a.name == "testhook" for a in node.names))):
+            return True
+    return False
+
+
+def test_only_the_job_core_calls_the_test_hooks():
+    """Test hooks sit in one module that only the job core calls; producers outside it report through
+    fgdata.jobs.outputs. The scan itself sees the three import forms."""
+    assert all(_imports_testhook(src) for src in ("import fgdata.jobs.testhook", "from fgdata.jobs import testhook",
+                                                  "def f():\n    from fgdata.jobs.testhook import hold\n"))
+    assert not _imports_testhook("from fgdata.jobs import outputs\nimport fgdata.jobs.ranks")
+    offenders = [str(p.relative_to(ROOT)) for p in sorted(ROOT.rglob("*.py"))
+                 if p.relative_to(ROOT).parts[0] != "jobs" and _imports_testhook(p.read_text())]
+    assert not offenders, offenders

@@ -5,13 +5,19 @@ Only typer and the standard library load at import; torch, transformers and the 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from fgdata.cli.flaggroups import flag, flag_groups
 from fgdata.cli.options import OutputFlags, TorchrunJobFlags, quiet_model_libraries
+
+if TYPE_CHECKING:
+    from fgdata.cli.jobrun import Outcome
+    from fgdata.fid.refs import RefResult
 
 NAMES = ("cifar10", "imagenet-64", "imagenet-64-edmv2", "imagenet-256", "all")
 
@@ -63,14 +69,8 @@ def fid_refs(
     torchrun --nproc-per-node 8 -m fgdata fid-refs imagenet-256 --device cuda ;
     fgdata fid-refs --dataset-zip WDS:s3://bucket/shards -o refs.pkl
     """
-    from fgdata.fid.refs import (
-        FID_REFS,
-        DetectorCache,
-        RefOptions,
-        compute_refs,
-        metrics_for,
-        named_paths,
-    )
+    from fgdata.fid.refs import FID_REFS, DetectorCache, RefOptions, compute_refs, metrics_for, named_paths
+    from fgdata.prepare.paths import resolve_data_root
 
     if (dataset is None) == (refs.dataset_zip is None):
         raise typer.BadParameter(f"give a dataset name ({', '.join(NAMES)}) or --dataset-zip Z -o OUT")
@@ -104,36 +104,63 @@ def fid_refs(
             from fgdata.errors import FgdataError
 
             raise FgdataError(f"dataset zip not found: {'; '.join(missing)}")
-    from fgdata.cli.render import console, err_console, phase_progress
+    from fgdata.cli.jobrun import finish, notes
+    from fgdata.cli.render import phase_progress
     from fgdata.encode.models import resolve_device
 
     bars = out.bars
     quiet_model_libraries(bars=bars, quiet=out.quiet)
-    for skipped in [] if out.quiet else missing:
-        err_console.print(f"[yellow]skipped[/] {skipped}")
-    if job.overwrite:
+    say = notes(out.quiet)
+    if say:
         from fgdata import storage
 
-        for _, _, dest in jobs:
-            if storage.exists(dest) and not out.quiet:
-                err_console.print(f"[yellow]replacing[/] {dest} (--overwrite)")
+        for skipped in missing:
+            say(f"skipped {skipped}")
+        for _, _, dest in jobs if job.overwrite else []:
+            if storage.exists(dest):
+                say(f"replacing {dest} (--overwrite)")
     cache = DetectorCache(options, resolve_device(options.device))
+    started = time.perf_counter()
     with phase_progress(enabled=bars) as update:
-        results = [compute_refs(src, target, options, detectors=cache, name=name, progress=update if bars else None)
+        results = [compute_refs(src, target, options, detectors=cache, name=name, progress=update if bars else None,
+                                notify=say)
                    for name, src, target in jobs]
-    if out.json_out:
-        import json
+    if len(jobs) == 1:
+        source, output = jobs[0][1], jobs[0][2]
+    else:
+        source, output = str(resolve_data_root(refs.data_root)), str(Path(jobs[0][2]).parent)
+    finish(_outcome(results, missing, source, output, time.perf_counter() - started),
+           quiet=out.quiet, json_out=out.json_out)
 
-        print(json.dumps({"command": "fid-refs", "outputs": results, "skipped": missing}, default=str))
-        return
-    for r in [] if out.quiet else results:
-        if r.get("skipped"):
-            console.print(f"[green]kept[/] {r['path']} (complete; --no-resume recomputes)")
-        elif r.get("rank", 0) != 0:
-            console.print(f"rank {r['rank']}: {r['images']} images ({r['computed']} computed) for {r['path']}")
-        else:
-            rate = f", {r['images_per_s']:.0f} img/s" if r.get("images_per_s") else ""
-            console.print(f"[green]wrote[/] {r['path']}: {r['images']} images ({r['computed']} computed here{rate})")
+
+def _outcome(results: list[RefResult], missing: list[str], source: str, output: str, seconds: float) -> Outcome:
+    """The summary every writing command prints: each image of the sources is an input, written once its features
+    are in the reference (computed now, taken from an earlier run's chunks, or in an output kept as it was); an
+    image that cannot be read stops the job, so nothing is counted as failed. On a torchrun rank other than 0 the
+    counts are that rank's share and rank 0 reports the job."""
+    from fgdata.cli.jobrun import Outcome
+
+    images = sum(r.images for r in results)
+    rank, world = results[0].rank, results[0].world_size
+    rows: list[tuple[str, str]] = []
+    if rank != 0:
+        rows.append(("rank", f"{rank} of {world} (its share only)"))
+    for r in results:
+        rows.append(("kept" if r.kept else "wrote" if rank == 0 else "chunks for", r.path))
+        if not r.kept:
+            rate = f", {r.images_per_s:,.0f} img/s" if r.images_per_s else ""
+            rows.append(("  images", f"{r.images:,} ({r.computed:,} computed here{rate})"))
+    if all(r.kept for r in results):
+        rows.append(("", "complete: --no-resume recomputes"))
+    rows += [("skipped", m) for m in missing]
+    details: dict[str, Any] = {
+        "outputs": [{"path": r.path, "images": r.images, "computed": r.computed, "reused": r.reused, "kept": r.kept,
+                     "images_per_s": r.images_per_s} for r in results],
+        "skipped": missing}
+    if rank != 0:
+        details |= {"rank": rank, "world": world}
+    return Outcome(command="fid-refs", source=source, output=output, seen=images, written=images, failed=0,
+                   failures_file=None, seconds=seconds, details=details, rows=rows, whole_job=rank == 0)
 
 
 def register(app: typer.Typer) -> None:

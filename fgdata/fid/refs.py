@@ -20,7 +20,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,32 @@ class RefOptions:
     resume: bool = True  # keep a complete output and complete chunks of the same job
     overwrite: bool = False  # replace an existing output that fgdata did not write
     wait_timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class RefResult:
+    """What one :func:`compute_refs` call did, for the CLI's summary and for library callers.
+
+    ``images`` is every image of the source on rank 0 (which writes the output) and the rank's own share on the
+    others; of those, ``computed`` ran through the detectors here and ``reused`` came from chunk files an earlier
+    run left. ``kept`` says the output was already complete with these options, so nothing ran. ``provenance``
+    is the output's provenance record (None on ranks other than 0, which write none).
+    """
+
+    path: str
+    images: int
+    computed: int = 0
+    reused: int = 0
+    kept: bool = False
+    rank: int = 0
+    world_size: int = 1
+    seconds: float = 0.0
+    provenance: dict[str, Any] | None = None
+
+    @property
+    def images_per_s(self) -> float | None:
+        """Detector throughput of this process (None when it computed nothing)."""
+        return round(self.computed / self.seconds, 1) if self.computed and self.seconds > 0 else None
 
 
 def metrics_for(out: str) -> tuple[str, ...]:
@@ -223,17 +249,18 @@ def _existing(out: str) -> dict[str, Any] | None:
 
 def compute_refs(source_path: str, out: str, options: RefOptions | None = None, *,
                  detectors: dict[str, Detector] | DetectorCache | None = None, name: str | None = None,
-                 rank: int | None = None, world_size: int | None = None,
-                 progress: ProgressFn | None = None) -> dict[str, Any]:
+                 rank: int | None = None, world_size: int | None = None, progress: ProgressFn | None = None,
+                 notify: Callable[[str], None] | None = None) -> RefResult:
     """Reference statistics of every image of ``source_path`` into ``out`` (``.npz`` EDM or ``.pkl`` EDM2).
 
     ``detectors`` maps metric -> :class:`Detector` (tests pass tiny ones) or is a shared cache; by default they
-    load from ``options``. Returns a summary; on ranks other than 0 it covers only that rank's chunks.
+    load from ``options``. ``notify`` gets rank 0's line when it starts waiting for other ranks' chunks. On ranks
+    other than 0 the result covers only that rank's chunks.
     """
     from fgdata.encode.models import resolve_device
     from fgdata.jobs.options import fingerprint
+    from fgdata.jobs.outputs import output_done, redoing
     from fgdata.jobs.ranks import dist_env, owned, owner, run_launch, wait_for
-    from fgdata.jobs.testhook import hold, output_done
     from fgdata.prepare.build import default_workers
 
     options = options or RefOptions()
@@ -256,17 +283,17 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     if not options.overwrite:
         kept = _existing(out)
         if options.resume and kept is not None and kept.get("fingerprint") == fp:
-            return {**kept, "path": out, "skipped": True}
+            return RefResult(out, int(kept.get("images", 0)), kept=True, rank=rank, world_size=world, provenance=kept)
 
     launch = run_launch(options.resume, options.wait_timeout)
     if not options.resume:
-        hold("no-resume", rank)
+        redoing(rank)
     work = work_dir(out, options.work_dir)
     storage.make_dirs(work)
     chunks = source.chunks(options.chunk_size)
     mine = owned(chunks, rank, world)
     total = sum(c.size for c in mine)
-    done, computed, reused, computed_chunks, began = 0, 0, 0, 0, time.monotonic()
+    done, computed, reused, began = 0, 0, 0, time.monotonic()
     phase = label if world == 1 else f"{label} rank {rank}"
 
     def tick(n: int) -> None:
@@ -284,18 +311,14 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
             continue
         _write_chunk(path, chunk_fp[chunk.index], _compute_chunk(source, chunk, dets, options, device, tick), launch)
         computed += chunk.size
-        computed_chunks += 1
-        output_done(computed_chunks)
-    seconds = time.monotonic() - began
-    summary = {"path": out, "rank": rank, "world_size": world, "images": total, "computed": computed,
-               "reused": reused, "seconds": round(seconds, 3),
-               "images_per_s": round(computed / seconds, 1) if computed and seconds > 0 else None}
+        output_done()
+    share = RefResult(out, total, computed, reused, rank=rank, world_size=world, seconds=time.monotonic() - began)
     if rank != 0:
-        return {**summary, "skipped": False}
+        return share
 
     wait_for(lambda: [f"chunk-{c.index:05d}.npz (rank {owner(c.index, world)})" for c in chunks
                       if not _chunk_ready(_chunk_path(work, c), chunk_fp[c.index], launch)],
-             f"{work}", timeout=options.wait_timeout, log=print)
+             f"{work}", timeout=options.wait_timeout, log=notify)
     totals = {m: Moments.zeros(d.dim) for m, d in dets.items()}
     for chunk in chunks:
         part = _load_chunk(_chunk_path(work, chunk), chunk_fp[chunk.index], metrics, chunk.size, launch)
@@ -315,8 +338,8 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
         "detectors": {m: d.provenance for m, d in dets.items()}, "accumulation": ACCUMULATION,
         "batch_size": options.batch_size, "device": device, "world_size": world, "chunk_size": options.chunk_size,
         "chunks": len(chunks), "fingerprint": fp, "sha256": hashlib.sha256(data).hexdigest(),
-        "fgdata_version": __version__, "seconds_rank0": summary["seconds"],
-        "images_per_s_rank0": summary["images_per_s"],
+        "fgdata_version": __version__, "seconds_rank0": round(share.seconds, 3),
+        "images_per_s_rank0": share.images_per_s,
     }
     storage.write_bytes(provenance_path(out), json.dumps(provenance, indent=1, sort_keys=True).encode())
     for chunk in chunks:
@@ -324,4 +347,4 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
             os.remove(_chunk_path(work, chunk))
     with contextlib.suppress(OSError):
         os.rmdir(work)
-    return {**summary, **provenance, "path": out, "skipped": False}
+    return replace(share, images=source.count, provenance=provenance)

@@ -35,8 +35,8 @@ def prepare_imagenet256(options: ImagenetOptions, latents: LatentZipOptions = La
     from fgdata import storage
     from fgdata.encode.models import check_model
     from fgdata.encode.vae import load_vae
-    from fgdata.jobs import testhook
     from fgdata.jobs.dest import STATE_DIR
+    from fgdata.jobs.outputs import redoing
     from fgdata.jobs.ranks import dist_env, run_launch, wait_for
     from fgdata.prepare.latents import encode_latent_zip, prepare_wait_s
     from fgdata.prepare.zipwriter import provenance_path
@@ -56,14 +56,14 @@ def prepare_imagenet256(options: ImagenetOptions, latents: LatentZipOptions = La
         return provenance_path(rgb).exists() and not rgb.with_name(rgb.name + ".partial").exists()
 
     if not run.resume:
-        testhook.hold("no-resume", rank)  # rank 0 is about to replace the earlier RGB zip
+        redoing(rank)  # rank 0 is about to replace the earlier RGB zip
     if rank == 0:
         results += prepare_imagenet256_rgb(options, run)
         if launch is not None:
             storage.write_bytes(str(stamp), launch.encode())
     else:
         wait_for(lambda: [] if written() else [f"{rgb.name} (rank 0)"], f"{root}: the RGB zip", prepare_wait_s(),
-                 poll=5.0, log=print)
+                 poll=5.0, log=run.notify)
     results.append(encode_latent_zip(rgb, root / IMAGENET256_SD_ZIP, latents, run))
     return results
 

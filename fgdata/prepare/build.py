@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from fgdata.errors import FgdataError
-from fgdata.jobs import testhook
 from fgdata.jobs.dest import Notify, claimed, remove_files
 from fgdata.jobs.local import ordered_map
+from fgdata.jobs.outputs import output_done
 from fgdata.jobs.report import FAILURES_FILE, write_failures
 from fgdata.jobs.signals import Interrupted, stop_on_signals
 from fgdata.prepare.options import Fingerprint
@@ -84,17 +84,6 @@ class ZipJob:
     phase: str = "convert"
     initializer: Callable[..., None] | None = None
     initargs: tuple = ()
-
-
-_outputs_done = 0
-
-
-def output_done() -> None:
-    """One more output (a block of zip members) is on disk; every pass of a command adds to one count for
-    :mod:`fgdata.jobs.testhook`, so a kill test can stop ``prepare imagenet-256`` in either pass."""
-    global _outputs_done
-    _outputs_done += 1
-    testhook.output_done(_outputs_done)
 
 
 @dataclass(frozen=True)
@@ -163,7 +152,7 @@ def clear(existing: list[Existing], notify: Notify | None) -> None:
 @dataclass(frozen=True)
 class ZipRun:
     """How a prepare job runs, never part of its fingerprint: processes (None: every core the process may use),
-    resume, overwrite and the callbacks for progress and for notes about removed files."""
+    resume, overwrite and the callbacks for progress and for notes (files removed, waits for other ranks)."""
 
     workers: int | None = None
     resume: bool = True

@@ -23,12 +23,11 @@ from PIL import Image
 
 from fgdata.errors import FgdataError
 from fgdata.jobs.dest import LOCK_FILE, DestLock, claimed
-from fgdata.jobs import testhook
+from fgdata.jobs.outputs import output_done, redoing
 from fgdata.jobs.ranks import dist_env, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, write_failures
 from fgdata.jobs.signals import Interrupted, stop_on_signals
-from fgdata.prepare.build import (Existing, ProgressFn, ZipRun, check_output, check_partial, clear, default_workers,
-                                  output_done)
+from fgdata.prepare.build import Existing, ProgressFn, ZipRun, check_output, check_partial, clear, default_workers
 from fgdata.prepare.options import Fingerprint, LatentZipOptions
 from fgdata.prepare.zipwriter import (EdmZipWriter, dataset_json_bytes, member_name, provenance_path,
                                       validate_zip)
@@ -110,7 +109,7 @@ class _LatentJob:
         checks.append(check_partial(self.part, self.fingerprint, resume=resume, overwrite=run.overwrite,
                                     **self.part_facts))
         if not resume:  # a finished part of an earlier run is redone too
-            testhook.hold("no-resume", self.rank)
+            redoing(self.rank)
             done = tuple(p.name for p in (self.part, provenance_path(self.part)) if p.exists())
             checks.append(Existing(self.part, remove=done, why="--overwrite" if run.overwrite else "--no-resume"))
         clear(checks, run.notify)
@@ -126,7 +125,7 @@ class _LatentJob:
             ready.update(r for r in range(self.world) if r not in ready and self._part_done(r))
             return [f"{p.name} (rank {r})" for r, p in enumerate(parts) if r not in ready]
 
-        wait_for(missing, f"{dest}: the other ranks' part files", prepare_wait_s(), poll=5.0, log=print)
+        wait_for(missing, f"{dest}: the other ranks' part files", prepare_wait_s(), poll=5.0, log=run.notify)
         summary = _merge(parts, dest, self.names, self.labels, self.fingerprint.record(), info, progress)
         return {**summary, "failures_file": self._report()}
 

@@ -59,7 +59,7 @@ def test_edm_npz_exact_format_and_numpy_equality(edm_zip, tmp_path, tiny_net, ti
     assert _rel(mu, f.mean(0)) < 1e-10
     assert _rel(sigma, np.cov(f, rowvar=False)) < 1e-10
     prov = json.loads(Path(f"{out}.provenance.json").read_text())
-    assert prov["images"] == summary["images"] == len(images)  # every image once
+    assert prov["images"] == summary.images == len(images)  # every image once
     assert prov["format"] == "edm-npz" and prov["chunks"] == 3
     digest = hashlib.sha256(tiny_inception_weights.read_bytes()).hexdigest()
     assert prov["detectors"]["fid"]["files"] == {tiny_inception_weights.name: digest}
@@ -67,10 +67,10 @@ def test_edm_npz_exact_format_and_numpy_equality(edm_zip, tmp_path, tiny_net, ti
     assert not Path(f"{out}.chunks").exists()
     again = compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, **CPU),
                          detectors={"fid": _fid(tiny_net, tiny_inception_weights)})
-    assert again["skipped"]
+    assert again.kept and again.computed == 0
     redo = compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, resume=False, **CPU),
                         detectors={"fid": _fid(tiny_net, tiny_inception_weights)})
-    assert not redo["skipped"] and redo["computed"] == len(images)
+    assert not redo.kept and redo.computed == len(images)
 
 
 def test_a_reference_fgdata_did_not_write_is_kept_unless_overwrite(edm_zip, tmp_path, tiny_net, tiny_inception_weights):
@@ -83,7 +83,7 @@ def test_a_reference_fgdata_did_not_write_is_kept_unless_overwrite(edm_zip, tmp_
         compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, **CPU), detectors=det)
     assert out.read_bytes() == before
     done = compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, overwrite=True, **CPU), detectors=det)
-    assert done["images"] == len(images) and out.read_bytes() != before
+    assert done.images == len(images) and out.read_bytes() != before
 
 
 def test_edm2_pickle_is_a_dict_of_dicts(edm_zip, tmp_path, tiny_net, tiny_inception_weights, tiny_dinov2):
@@ -122,11 +122,12 @@ def test_resume_keeps_matching_chunks_from_any_world_size(edm_zip, tmp_path, tin
     compute_refs(str(zip_path), str(fresh), RefOptions(chunk_size=4, **CPU), detectors=det)
     out = tmp_path / "resumed.npz"
     part = compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, **CPU), detectors=det, rank=1, world_size=2)
-    assert part["computed"] == 4 and not out.exists()  # chunk 1 (images 4..7) only; rank 1 never merges
+    assert part.computed == part.images == 4 and part.provenance is None  # chunk 1 (images 4..7) only
+    assert not out.exists()  # rank 1 never merges
     chunk0 = Path(f"{out}.chunks") / "chunk-00000.npz"
     chunk0.write_bytes(b"torn")  # a damaged chunk file is recomputed, never trusted
     done = compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, **CPU), detectors=det)
-    assert done["reused"] == 4 and done["computed"] == 7
+    assert done.reused == 4 and done.computed == 7 and done.images == 11
     assert out.read_bytes() == fresh.read_bytes()
 
 
@@ -149,7 +150,8 @@ def test_shards_equal_the_zip_and_fid_with_itself_is_zero(edm_zip, tmp_path, tin
     a, b = tmp_path / "zip.pkl", tmp_path / "wds.pkl"
     compute_refs(str(zip_path), str(a), RefOptions(chunk_size=4, **CPU), detectors=dets)
     summary = compute_refs(f"WDS:{shards}", str(b), RefOptions(chunk_size=4, **CPU), detectors=dets)
-    assert summary["images"] == len(images) and summary["source"]["kind"] == "shards"
+    assert summary.images == len(images) and summary.provenance is not None
+    assert summary.provenance["source"]["kind"] == "shards"
     sa, sb = (pickle.loads(p.read_bytes()) for p in (a, b))  # noqa: S301 - files this test wrote
     for metric in ("fid", "fd_dinov2"):
         assert _rel(sb[metric]["mu"], sa[metric]["mu"]) < 1e-12
@@ -289,20 +291,30 @@ def test_cli_named_output_and_two_ranks_equal_one(tmp_path, tiny_net):
     assert one.returncode == 0, err
     assert "skipped" in err and "fgdata prepare imagenet-64" in err  # notes go to stderr
     named = root / "fid-refs" / "cifar10-32x32.npz"
+    assert "inputs seen" in out and "wrote" in out  # the summary table every writing command prints
     again = _cli(["fid-refs", "cifar10", "--data-root", str(root), "--json", *common], env=env)
     out, err = again.communicate(timeout=240)
     assert again.returncode == 0, err
     doc = json.loads(out)  # one JSON document, nothing else on stdout
-    assert doc["command"] == "fid-refs" and [o["path"] for o in doc["outputs"]] == [str(named)]
-    assert doc["outputs"][0]["skipped"] is True
+    assert list(doc)[:7] == ["command", "source", "output", "seen", "written", "failed", "failures_file"]
+    assert (doc["command"], doc["source"], doc["output"]) == ("fid-refs", str(zip_path), str(named))
+    assert (doc["seen"], doc["written"], doc["failed"], doc["failures_file"]) == (7, 7, 0, None)
+    assert [o["path"] for o in doc["outputs"]] == [str(named)] and doc["skipped"] == []
+    assert doc["outputs"][0]["kept"] is True and doc["outputs"][0]["computed"] == 0
     assert sorted(np.load(named).files) == ["mu", "sigma"] and Path(f"{named}.provenance.json").is_file()
     two = tmp_path / "two.npz"
-    ranks = [_cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(two), *common],
+    ranks = [_cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(two), "--json", *common],
                   env={**env, "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r)}) for r in (0, 1)]
+    docs = []
     for p in ranks:
-        _, err = p.communicate(timeout=240)
+        out, err = p.communicate(timeout=240)
         assert p.returncode == 0, err
+        docs.append(json.loads(out))
     assert two.read_bytes() == named.read_bytes()
+    # Chunks of 2: rank 1 has chunks 1 and 3 (3 images) and reports only that share; rank 0 reports the job.
+    assert (docs[1]["rank"], docs[1]["world"], docs[1]["seen"], docs[1]["outputs"][0]["computed"]) == (1, 2, 3, 3)
+    assert "rank" not in docs[0] and docs[0]["seen"] == docs[0]["written"] == 7
+    assert docs[0]["outputs"][0]["computed"] == 4
     prov = json.loads(Path(f"{two}.provenance.json").read_text())
     assert prov["world_size"] == 2 and prov["images"] == 7 and prov["chunks"] == 4
 
@@ -325,10 +337,12 @@ def test_cli_killed_after_a_chunk_resumes_to_the_same_bytes(edm_zip, tmp_path, t
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=60)
     assert not out.exists() and len(list(Path(f"{out}.chunks").glob("chunk-*.npz"))) == 2
-    p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(out), *common], env=env)
+    p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(out), "--json", *common], env=env)
     stdout, err = p.communicate(timeout=240)
     assert p.returncode == 0, err
-    assert "7 computed here" in stdout.replace("\n", " ")  # 11 images, the first two chunks of 2 kept
+    doc = json.loads(stdout)
+    assert doc["seen"] == doc["written"] == 11 and doc["failed"] == 0
+    assert (doc["outputs"][0]["computed"], doc["outputs"][0]["reused"]) == (7, 4)  # the first two chunks of 2 kept
     assert out.read_bytes() == clean.read_bytes()
 
 

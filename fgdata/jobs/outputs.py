@@ -1,0 +1,28 @@
+"""The two points of a run that producers outside the job core report to it: an output is complete, and a
+``--no-resume`` run is about to redo what an earlier launch left.
+
+``prepare``'s zip passes and ``fid-refs``' chunks call these; the test hooks of :mod:`fgdata.jobs.testhook`
+hang off them, so no producer knows about tests and kill tests stop every command at the same kind of point.
+"""
+
+from __future__ import annotations
+
+from fgdata.jobs import testhook
+
+_finished = 0
+
+
+def output_done() -> int:
+    """One more output (a block of zip members, a chunk of feature moments) is complete on disk; returns how many
+    this process has finished. Every pass of a command adds to one count, so a kill test can stop a command of
+    two passes (``prepare imagenet-256``) or several outputs (``fid-refs all``) in any of them."""
+    global _finished
+    _finished += 1
+    testhook.output_done(_finished)
+    return _finished
+
+
+def redoing(rank: int) -> None:
+    """Rank ``rank`` of a ``--no-resume`` run is about to redo or replace what an earlier launch left; a test may
+    hold it here to order two ranks' steps."""
+    testhook.hold("no-resume", rank)
