@@ -130,7 +130,7 @@ class DownloadFlags:
     max_redirects: int = flag(typer.Option(5, "--max-redirects", min=0, help="Redirects followed at most."))
     user_agent_token: Optional[str] = flag(typer.Option(None, "--user-agent-token", help="Appended to fgdata's User-Agent: a contact (email or URL) for site owners."))
     honour_opt_out: bool = flag(typer.Option(True, "--honour-opt-out/--ignore-opt-out", help="Skip URLs whose X-Robots-Tag says noai, noimageai, noindex or none (default), or fetch them anyway."))
-    retry_failed: bool = flag(typer.Option(False, "--retry-failed", help="Rerun of a URL job: fetch again the inputs that failed for a retryable reason (timeout, dropped connection, 429, 5xx), rewriting the shards from the first that holds one; ends as a fresh run in which they answered."))
+    retry_failed: bool = flag(typer.Option(False, "--retry-failed", help="Rerun of a URL job: fetch again the inputs that failed for a retryable reason (timeout, dropped connection, 429, 5xx), rewriting the work units that hold one; ends as a fresh run in which they answered."))
 
     def options(self) -> Any:  # a DownloadOptions
         from fgdata.storage.http import DownloadOptions
