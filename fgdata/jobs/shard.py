@@ -41,7 +41,7 @@ from fgdata.jobs import dest as destmod
 from fgdata.jobs import testhook
 from fgdata.jobs.local import ordered_map
 from fgdata.jobs.options import FLATTEN, RUNTIME, byte_options, check_same, fingerprint
-from fgdata.jobs.ranks import dist_env, owner, run_launch, this_launch, wait_for
+from fgdata.jobs.ranks import dist_env, owner, run_launch, wait_for
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
 from fgdata.jobs.units import (
     Entry,
@@ -385,6 +385,7 @@ class _Run:
     rewritten: list[str] = field(default_factory=list)
     retried: dict[int, set[int | None]] = field(default_factory=dict)  # unit -> indices of retryable failures
     recovered: int = 0
+    expected: dict[int, bytes] = field(default_factory=dict)  # torchrun: other ranks' units -> inputs fingerprint
 
     def add(self, marker: Marker, fresh: bool) -> None:
         self.spool.add(marker)
@@ -416,14 +417,15 @@ def _pending(job: ShardJob, units: Iterable[Unit], run: _Run, stamp: tuple[str, 
     """The units this process must run, in order; a unit whose marker matches and whose shards are all
     ``present`` (name -> size, version) is taken as it is (counted and spooled), a changed one is named and
     redone."""
-    options_fp, launch = stamp
-    markers = existing_markers(job.dest) if job.resume else set()
+    options_fp, _ = stamp
+    markers = existing_markers(job.dest) if job.resume else set()  # --no-resume: every unit is redone
     for unit in units:
         run.units = unit.number + 1
         if not mine(unit.number):
+            run.expected[unit.number] = bytes.fromhex(unit.inputs)  # what another rank's marker must show
             continue
         old = read_marker(job.dest, unit.number) if unit.number in markers else None
-        if old is not None and (old.options != options_fp or not this_launch({"launch": old.launch}, launch)
+        if old is not None and (old.options != options_fp
                                 or any(present.get(s.name, (-1,))[0] != s.size for s in old.shards)):
             old = None
         if old is not None and old.inputs == unit.inputs and not (
@@ -523,7 +525,10 @@ def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where
     """Run the units (``present``: the shards DST held when the job started, name -> (size, version);
     ``lease``: the name and job id of the lease this process holds on DST, which Ray tasks write under)."""
     rank, world = where
-    stamp = (_options_fingerprint(job), run_launch(job.resume, job.wait_timeout) if world > 1 else None)
+    # Markers of this run carry a launch id when rank 0 could not tell them from an earlier run's otherwise:
+    # --no-resume (every unit is redone) and --retry-failed (a unit with a retryable failure is redone).
+    redo_all = not job.resume or job.retry_failed
+    stamp = (_options_fingerprint(job), run_launch(not redo_all, job.wait_timeout) if world > 1 else None)
     if world > 1 and not job.resume and rank == 0 and notify:
         notify(f"--no-resume: writing every work unit of {job.dest} again")
     run = _Run(clips=_clip_tally(job.options))
@@ -584,9 +589,25 @@ def _run_ray(job: ShardJob, pending: Iterator[Unit], stamp: tuple[str, str | Non
             progress(marker.count, marker.nbytes)
 
 
-def _gather(job: ShardJob, run: _Run, world: int, stamp: tuple[str, str | None], log: Notify | None) -> None:
-    """Rank 0: wait (bounded) for every other rank's unit markers of this job, and spool them."""
+def _final(job: ShardJob, marker: Marker, expected: bytes, stamp: tuple[str, str | None]) -> bool:
+    """Whether another rank's marker is this run's last word on its unit: written in this launch, or (resuming)
+    one its owner keeps: same options and inputs, every shard in place, and (``--retry-failed``) no retryable
+    failure, which the owner would be fetching again."""
     options_fp, launch = stamp
+    if marker.options != options_fp:
+        return False
+    if launch is not None and marker.launch == launch:
+        return True
+    if not job.resume or bytes.fromhex(marker.inputs) != expected:
+        return False
+    if job.retry_failed and any(retryable(f.reason) for f in marker.failures):
+        return False
+    return all((info := storage.stat(storage.join(job.dest, s.name))) is not None and info.size == s.size
+               for s in marker.shards)
+
+
+def _gather(job: ShardJob, run: _Run, world: int, stamp: tuple[str, str | None], log: Notify | None) -> None:
+    """Rank 0: wait (bounded) for every other rank's unit markers of this run (:func:`_final`), and spool them."""
     missing = [u for u in range(run.units) if u not in run.spool]
 
     def still_missing() -> list[str]:
@@ -594,7 +615,7 @@ def _gather(job: ShardJob, run: _Run, world: int, stamp: tuple[str, str | None],
         left = []
         for u in missing:
             marker = read_marker(job.dest, u)
-            if marker is not None and marker.options == options_fp and this_launch({"launch": marker.launch}, launch):
+            if marker is not None and _final(job, marker, run.expected[u], stamp):
                 run.add(marker, fresh=True)  # another rank's work: its figures are the job's
             else:
                 left.append(u)

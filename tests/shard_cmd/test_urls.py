@@ -407,3 +407,38 @@ def test_a_connect_that_never_completes_is_a_timeout(cli, server, tmp_path):
         for s in fillers:
             s.close()
         listener.close()
+
+
+def test_url_jobs_under_ray_and_torchrun_write_the_local_bytes(cli, server, tmp_path):
+    """The same server responses give the same files from one process, two torchrun ranks and Ray; a rerun with
+    --retry-failed under ranks fetches the retryable failure again, as one process does."""
+    import subprocess
+
+    paths = [f"/img/{i}.png" for i in range(9)] + ["/missing.png", "/flaky.png", "/busy.png"]
+    manifest = _manifest(tmp_path, server.url, paths)
+    flags = ["--path-column", "url", "--maxcount", "3", "--fetch-threads", "2", "--retries", "0", "-q"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "RAY_AUTH_MODE": "disabled",
+           "OMP_NUM_THREADS": "1"}
+    env.pop("RAY_ADDRESS", None)
+    runs = {}
+    for how, prefix, extra in [
+        ("local", list(FGDATA), []),
+        ("ranks", [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", "-m",
+                   "fgdata.cli.main"], []),
+        ("ray", list(FGDATA), ["--engine", "ray"]),
+    ]:
+        server.reset()  # /flaky.png answers 500 first, /busy.png 429: with --retries 0 both fail the first time
+        dest = tmp_path / how
+        done = subprocess.run([*prefix, "shard", "images", str(manifest), str(dest), *flags, *extra],
+                              capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[how] = _tree(dest)
+        report = json.loads((dest / "failures.json").read_text())
+        assert (report["written"], report["failed"]) == (9, 3), how
+    assert runs["ranks"] == runs["local"] == runs["ray"]
+    again = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                            "-m", "fgdata.cli.main", "shard", "images", str(manifest), str(tmp_path / "ranks"),
+                            *flags, "--retry-failed"], capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    report = json.loads((tmp_path / "ranks" / "failures.json").read_text())
+    assert (report["written"], report["failed"]) == (11, 1)  # the 500 and the 429 answer now; the 404 is final
