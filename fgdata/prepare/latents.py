@@ -27,11 +27,11 @@ from fgdata.jobs import testhook
 from fgdata.jobs.ranks import dist_env, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, write_failures
 from fgdata.jobs.signals import Interrupted, stop_on_signals
-from fgdata.prepare.build import (Existing, ProgressFn, ZipRun, check_output, check_partial, clear, default_workers,
-                                  output_done)
+from fgdata.prepare.build import Existing, ProgressFn, ZipRun, check_output, check_partial, clear, output_done
 from fgdata.prepare.options import Fingerprint, LatentZipOptions
 from fgdata.prepare.zipwriter import (EdmZipWriter, dataset_json_bytes, member_name, provenance_path,
                                       validate_zip)
+from fgdata.workers import default_workers
 
 LATENT_STEM, LATENT_EXT = "img-mean-std-", "npy"
 
