@@ -1,12 +1,15 @@
-"""Names that the preparing and the loading sides of fgdata both use: preset texts and dataset locations.
+"""Names that the preparing, loading and reporting sides of fgdata share: preset texts, the ``score`` filter's
+rule, dataset locations.
 
-Kept apart from both sides so that neither imports the other: ``fgdata.encode`` embeds the same
-negative prompts that ``presets_map`` delivers, and ``fgdata prepare`` writes its zips exactly where
-the class-conditional loader configs look for them.
+Kept apart from all sides so that none imports another: ``fgdata.encode`` embeds the same negative prompts
+that ``presets_map`` delivers, ``fgdata report`` counts what the loaders' ``score`` filter keeps by the
+filter's own rule, and ``fgdata prepare`` (and ``fid-refs``) find the zips exactly where the class-conditional
+loader configs look for them.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -76,6 +79,19 @@ PRESET_CONSTANTS: dict[str, str] = {
 FGDATA_DEFINED_PRESETS = frozenset(
     {"neg_prompt_lingbot_world", "neg_prompt_cosmos3", "neg_prompt_ltx2", "neg_prompt_ltx2_short"}
 )
+
+
+#: The ``score`` filter's threshold when ``presets_filter={"score": {}}`` names none.
+SCORE_THRESHOLD = 5.0
+
+
+def score_verdict(value: object, score_key: str, threshold: float) -> str | None:
+    """The ``score`` filter's rule for the value of a sample's json field ``score_key``: None keeps the sample,
+    else why it is dropped (not a number, NaN, or below ``threshold``). A sample without the field never gets here:
+    it is kept. The loaders' filter applies it to each sample, ``fgdata report`` to the values it collected."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return f"score: non-numeric {score_key!r}"
+    return None if value >= threshold else "score: below threshold"
 
 
 #: Output zips per dataset name, relative to the data root (hyphens for 64, underscores for 256).

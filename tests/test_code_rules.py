@@ -1,14 +1,20 @@
-"""House rules checked on the source itself: no long parameter lists.
+"""House rules checked on the source itself: no long parameter lists, layers that point one way.
 
 Functions take at most 10 parameters (the public loader classes, whose constructors mirror the reference
 loaders' keyword arguments, aside): a command's flags come in flag groups (fgdata.cli.flaggroups) and a
 library call takes one options dataclass. A call passes at most 8 positional arguments: more are unreadable
-at the call site (name them)."""
+at the call site (name them).
+
+Some packages never import others (at any depth, function-local imports included), so that each layer can be
+read, tested and changed without the one above it: what both sides need lives below both (``fgdata.catalog``,
+``fgdata.media``, ``fgdata.workers``)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 import fgdata
 
@@ -86,3 +92,67 @@ def test_only_the_job_core_calls_the_test_hooks():
     offenders = [str(p.relative_to(ROOT)) for p in sorted(ROOT.rglob("*.py"))
                  if p.relative_to(ROOT).parts[0] != "jobs" and _imports_testhook(p.read_text())]
     assert not offenders, offenders
+
+
+# (package under fgdata/, a package it never imports)
+LAYER_RULES = [
+    ("verify", "fgdata.report"),  # inspect's previews come from fgdata.media
+    ("report", "fgdata.loaders"),  # the score filter's rule and default come from fgdata.catalog
+    ("fid", "fgdata.prepare"),  # zip names from fgdata.catalog, the worker count from fgdata.workers
+    ("prepare", "fgdata.loaders"),  # the writing side and the reading side share only fgdata.catalog
+    ("encode", "fgdata.loaders"),
+    ("configs", "fgdata.prepare"),
+    ("shards", "fgdata.jobs"),  # the tar format knows nothing of the job that writes it
+]
+
+
+def imported_modules(source: str, module: str) -> set[str]:
+    """Every module the source of ``module`` (dotted name) imports, at any depth: ``import a.b``, ``from a import
+    b`` (a and a.b), relative imports resolved, and ``importlib.import_module("a.b")`` with a literal name."""
+    package = module.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
+            name = ".".join(p for p in (base, node.module or "") if p)
+            found.add(name)
+            found.update(f"{name}.{alias.name}" for alias in node.names)
+        elif (isinstance(node, ast.Call) and ast.unparse(node.func) in ("importlib.import_module", "import_module")
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            found.add(node.args[0].value)
+    return found
+
+
+def layer_offenders(package: str, forbidden: str, files: dict[Path, str] | None = None) -> list[str]:
+    """``path imports module`` for each import of ``forbidden`` (or below it) by a module under fgdata/``package``."""
+    if files is None:
+        files = {path: path.read_text() for path in sorted((ROOT / package).rglob("*.py"))}
+    out = []
+    for path, source in files.items():
+        module = ".".join(("fgdata", *path.relative_to(ROOT).with_suffix("").parts))
+        bad = sorted(m for m in imported_modules(source, module) if m == forbidden or m.startswith(forbidden + "."))
+        out += [f"{path.relative_to(ROOT)} imports {m}" for m in bad]
+    return out
+
+
+@pytest.mark.parametrize(("package", "forbidden"), LAYER_RULES)
+def test_layers_point_one_way(package, forbidden):
+    assert (ROOT / package).is_dir()
+    assert layer_offenders(package, forbidden) == []
+
+
+def test_the_layer_check_sees_every_form_of_import():
+    """Top-level, function-local, ``from fgdata import x``, relative and importlib imports are all caught."""
+    path = ROOT / "verify" / "x.py"
+    forms = ["import fgdata.report.collect", "from fgdata.report.collect import Tile", "from fgdata import report",
+             "from ..report import collect", "from ..report.collect import Tile",
+             "def f():\n    from fgdata.report import collect",
+             "import importlib\nimportlib.import_module('fgdata.report.collect')"]
+    for source in forms:
+        assert layer_offenders("verify", "fgdata.report", {path: source}), source
+    allowed = ["from fgdata.reporting import x", "from fgdata.verify import report", "from . import report",
+               "import fgdata.media.preview"]
+    for source in allowed:
+        assert layer_offenders("verify", "fgdata.report", {path: source}) == [], source

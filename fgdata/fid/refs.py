@@ -27,17 +27,17 @@ from typing import Any
 import numpy as np
 
 from fgdata import __version__, storage
-from fgdata.errors import FgdataError, OptionError
-from fgdata.fid.detectors import DINOV2_DEFAULT, INCEPTION_DEFAULT, Detector
-from fgdata.fid.images import Chunk, ImageSource, open_source
-from fgdata.fid.stats import Moments, edm2_pkl_bytes, edm_npz_bytes, npz_bytes
-from fgdata.prepare.paths import (
+from fgdata.catalog import (
     CIFAR10_ZIP,
     IMAGENET64_EDMV2_ZIP,
     IMAGENET64_ZIP,
     IMAGENET256_RGB_ZIP,
     resolve_data_root,
 )
+from fgdata.errors import FgdataError, OptionError
+from fgdata.fid.detectors import DINOV2_DEFAULT, INCEPTION_DEFAULT, Detector
+from fgdata.fid.images import Chunk, ImageSource, open_source
+from fgdata.fid.stats import Moments, edm2_pkl_bytes, edm_npz_bytes, npz_bytes
 
 FID_REFS_DIR = "fid-refs"
 #: Name -> (dataset zip under the data root, the ``fgdata prepare`` target that makes it, reference file).
@@ -196,7 +196,7 @@ def _compute_chunk(source: ImageSource, chunk: Chunk, detectors: dict[str, Detec
     import torch
 
     from fgdata.encode.jobs import batches
-    from fgdata.prepare.build import default_workers
+    from fgdata.workers import default_workers
 
     sums = {m: [torch.zeros(d.dim, dtype=torch.float64, device=device),
                 torch.zeros(d.dim, d.dim, dtype=torch.float64, device=device)] for m, d in detectors.items()}
@@ -261,7 +261,7 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     from fgdata.jobs.options import fingerprint
     from fgdata.jobs.outputs import output_done, redoing
     from fgdata.jobs.ranks import dist_env, owned, owner, run_launch, wait_for
-    from fgdata.prepare.build import default_workers
+    from fgdata.workers import default_workers
 
     options = options or RefOptions()
     metrics = metrics_for(out)

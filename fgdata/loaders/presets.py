@@ -12,11 +12,10 @@ reason to drop it; the reason feeds the loader's per-reason drop counters.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from fgdata.catalog import FGDATA_DEFINED_PRESETS, PRESET_CONSTANTS
+from fgdata.catalog import FGDATA_DEFINED_PRESETS, PRESET_CONSTANTS, SCORE_THRESHOLD, score_verdict
 from fgdata.errors import FgdataError
 from fgdata.media.decode import inflate_gz
 from fgdata.media.errors import MemberDecodeError
@@ -45,8 +44,8 @@ def _json_member(members: Mapping[str, bytes]) -> bytes | None:
     return None
 
 
-def score_filter(threshold: float = 5.0, score_key: str = "score") -> SampleFilter:
-    """Drop a sample whose JSON ``score_key`` is below ``threshold``.
+def score_filter(threshold: float = SCORE_THRESHOLD, score_key: str = "score") -> SampleFilter:
+    """Drop a sample whose JSON ``score_key`` is below ``threshold`` (the rule: :func:`fgdata.catalog.score_verdict`).
 
     Samples without a ``json`` member or without the field are kept. Invalid
     JSON or a non-numeric score drops the sample with a reason instead of ending the
@@ -67,10 +66,7 @@ def score_filter(threshold: float = 5.0, score_key: str = "score") -> SampleFilt
             return "score: invalid JSON"
         if not isinstance(meta, dict) or score_key not in meta:
             return None
-        value = meta[score_key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            return f"score: non-numeric {score_key!r}"
-        return None if value >= threshold else "score: below threshold"
+        return score_verdict(meta[score_key], score_key, threshold)
 
     return check
 

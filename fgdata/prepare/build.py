@@ -11,7 +11,6 @@ input as written or failed. The job holds the lock of the zip's folder, runs und
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from fgdata.jobs.signals import Interrupted, stop_on_signals
 from fgdata.prepare.options import Fingerprint
 from fgdata.prepare.zipwriter import (EdmZipWriter, dataset_json_bytes, member_name, open_nofollow, provenance_path,
                                       partial_paths, read_partial_state, validate_zip)
+from fgdata.workers import default_workers
 
 #: One input's outcome: a member per target (None when it failed) and a note (source mode or failure reason).
 Result = tuple[list[bytes] | None, str | None]
@@ -49,10 +49,6 @@ class ZipTarget:
     stem: str = "img"
     ext: str = "png"
     extra: dict = field(default_factory=dict)
-
-
-def default_workers() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
 def _read_log(path: Path) -> dict[int, dict]:

@@ -27,7 +27,8 @@ from fgdata.jobs.outputs import output_done, redoing
 from fgdata.jobs.ranks import dist_env, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, write_failures
 from fgdata.jobs.signals import Interrupted, stop_on_signals
-from fgdata.prepare.build import Existing, ProgressFn, ZipRun, check_output, check_partial, clear, default_workers
+from fgdata.prepare.build import Existing, ProgressFn, ZipRun, check_output, check_partial, clear
+from fgdata.workers import default_workers
 from fgdata.prepare.options import Fingerprint, LatentZipOptions
 from fgdata.prepare.zipwriter import (EdmZipWriter, dataset_json_bytes, member_name, provenance_path,
                                       validate_zip)

@@ -6,7 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fgdata.report.collect import Stats, Tile
+from fgdata.media.preview import Tile
+from fgdata.report.collect import Stats
 from fgdata.shards import ShardSet
 
 

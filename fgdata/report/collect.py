@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from fgdata import storage
 from fgdata.errors import FgdataError
+from fgdata.media.preview import CAPTION_EXTS, Tile, thumbnail, tile_caption
 from fgdata.shards.metadata import fgdata_fields
 from fgdata.verify.inspect import HEAD_BYTES, MEMBER_LIMIT
 
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
     from fgdata.shards import ShardSet
     from fgdata.verify.shard import ShardResult
 
-#: Members read as captions, in order of preference.
-CAPTION_EXTS = ("txt", "caption", "prompt", "text")
 #: json fields that describe the media (shown in the image and video sections, not as numeric fields).
 MEDIA_FIELDS = frozenset({"width", "height", "duration", "fps", "frame_count", "rotation", "audio_sample_rate",
                           "audio_channels", "original_width", "original_height"})
@@ -58,16 +57,6 @@ class Problem:
     def merge(self, other: Problem) -> None:
         self.count += other.count
         self.examples.extend(other.examples[: _EXAMPLES - len(self.examples)])
-
-
-@dataclass
-class Tile:
-    """A contact-sheet tile: a small RGB thumbnail (PNG bytes) and its label."""
-
-    key: str
-    shard: str
-    png: bytes
-    caption: str
 
 
 @dataclass
@@ -373,42 +362,6 @@ def _tensor(entry: _Entry, ext: str, stats: Stats, name: str) -> None:
         stats.tensors[f"{ext} {{{', '.join(parts)}}}"] += 1
     else:
         stats.tensors[f"{ext} {type(t).__name__}"] += 1
-
-
-def thumbnail(data: bytes, kind: str, size: int = 192) -> bytes | None:
-    """A contact-sheet thumbnail (PNG, longer side ``size``) of an image or of a video's first frame; None when
-    the member does not decode."""
-    import io
-
-    import numpy as np
-    from PIL import Image
-
-    try:
-        if kind == "image":
-            from fgdata.media.image import decode_display
-
-            im = decode_display(data, draft=(size, size))[0]
-        else:
-            from fgdata.media.video import ClipSpec, decode_clip, probe_video
-
-            info = probe_video(data)
-            w, h = (info.height, info.width) if info.rotation in (90, 270) else (info.width, info.height)
-            scale = size / max(w, h)
-            first_frame = ClipSpec(sequence_length=1, img_size=(max(int(w * scale), 1), max(int(h * scale), 1)),
-                                   decoder_type="full")
-            clip = decode_clip(data, first_frame)
-            im = Image.fromarray(((clip.video[:, 0].transpose(1, 2, 0) + 1) * 127.5).clip(0, 255).astype(np.uint8))
-        im.thumbnail((size, size))
-    except (FgdataError, OSError, ValueError):
-        return None
-    buf = io.BytesIO()
-    im.save(buf, format="PNG")
-    return buf.getvalue()
-
-
-def tile_caption(text: str | None) -> str:
-    """A caption as a tile shows it: one line of at most 200 characters (from its first few thousand)."""
-    return " ".join((text or "")[:4096].split())[:200]
 
 
 def _tile(entry: _Entry, ext: str, kind: str, caption: str | None, stats: Stats, name: str, size: int) -> None:

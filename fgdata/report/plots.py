@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fgdata.errors import FgdataError
-from fgdata.report.collect import Tile
+from fgdata.media.preview import Tile
 from fgdata.report.format import human_bytes, terminal_safe
 
 ACCENT = "#3b6fd4"

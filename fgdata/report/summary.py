@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import datetime
-import inspect
 import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from fgdata import __version__
+from fgdata.catalog import SCORE_THRESHOLD, score_verdict
 from fgdata.report.collect import Stats
 
 _TOP = 20  # most common first words and resolutions listed
@@ -32,20 +32,14 @@ def distribution(values: Sequence[float]) -> dict[str, float] | None:
             "mean": math.fsum(ordered) / n}
 
 
-def default_threshold() -> float:
-    """The ``score`` filter's own default threshold, so the report shows what the loader would do."""
-    from fgdata.loaders.presets import score_filter
-
-    return float(inspect.signature(score_filter).parameters["threshold"].default)
-
-
-def kept_by_score_filter(stats: Stats, field: str, threshold: float) -> int:
-    """Samples the loaders' ``score`` filter keeps with ``score_key=field``: those without a json member or
-    without the field, and those whose value is at least the threshold. Invalid json and non-numeric (or NaN)
-    values are dropped."""
+def kept_by_score_filter(stats: Stats, field: str, threshold: float) -> tuple[int, int]:
+    """(samples, samples with the field) the loaders' ``score`` filter keeps with ``score_key=field``, by the
+    filter's own rule: it keeps those without a json member or without the field, and those whose value passes;
+    invalid json and non-numeric (or NaN) values are dropped."""
     invalid = stats.problems["invalid json"].count if "invalid json" in stats.problems else 0
-    below = sum(1 for v in stats.numeric.get(field, ()) if v < threshold)
-    return stats.samples - invalid - stats.non_numeric.get(field, 0) - below
+    values = stats.numeric.get(field, ())
+    passing = sum(1 for v in values if score_verdict(v, field, threshold) is None)
+    return stats.samples - invalid - stats.non_numeric.get(field, 0) - (len(values) - passing), passing
 
 
 def datasets(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -64,7 +58,7 @@ def datasets(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def _threshold(values: Sequence[float], chosen: float | None) -> float:
     if chosen is not None:
         return chosen
-    t = default_threshold()
+    t = SCORE_THRESHOLD  # the filter's own default, so the report shows what the loader would do
     lo, hi = min(values), max(values)
     if lo < t <= hi:
         return t
@@ -119,9 +113,8 @@ def summarise(stats: Stats, *, name: str, paths: Sequence[str], thresholds: dict
         if not values:
             continue
         t = _threshold(values, thresholds.get(key))
-        kept = kept_by_score_filter(stats, key, t)
+        kept, with_field = kept_by_score_filter(stats, key, t)
         present = len(values) + stats.non_numeric[key]
-        with_field = sum(1 for v in values if v >= t)
         fields[key] = {**distribution(values), "present": present, "samples": total,  # type: ignore[dict-item]
                        "missing": stats.json_members - len(values) - stats.non_numeric[key],
                        "non_numeric": stats.non_numeric[key],

@@ -20,7 +20,7 @@ from fgdata.shards.reader import ShardFile
 from fgdata.shards.scan import SampleEntry, TarDamage, group_samples, iter_members, scan_shard
 
 if TYPE_CHECKING:
-    from fgdata.report.collect import Tile
+    from fgdata.media.preview import Tile
 
 MEMBER_LIMIT = 64 << 20
 HEAD_BYTES = 1 << 20
@@ -92,7 +92,7 @@ class _Shown:
         """``members`` yields (ext, size, data or None, head or None); data is dropped after use, but for the first
         image or video's thumbnail, which waits for the caption."""
         from fgdata.media.decode import member_kind
-        from fgdata.report.collect import CAPTION_EXTS, thumbnail
+        from fgdata.media.preview import CAPTION_EXTS, thumbnail
 
         out: dict[str, Any] = {}
         thumb: bytes | None = None
@@ -110,7 +110,7 @@ class _Shown:
                 out[ext] = _not_loaded(size)
         self.samples.append({"key": key, "members": dict(sorted(out.items()))})
         if thumb is not None:
-            from fgdata.report.collect import Tile, tile_caption
+            from fgdata.media.preview import Tile, tile_caption
 
             caption = next((captions[e] for e in CAPTION_EXTS if e in captions), None)
             self.tiles.append(Tile(key, self.shard, thumb, tile_caption(caption)))

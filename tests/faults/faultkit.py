@@ -5,6 +5,7 @@ Everything is seeded: a failing trial names its seed and reproduces.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -12,13 +13,15 @@ import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 REPO = Path(__file__).resolve().parents[2]
 FGDATA = [sys.executable, "-m", "fgdata"]
@@ -430,3 +433,51 @@ def hold_and_release(cmd: Sequence[str], *, hold: str, until: Callable[[str], bo
                 os.kill(pid, signal.SIGKILL)
             proc.wait()
     return Held(proc.returncode, "".join(out), holds, seen)
+
+
+# -- S3 endpoints that misbehave ------------------------------------------------
+
+
+class LoopbackProxy:
+    """A TCP server on a free loopback port (``url``) in front of the S3 endpoint ``upstream`` (``http://host:port``,
+    or None for none): every connection it accepts goes to :meth:`handle` on a thread of its own, until
+    :meth:`close`. Each S3 fault test says only what its proxy does to a connection."""
+
+    def __init__(self, upstream: str | None):
+        self.upstream: tuple[str, int] | None = None
+        if upstream:
+            host, port = upstream.removeprefix("http://").split(":")
+            self.upstream = (host, int(port))
+        self._stop = threading.Event()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self.handle, args=(client,), daemon=True).start()
+
+    def handle(self, client: socket.socket) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+
+
+Proxy = TypeVar("Proxy", bound=LoopbackProxy)
+
+
+@contextlib.contextmanager
+def s3_through(proxy: Proxy, monkeypatch: Any) -> Iterator[Proxy]:
+    """This process's S3 calls (and the s5cmd it starts) go through ``proxy`` inside the block; closed after it."""
+    monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
+    try:
+        yield proxy
+    finally:
+        proxy.close()

@@ -11,37 +11,23 @@ import threading
 
 import pytest
 
-from faultkit import write_dataset
+from faultkit import LoopbackProxy, s3_through, write_dataset
 from fgdata.errors import FgdataError, StorageError
 from test_shard_faults import cli, no_crash
 
 pytestmark = pytest.mark.timeout(90)
 
 
-class CuttingProxy:
+class CuttingProxy(LoopbackProxy):
     """Forward 127.0.0.1:port -> upstream; close a connection after ``cut_after`` response bytes."""
 
     def __init__(self, upstream: str, cut_after: int):
-        host, port = upstream.removeprefix("http://").split(":")
-        self.upstream = (host, int(port))
         self.cut_after = cut_after
         self.cuts = 0
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        super().__init__(upstream)
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
-
-    def _relay(self, client: socket.socket) -> None:
+    def handle(self, client: socket.socket) -> None:
+        assert self.upstream is not None
         upstream = socket.create_connection(self.upstream, timeout=10)
         sent = [0]
 
@@ -68,10 +54,6 @@ class CuttingProxy:
         threading.Thread(target=pump, args=(client, upstream, False), daemon=True).start()
         pump(upstream, client, True)
 
-    def close(self) -> None:
-        self._stop.set()
-        self.sock.close()
-
 
 @pytest.fixture
 def dying_s3(s3_bucket, s3_endpoint, tmp_path, monkeypatch):
@@ -84,10 +66,8 @@ def dying_s3(s3_bucket, s3_endpoint, tmp_path, monkeypatch):
     bucket = s3_bucket.removeprefix("s3://")
     for p in sorted(local.iterdir()):
         client.put_object(Bucket=bucket, Key=f"ds/{p.name}", Body=p.read_bytes())
-    proxy = CuttingProxy(s3_endpoint, cut_after=6000)
-    monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
-    yield f"{s3_bucket}/ds", local
-    proxy.close()
+    with s3_through(CuttingProxy(s3_endpoint, cut_after=6000), monkeypatch):
+        yield f"{s3_bucket}/ds", local
 
 
 def test_verify_reports_an_endpoint_that_dies(dying_s3):

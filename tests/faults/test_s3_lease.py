@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from faultkit import FGDATA, alive, descendants, png_bytes, run_cli, stop_trials, tree
+from faultkit import FGDATA, LoopbackProxy, alive, descendants, png_bytes, run_cli, stop_trials, tree
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -29,32 +29,18 @@ LIFETIME_S = 120.0  # a held request is dropped after this long, whatever the te
 INTERRUPTED = " inputs done; rerun the same command to resume"
 
 
-class HoldingEndpoint:
+class HoldingEndpoint(LoopbackProxy):
     """A loopback proxy to ``upstream`` (one request per connection) that holds the first request ``pick``
     selects once it has arrived whole, until :meth:`release`; then it forwards it as if it had been slow."""
 
     def __init__(self, upstream: str, pick: Callable[[str, str], bool]):
-        host, port = upstream.removeprefix("http://").split(":")
-        self.upstream = (host, int(port))
         self.pick = pick
         self.held = threading.Event()  # the picked request has arrived whole and waits
         self.delivered = threading.Event()  # ... and, released, the server has answered it
         self._release = threading.Event()
-        self._stop = threading.Event()
         self._taken = False
         self._lock = threading.Lock()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self._handle, args=(client,), daemon=True).start()
+        super().__init__(upstream)
 
     def _picked(self, method: str, target: str) -> bool:
         with self._lock:
@@ -63,7 +49,8 @@ class HoldingEndpoint:
             self._taken = True
             return True
 
-    def _handle(self, client: socket.socket) -> None:
+    def handle(self, client: socket.socket) -> None:
+        assert self.upstream is not None
         try:
             client.settimeout(LIFETIME_S)
             data = b""
@@ -104,9 +91,9 @@ class HoldingEndpoint:
         self._release.set()
 
     def close(self) -> None:
-        self._stop.set()
+        self._stop.set()  # before the release, so a held request is dropped, not forwarded
         self._release.set()
-        self.sock.close()
+        super().close()
 
 
 def _put_of(name: str) -> Callable[[str, str], bool]:

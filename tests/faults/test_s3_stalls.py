@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import pytest
 
-from faultkit import write_dataset
+from faultkit import LoopbackProxy, s3_through, write_dataset
 from fgdata import storage
 from fgdata.errors import FgdataError, StorageError
 from test_shard_faults import cli, no_crash
@@ -32,7 +32,7 @@ STALLED = re.compile(r"no data from the endpoint for 2 s.*FGDATA_S3_STALL_TIMEOU
 Policy = Callable[[str, str], str]
 
 
-class StallingEndpoint:
+class StallingEndpoint(LoopbackProxy):
     """A threaded TCP server on 127.0.0.1: forwards each connection's one request to ``upstream`` as ``policy`` says.
 
     Each forwarded request gets ``Connection: close``, so every request arrives on a new
@@ -41,34 +41,18 @@ class StallingEndpoint:
 
     def __init__(self, upstream: str | None = None, policy: Policy = lambda method, target: "silent",
                  body_bytes: int = 512):
-        self.upstream = None
-        if upstream:
-            host, port = upstream.removeprefix("http://").split(":")
-            self.upstream = (host, int(port))
         self.policy = policy if upstream else (lambda method, target: "silent")
         self.body_bytes = body_bytes
         self.seen: list[tuple[str, str, str]] = []
-        self._stop = threading.Event()
         self._sockets: list[socket.socket] = []
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                continue
-            self._sockets.append(client)
-            threading.Thread(target=self._handle, args=(client,), daemon=True).start()
+        super().__init__(upstream)
 
     def _hold(self) -> None:
         """Keep the connection open and quiet until the endpoint closes or its lifetime ends."""
         self._stop.wait(LIFETIME_S)
 
-    def _handle(self, client: socket.socket) -> None:
+    def handle(self, client: socket.socket) -> None:
+        self._sockets.append(client)
         try:
             client.settimeout(LIFETIME_S)
             head = b""
@@ -116,8 +100,7 @@ class StallingEndpoint:
         upstream.close()
 
     def close(self) -> None:
-        self._stop.set()
-        self.sock.close()
+        super().close()
         for s in self._sockets:
             try:
                 s.close()
@@ -178,19 +161,15 @@ def dataset_on_s3(s3_bucket, s3_endpoint, tmp_path):
 @pytest.fixture
 def silent(stall_bound, s3_endpoint, monkeypatch):
     """The endpoint that accepts connections and never answers."""
-    endpoint = StallingEndpoint()
-    monkeypatch.setenv("S3_ENDPOINT_URL", endpoint.url)
-    yield endpoint
-    endpoint.close()
+    with s3_through(StallingEndpoint(), monkeypatch) as endpoint:
+        yield endpoint
 
 
 @pytest.fixture
 def body_stall(stall_bound, s3_endpoint, monkeypatch):
     """Listings pass; an object's body stops after its headers and 512 bytes."""
-    endpoint = StallingEndpoint(s3_endpoint, stall_object_bodies)
-    monkeypatch.setenv("S3_ENDPOINT_URL", endpoint.url)
-    yield endpoint
-    endpoint.close()
+    with s3_through(StallingEndpoint(s3_endpoint, stall_object_bodies), monkeypatch) as endpoint:
+        yield endpoint
 
 
 def one_line_stall(message: str, url: str) -> None:
@@ -237,14 +216,10 @@ def test_a_stalled_stream_resumes_at_the_byte_where_it_stopped(dataset_on_s3, st
             return "stall-body"
         return "pass"
 
-    endpoint = StallingEndpoint(s3_endpoint, once, body_bytes=5000)
-    monkeypatch.setenv("S3_ENDPOINT_URL", endpoint.url)
-    try:
+    with s3_through(StallingEndpoint(s3_endpoint, once, body_bytes=5000), monkeypatch) as endpoint:
         with storage.open_read(f"{url}/00000.tar") as f:
             head = f.read(3000)  # delivered before the stall ...
             rest = f.read()  # ... the rest after it, from a second s5cmd
-    finally:
-        endpoint.close()
     assert head + rest == (local / "00000.tar").read_bytes()
     gets = [v for m, t, v in endpoint.seen if _object_get(m, t)]
     assert gets == ["stall-body", "pass"]
@@ -252,15 +227,10 @@ def test_a_stalled_stream_resumes_at_the_byte_where_it_stopped(dataset_on_s3, st
 
 
 def test_an_upload_that_is_never_answered(stall_bound, s3_bucket, s3_endpoint, monkeypatch, tmp_path):
-    endpoint = StallingEndpoint(s3_endpoint, silent_uploads)
-    monkeypatch.setenv("S3_ENDPOINT_URL", endpoint.url)
     local = tmp_path / "shard.tar"
     local.write_bytes(os.urandom(200_000))
-    try:
-        with pytest.raises(StorageError) as err:
-            storage.upload(str(local), f"{s3_bucket}/up/shard.tar")
-    finally:
-        endpoint.close()
+    with s3_through(StallingEndpoint(s3_endpoint, silent_uploads), monkeypatch), pytest.raises(StorageError) as err:
+        storage.upload(str(local), f"{s3_bucket}/up/shard.tar")
     one_line_stall(str(err.value), f"{s3_bucket}/up/shard.tar")
     assert s5cmd_children() == []
 
@@ -310,12 +280,8 @@ def test_shard_upload_that_is_never_answered(stall_bound, s3_bucket, s3_endpoint
     images.mkdir()
     for p in sample_images[:2]:
         (images / p.name).write_bytes(p.read_bytes())
-    endpoint = StallingEndpoint(s3_endpoint, silent_uploads)
-    monkeypatch.setenv("S3_ENDPOINT_URL", endpoint.url)
-    try:
+    with s3_through(StallingEndpoint(s3_endpoint, silent_uploads), monkeypatch):
         err = _cli_fails("shard", "images", str(images), f"{s3_bucket}/out")
-    finally:
-        endpoint.close()
     assert STALLED.search(err) and f"{s3_bucket}/out" in err, err
     assert s5cmd_children() == []
 

@@ -118,7 +118,7 @@ def test_a_character_the_default_font_lacks_uses_an_installed_font_that_has_it()
 def test_contact_sheet_keeps_every_text_inside_its_cell():
     """Long keys, long captions without spaces and wide letters: the margins of every cell stay white, so no
     text reaches past its picture's width or out of the sheet."""
-    from fgdata.report.collect import Tile
+    from fgdata.media.preview import Tile
     from fgdata.report.plots import SHEET_PAD, contact_sheet, sheet_cell
 
     def png(shade: int) -> bytes:

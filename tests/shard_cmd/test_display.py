@@ -19,7 +19,7 @@ from PIL import Image, ImageCms
 from reference_transforms import reference_image
 
 from fgdata.media.image import decode_display, load_image_for_training
-from fgdata.report.collect import thumbnail
+from fgdata.media.preview import thumbnail
 from fgdata.shards import ShardWriter, discover_shards, iter_samples
 
 RED, BLUE, GREEN = (255, 0, 0), (0, 0, 255), (0, 255, 0)
