@@ -34,9 +34,14 @@ def clean_reason(reason: str) -> str:
     return text.splitlines()[0] if text else "error"
 
 
+def category(reason: str) -> str:
+    """The category of a reason that reads ``"<category>: <message>"``."""
+    return reason.split(":", 1)[0].strip()
+
+
 def by_category(failures: list[dict[str, Any]]) -> dict[str, int]:
-    """``{category: n}`` where a reason reads ``"<category>: <message>"``."""
-    return dict(sorted(Counter(f["reason"].split(":", 1)[0].strip() for f in failures).items()))
+    """``{category: n}`` over failure entries."""
+    return dict(sorted(Counter(category(f["reason"]) for f in failures).items()))
 
 
 def write_failures(path: str, command: str, seen: int, written: int, failures: list[dict[str, Any]],

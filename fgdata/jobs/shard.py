@@ -42,6 +42,7 @@ from fgdata.jobs import testhook
 from fgdata.jobs.local import ordered_map
 from fgdata.jobs.options import FLATTEN, RUNTIME, byte_options, check_same, fingerprint
 from fgdata.jobs.ranks import dist_env, owner, run_launch, wait_for
+from fgdata.jobs.report import FAILURES_FILE, category
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
 from fgdata.jobs.units import (
     Entry,
@@ -49,7 +50,6 @@ from fgdata.jobs.units import (
     ShardDone,
     Spool,
     Unit,
-    category,
     changed_names,
     existing_markers,
     finalize,
@@ -556,7 +556,6 @@ def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where
         counts = dict(_counts(run))
     finally:
         run.spool.close()
-    from fgdata.jobs.report import FAILURES_FILE
     from fgdata.jobs.stats import STATS_FILE
 
     return JobReport(seen=totals.inputs, written=totals.written, failed=totals.failed, samples=totals.samples,

@@ -43,6 +43,7 @@ from typing import Any, BinaryIO
 
 from fgdata import storage
 from fgdata.errors import FgdataError
+from fgdata.jobs.report import FAILURES_FILE, FORMAT, VERSION, category
 from fgdata.sources.folder import WorkItem
 
 UNITS_DIR = ".fgdata/units"
@@ -280,10 +281,6 @@ class Totals:
     retryable: int = 0
 
 
-def category(reason: str) -> str:
-    return reason.split(":", 1)[0].strip()
-
-
 def _json_lines(out: BinaryIO, key: str, lines: BinaryIO, last: bool = False) -> None:
     """Write ``"key": [ ... ]`` from a file of one JSON value per line."""
     out.write(f' "{key}": ['.encode())
@@ -318,7 +315,6 @@ def finalize(dest: str, command: str, spool: Spool, extra: dict[str, Any], stats
              retryable: Callable[[str], bool]) -> Totals:
     """Stream ``shard_count.json``, ``failures.json`` (and with ``stats`` ``shard_stats.json``) from the
     spooled markers in unit order; return the totals. ``extra``: the report's own fields (``skipped``)."""
-    from fgdata.jobs.report import FAILURES_FILE, FORMAT, VERSION
     from fgdata.shards.index import COUNT_FILE
 
     totals = Totals()
