@@ -89,7 +89,8 @@ def head(path: Path, rows: int, out: Path) -> Path:
 
 def child(code: str, args: list[str], checkout: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                          cwd=checkout)  # "-c" puts the working folder first on sys.path
     if done.returncode != 0:
         raise SystemExit(f"child failed ({checkout}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

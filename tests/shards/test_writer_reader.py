@@ -168,7 +168,7 @@ def test_unit_names_stage_and_callback(tmp_path, sample_images):
     dest, stage = tmp_path / "s", tmp_path / "stage"
     seen: list[tuple[str, int, bool]] = []
     with ShardWriter(str(dest), name=lambda n: f"u000003-{n:04d}.tar", maxcount=4, stage=str(stage),
-                     count_file=False, on_shard=lambda name, k: seen.append((name, k, (dest / name).exists()))) as w:
+                     count_file=False, on_shard=lambda name, k, size: seen.append((name, k, (dest / name).stat().st_size == size))) as w:
         for key, members in _samples(sample_images, 9):
             w.write(key, members)
     summary = w.close()  # a second close returns the same summary
