@@ -8,6 +8,7 @@ that has none).
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -23,7 +24,7 @@ ENV = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 #: Prints "RANK ID"; then, with an argument, waits for a line on stdin (so rank 0's store outlives the reader).
 SCRIPT = """import os, sys
 from fgdata.distributed import launch_id
-print(os.environ["RANK"], launch_id(120), flush=True)
+os.write(1, f"{os.environ['RANK']} {launch_id(120)}\\n".encode())  # one write: ranks share the pipe
 if sys.argv[1:]:
     sys.stdin.readline()
 """
@@ -38,7 +39,8 @@ def free_port() -> int:
 
 
 def ids(stdout: str) -> dict[int, str]:
-    return {int(rank): value for rank, value in (line.split() for line in stdout.splitlines() if line.strip())}
+    """The "RANK ID" lines; anything else a launcher prints on stdout is not ours."""
+    return {int(m[1]): m[2] for m in re.finditer(r"^(\d+) ([0-9a-f]+)$", stdout, re.M)}
 
 
 def test_every_rank_of_a_launch_shares_one_id_and_each_launch_has_its_own(tmp_path):
