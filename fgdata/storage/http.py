@@ -6,7 +6,9 @@ connections, 429 and 5xx (honouring ``Retry-After``, capped); redirects followed
 (http and https only, a loop or too many is a failure); a body limit checked while reading;
 a ``User-Agent`` that names fgdata; ``X-Robots-Tag`` opt-outs (``noai``, ``noimageai``,
 ``noindex``, ``none``) honoured unless turned off. Per process, host names are resolved once
-(a DNS cache) and a semaphore per host bounds the requests in flight to one host. Settings are
+(a DNS cache), a semaphore per host bounds the requests in flight to one host, and a connection whose
+response was read to its end is kept open for the next request to that host (HTTP keep-alive; a kept
+connection the server has closed meanwhile is replaced at once, not counted as a try). Settings are
 per process (:func:`configure`): a shard job sets them in each worker before its first fetch.
 
 A failed fetch raises :class:`DownloadFailed` whose ``category`` (``timeout``, ``connection``,
@@ -25,6 +27,7 @@ import ssl
 import threading
 import time
 import urllib.parse
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -99,6 +102,8 @@ _settings = DownloadOptions(max_bytes=None)  # until configured: no body limit (
 _dns: dict[tuple[str, int], tuple[int, int, int, str, tuple]] = {}
 _hosts: dict[str, threading.BoundedSemaphore] = {}
 _tls: ssl.SSLContext | None = None
+#: Kept-alive connections by (scheme, host, port), the least recently used first; at most ``threads`` in all.
+_idle: OrderedDict[tuple[str, str, int], list[http.client.HTTPConnection]] = OrderedDict()
 _stopping = threading.Event()  # set when the job stops: no new try, no backoff wait
 
 
@@ -118,6 +123,7 @@ def configure(options: DownloadOptions) -> None:
         if options != _settings:
             _settings = options
             _hosts.clear()
+            _drop_idle()
 
 
 def settings() -> DownloadOptions:
@@ -172,6 +178,86 @@ def _connect(options: DownloadOptions, deadline: float):  # noqa: ANN202 - the s
     return create
 
 
+def _drop_idle() -> None:
+    """Close every kept connection (the caller holds ``_lock``)."""
+    for conns in _idle.values():
+        for conn in conns:
+            conn.close()
+    _idle.clear()
+
+
+def _kept(origin: tuple[str, str, int]) -> http.client.HTTPConnection | None:
+    """A kept-alive connection to ``origin``, or None."""
+    with _lock:
+        conns = _idle.get(origin)
+        if not conns:
+            return None
+        conn = conns.pop()
+        if not conns:
+            del _idle[origin]
+        return conn
+
+
+def _keep(origin: tuple[str, str, int], conn: http.client.HTTPConnection) -> None:
+    """Keep ``conn`` open for the next request to ``origin``; past the cap, the least recently used goes."""
+    with _lock:
+        _idle.setdefault(origin, []).append(conn)
+        _idle.move_to_end(origin)
+        if sum(map(len, _idle.values())) > _settings.threads:
+            oldest = next(iter(_idle))
+            _idle[oldest].pop(0).close()
+            if not _idle[oldest]:
+                del _idle[oldest]
+
+
+def _new_connection(origin: tuple[str, str, int], options: DownloadOptions,
+                    deadline: float) -> http.client.HTTPConnection:
+    scheme, host, port = origin
+    conn: http.client.HTTPConnection
+    if scheme == "https":
+        conn = http.client.HTTPSConnection(host, port, timeout=options.stall_timeout, context=_tls_context())
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=options.stall_timeout)
+    # http.client's own hook: every connection goes through the DNS cache and the connect timeout
+    conn._create_connection = _connect(options, deadline)  # type: ignore[attr-defined]
+    return conn
+
+
+def _ack_at_once(sock: socket.socket) -> None:
+    """Acknowledge the response's first segments at once on a kept connection (Linux). Otherwise the kernel
+    delays ACKs on a connection that has carried a request before, and a server that writes headers and body
+    apart with Nagle's algorithm on waits that delay (~40 ms) before it sends the body."""
+    quickack = getattr(socket, "TCP_QUICKACK", None)
+    if quickack is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, quickack, 1)
+
+
+def _send(origin: tuple[str, str, int], options: DownloadOptions, deadline: float, method: str, target: str,
+          headers: dict[str, str]) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    """Send one request on a kept connection to ``origin`` (a new one when none is kept, or when the kept one
+    turns out closed by the server before it answered); returns the connection and its response."""
+    kept = _kept(origin)
+    if kept is not None and kept.sock is not None:
+        try:
+            kept.request(method, target, headers=headers)
+            _ack_at_once(kept.sock)
+            return kept, kept.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
+                http.client.CannotSendRequest, http.client.ResponseNotReady):
+            kept.close()  # closed by the server while idle: not this URL's fault
+        except BaseException:
+            kept.close()
+            raise
+    conn = _new_connection(origin, options, deadline)
+    try:
+        conn.request(method, target, headers=headers)
+        return conn, conn.getresponse()
+    except BaseException:
+        conn.close()
+        raise
+
+
 def _tls_context() -> ssl.SSLContext:
     """One verifying TLS context per process (building one loads the CA store: too slow per request)."""
     global _tls
@@ -215,20 +301,14 @@ def _once(url: str, options: DownloadOptions, method: str, headers: dict[str, st
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise _Attempt("redirect", f"not an http(s) URL: {url[:200]}", retry=False)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        conn: http.client.HTTPConnection
-        if parts.scheme == "https":
-            conn = http.client.HTTPSConnection(parts.hostname, port, timeout=options.stall_timeout,
-                                               context=_tls_context())
-        else:
-            conn = http.client.HTTPConnection(parts.hostname, port, timeout=options.stall_timeout)
-        # http.client's own hook: every connection goes through the DNS cache and the connect timeout
-        conn._create_connection = _connect(options, deadline)  # type: ignore[attr-defined]
+        origin = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
         target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        conn: http.client.HTTPConnection | None = None
+        reusable = False
         try:
             with _host_slot(parts.hostname):
-                conn.request(method, target, headers={"User-Agent": options.user_agent, **headers})
-                response = conn.getresponse()
+                conn, response = _send(origin, options, deadline, method, target,
+                                       {"User-Agent": options.user_agent, **headers})
                 if response.status in _REDIRECTS and response.getheader("Location"):
                     url = urllib.parse.urljoin(url, response.getheader("Location", ""))
                     if url in seen:
@@ -242,7 +322,8 @@ def _once(url: str, options: DownloadOptions, method: str, headers: dict[str, st
                     raise _Attempt("http", f"status {response.status}", retry=True, wait=wait)
                 if response.status >= 400:
                     raise _Attempt("http", f"status {response.status}", retry=False)
-                body = b"" if method == "HEAD" else _body(response, options, deadline)
+                body = response.read() if method == "HEAD" else _body(response, options, deadline)
+                reusable = not response.will_close
                 return response.status, body, dict(response.getheaders())
         except socket.timeout:
             left = deadline - time.monotonic()
@@ -253,7 +334,11 @@ def _once(url: str, options: DownloadOptions, method: str, headers: dict[str, st
                 raise _Attempt("tls", f"certificate not verified: {e.reason}", retry=False) from None
             raise _Attempt("connection", f"{type(e).__name__}: {e}"[:200], retry=True) from None
         finally:
-            conn.close()
+            if conn is not None:
+                if reusable:
+                    _keep(origin, conn)
+                else:  # a redirect, an error status or a failure: its body was not read to the end
+                    conn.close()
     raise _Attempt("redirect", f"more than {options.max_redirects} redirects", retry=False)
 
 
@@ -269,6 +354,7 @@ def _body(response: http.client.HTTPResponse, options: DownloadOptions, deadline
             raise socket.timeout()
         chunk = response.read1(_CHUNK)
         if not chunk:
+            response.close()  # the end of the body: the connection may carry the next request
             break
         size += len(chunk)
         if limit is not None and size > limit:

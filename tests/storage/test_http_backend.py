@@ -6,7 +6,7 @@ import functools
 import json
 import threading
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -65,3 +65,50 @@ def test_a_manifest_at_a_url_resolves_relative_rows_against_it(served):
     items = read_manifest(f"{base}/lists/m.jsonl")
     assert [i.path for i in items] == [f"{base}/lists/img/a.jpg", "https://cdn.example.org/b.jpg"]
     assert items[0].metadata == {"score": 1}
+
+
+class _Counted(ThreadingHTTPServer):
+    """A loopback server that counts the connections it accepts; with ``drop_after_each`` it closes each
+    connection after one response without saying so (as servers with a short keep-alive timeout do)."""
+
+    daemon_threads = True
+
+    def __init__(self, body: bytes, drop_after_each: bool):
+        self.connections = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                self.close_connection = drop_after_each
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    def process_request(self, request: object, client_address: object) -> None:
+        self.connections += 1
+        super().process_request(request, client_address)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("drop_after_each", [False, True])
+def test_a_connection_is_kept_for_the_next_request_and_replaced_when_the_server_closed_it(drop_after_each):
+    from fgdata.storage.http import DownloadOptions, fetch
+
+    httpd = _Counted(b"x" * 1000, drop_after_each)
+    httpd.thread.start()
+    try:
+        once = DownloadOptions(retries=0)  # a closed kept connection is not a failed try
+        bodies = [fetch(f"{httpd.url}/{i}.bin", options=once)[1] for i in range(20)]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert bodies == [b"x" * 1000] * 20
+    assert httpd.connections == (20 if drop_after_each else 1)
