@@ -20,7 +20,7 @@ import threading
 import types
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from functools import partial
 from contextlib import contextmanager
@@ -152,3 +152,24 @@ def ordered_map(
             _stop_workers(pool)
         alive_end.close()
         parent_alive.close()
+
+
+def threaded_map(fn: Callable[[T], R], args: Iterable[T], threads: int, ahead: int) -> Iterator[R]:
+    """``map(fn, args)`` on ``threads`` threads of this process, in order, for calls that mostly wait (fetches).
+
+    There is no batch to finish: a thread that ends a call takes the next argument at once, up to ``ahead``
+    calls past the oldest result not yet consumed, so one slow call holds only its own thread while the others
+    go on (its later results wait, at most ``ahead`` of them). On any exit other than the normal end the calls
+    not started are dropped and the threads are not waited for."""
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="fgdata-fetch")
+    pending: deque[Future[R]] = deque()
+    it = iter(args)
+    try:
+        pending.extend(pool.submit(fn, a) for a in islice(it, max(ahead, threads)))
+        while pending:
+            result = pending.popleft().result()
+            pending.extend(pool.submit(fn, a) for a in islice(it, 1))
+            yield result
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+

@@ -39,7 +39,7 @@ from fgdata import storage
 from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs import dest as destmod
 from fgdata.jobs import testhook
-from fgdata.jobs.local import ordered_map
+from fgdata.jobs.local import ordered_map, threaded_map
 from fgdata.jobs.options import FLATTEN, RUNTIME, byte_options, check_same, fingerprint
 from fgdata.jobs.ranks import dist_env, owner, run_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, category
@@ -61,20 +61,20 @@ from fgdata.jobs.units import (
     sweep,
     unit_stage,
 )
-from fgdata.producers.media import ClipTally, Outcome, ShardOptions, mixed_format_warning, transform, transform_batch
+from fgdata.producers.media import ClipTally, Outcome, ShardOptions, mixed_format_warning, transform
 from fgdata.shards import ShardWriter, iter_samples
 from fgdata.shards.metadata import FGDATA_FIELD
 from fgdata.sources.folder import Skipped, WorkItem
 from fgdata.sources.stamps import InputStamps
-from fgdata.storage.http import DownloadOptions, retryable
+from fgdata.storage.http import DownloadOptions, retryable, stop_fetching
 
 JOB_FILE = "shard_job.json"
 RECORD_VERSION = 3
 #: Imported once in the forkserver, so pool workers start with the decoders loaded (video: PyAV on first use).
 PRELOAD = ("fgdata.jobs.shard", "fgdata.media.image")
 
-#: URL jobs: URLs per fetch thread in one worker batch (memory: a batch's bodies are held until it returns).
-URLS_PER_THREAD = 16
+#: URL jobs: outcomes a fetch thread may finish past the oldest one still awaited (memory: those are held).
+URLS_AHEAD_PER_THREAD = 64
 #: ``progress(inputs_done, bytes_read)``: increments, called after each input is written or failed.
 ProgressFn = Callable[[int, int], None]
 Notify = Callable[[str], None]
@@ -303,23 +303,22 @@ def _transform_at(task: tuple[int, WorkItem], options: ShardOptions) -> Outcome:
     return transform(task[0], task[1], options)
 
 
-def _batches(tasks: Iterable[tuple[int, WorkItem]], size: int) -> Iterator[list[tuple[int, WorkItem]]]:
-    it = iter(tasks)
-    while batch := list(islice(it, size)):
-        yield batch
-
-
 def _outcomes(tasks: Iterable[tuple[int, WorkItem]], options: ShardOptions, workers: int,
               chunksize: int) -> Iterator[Outcome]:
-    """Every task's outcome in input order. URL jobs send batches to the workers, each fetched by a thread
-    pool inside its worker (network waits overlap; decoding spreads over the processes). A batch ends with its
-    slowest URL, so it holds many URLs per thread: one dead URL (a full timeout) then costs a fraction of a batch."""
+    """Every task's outcome in input order. Local files go to ``workers`` processes in chunks. URLs are fetched
+    (and decoded) by ``--fetch-threads`` threads of this process without pauses: a slow URL holds its own thread
+    while the others go on (a local URL job gives each worker process whole units: see :func:`_run`)."""
     if options.download is None:
         yield from ordered_map(partial(_transform_at, options=options), tasks, workers, chunksize, preload=PRELOAD)
         return
-    batches = _batches(tasks, URLS_PER_THREAD * options.download.threads)
-    for batch in ordered_map(partial(transform_batch, options=options), batches, workers, 1, preload=PRELOAD):
-        yield from batch
+    threads = options.download.threads
+    stop_fetching(False)
+    try:
+        yield from threaded_map(partial(_transform_at, options=options), tasks, threads,
+                                URLS_AHEAD_PER_THREAD * threads)
+    except BaseException:  # a stop signal or an error: the threads end without new tries
+        stop_fetching()
+        raise
 
 
 def _run_stream(job: ShardJob, units: Iterable[Unit], stamp: tuple[str, str | None],
@@ -539,6 +538,8 @@ def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where
     try:
         if job.engine == "ray":
             _run_ray(job, pending, stamp, run, progress, lease)
+        elif job.options.download is not None and job.workers > 1 and firsts is None:
+            _run_url_units(job, pending, stamp, run, progress)
         else:
             for marker in _run_stream(job, pending, stamp, firsts, progress):
                 run.add(marker, fresh=True)
@@ -574,6 +575,21 @@ def _counts(run: _Run) -> Iterator[tuple[str, int]]:
     for marker in run.spool.in_order():
         for s in marker.shards:
             yield s.name, s.samples
+
+
+def _unit_in_worker(unit: Unit, job: ShardJob, stamp: tuple[str, str | None]) -> Marker:
+    return run_unit(job, unit, stamp, None)
+
+
+def _run_url_units(job: ShardJob, pending: Iterator[Unit], stamp: tuple[str, str | None], run: _Run,
+                   progress: ProgressFn | None) -> None:
+    """A local URL job: each worker process runs whole units as a Ray task does, fetching with its own threads
+    across the unit (no batch to wait for), and writes the unit's shards itself."""
+    units = ordered_map(partial(_unit_in_worker, job=job, stamp=stamp), pending, job.workers, 1, preload=PRELOAD)
+    for marker in units:
+        run.add(marker, fresh=True)
+        if progress:
+            progress(marker.count, marker.nbytes)
 
 
 def _run_ray(job: ShardJob, pending: Iterator[Unit], stamp: tuple[str, str | None], run: _Run,

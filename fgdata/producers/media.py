@@ -36,7 +36,7 @@ from fgdata.errors import FgdataError, OptionError
 from fgdata.media.display import Display, parse_background
 from fgdata.shards.metadata import FGDATA_FIELD, parse_json, with_fgdata_fields
 from fgdata.sources.folder import WorkItem, sample_key
-from fgdata.storage.http import DownloadFailed, DownloadOptions, configure, stop_fetching
+from fgdata.storage.http import DownloadFailed, DownloadOptions, configure
 
 Kind = Literal["images", "videos", "prompts"]
 IMAGE_FORMATS = ("jpg", "png", "webp")
@@ -603,22 +603,3 @@ def _transform_into(out: Outcome, item: WorkItem, options: ShardOptions) -> None
         out.samples = [(sample_key(item.index), members)]
     else:
         out.samples, out.nbytes, out.warnings, out.clips = _video_samples(item, options)
-
-
-def transform_batch(tasks: list[tuple[int, WorkItem]], options: ShardOptions) -> list[Outcome]:
-    """Transform a batch of ``(position, item)`` in input order; URL inputs are fetched (and decoded)
-    by ``options.download.threads`` threads of this process, so many requests are in flight per worker."""
-    threads = options.download.threads if options.download is not None else 1
-    if threads <= 1 or len(tasks) <= 1:
-        return [transform(p, item, options) for p, item in tasks]
-    from concurrent.futures import ThreadPoolExecutor
-
-    stop_fetching(False)
-    pool = ThreadPoolExecutor(min(threads, len(tasks)), thread_name_prefix="fgdata-fetch")
-    try:
-        return list(pool.map(lambda task: transform(task[0], task[1], options), tasks))
-    except BaseException:  # a stop signal (in-process runs): the threads end without new tries
-        stop_fetching()
-        raise
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)

@@ -44,6 +44,8 @@ class FaultServer:
         self.release = threading.Event()  # a stalled body waits for this (set only at teardown)
         self.hits: dict[str, int] = {}
         self.down = True  # /down.png answers 500 until a test sets this False
+        self.hold_for = 0  # /hold.png answers once this many /img/ requests came in
+        self.others_asked = threading.Event()
         self.agents: set[str] = set()
         self.lock = threading.Lock()
         self.big = _noise_png(64)
@@ -78,8 +80,13 @@ class FaultServer:
                 with server.lock:
                     server.hits[path] = hit = server.hits.get(path, 0) + 1
                     server.agents.add(self.headers.get("User-Agent", ""))
+                    if sum(p.startswith("/img/") for p in server.hits) >= server.hold_for > 0:
+                        server.others_asked.set()
                 if path.startswith("/img/"):
                     self._send(200, {"Content-Type": "image/png"}, png_bytes(int(path[5:].split(".")[0])))
+                elif path == "/hold.png":  # no answer until the others were asked for (or teardown)
+                    server.others_asked.wait(60) or server.release.wait()
+                    self._send(200, {}, png_bytes(16))
                 elif path == "/down.png":  # 500 while the server is "down", then the image
                     self._send(*((500, {}, b"down") if server.down else (200, {}, png_bytes(15))))
                 elif path == "/flaky.png" and hit == 1:  # 500, then the image
@@ -140,6 +147,7 @@ def server() -> Iterator[FaultServer]:
         yield s
     finally:
         s.release.set()
+        s.others_asked.set()
         s.httpd.shutdown()
         s.httpd.server_close()
 
@@ -243,6 +251,18 @@ def test_too_many_redirects_and_bad_flags(cli, server, tmp_path):
     cli("shard", "images", manifest, tmp_path / "out", "--path-column", "url", "--max-redirects", "0", "-q")
     report = json.loads((tmp_path / "out" / "failures.json").read_text())
     assert report["failures"][0]["reason"] == "redirect: more than 0 redirects"
+
+
+def test_a_url_that_does_not_answer_holds_only_its_own_thread(cli, server, tmp_path):
+    """/hold.png answers only once the server was asked for all 60 other URLs: the other fetch thread must go
+    on past it (no batch that waits for its slowest URL), else the held URL ends by its stall timeout."""
+    server.hold_for = 60
+    manifest = _manifest(tmp_path, server.url, ["/hold.png"] + [f"/img/{i}.png" for i in range(60)])
+    dest = tmp_path / "out"
+    cli("shard", "images", manifest, dest, "--path-column", "url", "--fetch-threads", "2", "--stall-timeout", "20",
+        "--retries", "0", "-q")
+    report = json.loads((dest / "failures.json").read_text())
+    assert (report["written"], report["failed"]) == (61, 0), report["failures"]
 
 
 def test_same_bytes_for_one_or_two_workers(cli, server, tmp_path):
