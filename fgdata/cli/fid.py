@@ -80,13 +80,10 @@ def fid_refs(
         metrics_for(refs.output)  # a wrong extension fails before any model loads
     if dataset is not None and dataset not in NAMES:
         raise typer.BadParameter(f"unknown dataset {dataset!r}; choose one of {', '.join(NAMES)}")
-    options = RefOptions(trust_pickle=refs.trust_pickle, device=refs.device, batch_size=refs.batch_size,
+    weights = {k: v for k, v in (("inception", refs.inception), ("dinov2", refs.dinov2)) if v}  # unset: the default
+    options = RefOptions(**weights, trust_pickle=refs.trust_pickle, device=refs.device, batch_size=refs.batch_size,
                          workers=refs.workers, chunk_size=refs.chunk_size, work_dir=refs.work_dir, resume=job.resume,
                          overwrite=job.overwrite, wait_timeout=job.wait_timeout)
-    if refs.inception:
-        options.inception = refs.inception
-    if refs.dinov2:
-        options.dinov2 = refs.dinov2
 
     jobs: list[tuple[str | None, str, str]] = []
     missing: list[str] = []

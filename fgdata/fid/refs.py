@@ -20,7 +20,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from fgdata.errors import FgdataError, OptionError
 from fgdata.fid.detectors import DINOV2_DEFAULT, INCEPTION_DEFAULT, Detector
 from fgdata.fid.images import Chunk, ImageSource, open_source
 from fgdata.fid.stats import Moments, edm2_pkl_bytes, edm_npz_bytes, npz_bytes
+from fgdata.jobs.options import RUNTIME, byte_options, fingerprint
 
 FID_REFS_DIR = "fid-refs"
 #: Name -> (dataset zip under the data root, the ``fgdata prepare`` target that makes it, reference file).
@@ -57,21 +58,27 @@ ACCUMULATION = ("every image once, no xflip; uint8 RGB NCHW into the detector; f
 ProgressFn = Callable[[str, int, int], None]
 
 
-@dataclass
+@dataclass(frozen=True)
 class RefOptions:
-    """Everything a run takes besides the input and output."""
+    """Everything a run takes besides the input and output.
 
-    inception: str = INCEPTION_DEFAULT
-    dinov2: str = DINOV2_DEFAULT
-    trust_pickle: bool = False
-    device: str = "auto"
+    The rule of :mod:`fgdata.jobs.options` holds: a field changes the statistics, and joins the job's
+    fingerprint, unless it is declared ``RUNTIME`` (batch and chunk sizes set the order in which float sums are
+    added). The detectors join the fingerprint by their weights' checksums and the device by its type, not by
+    how they were named, so those fields are ``RUNTIME`` here.
+    """
+
+    inception: str = field(default=INCEPTION_DEFAULT, metadata=RUNTIME)
+    dinov2: str = field(default=DINOV2_DEFAULT, metadata=RUNTIME)
+    trust_pickle: bool = field(default=False, metadata=RUNTIME)
+    device: str = field(default="auto", metadata=RUNTIME)
     batch_size: int = 128
-    workers: int | None = None
+    workers: int | None = field(default=None, metadata=RUNTIME)
     chunk_size: int = CHUNK_SIZE
-    work_dir: str | None = None
-    resume: bool = True  # keep a complete output and complete chunks of the same job
-    overwrite: bool = False  # replace an existing output that fgdata did not write
-    wait_timeout: float | None = None
+    work_dir: str | None = field(default=None, metadata=RUNTIME)
+    resume: bool = field(default=True, metadata=RUNTIME)  # keep a complete output and complete chunks of the same job
+    overwrite: bool = field(default=False, metadata=RUNTIME)  # replace an output that fgdata did not write
+    wait_timeout: float | None = field(default=None, metadata=RUNTIME)
 
 
 @dataclass(frozen=True)
@@ -258,7 +265,6 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     other than 0 the result covers only that rank's chunks.
     """
     from fgdata.encode.models import resolve_device
-    from fgdata.jobs.options import fingerprint
     from fgdata.jobs.outputs import output_done, redoing
     from fgdata.jobs.ranks import dist_env, owned, owner, run_launch, wait_for
     from fgdata.workers import default_workers
@@ -276,8 +282,8 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
         detectors = DetectorCache(options, device)
     dets = detectors.get(metrics) if isinstance(detectors, DetectorCache) else {m: detectors[m] for m in metrics}
     identity = {"job": JOB_FORMAT, "source": source.identity(), "metrics": list(metrics),
-                "detectors": {m: d.identity for m, d in dets.items()}, "batch_size": options.batch_size,
-                "chunk_size": options.chunk_size, "device_type": device.split(":")[0]}
+                "detectors": {m: d.identity for m, d in dets.items()}, "device_type": device.split(":")[0],
+                **byte_options(options)}
     fp = fingerprint(identity)
     label = name or storage.basename(out)
     if not options.overwrite:

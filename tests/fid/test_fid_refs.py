@@ -131,6 +131,22 @@ def test_resume_keeps_matching_chunks_from_any_world_size(edm_zip, tmp_path, tin
     assert out.read_bytes() == fresh.read_bytes()
 
 
+def test_only_the_options_that_change_the_statistics_join_the_fingerprint(edm_zip, tmp_path, tiny_net,
+                                                                            tiny_inception_weights):
+    """The job core's rule: fields not declared RUNTIME change the bytes. Another device name of the same type or
+    another worker count keeps the output; another batch size computes it again."""
+    from fgdata.jobs.options import byte_options
+
+    assert byte_options(RefOptions(device="cpu", workers=2, resume=False)) == {"batch_size": 128, "chunk_size": 50_000}
+    zip_path, _ = edm_zip
+    det = {"fid": _fid(tiny_net, tiny_inception_weights)}
+    out = str(tmp_path / "set.npz")
+    compute_refs(str(zip_path), out, RefOptions(chunk_size=4, **CPU), detectors=det)
+    assert compute_refs(str(zip_path), out, RefOptions(chunk_size=4, workers=2, **CPU), detectors=det).kept
+    again = compute_refs(str(zip_path), out, RefOptions(chunk_size=4, device="cpu", batch_size=5), detectors=det)
+    assert not again.kept and again.computed == 11
+
+
 def test_shards_equal_the_zip_and_fid_with_itself_is_zero(edm_zip, tmp_path, tiny_net, tiny_inception_weights,
                                                          tiny_dinov2):
     import zipfile
