@@ -157,36 +157,56 @@ def _chunk_path(work: str, chunk: Chunk) -> str:
     return os.path.join(work, f"chunk-{chunk.index:05d}.npz")
 
 
+@dataclass(frozen=True)
+class ChunkFile:
+    """One chunk's moments on disk (``<work>/chunk-NNNNN.npz``, docs/FORMATS.md): the chunk's fingerprint, the
+    launch that wrote it (empty unless under ``--no-resume``) and the moments per metric."""
+
+    fingerprint: str
+    launch: str
+    moments: dict[str, Moments]
+
+    def to_bytes(self) -> bytes:
+        arrays: dict[str, np.ndarray] = {"fingerprint": np.array(self.fingerprint), "launch": np.array(self.launch)}
+        for metric, m in self.moments.items():
+            arrays.update({f"{metric}.n": np.array(m.n, np.int64), f"{metric}.s1": m.s1, f"{metric}.s2": m.s2})
+        return npz_bytes(arrays)
+
+    @classmethod
+    def read(cls, path: str, metrics: tuple[str, ...] = ()) -> ChunkFile | None:
+        """The chunk at ``path`` with the moments of ``metrics`` (none: its fingerprint and launch only, which is
+        all rank 0's wait needs: the sums of one chunk are tens of MB, so the file is read lazily, not parsed
+        from bytes); None when it is missing, torn or foreign."""
+        import zipfile
+
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                launch = str(z["launch"]) if "launch" in z.files else ""
+                return cls(str(z["fingerprint"]), launch,
+                           {m: Moments(int(z[f"{m}.n"]), z[f"{m}.s1"], z[f"{m}.s2"]) for m in metrics})
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+            return None
+
+    def counts(self, fp: str, launch: str | None) -> bool:
+        """Whether this chunk counts in a job of fingerprint ``fp`` whose launch
+        (:func:`fgdata.jobs.ranks.run_launch`) is ``launch`` (None: any launch)."""
+        return self.fingerprint == fp and (launch is None or self.launch == launch)
+
+
 def _load_chunk(path: str, fp: str, metrics: tuple[str, ...], size: int,
                 launch: str | None = None) -> dict[str, Moments] | None:
     """The chunk's moments when the file is whole, its fingerprint and count match and (``launch``: under
     ``--no-resume``) this launch wrote it; else None."""
-    import zipfile
-
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            if str(z["fingerprint"]) != fp or not _of_launch(z, launch):
-                return None
-            out = {m: Moments(int(z[f"{m}.n"]), z[f"{m}.s1"], z[f"{m}.s2"]) for m in metrics}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+    chunk = ChunkFile.read(path, metrics)
+    if chunk is None or not chunk.counts(fp, launch):
         return None
-    return out if all(m.n == size for m in out.values()) else None
+    return chunk.moments if all(m.n == size for m in chunk.moments.values()) else None
 
 
 def _chunk_ready(path: str, fp: str, launch: str | None) -> bool:
     """Cheap check for rank 0's wait: the file exists and carries this job's fingerprint (and launch)."""
-    import zipfile
-
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return str(z["fingerprint"]) == fp and _of_launch(z, launch)
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-        return False
-
-
-def _of_launch(z: Any, launch: str | None) -> bool:
-    """Whether a chunk file counts in a run whose launch (:func:`fgdata.jobs.ranks.run_launch`) is ``launch``."""
-    return launch is None or ("launch" in z.files and str(z["launch"]) == launch)
+    chunk = ChunkFile.read(path)
+    return chunk is not None and chunk.counts(fp, launch)
 
 
 def _shape_groups(batch: list[np.ndarray]) -> list[list[np.ndarray]]:
@@ -227,28 +247,44 @@ def _compute_chunk(source: ImageSource, chunk: Chunk, detectors: dict[str, Detec
     return {m: Moments(seen, s1.cpu().numpy(), s2.cpu().numpy()) for m, (s1, s2) in sums.items()}
 
 
-def _write_chunk(path: str, fp: str, moments: dict[str, Moments], launch: str | None) -> None:
-    arrays: dict[str, np.ndarray] = {"fingerprint": np.array(fp), "launch": np.array(launch or "")}
-    for metric, m in moments.items():
-        arrays.update({f"{metric}.n": np.array(m.n, np.int64), f"{metric}.s1": m.s1, f"{metric}.s2": m.s2})
+def _write_chunk(path: str, chunk: ChunkFile) -> None:
     with storage.atomic_path(path) as tmp, open(tmp, "wb") as fh:
-        fh.write(npz_bytes(arrays))
+        fh.write(chunk.to_bytes())
 
 
 def provenance_path(out: str) -> str:
     return f"{out}.provenance.json"
 
 
-def _existing(out: str) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class RefProvenance:
+    """``<out>.provenance.json`` of a reference fgdata wrote, read back: the document as written, and the job
+    fingerprint and image count a rerun reads."""
+
+    record: dict[str, Any]
+    fingerprint: str
+    images: int
+
+    @classmethod
+    def parse(cls, data: bytes) -> RefProvenance | None:
+        """The provenance in ``data``; None when it is torn, foreign or malformed."""
+        try:
+            doc = json.loads(data)
+            return cls(doc, str(doc["fingerprint"]), int(doc["images"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def _existing(out: str) -> RefProvenance | None:
     """The provenance of an existing output fgdata wrote; None when there is no output; raises when a file
     is there that fgdata did not write (a reference downloaded or made by another tool)."""
     if not storage.exists(out):
         return None
     try:
-        info = json.loads(storage.read_text(provenance_path(out)))
-    except (OSError, ValueError, FgdataError):
+        info = RefProvenance.parse(storage.read_bytes(provenance_path(out)))
+    except (OSError, FgdataError):
         info = None
-    if not isinstance(info, dict) or "fingerprint" not in info:
+    if info is None:
         raise FgdataError(f"{out} exists and fgdata did not write it (no {storage.basename(provenance_path(out))} "
                           "beside it); pass --overwrite to replace it, or choose another output")
     return info
@@ -288,8 +324,8 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     label = name or storage.basename(out)
     if not options.overwrite:
         kept = _existing(out)
-        if options.resume and kept is not None and kept.get("fingerprint") == fp:
-            return RefResult(out, int(kept.get("images", 0)), kept=True, rank=rank, world_size=world, provenance=kept)
+        if options.resume and kept is not None and kept.fingerprint == fp:
+            return RefResult(out, kept.images, kept=True, rank=rank, world_size=world, provenance=kept.record)
 
     launch = run_launch(options.resume, options.wait_timeout)
     if not options.resume:
@@ -315,7 +351,8 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
             reused += chunk.size
             tick(chunk.size)
             continue
-        _write_chunk(path, chunk_fp[chunk.index], _compute_chunk(source, chunk, dets, options, device, tick), launch)
+        _write_chunk(path, ChunkFile(chunk_fp[chunk.index], launch or "",
+                                     _compute_chunk(source, chunk, dets, options, device, tick)))
         computed += chunk.size
         output_done()
     share = RefResult(out, total, computed, reused, rank=rank, world_size=world, seconds=time.monotonic() - began)

@@ -24,8 +24,9 @@ from fgdata.jobs.outputs import output_done
 from fgdata.jobs.report import FAILURES_FILE, write_failures
 from fgdata.jobs.signals import Interrupted, stop_on_signals
 from fgdata.prepare.options import Fingerprint
-from fgdata.prepare.zipwriter import (EdmZipWriter, dataset_json_bytes, member_name, open_nofollow, provenance_path,
-                                      partial_paths, read_partial_state, validate_zip)
+from fgdata.prepare.zipwriter import (Converted, EdmZipWriter, Failure, Provenance, ZipState, dataset_json_bytes,
+                                      member_name, open_nofollow, provenance_path, partial_paths, read_partial_state,
+                                      validate_zip)
 from fgdata.workers import default_workers
 
 #: One input's outcome: a member per target (None when it failed) and a note (source mode or failure reason).
@@ -51,17 +52,45 @@ class ZipTarget:
     extra: dict = field(default_factory=dict)
 
 
-def _read_log(path: Path) -> dict[int, dict]:
-    entries: dict[int, dict] = {}
+@dataclass(frozen=True)
+class LogEntry:
+    """One line of the side log ``<zip>.partial.log``: input ``i`` failed (``failed``: why) or was converted
+    (``mode``: its source mode)."""
+
+    i: int
+    input: str
+    failed: str | None = None
+    mode: str | None = None
+
+    def to_line(self) -> str:
+        note = {"failed": self.failed} if self.failed is not None else {"mode": self.mode}
+        return json.dumps({"i": self.i, "input": self.input, **note}) + "\n"
+
+    @classmethod
+    def parse(cls, line: str) -> LogEntry | None:
+        """The entry on ``line``; None when it is torn or foreign."""
+        try:
+            doc = json.loads(line)
+            failed, mode = doc.get("failed"), doc.get("mode")
+            if (failed is None) == (mode is None):
+                return None
+            return cls(int(doc["i"]), str(doc["input"]), None if failed is None else str(failed),
+                       None if mode is None else str(mode))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+
+def _read_log(path: Path) -> dict[int, LogEntry]:
+    """The log's entries by input position, up to its first torn line (the last one of a killed run)."""
+    entries: dict[int, LogEntry] = {}
     if path.exists():
         with open_nofollow(path, "r") as fh:
             text = fh.read()
         for line in text.splitlines():
-            try:
-                item = json.loads(line)
-                entries[int(item["i"])] = item
-            except (ValueError, KeyError, TypeError):
-                break  # a torn last line
+            entry = LogEntry.parse(line)
+            if entry is None:
+                break
+            entries[entry.i] = entry
     return entries
 
 
@@ -92,12 +121,7 @@ class Existing:
     why: str = ""
 
 
-def _fgdata_provenance(dest: Path) -> dict | None:
-    info = _read_provenance(dest)
-    return info if str(info.get("tool", "")).startswith("fgdata") else None
-
-
-def check_output(dest: Path, expect: Fingerprint, damaged: Callable[[dict], str | None], /, *, resume: bool,
+def check_output(dest: Path, expect: Fingerprint, damaged: Callable[[Provenance], str | None], /, *, resume: bool,
                  overwrite: bool, **facts: Any) -> Existing:
     """Decide about an existing output zip before anything is removed (so a refusal removes nothing).
 
@@ -110,7 +134,7 @@ def check_output(dest: Path, expect: Fingerprint, damaged: Callable[[dict], str 
     names = tuple(p.name for p in (dest, prov) if p.exists() or p.is_symlink())
     if not (dest.exists() or dest.is_symlink()):
         return Existing(dest, remove=names, why="stale")  # a provenance file whose zip is gone
-    info = _fgdata_provenance(dest)
+    info = Provenance.read(dest)
     if info is None:
         if not overwrite:
             raise FgdataError(f"{dest}: exists and was not written by fgdata (no {prov.name}); move it away, "
@@ -118,7 +142,7 @@ def check_output(dest: Path, expect: Fingerprint, damaged: Callable[[dict], str 
         return Existing(dest, remove=names, why="--overwrite")
     if overwrite or not resume:
         return Existing(dest, remove=names, why="--overwrite" if overwrite else "--no-resume")
-    expect.check(str(dest), info, **facts)
+    expect.check(str(dest), info.record, **facts)
     broken = damaged(info)
     if broken is not None:
         return Existing(dest, remove=names, why=f"{dest.name} is incomplete ({broken})")
@@ -133,7 +157,7 @@ def check_partial(dest: Path, state: Fingerprint, /, *, resume: bool, overwrite:
     if old is None:
         return Existing(dest)
     if resume:
-        state.check(f"{dest} (unfinished)", old, **facts)
+        state.check(f"{dest} (unfinished)", old.record, **facts)
         return Existing(dest)
     return Existing(dest, remove=tuple(p.name for p in partial_paths(dest)),
                     why="--overwrite" if overwrite else "--no-resume")
@@ -175,11 +199,11 @@ def build_zips(job: ZipJob, run: ZipRun) -> list[dict]:
 def _build(job: ZipJob, run: ZipRun) -> list[dict]:
     targets, n_inputs, fingerprint = job.targets, job.n_inputs, job.fingerprint
     resume, progress = run.resume and not run.overwrite, run.progress
-    states = [fingerprint.record(transform=t.transform, dest=t.dest.name) for t in targets]
+    states = [ZipState(fingerprint.record(transform=t.transform, dest=t.dest.name)) for t in targets]
     outputs = [check_output(t.dest, fingerprint, _damaged(t), resume=resume, overwrite=run.overwrite,
                             transform=t.transform) for t in targets]
     if all(o.complete for o in outputs):
-        return [{**_read_provenance(t.dest), "path": str(t.dest), "skipped": True,
+        return [{**(Provenance.read(t.dest) or Provenance({})).record, "path": str(t.dest), "skipped": True,
                  "failures_file": str(t.dest.parent / FAILURES_FILE)} for t in targets]
     partials = [check_partial(t.dest, fingerprint, resume=resume, overwrite=run.overwrite, transform=t.transform,
                               dest=t.dest.name)
@@ -196,7 +220,8 @@ def _build(job: ZipJob, run: ZipRun) -> list[dict]:
         written_inputs: list[int] = []
         pos = 0
         while len(written_inputs) < kept and pos < n_inputs:
-            if "failed" not in log.get(pos, {}):
+            entry = log.get(pos)
+            if entry is None or entry.failed is None:
                 written_inputs.append(pos)
             pos += 1
         kept = len(written_inputs)
@@ -205,7 +230,7 @@ def _build(job: ZipJob, run: ZipRun) -> list[dict]:
         start = pos
         log = {i: e for i, e in log.items() if i < start}
         with open_nofollow(log_path, "w") as fh:
-            fh.writelines(json.dumps(e) + "\n" for e in log.values())
+            fh.writelines(e.to_line() for e in log.values())
         ranges = [(a, min(a + job.block, n_inputs)) for a in range(start, n_inputs, job.block)]
         began, done = time.monotonic(), start
         phase = job.phase
@@ -217,9 +242,10 @@ def _build(job: ZipJob, run: ZipRun) -> list[dict]:
             for (a, _b), results in zip(ranges, results_in_order):
                 for j, (members, note) in enumerate(results, start=a):
                     if members is None or note is not None:
-                        entry = {"i": j, "input": job.describe(j), ("failed" if members is None else "mode"): note}
+                        entry = (LogEntry(j, job.describe(j), failed=str(note)) if members is None
+                                 else LogEntry(j, job.describe(j), mode=note))
                         log[j] = entry
-                        logfh.write(json.dumps(entry) + "\n")
+                        logfh.write(entry.to_line())
                         logfh.flush()
                     if members is None:
                         continue
@@ -234,8 +260,8 @@ def _build(job: ZipJob, run: ZipRun) -> list[dict]:
                     progress(phase, done, n_inputs)
                 output_done()
         seconds = time.monotonic() - began
-        failures = [{"input": e["input"], "reason": e["failed"]} for e in log.values() if "failed" in e]
-        converted = [{"input": e["input"], "mode": e["mode"]} for e in log.values() if "mode" in e]
+        failures = [Failure(e.input, e.failed).to_json() for e in log.values() if e.failed is not None]
+        converted = [Converted(e.input, e.mode).to_json() for e in log.values() if e.mode is not None]
         summaries = []
         report = targets[0].dest.parent / FAILURES_FILE
         for t, w in zip(targets, writers):
@@ -261,13 +287,7 @@ def _build(job: ZipJob, run: ZipRun) -> list[dict]:
             w.close()
 
 
-def _damaged(target: ZipTarget) -> Callable[[dict], str | None]:
+def _damaged(target: ZipTarget) -> Callable[[Provenance], str | None]:
     """Why a zip whose provenance matches is not the complete output it describes (None: it is)."""
-    return lambda info: validate_zip(target.dest, int(info.get("written", -1)), target.stem, target.ext)
-
-
-def _read_provenance(dest: Path) -> dict:
-    try:
-        return json.loads(provenance_path(dest).read_text())
-    except (OSError, ValueError):
-        return {}
+    return lambda info: validate_zip(target.dest, -1 if info.written is None else info.written, target.stem,
+                                     target.ext)

@@ -17,6 +17,7 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -24,14 +25,14 @@ from PIL import Image
 from fgdata.errors import FgdataError
 from fgdata.jobs.dest import LOCK_FILE, DestLock, claimed
 from fgdata.jobs.outputs import output_done, redoing
-from fgdata.jobs.ranks import dist_env, run_launch, this_launch, wait_for
+from fgdata.jobs.ranks import dist_env, run_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, write_failures
 from fgdata.jobs.signals import Interrupted, stop_on_signals
 from fgdata.prepare.build import Existing, ProgressFn, ZipRun, check_output, check_partial, clear
 from fgdata.workers import default_workers
 from fgdata.prepare.options import Fingerprint, LatentZipOptions
-from fgdata.prepare.zipwriter import (EdmZipWriter, dataset_json_bytes, member_name, provenance_path,
-                                      validate_zip)
+from fgdata.prepare.zipwriter import (EdmZipWriter, Provenance, ZipState, dataset_json_bytes, member_name,
+                                      provenance_path, validate_zip)
 
 LATENT_STEM, LATENT_EXT = "img-mean-std-", "npy"
 
@@ -102,7 +103,7 @@ class _LatentJob:
             final = check_output(dest, self.fingerprint, lambda info: validate_zip(dest, n, LATENT_STEM, LATENT_EXT),
                                  resume=resume, overwrite=run.overwrite)
             if final.complete:
-                return {**json.loads(provenance_path(dest).read_text()), "path": str(dest), "skipped": True,
+                return {**(Provenance.read(dest) or Provenance({})).record, "path": str(dest), "skipped": True,
                         "failures_file": str(dest.parent / FAILURES_FILE)}
             checks += [final, check_partial(dest, self.fingerprint, resume=resume, overwrite=run.overwrite, merge=True)]
         elif resume and _complete(dest, n, self.fingerprint):  # --no-resume: rank 0 is about to redo it
@@ -127,7 +128,7 @@ class _LatentJob:
             return [f"{p.name} (rank {r})" for r, p in enumerate(parts) if r not in ready]
 
         wait_for(missing, f"{dest}: the other ranks' part files", prepare_wait_s(), poll=5.0, log=run.notify)
-        summary = _merge(parts, dest, self.names, self.labels, self.fingerprint.record(), info, progress)
+        summary = _merge(parts, dest, self.names, self.labels, self.fingerprint, info, progress)
         return {**summary, "failures_file": self._report()}
 
     def _encode(self, run: ZipRun) -> dict:
@@ -139,7 +140,7 @@ class _LatentJob:
         info = vae_info(model, o.vae)
         start, stop, names, batch_size = self.start, self.stop, self.names, o.batch_size
         part_record = self.fingerprint.record(**self.part_facts)
-        writer = EdmZipWriter(self.part, part_record)
+        writer = EdmZipWriter(self.part, ZipState(part_record))
         pos = start
         try:
             pos = start + writer.keep_valid_prefix(lambda i: member_name(start + i, LATENT_STEM, LATENT_EXT))
@@ -171,21 +172,17 @@ class _LatentJob:
     def _part_done(self, rank: int) -> bool:
         """Whether rank ``rank``'s part is complete, of these options and (under ``--no-resume``) of this launch."""
         part = _part_path(self.dest, rank, self.world)
-        try:
-            launch_ok = this_launch(json.loads(provenance_path(part).read_text()), self.launch)
-        except (OSError, ValueError):
+        info = Provenance.read(part)
+        if info is None or not (self.launch is None or info.launch == self.launch):
             return False
         start, stop = _slice(len(self.names), rank, self.world)
-        return launch_ok and _complete(part, stop - start, self.fingerprint, first=start, rank=rank, start=start,
+        return _complete(part, stop - start, self.fingerprint, first=start, rank=rank, start=start,
                                        stop=stop)
 
     def _report(self) -> str:
         """``failures.json`` for the whole command: the inputs the RGB pass saw and failed, the latents written."""
-        try:
-            rgb = json.loads(provenance_path(self.rgb_zip).read_text())
-        except (OSError, ValueError):
-            rgb = {}
-        failures = [f for f in rgb.get("failures") or [] if isinstance(f, dict)]
+        rgb = Provenance.read(self.rgb_zip)
+        failures = [f.to_json() for f in rgb.failures] if rgb is not None else []
         n = len(self.names)
         path = self.dest.parent / FAILURES_FILE
         write_failures(str(path), "prepare imagenet-256", n + len(failures), n, failures,
@@ -205,11 +202,8 @@ def _part_path(dest: Path, rank: int, world: int) -> Path:
 def _complete(path: Path, count: int, fingerprint: Fingerprint, first: int = 0, **facts: int) -> bool:
     """A finished zip whose provenance matches (with ``facts``: a rank's part file, holding names from ``first``
     on and no dataset.json)."""
-    try:
-        info = json.loads(provenance_path(path).read_text())
-    except (OSError, ValueError):
-        return False
-    if not fingerprint.matches(info, **facts):
+    info = Provenance.read(path)
+    if info is None or not fingerprint.matches(info.record, **facts):
         return False
     if not facts:
         return validate_zip(path, count, LATENT_STEM, LATENT_EXT) is None
@@ -221,11 +215,13 @@ def _complete(path: Path, count: int, fingerprint: Fingerprint, first: int = 0, 
     return got == [member_name(first + i, LATENT_STEM, LATENT_EXT) for i in range(count)]
 
 
-def _merge(parts: list[Path], dest: Path, names: list[str], labels: dict[str, int], fingerprint: dict,
-           info: dict, progress: ProgressFn | None) -> dict:
-    """Concatenate the rank parts in order, then ``dataset.json`` with labels re-keyed to the .npy names."""
+def _merge(parts: list[Path], dest: Path, names: list[str], labels: dict[str, int], fingerprint: Fingerprint,
+           info: dict[str, Any], progress: ProgressFn | None) -> dict:
+    """Concatenate the rank parts in order, then ``dataset.json`` with labels re-keyed to the .npy names;
+    ``info`` is the VAE's description (empty: take it from rank 0's part)."""
     n = len(names)
-    writer = EdmZipWriter(dest, {**fingerprint, "merge": True})
+    record = fingerprint.record()
+    writer = EdmZipWriter(dest, ZipState({**record, "merge": True}))
     try:
         pos = writer.keep_valid_prefix(lambda i: member_name(i, LATENT_STEM, LATENT_EXT))
         for p in parts:
@@ -240,9 +236,11 @@ def _merge(parts: list[Path], dest: Path, names: list[str], labels: dict[str, in
             raise FgdataError(f"{dest}: merged {writer.count} latents but the RGB zip has {n} images")
         pairs = [[member_name(i, LATENT_STEM, LATENT_EXT), labels[name]] for i, name in enumerate(names) if name in labels]
         if not info:
-            info = {k: v for k, v in json.loads(provenance_path(parts[0]).read_text()).items()
+            first = Provenance.read(parts[0])
+            assert first is not None  # rank 0 found the part complete by its provenance
+            info = {k: v for k, v in first.record.items()
                     if k not in ("rank", "start", "stop", "launch")}
-        provenance = {**info, **fingerprint, "written": n, "failed": 0, "transform": "sd-vae moments mean||std",
+        provenance = {**info, **record, "written": n, "failed": 0, "transform": "sd-vae moments mean||std",
                       "input_range": [0, n], "format": "float32 (8,32,32) mean||std, inputs x/127.5-1"}
         writer.finish(dataset_json_bytes(pairs or None), provenance)
     finally:

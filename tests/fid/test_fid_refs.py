@@ -440,3 +440,22 @@ def test_quiet_silences_the_model_libraries_bars(edm_zip, tmp_path, tiny_net, ti
     assert "Loading weights" not in err and "it/s" not in err
     assert (out, err) == ("", "")
     assert (tmp_path / "refs.pkl").is_file()
+
+
+def test_chunk_and_provenance_files_read_back_typed_and_torn_ones_as_absent(tmp_path):
+    from fgdata.fid.refs import ChunkFile, RefProvenance
+    from fgdata.fid.stats import Moments
+
+    path = tmp_path / "chunk-00000.npz"
+    moments = {"fid": Moments(2, np.arange(3.0), np.eye(3))}
+    path.write_bytes(ChunkFile("fp", "", moments).to_bytes())
+    header = ChunkFile.read(str(path))
+    assert header is not None and header.moments == {} and header.counts("fp", None)
+    assert not header.counts("fp", "launch-b") and not header.counts("other", None)
+    whole = ChunkFile.read(str(path), ("fid",))
+    assert whole is not None and whole.moments["fid"].n == 2 and np.array_equal(whole.moments["fid"].s2, np.eye(3))
+    path.write_bytes(path.read_bytes()[:100])
+    assert ChunkFile.read(str(path)) is None
+    assert RefProvenance.parse(b'{"fingerprint": "fp", "images": 11, "format": "edm-npz"}') == RefProvenance(
+        {"fingerprint": "fp", "images": 11, "format": "edm-npz"}, "fp", 11)
+    assert RefProvenance.parse(b'{"fingerprint": "fp"') is None and RefProvenance.parse(b'{"images": 3}') is None
