@@ -21,10 +21,11 @@ from fgdata.errors import FgdataError
 from fgdata.jobs.dest import Notify, claimed, remove_files
 from fgdata.jobs.local import ordered_map
 from fgdata.jobs.outputs import output_done
-from fgdata.jobs.report import FAILURES_FILE, write_failures
+from fgdata.jobs.report import FAILURES_FILE, OutputSummary, write_failures
 from fgdata.jobs.signals import Interrupted, stop_on_signals
 from fgdata.prepare.options import Fingerprint
-from fgdata.prepare.zipwriter import (Converted, EdmZipWriter, Failure, Provenance, ZipState, dataset_json_bytes,
+from fgdata.jobs.report import Failure
+from fgdata.prepare.zipwriter import (Converted, EdmZipWriter, Provenance, ZipState, dataset_json_bytes,
                                       member_name, open_nofollow, provenance_path, partial_paths, read_partial_state,
                                       validate_zip)
 from fgdata.workers import default_workers
@@ -113,10 +114,11 @@ class ZipJob:
 
 @dataclass(frozen=True)
 class Existing:
-    """What an earlier run left at one output: keep it (complete), or remove it first (saying why), or neither."""
+    """What an earlier run left at one output: keep it (complete: its provenance), or remove it first (saying
+    why), or neither."""
 
     dest: Path
-    complete: bool = False
+    kept: Provenance | None = None
     remove: tuple[str, ...] = ()
     why: str = ""
 
@@ -146,7 +148,7 @@ def check_output(dest: Path, expect: Fingerprint, damaged: Callable[[Provenance]
     broken = damaged(info)
     if broken is not None:
         return Existing(dest, remove=names, why=f"{dest.name} is incomplete ({broken})")
-    return Existing(dest, complete=True)
+    return Existing(dest, kept=info)
 
 
 def check_partial(dest: Path, state: Fingerprint, /, *, resume: bool, overwrite: bool = False,
@@ -169,6 +171,22 @@ def clear(existing: list[Existing], notify: Notify | None) -> None:
         remove_files(str(e.dest.parent), list(e.remove), e.why, notify if e.why != "stale" else None)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ZipSummary(OutputSummary):
+    """What a prepare pass did to one zip: the counts every writing command reports, and the inputs it
+    converted to RGB (listed in the zip's provenance)."""
+
+    converted: tuple[Converted, ...] = ()
+
+
+def kept_summary(dest: Path, written: int, failures: tuple[Failure, ...],
+                 converted: tuple[Converted, ...] = ()) -> ZipSummary:
+    """The summary of a zip kept as an earlier run left it (the counts its provenance records)."""
+    report = dest.parent / FAILURES_FILE
+    return ZipSummary(path=str(dest), seen=written + len(failures), written=written, failed=len(failures),
+                      failures_path=str(report) if report.is_file() else None, kept=True, converted=converted)
+
+
 @dataclass(frozen=True)
 class ZipRun:
     """How a prepare job runs, never part of its fingerprint: processes (None: every core the process may use),
@@ -181,13 +199,12 @@ class ZipRun:
     notify: Notify | None = None
 
 
-def build_zips(job: ZipJob, run: ZipRun) -> list[dict]:
+def build_zips(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
     """Write every target zip from inputs ``0..n_inputs-1``; ``work`` returns one member per target per input.
 
     Complete outputs of the same job are kept (validated, not merely present) and unfinished ones resumed,
     unless ``run.resume`` is False; existing outputs fgdata did not write are refused unless ``run.overwrite`` (see
-    :func:`check_output`). Returns one summary per target: path, images written, failures, converted inputs
-    and whether it was skipped. SIGINT/SIGTERM raise :class:`~fgdata.jobs.signals.Interrupted` with the
+    :func:`check_output`). Returns one summary per target. SIGINT/SIGTERM raise :class:`~fgdata.jobs.signals.Interrupted` with the
     inputs done; the partial zip stays for the rerun.
     """
     folder = job.targets[0].dest.parent
@@ -196,15 +213,15 @@ def build_zips(job: ZipJob, run: ZipRun) -> list[dict]:
         return _build(job, run)
 
 
-def _build(job: ZipJob, run: ZipRun) -> list[dict]:
+def _build(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
     targets, n_inputs, fingerprint = job.targets, job.n_inputs, job.fingerprint
     resume, progress = run.resume and not run.overwrite, run.progress
     states = [ZipState(fingerprint.record(transform=t.transform, dest=t.dest.name)) for t in targets]
     outputs = [check_output(t.dest, fingerprint, _damaged(t), resume=resume, overwrite=run.overwrite,
                             transform=t.transform) for t in targets]
-    if all(o.complete for o in outputs):
-        return [{**(Provenance.read(t.dest) or Provenance({})).record, "path": str(t.dest), "skipped": True,
-                 "failures_file": str(t.dest.parent / FAILURES_FILE)} for t in targets]
+    if all(o.kept is not None for o in outputs):
+        return [kept_summary(o.dest, o.kept.written or 0, o.kept.failures, o.kept.converted) for o in outputs
+                if o.kept is not None]
     partials = [check_partial(t.dest, fingerprint, resume=resume, overwrite=run.overwrite, transform=t.transform,
                               dest=t.dest.name)
                 for t in targets]
@@ -261,7 +278,7 @@ def _build(job: ZipJob, run: ZipRun) -> list[dict]:
                 output_done()
         seconds = time.monotonic() - began
         failures = [Failure(e.input, e.failed).to_json() for e in log.values() if e.failed is not None]
-        converted = [Converted(e.input, e.mode).to_json() for e in log.values() if e.mode is not None]
+        converted = tuple(Converted(e.input, e.mode) for e in log.values() if e.mode is not None)
         summaries = []
         report = targets[0].dest.parent / FAILURES_FILE
         for t, w in zip(targets, writers):
@@ -271,10 +288,11 @@ def _build(job: ZipJob, run: ZipRun) -> list[dict]:
                 labels = None
             info = {**fingerprint.record(transform=t.transform), **t.extra, "inputs": n_inputs,
                     "written": len(written_inputs), "failed": len(failures), "failures": failures,
-                    "converted_modes": converted}
+                    "converted_modes": [c.to_json() for c in converted]}
             w.finish(dataset_json_bytes(labels), info)
-            summaries.append({**info, "path": str(t.dest), "skipped": False, "seconds": seconds,
-                              "failures_file": str(report)})
+            summaries.append(ZipSummary(path=str(t.dest), seen=n_inputs, written=len(written_inputs),
+                                        failed=len(failures), failures_path=str(report), seconds=seconds,
+                                        converted=converted))
         write_failures(str(report), job.command, n_inputs, len(written_inputs), failures,
                        {"outputs": [t.dest.name for t in targets]})
         log_path.unlink(missing_ok=True)

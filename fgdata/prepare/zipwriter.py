@@ -20,6 +20,7 @@ from typing import Any
 
 from fgdata import __version__
 from fgdata.errors import FgdataError
+from fgdata.jobs.report import Failure
 
 class _Record:
     """One ZIP record layout: named little-endian fields, packed from keywords so no call lists 17 bare numbers.
@@ -156,17 +157,6 @@ def read_partial_state(dest: Path) -> ZipState | None:
             return ZipState.parse(fh.read())
     except (OSError, FgdataError):
         return None
-
-
-@dataclass(frozen=True)
-class Failure:
-    """An input a pass could not write, and why (as ``failures.json`` lists it)."""
-
-    input: str
-    reason: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"input": self.input, "reason": self.reason}
 
 
 @dataclass(frozen=True)

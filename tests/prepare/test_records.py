@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
+from fgdata.jobs.report import Failure
 from fgdata.prepare.build import LogEntry, _read_log
-from fgdata.prepare.zipwriter import (Converted, Failure, Provenance, ZipState, provenance_path, read_partial_state,
+from fgdata.prepare.zipwriter import (Converted, Provenance, ZipState, provenance_path, read_partial_state,
                                       write_provenance)
 
 
