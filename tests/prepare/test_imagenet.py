@@ -126,7 +126,8 @@ def test_two_ranks_merge_into_the_single_rank_zip(imagenet_root, tiny_vae_dir, t
     rgb, single = tmp_path / "imagenet-256" / "imagenet_256_rgb.zip", tmp_path / "imagenet-256" / "imagenet_256_sd.zip"
     dest = tmp_path / "two" / "imagenet_256_sd.zip"
     part = encode_latent_zip(rgb, dest, latents, rank=1, world_size=2)
-    assert part["start"] == 2 and not dest.exists()
+    assert (part.seen, part.whole_job, part.failures_path) == (3, False, None) and not dest.exists()  # images 2..4
+    assert part.path.endswith("imagenet_256_sd.zip.rank00001-of-00002.zip")
     encode_latent_zip(rgb, dest, latents, rank=0, world_size=2)
     with zipfile.ZipFile(single) as a, zipfile.ZipFile(dest) as b:
         assert a.namelist() == b.namelist() and a.read("dataset.json") == b.read("dataset.json")
@@ -147,7 +148,7 @@ def test_rank_0_never_merges_a_part_written_with_other_options(imagenet_root, ti
     rgb = tmp_path / "imagenet-256" / "imagenet_256_rgb.zip"
     dest = tmp_path / "two" / "imagenet_256_sd.zip"
     other = LatentZipOptions(str(tiny_vae_dir), dtype="bfloat16", device="cpu", batch_size=3)
-    assert encode_latent_zip(rgb, dest, other, rank=1, world_size=2)["start"] == 2
+    assert encode_latent_zip(rgb, dest, other, rank=1, world_size=2).seen == 3
     monkeypatch.setenv("FGDATA_WAIT_TIMEOUT", "0.2")
     latents = LatentZipOptions(str(tiny_vae_dir), device="cpu", batch_size=3)
     with pytest.raises(FgdataError, match=r"the other ranks' part files: still missing .*rank00001-of-00002\.zip "
@@ -218,3 +219,6 @@ def test_latent_zip_of_other_options_is_refused_then_rebuilt_with_no_resume(imag
     assert json.loads(Path(sd.path + ".provenance.json").read_text())["dtype"] == "bfloat16"
     report = json.loads((tmp_path / "imagenet-256" / "failures.json").read_text())
     assert (report["command"], report["seen"], report["written"], report["failed"]) == ("prepare imagenet-256", 3, 3, 0)
+    other_batch = LatentZipOptions(str(tiny_vae_dir), "bfloat16", device="cpu", batch_size=2)  # RUNTIME: same bytes
+    again = prepare_imagenet256(source, other_batch, ZipRun(workers=1))
+    assert all(s.kept for s in again) and (again[-1].seen, again[-1].written, again[-1].failed) == (3, 3, 0)
