@@ -25,7 +25,7 @@ from PIL import Image
 from fgdata.errors import FgdataError
 from fgdata.jobs.dest import LOCK_FILE, DestLock, claimed
 from fgdata.jobs.outputs import output_done, redoing
-from fgdata.jobs.ranks import dist_env, run_launch, wait_for
+from fgdata.jobs.ranks import dist_env, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, Failure, write_failures
 from fgdata.jobs.signals import Interrupted, stop_on_signals
 from fgdata.prepare.build import (Existing, ProgressFn, ZipRun, ZipSummary, check_output, check_partial, clear,
@@ -182,11 +182,10 @@ class _LatentJob:
         """Whether rank ``rank``'s part is complete, of these options and (under ``--no-resume``) of this launch."""
         part = _part_path(self.dest, rank, self.world)
         info = Provenance.read(part)
-        if info is None or not (self.launch is None or info.launch == self.launch):
+        if info is None or not this_launch(info.record, self.launch):
             return False
         start, stop = _slice(len(self.names), rank, self.world)
-        return _complete(part, stop - start, self.fingerprint, first=start, rank=rank, start=start,
-                                       stop=stop)
+        return _complete(part, stop - start, self.fingerprint, first=start, rank=rank, start=start, stop=stop)
 
     def _rgb_failures(self) -> tuple[Failure, ...]:
         """The inputs the RGB pass failed (they have no latent): they count in the command's report."""
