@@ -500,3 +500,23 @@ def test_undecodable_images_are_failures_in_the_report(tmp_path, sample_images, 
         assert _rel(z["mu"], f.mean(0)) < 1e-10 and _rel(z["sigma"], np.cov(f, rowvar=False)) < 1e-10
     kept = compute_refs(str(zip_path), str(out), options, detectors=det)
     assert kept.kept and (kept.seen, kept.written, kept.failed, kept.failures_path) == (6, 4, 2, done.failures_path)
+
+
+def test_cli_counts_an_undecodable_image_as_failed(tmp_path, sample_images, tiny_net):
+    import zipfile
+
+    photo = next(p for p in sample_images if p.suffix == ".png").read_bytes()
+    zip_path = tmp_path / "set.zip"
+    with zipfile.ZipFile(zip_path, "w") as zf:
+        for i, arr in enumerate(random_images(3, size=8)):
+            zf.writestr(f"00000/img{i:08d}.png", png(arr))
+        zf.writestr("00000/img00000003.png", photo[: len(photo) // 2])  # truncated
+    out = tmp_path / "set.npz"
+    env, common = _cli_setup(tmp_path, tiny_net)
+    run = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(out), "--json", *common], env=env)
+    stdout, err = run.communicate(timeout=240)
+    assert run.returncode == 0, err
+    doc = json.loads(stdout)
+    assert (doc["seen"], doc["written"], doc["failed"], doc["failures_file"]) == (4, 3, 1, f"{out}.failures.json")
+    assert doc["outputs"][0]["failed"] == 1
+    assert json.loads(Path(f"{out}.failures.json").read_text())["failures"][0]["input"].endswith("img00000003.png")
