@@ -128,11 +128,11 @@ def quickstart_demo(outdir: str | os.PathLike[str]) -> dict[str, Any]:
             (tree / path.suffix.lower()[1:]).mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, tree / path.suffix.lower()[1:] / path.name)
     summaries = prepare_imagenet64(ImagenetOptions(tree, out, allow_any_tree=True), ZipRun(workers=2))  # two made-up classes
-    loader = ImageLoader(str(summaries[1]["path"]), None, batch_size=4, num_workers=0)
+    loader = ImageLoader(summaries[1].path, None, batch_size=4, num_workers=0)
     batch = next(iter(loader))
     return {
-        "zips": [s["path"] for s in summaries],
-        "images": summaries[1]["written"],
-        "converted": summaries[1]["converted_modes"],
+        "zips": [s.path for s in summaries],
+        "images": summaries[1].written,
+        "converted": [c.to_json() for c in summaries[1].converted],
         "batch": {key: list(value.shape) for key, value in batch.items()},
     }

@@ -80,13 +80,10 @@ def fid_refs(
         metrics_for(refs.output)  # a wrong extension fails before any model loads
     if dataset is not None and dataset not in NAMES:
         raise typer.BadParameter(f"unknown dataset {dataset!r}; choose one of {', '.join(NAMES)}")
-    options = RefOptions(trust_pickle=refs.trust_pickle, device=refs.device, batch_size=refs.batch_size,
+    weights = {k: v for k, v in (("inception", refs.inception), ("dinov2", refs.dinov2)) if v}  # unset: the default
+    options = RefOptions(**weights, trust_pickle=refs.trust_pickle, device=refs.device, batch_size=refs.batch_size,
                          workers=refs.workers, chunk_size=refs.chunk_size, work_dir=refs.work_dir, resume=job.resume,
                          overwrite=job.overwrite, wait_timeout=job.wait_timeout)
-    if refs.inception:
-        options.inception = refs.inception
-    if refs.dinov2:
-        options.dinov2 = refs.dinov2
 
     jobs: list[tuple[str | None, str, str]] = []
     missing: list[str] = []
@@ -135,12 +132,11 @@ def fid_refs(
 
 def _outcome(results: list[RefResult], missing: list[str], source: str, output: str, seconds: float) -> Outcome:
     """The summary every writing command prints: each image of the sources is an input, written once its features
-    are in the reference (computed now, taken from an earlier run's chunks, or in an output kept as it was); an
-    image that cannot be read stops the job, so nothing is counted as failed. On a torchrun rank other than 0 the
+    are in the reference (computed now, taken from an earlier run's chunks, or in an output kept as it was), failed
+    when it cannot be decoded (listed in the output's ``.failures.json``). On a torchrun rank other than 0 the
     counts are that rank's share and rank 0 reports the job."""
     from fgdata.cli.jobrun import Outcome
 
-    images = sum(r.images for r in results)
     rank, world = results[0].rank, results[0].world_size
     rows: list[tuple[str, str]] = []
     if rank != 0:
@@ -149,18 +145,22 @@ def _outcome(results: list[RefResult], missing: list[str], source: str, output: 
         rows.append(("kept" if r.kept else "wrote" if rank == 0 else "chunks for", r.path))
         if not r.kept:
             rate = f", {r.images_per_s:,.0f} img/s" if r.images_per_s else ""
-            rows.append(("  images", f"{r.images:,} ({r.computed:,} computed here{rate})"))
+            rows.append(("  images", f"{r.seen:,} ({r.computed:,} computed here{rate})"))
+        if r.failed and r.failures_path and len(results) > 1:
+            rows.append(("  failures", r.failures_path))
     if all(r.kept for r in results):
         rows.append(("", "complete: --no-resume recomputes"))
     rows += [("skipped", m) for m in missing]
     details: dict[str, Any] = {
-        "outputs": [{"path": r.path, "images": r.images, "computed": r.computed, "reused": r.reused, "kept": r.kept,
-                     "images_per_s": r.images_per_s} for r in results],
+        "outputs": [{"path": r.path, "images": r.seen, "failed": r.failed, "computed": r.computed,
+                     "reused": r.reused, "kept": r.kept, "images_per_s": r.images_per_s,
+                     "failures_file": r.failures_path} for r in results],
         "skipped": missing}
     if rank != 0:
         details |= {"rank": rank, "world": world}
-    return Outcome(command="fid-refs", source=source, output=output, seen=images, written=images, failed=0,
-                   failures_file=None, seconds=seconds, details=details, rows=rows, whole_job=rank == 0)
+    return Outcome(command="fid-refs", source=source, output=output, seen=sum(r.seen for r in results),
+                   written=sum(r.written for r in results), failed=sum(r.failed for r in results),
+                   failures_file=results[0].failures_path if len(results) == 1 else None, seconds=seconds, details=details, rows=rows, whole_job=rank == 0)
 
 
 def register(app: typer.Typer) -> None:

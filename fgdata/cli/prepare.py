@@ -21,33 +21,33 @@ from fgdata.cli.render import terminal_safe
 
 if TYPE_CHECKING:
     from fgdata.cli.jobrun import Outcome
-    from fgdata.prepare import ZipRun
+    from fgdata.prepare import ZipRun, ZipSummary
 
 DOWNLOADS = ("cifar10", "imagenet")
 PREPARES = ("cifar10", "imagenet-64", "imagenet-256")
 
 
-def _outcome(dataset: str, source: str, summaries: list[dict], seconds: float) -> Outcome:
-    """The command's result in the shape every writing command shares: inputs seen and failed (by the first pass),
-    written (by the last pass: the latents of imagenet-256), the zips and the failure report."""
+def _outcome(dataset: str, source: str, summaries: list[ZipSummary], seconds: float) -> Outcome:
+    """The command's result in the shape every writing command shares. The last pass's summary counts the
+    whole command (the latent pass of imagenet-256 counts the inputs the RGB pass failed too); on a torchrun
+    rank other than 0 it is the rank's share, and rank 0 reports the job."""
     from fgdata.cli.jobrun import Outcome
 
-    full = [s for s in summaries if "written" in s] or [{}]
-    zips = [s["path"] for s in summaries]
-    rows = [("kept" if s.get("skipped") else "wrote", Path(s["path"]).name) for s in summaries]
-    converted = len(summaries[0].get("converted_modes") or [])
+    last = summaries[-1]
+    zips = [s.path for s in summaries]
+    rows = [("kept" if s.kept else "wrote", Path(s.path).name) for s in summaries]
+    converted = len(summaries[0].converted)
     if converted:
         rows.append(("converted to RGB", f"{converted:,} (listed in the provenance file)"))
-    skipped = all(s.get("skipped") for s in summaries)
+    skipped = all(s.kept for s in summaries)
     if skipped:
         rows.append(("", "complete: --no-resume rebuilds"))
-    failed = int(full[0].get("failed", 0))
-    written = int(full[-1].get("written", 0))
-    report = full[-1].get("failures_file")
+    report = last.failures_path
     return Outcome(command=f"prepare {dataset}", source=source, output=str(Path(zips[0]).parent),
-                   seen=written + failed, written=written, failed=failed,
+                   seen=last.seen, written=last.written, failed=last.failed,
                    failures_file=report if report and Path(report).is_file() else None, seconds=seconds,
-                   details={"outputs": zips, "skipped": skipped}, rows=rows)
+                   details={"outputs": zips, "skipped": skipped}, rows=rows,
+                   whole_job=all(s.whole_job for s in summaries))
 
 
 def download(
@@ -142,7 +142,7 @@ def prepare(
 
     i = inputs
     if dataset == "cifar10":
-        job_fn: Callable[[ZipRun], list[dict]] = partial(
+        job_fn: Callable[[ZipRun], list[ZipSummary]] = partial(
             lib.prepare_cifar10, lib.Cifar10Options(i.data_root, i.source, i.skip_md5, max_images=i.max_images))
     else:
         assert i.imagenet_source is not None  # refused above
@@ -157,7 +157,7 @@ def prepare(
             job_fn = partial(lib.prepare_imagenet256, imagenet, vae)
     bars = out.bars
 
-    def build() -> list[dict]:
+    def build() -> list[ZipSummary]:
         with phase_progress(enabled=bars) as update:
             return job_fn(lib.ZipRun(i.workers, job.resume, job.overwrite, update if bars else None,
                                      notes(out.quiet)))

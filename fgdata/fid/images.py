@@ -4,7 +4,9 @@ Every source has a fixed order and count, and splits into chunks of consecutive 
 resume and of the work split between ranks. Zips and folders are read with the loaders' ``ImageZipDataset``
 (names sorted, as EDM's dataset class); an ``s3://`` zip is fetched once into the node cache. Shards
 (``WDS:<dir or s3 prefix>``) are counted from their headers, streamed in shard order and split only at shard
-boundaries, so a chunk never needs random access into a remote tar.
+boundaries, so a chunk never needs random access into a remote tar. An image that cannot be decoded comes out
+as a :class:`~fgdata.jobs.report.Failure` in its place (the reference leaves it out and reports it); a source
+FID cannot use (latents, other channel counts) stops the pass.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 
 from fgdata import storage
 from fgdata.errors import FgdataError
+from fgdata.jobs.report import Failure, clean_reason
 
 SHARD_PREFIX = "WDS:"
 #: Which member of a shard sample is the image, when a sample holds several.
@@ -53,7 +56,8 @@ class ImageSource:
     def chunks(self, chunk_size: int) -> list[Chunk]:
         raise NotImplementedError
 
-    def read(self, chunk: Chunk, workers: int) -> Iterator[np.ndarray]:
+    def read(self, chunk: Chunk, workers: int) -> Iterator[np.ndarray | Failure]:
+        """The chunk's images in order, each a uint8 CHW array or the failure of an undecodable image."""
         raise NotImplementedError
 
 
@@ -69,12 +73,26 @@ def _check_pixels(arr: np.ndarray, where: str) -> np.ndarray:
     return arr
 
 
-def _ordered(fn: Any, items: Iterator[Any], workers: int, what: Any) -> Iterator[np.ndarray]:
-    """``fn`` over ``items`` on ``workers`` threads, in order; the first failure stops the pass with its name."""
+def _undecodable(exc: BaseException) -> bool:
+    """Whether ``exc`` says that one image cannot be decoded (a failure to report), rather than that the source
+    is not one FID can use (which stops the pass)."""
+    from PIL import Image
+
+    from fgdata.media.errors import MediaError
+
+    return isinstance(exc, (OSError, ValueError, SyntaxError, MediaError, Image.DecompressionBombError))
+
+
+def _ordered(fn: Any, items: Iterator[Any], workers: int, what: Any) -> Iterator[np.ndarray | Failure]:
+    """``fn`` over ``items`` on ``workers`` threads, in order; an undecodable image gives its failure, any other
+    error stops the pass with the image's name."""
     from fgdata.encode.jobs import prefetch_map
 
     for item, result in prefetch_map(fn, items, workers, ahead=max(64, 8 * workers)):
         if isinstance(result, BaseException):
+            if _undecodable(result):
+                yield Failure(what(item), clean_reason(f"image-decode: {result}"))
+                continue
             if isinstance(result, FgdataError):
                 raise result
             raise FgdataError(f"{what(item)}: cannot decode ({type(result).__name__}: {result})")
@@ -106,7 +124,7 @@ class ZipSource(ImageSource):
     def chunks(self, chunk_size: int) -> list[Chunk]:
         return [Chunk(i, a, min(a + chunk_size, self.count)) for i, a in enumerate(range(0, self.count, chunk_size))]
 
-    def read(self, chunk: Chunk, workers: int) -> Iterator[np.ndarray]:
+    def read(self, chunk: Chunk, workers: int) -> Iterator[np.ndarray | Failure]:
         names = self._data.names
 
         def load(i: int) -> np.ndarray:
@@ -172,7 +190,7 @@ class ShardSource(ImageSource):
             chunks.append(Chunk(len(chunks), start, pos, tuple(group)))
         return chunks
 
-    def read(self, chunk: Chunk, workers: int) -> Iterator[np.ndarray]:
+    def read(self, chunk: Chunk, workers: int) -> Iterator[np.ndarray | Failure]:
         from fgdata.shards import iter_samples
 
         def items() -> Iterator[tuple[str, bytes]]:
@@ -182,7 +200,7 @@ class ShardSource(ImageSource):
                     yield where, _image_member(sample.members, where)
 
         for arr in _ordered(_decode_member, items(), workers, lambda item: item[0]):
-            yield _check_pixels(arr, self.path)
+            yield arr if isinstance(arr, Failure) else _check_pixels(arr, self.path)
 
 
 def open_source(path: str, workers: int = 8) -> ImageSource:

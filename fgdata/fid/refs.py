@@ -19,8 +19,8 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,8 @@ from fgdata.errors import FgdataError, OptionError
 from fgdata.fid.detectors import DINOV2_DEFAULT, INCEPTION_DEFAULT, Detector
 from fgdata.fid.images import Chunk, ImageSource, open_source
 from fgdata.fid.stats import Moments, edm2_pkl_bytes, edm_npz_bytes, npz_bytes
+from fgdata.jobs.options import RUNTIME, byte_options, fingerprint
+from fgdata.jobs.report import Failure, OutputSummary, write_failures
 
 FID_REFS_DIR = "fid-refs"
 #: Name -> (dataset zip under the data root, the ``fgdata prepare`` target that makes it, reference file).
@@ -57,41 +59,44 @@ ACCUMULATION = ("every image once, no xflip; uint8 RGB NCHW into the detector; f
 ProgressFn = Callable[[str, int, int], None]
 
 
-@dataclass
-class RefOptions:
-    """Everything a run takes besides the input and output."""
-
-    inception: str = INCEPTION_DEFAULT
-    dinov2: str = DINOV2_DEFAULT
-    trust_pickle: bool = False
-    device: str = "auto"
-    batch_size: int = 128
-    workers: int | None = None
-    chunk_size: int = CHUNK_SIZE
-    work_dir: str | None = None
-    resume: bool = True  # keep a complete output and complete chunks of the same job
-    overwrite: bool = False  # replace an existing output that fgdata did not write
-    wait_timeout: float | None = None
-
-
 @dataclass(frozen=True)
-class RefResult:
-    """What one :func:`compute_refs` call did, for the CLI's summary and for library callers.
+class RefOptions:
+    """Everything a run takes besides the input and output.
 
-    ``images`` is every image of the source on rank 0 (which writes the output) and the rank's own share on the
-    others; of those, ``computed`` ran through the detectors here and ``reused`` came from chunk files an earlier
-    run left. ``kept`` says the output was already complete with these options, so nothing ran. ``provenance``
-    is the output's provenance record (None on ranks other than 0, which write none).
+    The rule of :mod:`fgdata.jobs.options` holds: a field changes the statistics, and joins the job's
+    fingerprint, unless it is declared ``RUNTIME`` (batch and chunk sizes set the order in which float sums are
+    added). The detectors join the fingerprint by their weights' checksums and the device by its type, not by
+    how they were named, so those fields are ``RUNTIME`` here.
     """
 
-    path: str
-    images: int
+    inception: str = field(default=INCEPTION_DEFAULT, metadata=RUNTIME)
+    dinov2: str = field(default=DINOV2_DEFAULT, metadata=RUNTIME)
+    trust_pickle: bool = field(default=False, metadata=RUNTIME)
+    device: str = field(default="auto", metadata=RUNTIME)
+    batch_size: int = 128
+    workers: int | None = field(default=None, metadata=RUNTIME)
+    chunk_size: int = CHUNK_SIZE
+    work_dir: str | None = field(default=None, metadata=RUNTIME)
+    resume: bool = field(default=True, metadata=RUNTIME)  # keep a complete output and complete chunks of the same job
+    overwrite: bool = field(default=False, metadata=RUNTIME)  # replace an output that fgdata did not write
+    wait_timeout: float | None = field(default=None, metadata=RUNTIME)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RefResult(OutputSummary):
+    """What one :func:`compute_refs` call did, in the counts every writing command reports.
+
+    ``seen`` is every image of the source on rank 0 (which writes the output and ``<out>.failures.json``) and
+    the rank's own share on the others; ``written`` are those in the statistics and ``failed`` those that could
+    not be decoded. Of the images, ``computed`` ran through the detectors here and ``reused`` came from chunk
+    files an earlier run left. ``provenance`` is the output's provenance record (None on ranks other than 0,
+    which write none).
+    """
+
     computed: int = 0
     reused: int = 0
-    kept: bool = False
     rank: int = 0
     world_size: int = 1
-    seconds: float = 0.0
     provenance: dict[str, Any] | None = None
 
     @property
@@ -150,36 +155,61 @@ def _chunk_path(work: str, chunk: Chunk) -> str:
     return os.path.join(work, f"chunk-{chunk.index:05d}.npz")
 
 
-def _load_chunk(path: str, fp: str, metrics: tuple[str, ...], size: int,
-                launch: str | None = None) -> dict[str, Moments] | None:
-    """The chunk's moments when the file is whole, its fingerprint and count match and (``launch``: under
-    ``--no-resume``) this launch wrote it; else None."""
-    import zipfile
+@dataclass(frozen=True)
+class ChunkFile:
+    """One chunk's moments on disk (``<work>/chunk-NNNNN.npz``, docs/FORMATS.md): the chunk's fingerprint, the
+    launch that wrote it (empty unless under ``--no-resume``), the moments per metric, and the chunk's images
+    that could not be decoded (a chunk of an earlier version has none)."""
 
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            if str(z["fingerprint"]) != fp or not _of_launch(z, launch):
-                return None
-            out = {m: Moments(int(z[f"{m}.n"]), z[f"{m}.s1"], z[f"{m}.s2"]) for m in metrics}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+    fingerprint: str
+    launch: str
+    moments: dict[str, Moments]
+    failures: tuple[Failure, ...] = ()
+
+    def to_bytes(self) -> bytes:
+        arrays: dict[str, np.ndarray] = {"fingerprint": np.array(self.fingerprint), "launch": np.array(self.launch),
+                                         "failures": np.array(json.dumps([f.to_json() for f in self.failures]))}
+        for metric, m in self.moments.items():
+            arrays.update({f"{metric}.n": np.array(m.n, np.int64), f"{metric}.s1": m.s1, f"{metric}.s2": m.s2})
+        return npz_bytes(arrays)
+
+    @classmethod
+    def read(cls, path: str, metrics: tuple[str, ...] = ()) -> ChunkFile | None:
+        """The chunk at ``path`` with the moments of ``metrics`` (none: its fingerprint and launch only, which is
+        all rank 0's wait needs: the sums of one chunk are tens of MB, so the file is read lazily, not parsed
+        from bytes); None when it is missing, torn or foreign."""
+        import zipfile
+
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                launch = str(z["launch"]) if "launch" in z.files else ""
+                failures = json.loads(str(z["failures"])) if "failures" in z.files else []
+                return cls(str(z["fingerprint"]), launch,
+                           {m: Moments(int(z[f"{m}.n"]), z[f"{m}.s1"], z[f"{m}.s2"]) for m in metrics},
+                           tuple(Failure(str(f["input"]), str(f["reason"])) for f in failures))
+        except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile):
+            return None
+
+    def counts(self, fp: str, launch: str | None) -> bool:
+        """Whether this chunk counts in a job of fingerprint ``fp`` whose launch
+        (:func:`fgdata.jobs.ranks.run_launch`) is ``launch`` (None: any launch)."""
+        return self.fingerprint == fp and (launch is None or self.launch == launch)
+
+
+def _load_chunk(path: str, fp: str, metrics: tuple[str, ...], size: int,
+                launch: str | None = None) -> ChunkFile | None:
+    """The chunk when the file is whole, its fingerprint and count (images in its moments and failed) match
+    and (``launch``: under ``--no-resume``) this launch wrote it; else None."""
+    chunk = ChunkFile.read(path, metrics)
+    if chunk is None or not chunk.counts(fp, launch):
         return None
-    return out if all(m.n == size for m in out.values()) else None
+    return chunk if all(m.n + len(chunk.failures) == size for m in chunk.moments.values()) else None
 
 
 def _chunk_ready(path: str, fp: str, launch: str | None) -> bool:
     """Cheap check for rank 0's wait: the file exists and carries this job's fingerprint (and launch)."""
-    import zipfile
-
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return str(z["fingerprint"]) == fp and _of_launch(z, launch)
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-        return False
-
-
-def _of_launch(z: Any, launch: str | None) -> bool:
-    """Whether a chunk file counts in a run whose launch (:func:`fgdata.jobs.ranks.run_launch`) is ``launch``."""
-    return launch is None or ("launch" in z.files and str(z["launch"]) == launch)
+    chunk = ChunkFile.read(path)
+    return chunk is not None and chunk.counts(fp, launch)
 
 
 def _shape_groups(batch: list[np.ndarray]) -> list[list[np.ndarray]]:
@@ -191,8 +221,9 @@ def _shape_groups(batch: list[np.ndarray]) -> list[list[np.ndarray]]:
 
 
 def _compute_chunk(source: ImageSource, chunk: Chunk, detectors: dict[str, Detector], options: RefOptions,
-                   device: str, tick: Callable[[int], None]) -> dict[str, Moments]:
-    """Moments of one chunk's features, accumulated in float64 on the detector's device."""
+                   device: str, tick: Callable[[int], None]) -> tuple[dict[str, Moments], list[Failure]]:
+    """Moments of one chunk's features, accumulated in float64 on the detector's device, and the chunk's images
+    that could not be decoded."""
     import torch
 
     from fgdata.encode.jobs import batches
@@ -201,8 +232,18 @@ def _compute_chunk(source: ImageSource, chunk: Chunk, detectors: dict[str, Detec
     sums = {m: [torch.zeros(d.dim, dtype=torch.float64, device=device),
                 torch.zeros(d.dim, d.dim, dtype=torch.float64, device=device)] for m, d in detectors.items()}
     seen = 0
+    failures: list[Failure] = []
+
+    def decoded() -> Iterator[np.ndarray]:
+        for item in source.read(chunk, options.workers or default_workers()):
+            if isinstance(item, Failure):
+                failures.append(item)
+                tick(1)
+            else:
+                yield item
+
     with torch.inference_mode():
-        for batch in batches(source.read(chunk, options.workers or default_workers()), options.batch_size):
+        for batch in batches(decoded(), options.batch_size):
             for group in _shape_groups(batch):
                 images = torch.from_numpy(np.stack(group)).to(device)
                 for metric, detector in detectors.items():
@@ -214,34 +255,57 @@ def _compute_chunk(source: ImageSource, chunk: Chunk, detectors: dict[str, Detec
                     sums[metric][1] += features.T @ features
             seen += len(batch)
             tick(len(batch))
-    if seen != chunk.size:
-        raise FgdataError(f"{source.path}: read {seen} images for images {chunk.start}..{chunk.stop - 1}, "
-                          f"expected {chunk.size}")
-    return {m: Moments(seen, s1.cpu().numpy(), s2.cpu().numpy()) for m, (s1, s2) in sums.items()}
+    if seen + len(failures) != chunk.size:
+        raise FgdataError(f"{source.path}: read {seen + len(failures)} images for images {chunk.start}.."
+                          f"{chunk.stop - 1}, expected {chunk.size}")
+    return {m: Moments(seen, s1.cpu().numpy(), s2.cpu().numpy()) for m, (s1, s2) in sums.items()}, failures
 
 
-def _write_chunk(path: str, fp: str, moments: dict[str, Moments], launch: str | None) -> None:
-    arrays: dict[str, np.ndarray] = {"fingerprint": np.array(fp), "launch": np.array(launch or "")}
-    for metric, m in moments.items():
-        arrays.update({f"{metric}.n": np.array(m.n, np.int64), f"{metric}.s1": m.s1, f"{metric}.s2": m.s2})
+def _write_chunk(path: str, chunk: ChunkFile) -> None:
     with storage.atomic_path(path) as tmp, open(tmp, "wb") as fh:
-        fh.write(npz_bytes(arrays))
+        fh.write(chunk.to_bytes())
 
 
 def provenance_path(out: str) -> str:
     return f"{out}.provenance.json"
 
 
-def _existing(out: str) -> dict[str, Any] | None:
+def failures_path(out: str) -> str:
+    """The output's failure report (one per reference: several share the fid-refs folder)."""
+    return f"{out}.failures.json"
+
+
+@dataclass(frozen=True)
+class RefProvenance:
+    """``<out>.provenance.json`` of a reference fgdata wrote, read back: the document as written, and the job
+    fingerprint, image count and images left out as undecodable (absent in earlier versions: none) a rerun
+    reads."""
+
+    record: dict[str, Any]
+    fingerprint: str
+    images: int
+    failed: int = 0
+
+    @classmethod
+    def parse(cls, data: bytes) -> RefProvenance | None:
+        """The provenance in ``data``; None when it is torn, foreign or malformed."""
+        try:
+            doc = json.loads(data)
+            return cls(doc, str(doc["fingerprint"]), int(doc["images"]), int(doc.get("failed", 0)))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def _existing(out: str) -> RefProvenance | None:
     """The provenance of an existing output fgdata wrote; None when there is no output; raises when a file
     is there that fgdata did not write (a reference downloaded or made by another tool)."""
     if not storage.exists(out):
         return None
     try:
-        info = json.loads(storage.read_text(provenance_path(out)))
-    except (OSError, ValueError, FgdataError):
+        info = RefProvenance.parse(storage.read_bytes(provenance_path(out)))
+    except (OSError, FgdataError):
         info = None
-    if not isinstance(info, dict) or "fingerprint" not in info:
+    if info is None:
         raise FgdataError(f"{out} exists and fgdata did not write it (no {storage.basename(provenance_path(out))} "
                           "beside it); pass --overwrite to replace it, or choose another output")
     return info
@@ -258,7 +322,6 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     other than 0 the result covers only that rank's chunks.
     """
     from fgdata.encode.models import resolve_device
-    from fgdata.jobs.options import fingerprint
     from fgdata.jobs.outputs import output_done, redoing
     from fgdata.jobs.ranks import dist_env, owned, owner, run_launch, wait_for
     from fgdata.workers import default_workers
@@ -276,14 +339,17 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
         detectors = DetectorCache(options, device)
     dets = detectors.get(metrics) if isinstance(detectors, DetectorCache) else {m: detectors[m] for m in metrics}
     identity = {"job": JOB_FORMAT, "source": source.identity(), "metrics": list(metrics),
-                "detectors": {m: d.identity for m, d in dets.items()}, "batch_size": options.batch_size,
-                "chunk_size": options.chunk_size, "device_type": device.split(":")[0]}
+                "detectors": {m: d.identity for m, d in dets.items()}, "device_type": device.split(":")[0],
+                **byte_options(options)}
     fp = fingerprint(identity)
     label = name or storage.basename(out)
     if not options.overwrite:
         kept = _existing(out)
-        if options.resume and kept is not None and kept.get("fingerprint") == fp:
-            return RefResult(out, int(kept.get("images", 0)), kept=True, rank=rank, world_size=world, provenance=kept)
+        if options.resume and kept is not None and kept.fingerprint == fp:
+            report = failures_path(out)
+            return RefResult(path=out, seen=kept.images, written=kept.images - kept.failed, failed=kept.failed,
+                             failures_path=report if storage.exists(report) else None, kept=True, rank=rank,
+                             world_size=world, provenance=kept.record)
 
     launch = run_launch(options.resume, options.wait_timeout)
     if not options.resume:
@@ -293,7 +359,7 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     chunks = source.chunks(options.chunk_size)
     mine = owned(chunks, rank, world)
     total = sum(c.size for c in mine)
-    done, computed, reused, began = 0, 0, 0, time.monotonic()
+    done, computed, reused, failed, began = 0, 0, 0, 0, time.monotonic()
     phase = label if world == 1 else f"{label} rank {rank}"
 
     def tick(n: int) -> None:
@@ -305,14 +371,20 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     chunk_fp = {c.index: fingerprint({**identity, "chunk": [c.start, c.stop]}) for c in chunks}
     for chunk in mine:
         path = _chunk_path(work, chunk)
-        if options.resume and _load_chunk(path, chunk_fp[chunk.index], metrics, chunk.size) is not None:
+        earlier = _load_chunk(path, chunk_fp[chunk.index], metrics, chunk.size) if options.resume else None
+        if earlier is not None:
             reused += chunk.size
+            failed += len(earlier.failures)
             tick(chunk.size)
             continue
-        _write_chunk(path, chunk_fp[chunk.index], _compute_chunk(source, chunk, dets, options, device, tick), launch)
+        moments, undecoded = _compute_chunk(source, chunk, dets, options, device, tick)
+        _write_chunk(path, ChunkFile(chunk_fp[chunk.index], launch or "", moments, tuple(undecoded)))
         computed += chunk.size
+        failed += len(undecoded)
         output_done()
-    share = RefResult(out, total, computed, reused, rank=rank, world_size=world, seconds=time.monotonic() - began)
+    share = RefResult(path=out, seen=total, written=total - failed, failed=failed, failures_path=None,
+                      computed=computed, reused=reused, rank=rank, world_size=world,
+                      seconds=time.monotonic() - began, whole_job=False)
     if rank != 0:
         return share
 
@@ -320,21 +392,30 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
                       if not _chunk_ready(_chunk_path(work, c), chunk_fp[c.index], launch)],
              f"{work}", timeout=options.wait_timeout, log=notify)
     totals = {m: Moments.zeros(d.dim) for m, d in dets.items()}
+    failures: list[Failure] = []
     for chunk in chunks:
         part = _load_chunk(_chunk_path(work, chunk), chunk_fp[chunk.index], metrics, chunk.size, launch)
         if part is None:
             raise FgdataError(f"{_chunk_path(work, chunk)}: unreadable or from another job; rerun to recompute it")
         for metric in metrics:
-            totals[metric].add(part[metric])
+            totals[metric].add(part.moments[metric])
+        failures += part.failures
+    written = source.count - len(failures)
     for metric, m in totals.items():
-        if m.n != source.count:
-            raise FgdataError(f"{source_path}: {metric} saw {m.n} images, the source holds {source.count}")
+        if m.n != written:
+            raise FgdataError(f"{source_path}: {metric} saw {m.n} images, the source holds {written} it can decode")
+    report = failures_path(out)
+    write_failures(report, "fid-refs", source.count, written, [f.to_json() for f in failures],
+                   {"outputs": [storage.basename(out)]})
+    if written < 2:
+        raise FgdataError(f"{source_path}: {written} of {source.count} images could be decoded; FID statistics "
+                          f"need at least 2 (reasons in {report})")
     stats = {metric: m.mu_sigma() for metric, m in totals.items()}
     data = edm_npz_bytes(*stats["fid"]) if metrics == FORMATS[".npz"] else edm2_pkl_bytes(stats)
     storage.write_bytes(out, data)
     provenance = {
         "format": "edm-npz" if metrics == FORMATS[".npz"] else "edm2-pkl",
-        "dataset": name, "source": source.identity(), "images": source.count,
+        "dataset": name, "source": source.identity(), "images": source.count, "failed": len(failures),
         "detectors": {m: d.provenance for m, d in dets.items()}, "accumulation": ACCUMULATION,
         "batch_size": options.batch_size, "device": device, "world_size": world, "chunk_size": options.chunk_size,
         "chunks": len(chunks), "fingerprint": fp, "sha256": hashlib.sha256(data).hexdigest(),
@@ -347,4 +428,5 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
             os.remove(_chunk_path(work, chunk))
     with contextlib.suppress(OSError):
         os.rmdir(work)
-    return replace(share, images=source.count, provenance=provenance)
+    return replace(share, seen=source.count, written=written, failed=len(failures), failures_path=report,
+                   whole_job=True, provenance=provenance)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from fgdata import storage
@@ -26,6 +27,38 @@ FAILURES_FILE = "failures.json"
 FORMAT = "fgdata.failures"
 VERSION = 2
 _ADDRESS = re.compile(r"\s*<[^<>]* at 0x[0-9a-fA-F]+>| at 0x[0-9a-fA-F]+")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An input a job could not write, and why, as ``failures.json`` lists it."""
+
+    input: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"input": self.input, "reason": self.reason}
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputSummary:
+    """What a pass of a writing command did to one output, in the counts every command reports.
+
+    ``seen`` is every input accounted for (``written + failed``); ``failures_path`` the report that lists the
+    failures (None where this process wrote none: a torchrun rank's share); ``kept``: the output was already
+    complete with these options and nothing ran; ``whole_job`` is False for a rank that reports only its share.
+    Commands add their own fields in a subclass (``fgdata.prepare.build.ZipSummary``,
+    ``fgdata.fid.refs.RefResult``).
+    """
+
+    path: str
+    seen: int
+    written: int
+    failed: int
+    failures_path: str | None
+    kept: bool = False
+    seconds: float = 0.0
+    whole_job: bool = True
 
 
 def clean_reason(reason: str) -> str:

@@ -9,7 +9,7 @@ Nothing here imports the loaders: ``fgdata quickstart`` loads a batch from what 
 
 from __future__ import annotations
 
-from fgdata.prepare.build import ZipRun
+from fgdata.prepare.build import ZipRun, ZipSummary
 from fgdata.prepare.cifar import prepare_cifar10
 from fgdata.prepare.imagenet import prepare_imagenet64, prepare_imagenet256_rgb
 from fgdata.prepare.options import Cifar10Options, ImagenetOptions, LatentZipOptions
@@ -24,7 +24,7 @@ DATASETS: dict[str, tuple[tuple[str, ...], str]] = {
 
 
 def prepare_imagenet256(options: ImagenetOptions, latents: LatentZipOptions = LatentZipOptions(),
-                        run: ZipRun = ZipRun()) -> list[dict]:
+                        run: ZipRun = ZipRun()) -> list[ZipSummary]:
     """The RGB zip (rank 0 only; other torchrun ranks wait for it), then the latent zip, encoded by every rank.
 
     The VAE is found and loaded once (on the CPU) before the RGB pass, so a missing, unreachable or broken
@@ -48,7 +48,7 @@ def prepare_imagenet256(options: ImagenetOptions, latents: LatentZipOptions = La
     stamp = rgb.parent / STATE_DIR / f"{rgb.name}.launch"
     rank, _world = dist_env()
     launch = run_launch(run.resume, prepare_wait_s())
-    results: list[dict] = []
+    results: list[ZipSummary] = []
 
     def written() -> bool:
         if launch is not None:
@@ -69,4 +69,4 @@ def prepare_imagenet256(options: ImagenetOptions, latents: LatentZipOptions = La
 
 
 __all__ = ["DATASETS", "prepare_cifar10", "prepare_imagenet64", "prepare_imagenet256", "Cifar10Options",
-           "ImagenetOptions", "LatentZipOptions", "ZipRun", "IMAGENET256_RGB_ZIP", "IMAGENET256_SD_ZIP"]
+           "ImagenetOptions", "LatentZipOptions", "ZipRun", "ZipSummary", "IMAGENET256_RGB_ZIP", "IMAGENET256_SD_ZIP"]

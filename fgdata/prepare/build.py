@@ -21,11 +21,13 @@ from fgdata.errors import FgdataError
 from fgdata.jobs.dest import Notify, claimed, remove_files
 from fgdata.jobs.local import ordered_map
 from fgdata.jobs.outputs import output_done
-from fgdata.jobs.report import FAILURES_FILE, write_failures
+from fgdata.jobs.report import FAILURES_FILE, OutputSummary, write_failures
 from fgdata.jobs.signals import Interrupted, stop_on_signals
 from fgdata.prepare.options import Fingerprint
-from fgdata.prepare.zipwriter import (EdmZipWriter, dataset_json_bytes, member_name, open_nofollow, provenance_path,
-                                      partial_paths, read_partial_state, validate_zip)
+from fgdata.jobs.report import Failure
+from fgdata.prepare.zipwriter import (Converted, EdmZipWriter, Provenance, ZipState, dataset_json_bytes,
+                                      member_name, open_nofollow, provenance_path, partial_paths, read_partial_state,
+                                      validate_zip)
 from fgdata.workers import default_workers
 
 #: One input's outcome: a member per target (None when it failed) and a note (source mode or failure reason).
@@ -51,17 +53,45 @@ class ZipTarget:
     extra: dict = field(default_factory=dict)
 
 
-def _read_log(path: Path) -> dict[int, dict]:
-    entries: dict[int, dict] = {}
+@dataclass(frozen=True)
+class LogEntry:
+    """One line of the side log ``<zip>.partial.log``: input ``i`` failed (``failed``: why) or was converted
+    (``mode``: its source mode)."""
+
+    i: int
+    input: str
+    failed: str | None = None
+    mode: str | None = None
+
+    def to_line(self) -> str:
+        note = {"failed": self.failed} if self.failed is not None else {"mode": self.mode}
+        return json.dumps({"i": self.i, "input": self.input, **note}) + "\n"
+
+    @classmethod
+    def parse(cls, line: str) -> LogEntry | None:
+        """The entry on ``line``; None when it is torn or foreign."""
+        try:
+            doc = json.loads(line)
+            failed, mode = doc.get("failed"), doc.get("mode")
+            if (failed is None) == (mode is None):
+                return None
+            return cls(int(doc["i"]), str(doc["input"]), None if failed is None else str(failed),
+                       None if mode is None else str(mode))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+
+def _read_log(path: Path) -> dict[int, LogEntry]:
+    """The log's entries by input position, up to its first torn line (the last one of a killed run)."""
+    entries: dict[int, LogEntry] = {}
     if path.exists():
         with open_nofollow(path, "r") as fh:
             text = fh.read()
         for line in text.splitlines():
-            try:
-                item = json.loads(line)
-                entries[int(item["i"])] = item
-            except (ValueError, KeyError, TypeError):
-                break  # a torn last line
+            entry = LogEntry.parse(line)
+            if entry is None:
+                break
+            entries[entry.i] = entry
     return entries
 
 
@@ -84,20 +114,16 @@ class ZipJob:
 
 @dataclass(frozen=True)
 class Existing:
-    """What an earlier run left at one output: keep it (complete), or remove it first (saying why), or neither."""
+    """What an earlier run left at one output: keep it (complete: its provenance), or remove it first (saying
+    why), or neither."""
 
     dest: Path
-    complete: bool = False
+    kept: Provenance | None = None
     remove: tuple[str, ...] = ()
     why: str = ""
 
 
-def _fgdata_provenance(dest: Path) -> dict | None:
-    info = _read_provenance(dest)
-    return info if str(info.get("tool", "")).startswith("fgdata") else None
-
-
-def check_output(dest: Path, expect: Fingerprint, damaged: Callable[[dict], str | None], /, *, resume: bool,
+def check_output(dest: Path, expect: Fingerprint, damaged: Callable[[Provenance], str | None], /, *, resume: bool,
                  overwrite: bool, **facts: Any) -> Existing:
     """Decide about an existing output zip before anything is removed (so a refusal removes nothing).
 
@@ -110,7 +136,7 @@ def check_output(dest: Path, expect: Fingerprint, damaged: Callable[[dict], str 
     names = tuple(p.name for p in (dest, prov) if p.exists() or p.is_symlink())
     if not (dest.exists() or dest.is_symlink()):
         return Existing(dest, remove=names, why="stale")  # a provenance file whose zip is gone
-    info = _fgdata_provenance(dest)
+    info = Provenance.read(dest)
     if info is None:
         if not overwrite:
             raise FgdataError(f"{dest}: exists and was not written by fgdata (no {prov.name}); move it away, "
@@ -118,11 +144,11 @@ def check_output(dest: Path, expect: Fingerprint, damaged: Callable[[dict], str 
         return Existing(dest, remove=names, why="--overwrite")
     if overwrite or not resume:
         return Existing(dest, remove=names, why="--overwrite" if overwrite else "--no-resume")
-    expect.check(str(dest), info, **facts)
+    expect.check(str(dest), info.record, **facts)
     broken = damaged(info)
     if broken is not None:
         return Existing(dest, remove=names, why=f"{dest.name} is incomplete ({broken})")
-    return Existing(dest, complete=True)
+    return Existing(dest, kept=info)
 
 
 def check_partial(dest: Path, state: Fingerprint, /, *, resume: bool, overwrite: bool = False,
@@ -133,7 +159,7 @@ def check_partial(dest: Path, state: Fingerprint, /, *, resume: bool, overwrite:
     if old is None:
         return Existing(dest)
     if resume:
-        state.check(f"{dest} (unfinished)", old, **facts)
+        state.check(f"{dest} (unfinished)", old.record, **facts)
         return Existing(dest)
     return Existing(dest, remove=tuple(p.name for p in partial_paths(dest)),
                     why="--overwrite" if overwrite else "--no-resume")
@@ -143,6 +169,22 @@ def clear(existing: list[Existing], notify: Notify | None) -> None:
     """Remove what :func:`check_output` and :func:`check_partial` decided, saying what goes first."""
     for e in existing:
         remove_files(str(e.dest.parent), list(e.remove), e.why, notify if e.why != "stale" else None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ZipSummary(OutputSummary):
+    """What a prepare pass did to one zip: the counts every writing command reports, and the inputs it
+    converted to RGB (listed in the zip's provenance)."""
+
+    converted: tuple[Converted, ...] = ()
+
+
+def kept_summary(dest: Path, written: int, failures: tuple[Failure, ...],
+                 converted: tuple[Converted, ...] = ()) -> ZipSummary:
+    """The summary of a zip kept as an earlier run left it (the counts its provenance records)."""
+    report = dest.parent / FAILURES_FILE
+    return ZipSummary(path=str(dest), seen=written + len(failures), written=written, failed=len(failures),
+                      failures_path=str(report) if report.is_file() else None, kept=True, converted=converted)
 
 
 @dataclass(frozen=True)
@@ -157,13 +199,12 @@ class ZipRun:
     notify: Notify | None = None
 
 
-def build_zips(job: ZipJob, run: ZipRun) -> list[dict]:
+def build_zips(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
     """Write every target zip from inputs ``0..n_inputs-1``; ``work`` returns one member per target per input.
 
     Complete outputs of the same job are kept (validated, not merely present) and unfinished ones resumed,
     unless ``run.resume`` is False; existing outputs fgdata did not write are refused unless ``run.overwrite`` (see
-    :func:`check_output`). Returns one summary per target: path, images written, failures, converted inputs
-    and whether it was skipped. SIGINT/SIGTERM raise :class:`~fgdata.jobs.signals.Interrupted` with the
+    :func:`check_output`). Returns one summary per target. SIGINT/SIGTERM raise :class:`~fgdata.jobs.signals.Interrupted` with the
     inputs done; the partial zip stays for the rerun.
     """
     folder = job.targets[0].dest.parent
@@ -172,15 +213,15 @@ def build_zips(job: ZipJob, run: ZipRun) -> list[dict]:
         return _build(job, run)
 
 
-def _build(job: ZipJob, run: ZipRun) -> list[dict]:
+def _build(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
     targets, n_inputs, fingerprint = job.targets, job.n_inputs, job.fingerprint
     resume, progress = run.resume and not run.overwrite, run.progress
-    states = [fingerprint.record(transform=t.transform, dest=t.dest.name) for t in targets]
+    states = [ZipState(fingerprint.record(transform=t.transform, dest=t.dest.name)) for t in targets]
     outputs = [check_output(t.dest, fingerprint, _damaged(t), resume=resume, overwrite=run.overwrite,
                             transform=t.transform) for t in targets]
-    if all(o.complete for o in outputs):
-        return [{**_read_provenance(t.dest), "path": str(t.dest), "skipped": True,
-                 "failures_file": str(t.dest.parent / FAILURES_FILE)} for t in targets]
+    if all(o.kept is not None for o in outputs):
+        return [kept_summary(o.dest, o.kept.written or 0, o.kept.failures, o.kept.converted) for o in outputs
+                if o.kept is not None]
     partials = [check_partial(t.dest, fingerprint, resume=resume, overwrite=run.overwrite, transform=t.transform,
                               dest=t.dest.name)
                 for t in targets]
@@ -196,7 +237,8 @@ def _build(job: ZipJob, run: ZipRun) -> list[dict]:
         written_inputs: list[int] = []
         pos = 0
         while len(written_inputs) < kept and pos < n_inputs:
-            if "failed" not in log.get(pos, {}):
+            entry = log.get(pos)
+            if entry is None or entry.failed is None:
                 written_inputs.append(pos)
             pos += 1
         kept = len(written_inputs)
@@ -205,7 +247,7 @@ def _build(job: ZipJob, run: ZipRun) -> list[dict]:
         start = pos
         log = {i: e for i, e in log.items() if i < start}
         with open_nofollow(log_path, "w") as fh:
-            fh.writelines(json.dumps(e) + "\n" for e in log.values())
+            fh.writelines(e.to_line() for e in log.values())
         ranges = [(a, min(a + job.block, n_inputs)) for a in range(start, n_inputs, job.block)]
         began, done = time.monotonic(), start
         phase = job.phase
@@ -217,9 +259,10 @@ def _build(job: ZipJob, run: ZipRun) -> list[dict]:
             for (a, _b), results in zip(ranges, results_in_order):
                 for j, (members, note) in enumerate(results, start=a):
                     if members is None or note is not None:
-                        entry = {"i": j, "input": job.describe(j), ("failed" if members is None else "mode"): note}
+                        entry = (LogEntry(j, job.describe(j), failed=str(note)) if members is None
+                                 else LogEntry(j, job.describe(j), mode=note))
                         log[j] = entry
-                        logfh.write(json.dumps(entry) + "\n")
+                        logfh.write(entry.to_line())
                         logfh.flush()
                     if members is None:
                         continue
@@ -234,8 +277,8 @@ def _build(job: ZipJob, run: ZipRun) -> list[dict]:
                     progress(phase, done, n_inputs)
                 output_done()
         seconds = time.monotonic() - began
-        failures = [{"input": e["input"], "reason": e["failed"]} for e in log.values() if "failed" in e]
-        converted = [{"input": e["input"], "mode": e["mode"]} for e in log.values() if "mode" in e]
+        failures = [Failure(e.input, e.failed).to_json() for e in log.values() if e.failed is not None]
+        converted = tuple(Converted(e.input, e.mode) for e in log.values() if e.mode is not None)
         summaries = []
         report = targets[0].dest.parent / FAILURES_FILE
         for t, w in zip(targets, writers):
@@ -245,10 +288,11 @@ def _build(job: ZipJob, run: ZipRun) -> list[dict]:
                 labels = None
             info = {**fingerprint.record(transform=t.transform), **t.extra, "inputs": n_inputs,
                     "written": len(written_inputs), "failed": len(failures), "failures": failures,
-                    "converted_modes": converted}
+                    "converted_modes": [c.to_json() for c in converted]}
             w.finish(dataset_json_bytes(labels), info)
-            summaries.append({**info, "path": str(t.dest), "skipped": False, "seconds": seconds,
-                              "failures_file": str(report)})
+            summaries.append(ZipSummary(path=str(t.dest), seen=n_inputs, written=len(written_inputs),
+                                        failed=len(failures), failures_path=str(report), seconds=seconds,
+                                        converted=converted))
         write_failures(str(report), job.command, n_inputs, len(written_inputs), failures,
                        {"outputs": [t.dest.name for t in targets]})
         log_path.unlink(missing_ok=True)
@@ -261,13 +305,7 @@ def _build(job: ZipJob, run: ZipRun) -> list[dict]:
             w.close()
 
 
-def _damaged(target: ZipTarget) -> Callable[[dict], str | None]:
+def _damaged(target: ZipTarget) -> Callable[[Provenance], str | None]:
     """Why a zip whose provenance matches is not the complete output it describes (None: it is)."""
-    return lambda info: validate_zip(target.dest, int(info.get("written", -1)), target.stem, target.ext)
-
-
-def _read_provenance(dest: Path) -> dict:
-    try:
-        return json.loads(provenance_path(dest).read_text())
-    except (OSError, ValueError):
-        return {}
+    return lambda info: validate_zip(target.dest, -1 if info.written is None else info.written, target.stem,
+                                     target.ext)

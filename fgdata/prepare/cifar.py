@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from fgdata.errors import FgdataError
-from fgdata.prepare.build import ZipJob, ZipRun, ZipTarget, build_zips
+from fgdata.prepare.build import ZipJob, ZipRun, ZipSummary, ZipTarget, build_zips
 from fgdata.prepare.options import Cifar10Options, Fingerprint
 from fgdata.prepare.paths import CIFAR10_ZIP, resolve_data_root
 from fgdata.prepare.transforms import png_bytes
@@ -26,7 +26,7 @@ def _encode_rows(span: tuple[int, int]) -> list[tuple[list[bytes] | None, str | 
     return [([png_bytes(_ROWS[i])], None) for i in range(*span)]
 
 
-def prepare_cifar10(options: Cifar10Options = Cifar10Options(), run: ZipRun = ZipRun()) -> list[dict]:
+def prepare_cifar10(options: Cifar10Options = Cifar10Options(), run: ZipRun = ZipRun()) -> list[ZipSummary]:
     """Write ``cifar10/cifar10-32x32.zip`` under the data root; download the tarball there when no source is given."""
     root = resolve_data_root(options.data_root)
     dest = root / CIFAR10_ZIP

@@ -14,7 +14,7 @@ from PIL import Image
 
 from fgdata.media.errors import ImageDecodeError
 from fgdata.media.image import pixel_limit
-from fgdata.prepare.build import ZipJob, ZipRun, ZipTarget, build_zips
+from fgdata.prepare.build import ZipJob, ZipRun, ZipSummary, ZipTarget, build_zips
 from fgdata.prepare.options import Fingerprint, ImagenetOptions
 from fgdata.prepare.paths import IMAGENET64_EDMV2_ZIP, IMAGENET64_ZIP, IMAGENET256_RGB_ZIP, resolve_data_root
 from fgdata.prepare.transforms import CROPS, open_rgb, png_bytes
@@ -54,7 +54,7 @@ def _convert(span: tuple[int, int]) -> list[tuple[list[bytes] | None, str | None
 
 
 def _run(targets: list[ZipTarget], tree: _Tree, names: list[str], kinds: list[tuple[str, int]], *,
-         options: ImagenetOptions, dataset: str, run: ZipRun, phase: str) -> list[dict]:
+         options: ImagenetOptions, dataset: str, run: ZipRun, phase: str) -> list[ZipSummary]:
     paths = [str(tree.root / name) for name in names]
     refused = {i: tree.refused[name] for i, name in enumerate(names) if name in tree.refused}
     fingerprint = Fingerprint.of(options, dataset=dataset, source=str(tree.root), inputs=len(names))
@@ -80,7 +80,7 @@ def _labelled_images(options: ImagenetOptions) -> _Tree:
     return _Tree(root, names, folder_labels(root, names), refused)
 
 
-def prepare_imagenet64(options: ImagenetOptions, run: ZipRun = ZipRun()) -> list[dict]:
+def prepare_imagenet64(options: ImagenetOptions, run: ZipRun = ZipRun()) -> list[ZipSummary]:
     """Write ``imagenet-64x64.zip`` (EDM crop) and ``imagenet-64x64-edmv2.zip`` (ADM crop)."""
     out = resolve_data_root(options.data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
     tree = _labelled_images(options)
@@ -95,7 +95,7 @@ def prepare_imagenet64(options: ImagenetOptions, run: ZipRun = ZipRun()) -> list
             + _run([edm2], tree, edm2_names, [("adm", 64)], phase="edm2", **common))
 
 
-def prepare_imagenet256_rgb(options: ImagenetOptions, run: ZipRun = ZipRun()) -> list[dict]:
+def prepare_imagenet256_rgb(options: ImagenetOptions, run: ZipRun = ZipRun()) -> list[ZipSummary]:
     """Write ``imagenet_256_rgb.zip``: the EDM2 flavour at 256 px, kept for FID statistics."""
     out = resolve_data_root(options.data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
     tree = _labelled_images(options)

@@ -17,6 +17,7 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -25,13 +26,14 @@ from fgdata.errors import FgdataError
 from fgdata.jobs.dest import LOCK_FILE, DestLock, claimed
 from fgdata.jobs.outputs import output_done, redoing
 from fgdata.jobs.ranks import dist_env, run_launch, this_launch, wait_for
-from fgdata.jobs.report import FAILURES_FILE, write_failures
+from fgdata.jobs.report import FAILURES_FILE, Failure, write_failures
 from fgdata.jobs.signals import Interrupted, stop_on_signals
-from fgdata.prepare.build import Existing, ProgressFn, ZipRun, check_output, check_partial, clear
+from fgdata.prepare.build import (Existing, ProgressFn, ZipRun, ZipSummary, check_output, check_partial, clear,
+                                  kept_summary)
 from fgdata.workers import default_workers
 from fgdata.prepare.options import Fingerprint, LatentZipOptions
-from fgdata.prepare.zipwriter import (EdmZipWriter, dataset_json_bytes, member_name, provenance_path,
-                                      validate_zip)
+from fgdata.prepare.zipwriter import (EdmZipWriter, Provenance, ZipState, dataset_json_bytes, member_name,
+                                      provenance_path, validate_zip)
 
 LATENT_STEM, LATENT_EXT = "img-mean-std-", "npy"
 
@@ -58,7 +60,7 @@ def _decode(data: bytes) -> np.ndarray:
 
 def encode_latent_zip(rgb_zip: str | os.PathLike[str], dest: str | os.PathLike[str],
                       options: LatentZipOptions = LatentZipOptions(), run: ZipRun = ZipRun(),
-                      rank: int | None = None, world_size: int | None = None) -> dict:
+                      rank: int | None = None, world_size: int | None = None) -> ZipSummary:
     """Encode this rank's slice of ``rgb_zip``; rank 0 then merges every rank's part into ``dest``.
 
     ``rank`` and ``world_size`` default to torchrun's environment (one process: rank 0 of 1).
@@ -66,7 +68,8 @@ def encode_latent_zip(rgb_zip: str | os.PathLike[str], dest: str | os.PathLike[s
     The job core's rules hold as for the RGB pass: rank 0 holds the lock of ``dest``'s folder (another rank
     the lock of its own part), SIGINT/SIGTERM stop it with the part file kept for the rerun, existing outputs
     are kept, resumed or refused as :func:`fgdata.prepare.build.check_output` says, and rank 0 writes
-    ``failures.json`` for the whole command (the RGB pass's failures, the latents written).
+    ``failures.json`` for the whole command (the RGB pass's failures, the latents written), whose counts its
+    summary gives; another rank's summary is its share (its part file).
     """
     rgb_zip, dest = Path(rgb_zip), Path(dest)
     env_rank, env_world = dist_env()
@@ -94,19 +97,18 @@ class _LatentJob:
         self.part_facts = {"rank": rank, "start": self.start, "stop": self.stop}
         self.launch: str | None = None
 
-    def run(self, run: ZipRun) -> dict:
+    def run(self, run: ZipRun) -> ZipSummary:
         n, dest, resume, progress = len(self.names), self.dest, run.resume and not run.overwrite, run.progress
         self.launch = run_launch(resume, prepare_wait_s())
         checks: list[Existing] = []
         if self.rank == 0:
             final = check_output(dest, self.fingerprint, lambda info: validate_zip(dest, n, LATENT_STEM, LATENT_EXT),
                                  resume=resume, overwrite=run.overwrite)
-            if final.complete:
-                return {**json.loads(provenance_path(dest).read_text()), "path": str(dest), "skipped": True,
-                        "failures_file": str(dest.parent / FAILURES_FILE)}
+            if final.kept is not None:
+                return kept_summary(dest, n, self._rgb_failures())
             checks += [final, check_partial(dest, self.fingerprint, resume=resume, overwrite=run.overwrite, merge=True)]
         elif resume and _complete(dest, n, self.fingerprint):  # --no-resume: rank 0 is about to redo it
-            return {"path": str(dest), "rank": self.rank, "skipped": True}
+            return self._share(kept=True)
         checks.append(check_partial(self.part, self.fingerprint, resume=resume, overwrite=run.overwrite,
                                     **self.part_facts))
         if not resume:  # a finished part of an earlier run is redone too
@@ -118,7 +120,7 @@ class _LatentJob:
         if not _complete(self.part, self.stop - self.start, self.fingerprint, first=self.start, **self.part_facts):
             info = self._encode(run)
         if self.rank != 0:
-            return {"path": str(self.part), "rank": self.rank, "start": self.start, "stop": self.stop, "skipped": False}
+            return self._share(kept=False)
         parts = [_part_path(dest, r, self.world) for r in range(self.world)]
         ready: set[int] = set()
 
@@ -127,8 +129,16 @@ class _LatentJob:
             return [f"{p.name} (rank {r})" for r, p in enumerate(parts) if r not in ready]
 
         wait_for(missing, f"{dest}: the other ranks' part files", prepare_wait_s(), poll=5.0, log=run.notify)
-        summary = _merge(parts, dest, self.names, self.labels, self.fingerprint.record(), info, progress)
-        return {**summary, "failures_file": self._report()}
+        _merge(parts, dest, self.names, self.labels, self.fingerprint, info, progress)
+        failures = self._rgb_failures()
+        return ZipSummary(path=str(dest), seen=n + len(failures), written=n, failed=len(failures),
+                          failures_path=self._report(failures))
+
+    def _share(self, kept: bool) -> ZipSummary:
+        """A rank's summary other than 0's: its slice, in its part file (or in the merged zip, already complete)."""
+        size = self.stop - self.start
+        return ZipSummary(path=str(self.dest if kept else self.part), seen=size, written=size, failed=0,
+                          failures_path=None, kept=kept, whole_job=False)
 
     def _encode(self, run: ZipRun) -> dict:
         """Encode the rank's slice into its part file, resuming after its last complete member."""
@@ -139,7 +149,7 @@ class _LatentJob:
         info = vae_info(model, o.vae)
         start, stop, names, batch_size = self.start, self.stop, self.names, o.batch_size
         part_record = self.fingerprint.record(**self.part_facts)
-        writer = EdmZipWriter(self.part, part_record)
+        writer = EdmZipWriter(self.part, ZipState(part_record))
         pos = start
         try:
             pos = start + writer.keep_valid_prefix(lambda i: member_name(start + i, LATENT_STEM, LATENT_EXT))
@@ -171,24 +181,22 @@ class _LatentJob:
     def _part_done(self, rank: int) -> bool:
         """Whether rank ``rank``'s part is complete, of these options and (under ``--no-resume``) of this launch."""
         part = _part_path(self.dest, rank, self.world)
-        try:
-            launch_ok = this_launch(json.loads(provenance_path(part).read_text()), self.launch)
-        except (OSError, ValueError):
+        info = Provenance.read(part)
+        if info is None or not this_launch(info.record, self.launch):
             return False
         start, stop = _slice(len(self.names), rank, self.world)
-        return launch_ok and _complete(part, stop - start, self.fingerprint, first=start, rank=rank, start=start,
-                                       stop=stop)
+        return _complete(part, stop - start, self.fingerprint, first=start, rank=rank, start=start, stop=stop)
 
-    def _report(self) -> str:
+    def _rgb_failures(self) -> tuple[Failure, ...]:
+        """The inputs the RGB pass failed (they have no latent): they count in the command's report."""
+        rgb = Provenance.read(self.rgb_zip)
+        return rgb.failures if rgb is not None else ()
+
+    def _report(self, failures: tuple[Failure, ...]) -> str:
         """``failures.json`` for the whole command: the inputs the RGB pass saw and failed, the latents written."""
-        try:
-            rgb = json.loads(provenance_path(self.rgb_zip).read_text())
-        except (OSError, ValueError):
-            rgb = {}
-        failures = [f for f in rgb.get("failures") or [] if isinstance(f, dict)]
         n = len(self.names)
         path = self.dest.parent / FAILURES_FILE
-        write_failures(str(path), "prepare imagenet-256", n + len(failures), n, failures,
+        write_failures(str(path), "prepare imagenet-256", n + len(failures), n, [f.to_json() for f in failures],
                        {"outputs": sorted({self.rgb_zip.name, self.dest.name})})
         return str(path)
 
@@ -205,11 +213,8 @@ def _part_path(dest: Path, rank: int, world: int) -> Path:
 def _complete(path: Path, count: int, fingerprint: Fingerprint, first: int = 0, **facts: int) -> bool:
     """A finished zip whose provenance matches (with ``facts``: a rank's part file, holding names from ``first``
     on and no dataset.json)."""
-    try:
-        info = json.loads(provenance_path(path).read_text())
-    except (OSError, ValueError):
-        return False
-    if not fingerprint.matches(info, **facts):
+    info = Provenance.read(path)
+    if info is None or not fingerprint.matches(info.record, **facts):
         return False
     if not facts:
         return validate_zip(path, count, LATENT_STEM, LATENT_EXT) is None
@@ -221,11 +226,13 @@ def _complete(path: Path, count: int, fingerprint: Fingerprint, first: int = 0, 
     return got == [member_name(first + i, LATENT_STEM, LATENT_EXT) for i in range(count)]
 
 
-def _merge(parts: list[Path], dest: Path, names: list[str], labels: dict[str, int], fingerprint: dict,
-           info: dict, progress: ProgressFn | None) -> dict:
-    """Concatenate the rank parts in order, then ``dataset.json`` with labels re-keyed to the .npy names."""
+def _merge(parts: list[Path], dest: Path, names: list[str], labels: dict[str, int], fingerprint: Fingerprint,
+           info: dict[str, Any], progress: ProgressFn | None) -> None:
+    """Concatenate the rank parts in order, then ``dataset.json`` with labels re-keyed to the .npy names;
+    ``info`` is the VAE's description (empty: take it from rank 0's part)."""
     n = len(names)
-    writer = EdmZipWriter(dest, {**fingerprint, "merge": True})
+    record = fingerprint.record()
+    writer = EdmZipWriter(dest, ZipState({**record, "merge": True}))
     try:
         pos = writer.keep_valid_prefix(lambda i: member_name(i, LATENT_STEM, LATENT_EXT))
         for p in parts:
@@ -240,9 +247,11 @@ def _merge(parts: list[Path], dest: Path, names: list[str], labels: dict[str, in
             raise FgdataError(f"{dest}: merged {writer.count} latents but the RGB zip has {n} images")
         pairs = [[member_name(i, LATENT_STEM, LATENT_EXT), labels[name]] for i, name in enumerate(names) if name in labels]
         if not info:
-            info = {k: v for k, v in json.loads(provenance_path(parts[0]).read_text()).items()
+            first = Provenance.read(parts[0])
+            assert first is not None  # rank 0 found the part complete by its provenance
+            info = {k: v for k, v in first.record.items()
                     if k not in ("rank", "start", "stop", "launch")}
-        provenance = {**info, **fingerprint, "written": n, "failed": 0, "transform": "sd-vae moments mean||std",
+        provenance = {**info, **record, "written": n, "failed": 0, "transform": "sd-vae moments mean||std",
                       "input_range": [0, n], "format": "float32 (8,32,32) mean||std, inputs x/127.5-1"}
         writer.finish(dataset_json_bytes(pairs or None), provenance)
     finally:
@@ -250,4 +259,3 @@ def _merge(parts: list[Path], dest: Path, names: list[str], labels: dict[str, in
     for p in parts:
         p.unlink(missing_ok=True)
         provenance_path(p).unlink(missing_ok=True)
-    return {**provenance, "path": str(dest), "skipped": False}

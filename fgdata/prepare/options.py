@@ -1,9 +1,10 @@
 """The options of ``fgdata prepare``: one frozen dataclass per job, built by the CLI and passed to the library.
 
-Fields marked with :func:`byte_option` change the bytes of a zip; they form the resume fingerprint, so a rerun
-with another value is refused naming the real flag (``--max-images was 4, now 5``). The other fields say where
-to read and write or how to check the source. Facts about the inputs (the source path, how many images it
-yields, its MD5) join the fingerprint beside the options: see :class:`Fingerprint`.
+The rule of :mod:`fgdata.jobs.options` holds: every field changes the bytes of a zip unless it is declared
+``field(metadata=RUNTIME)`` (where to read and write, how to check the source, the device and batch size of the
+VAE). The others form the resume fingerprint, so a rerun with another value is refused naming the real flag
+(``--max-images was 4, now 5``). Facts about the inputs (the source path, how many images it yields, its MD5)
+join the fingerprint beside the options: see :class:`Fingerprint`.
 
 A zip written before an option was recorded by name counts as written with that option's default, which is
 what those versions used whenever they omitted it (``follow_symlinks`` was recorded only when on): the zips of
@@ -19,52 +20,43 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fgdata.errors import OptionError
-from fgdata.jobs.options import check_same, byte_options
+from fgdata.jobs.options import RUNTIME, byte_options, check_same
 
 PathLike = str | os.PathLike[str]
 DTYPES = ("float32", "bfloat16")
-
-
-def byte_option(default: Any) -> Any:
-    """A dataclass field that changes the output bytes: part of the resume fingerprint."""
-    return field(default=default, metadata={"bytes": True})
-
-
-def _byte_fields(options: Any) -> list[dataclasses.Field]:
-    return [f for f in dataclasses.fields(options) if f.metadata.get("bytes")]
 
 
 @dataclass(frozen=True)
 class Cifar10Options:
     """``prepare cifar10``: the tarball (None: the one under the data root, downloaded when absent)."""
 
-    data_root: PathLike | None = None
-    source: PathLike | None = None
-    skip_md5: bool = False
-    max_images: int | None = byte_option(None)
+    data_root: PathLike | None = field(default=None, metadata=RUNTIME)
+    source: PathLike | None = field(default=None, metadata=RUNTIME)  # its path and MD5 are facts of the fingerprint
+    skip_md5: bool = field(default=False, metadata=RUNTIME)
+    max_images: int | None = None
 
 
 @dataclass(frozen=True)
 class ImagenetOptions:
     """``prepare imagenet-64`` and the RGB pass of ``prepare imagenet-256``."""
 
-    imagenet_source: PathLike
-    data_root: PathLike | None = None
-    allow_any_tree: bool = False
-    max_images: int | None = byte_option(None)
-    strict: bool = byte_option(False)
-    follow_symlinks: bool = byte_option(False)
-    max_pixels: int | None = byte_option(None)  # the decompression-bomb limit (None: Pillow's, or FGDATA_MAX_PIXELS)
+    imagenet_source: PathLike = field(metadata=RUNTIME)  # the train folder is a fact of the fingerprint
+    data_root: PathLike | None = field(default=None, metadata=RUNTIME)
+    allow_any_tree: bool = field(default=False, metadata=RUNTIME)
+    max_images: int | None = None
+    strict: bool = False
+    follow_symlinks: bool = False
+    max_pixels: int | None = None  # the decompression-bomb limit (None: Pillow's, or FGDATA_MAX_PIXELS)
 
 
 @dataclass(frozen=True)
 class LatentZipOptions:
     """The latent pass of ``prepare imagenet-256``; ``device`` and ``batch_size`` leave the stored moments as they are."""
 
-    vae: str = byte_option("stabilityai/sd-vae-ft-mse")
-    dtype: str = byte_option("float32")
-    device: str = "auto"
-    batch_size: int = 32
+    vae: str = "stabilityai/sd-vae-ft-mse"
+    dtype: str = "float32"
+    device: str = field(default="auto", metadata=RUNTIME)
+    batch_size: int = field(default=32, metadata=RUNTIME)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -88,10 +80,10 @@ class Fingerprint:
 
     @classmethod
     def of(cls, options: Any, **facts: Any) -> Fingerprint:
-        byte = _byte_fields(options)
-        names = {f.name for f in byte}
-        record = {k: v for k, v in byte_options(options).items() if k in names}
-        return cls(record, facts, {f.name: f.default for f in byte})
+        record = byte_options(options)
+        defaults = {f.name: f.default for f in dataclasses.fields(options)
+                    if f.name in record and f.default is not dataclasses.MISSING}
+        return cls(record, facts, defaults)
 
     def record(self, **more: Any) -> dict[str, Any]:
         """The fingerprint as stored in a zip's provenance and a partial zip's state, plus ``more`` facts."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from fgdata import __version__
 from fgdata.errors import FgdataError
+from fgdata.jobs.report import Failure
 
 class _Record:
     """One ZIP record layout: named little-endian fields, packed from keywords so no call lists 17 bare numbers.
@@ -59,7 +60,7 @@ _MADE_BY_UNIX = 3 << 8
 _LIMIT32 = 0xFFFFFFFF
 
 
-_MODES = {"r": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+_MODES = {"r": os.O_RDONLY, "rb": os.O_RDONLY, "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
           "wb": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "r+b": os.O_RDWR}
 
 
@@ -125,38 +126,108 @@ def partial_paths(dest: Path) -> tuple[Path, Path]:
     return dest.with_name(dest.name + ".partial"), dest.with_name(dest.name + ".partial.json")
 
 
-def read_partial_state(dest: Path) -> dict | None:
-    """The options an unfinished earlier run of ``dest`` was writing with; None when there is no such run."""
+@dataclass(frozen=True)
+class ZipState:
+    """What a partial zip is written with (``<zip>.partial.json``): the fingerprint record of its run, the
+    options that change bytes and the facts of its inputs (:class:`fgdata.prepare.options.Fingerprint`)."""
+
+    record: dict[str, Any]
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.record, sort_keys=True).encode()
+
+    @classmethod
+    def parse(cls, data: bytes) -> ZipState | None:
+        """The state in ``data``; None when it is torn or not a JSON object."""
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            return None
+        return cls(doc) if isinstance(doc, dict) else None
+
+
+def read_partial_state(dest: Path) -> ZipState | None:
+    """What an unfinished earlier run of ``dest`` was writing with; None when there is no such run (or its
+    state is torn or foreign)."""
     partial, state = partial_paths(dest)
     if not partial.is_file() or partial.is_symlink():
         return None
     try:
-        with open_nofollow(state, "r") as fh:
-            data = json.loads(fh.read())
-    except (OSError, ValueError, FgdataError):
+        with open_nofollow(state, "rb") as fh:
+            return ZipState.parse(fh.read())
+    except (OSError, FgdataError):
         return None
-    return data if isinstance(data, dict) else None
+
+
+@dataclass(frozen=True)
+class Converted:
+    """An input converted to RGB on the way in, and its source mode."""
+
+    input: str
+    mode: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"input": self.input, "mode": self.mode}
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """``<zip>.provenance.json`` of a zip fgdata wrote (docs/FORMATS.md), read back.
+
+    ``record`` is the document as written: the fingerprint record (compared key by key on a rerun), the
+    transform and what each pass adds; the fields a rerun reads are typed beside it. A rank's latent part has
+    no counts (``written`` None) and names its ``launch``.
+    """
+
+    record: dict[str, Any]
+    written: int | None = None
+    failures: tuple[Failure, ...] = ()
+    converted: tuple[Converted, ...] = ()
+    launch: str | None = None
+
+    @classmethod
+    def parse(cls, data: bytes) -> Provenance | None:
+        """The provenance in ``data``; None when it is torn, foreign (not fgdata's) or malformed."""
+        try:
+            doc = json.loads(data)
+            if not isinstance(doc, dict) or not str(doc.get("tool", "")).startswith("fgdata"):
+                return None
+            written = doc.get("written")
+            return cls(doc, None if written is None else int(written),
+                       tuple(Failure(str(f["input"]), str(f["reason"])) for f in doc.get("failures") or ()),
+                       tuple(Converted(str(c["input"]), str(c["mode"])) for c in doc.get("converted_modes") or ()),
+                       doc.get("launch"))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    @classmethod
+    def read(cls, dest: Path) -> Provenance | None:
+        """The provenance beside ``dest``; None when it is missing, torn or foreign."""
+        try:
+            return cls.parse(provenance_path(dest).read_bytes())
+        except OSError:
+            return None
 
 
 class EdmZipWriter:
     """Append members in index order to ``<dest>.partial``; :meth:`finish` adds ``dataset.json`` and renames.
 
-    ``fingerprint`` describes the inputs and options. A partial file is resumed only when its recorded
-    fingerprint is identical, so a rerun with other options never mixes two datasets.
+    ``state`` describes the inputs and options. A partial file is resumed only when its recorded state is
+    identical, so a rerun with other options never mixes two datasets.
     """
 
-    def __init__(self, dest: str | os.PathLike[str], fingerprint: dict, resume: bool = True):
+    def __init__(self, dest: str | os.PathLike[str], state: ZipState, resume: bool = True):
         self.dest = Path(dest)
         self.partial, self.state = partial_paths(self.dest)
         self.dest.parent.mkdir(parents=True, exist_ok=True)
-        state_text = json.dumps(fingerprint, sort_keys=True)
+        state_bytes = state.to_bytes()
         entries: list[_Entry] = []
-        if resume and read_partial_state(self.dest) == json.loads(state_text):
+        if resume and read_partial_state(self.dest) == ZipState.parse(state_bytes):
             entries = _scan_local_entries(self.partial)
         else:
             self.partial.unlink(missing_ok=True)
-            with open_nofollow(self.state, "w") as fh:
-                fh.write(state_text)
+            with open_nofollow(self.state, "wb") as fh:
+                fh.write(state_bytes)
         self._entries = entries
         self._fh = open_nofollow(self.partial, "r+b" if entries else "wb")
         self._truncate_at(len(entries))
@@ -206,7 +277,7 @@ class EdmZipWriter:
         self._fh.write(data)
         self._entries.append(_Entry(raw, crc, size, offset))
 
-    def finish(self, dataset_json: bytes | None, provenance: dict | None = None) -> Path:
+    def finish(self, dataset_json: bytes | None, provenance: dict[str, Any] | None = None) -> Path:
         """Write ``dataset.json`` last, the central directory (Zip64 when needed), then rename into place."""
         if dataset_json is not None:
             self.add("dataset.json", dataset_json)
@@ -249,7 +320,7 @@ class EdmZipWriter:
             self._fh.close()
 
 
-def write_provenance(dest: Path, info: dict) -> Path:
+def write_provenance(dest: Path, info: dict[str, Any]) -> Path:
     """Write the provenance sibling atomically."""
     from fgdata import storage
 

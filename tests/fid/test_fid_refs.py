@@ -59,7 +59,7 @@ def test_edm_npz_exact_format_and_numpy_equality(edm_zip, tmp_path, tiny_net, ti
     assert _rel(mu, f.mean(0)) < 1e-10
     assert _rel(sigma, np.cov(f, rowvar=False)) < 1e-10
     prov = json.loads(Path(f"{out}.provenance.json").read_text())
-    assert prov["images"] == summary.images == len(images)  # every image once
+    assert prov["images"] == summary.seen == len(images)  # every image once
     assert prov["format"] == "edm-npz" and prov["chunks"] == 3
     digest = hashlib.sha256(tiny_inception_weights.read_bytes()).hexdigest()
     assert prov["detectors"]["fid"]["files"] == {tiny_inception_weights.name: digest}
@@ -83,7 +83,7 @@ def test_a_reference_fgdata_did_not_write_is_kept_unless_overwrite(edm_zip, tmp_
         compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, **CPU), detectors=det)
     assert out.read_bytes() == before
     done = compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, overwrite=True, **CPU), detectors=det)
-    assert done.images == len(images) and out.read_bytes() != before
+    assert done.seen == len(images) and out.read_bytes() != before
 
 
 def test_edm2_pickle_is_a_dict_of_dicts(edm_zip, tmp_path, tiny_net, tiny_inception_weights, tiny_dinov2):
@@ -122,13 +122,29 @@ def test_resume_keeps_matching_chunks_from_any_world_size(edm_zip, tmp_path, tin
     compute_refs(str(zip_path), str(fresh), RefOptions(chunk_size=4, **CPU), detectors=det)
     out = tmp_path / "resumed.npz"
     part = compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, **CPU), detectors=det, rank=1, world_size=2)
-    assert part.computed == part.images == 4 and part.provenance is None  # chunk 1 (images 4..7) only
+    assert part.computed == part.seen == 4 and part.provenance is None  # chunk 1 (images 4..7) only
     assert not out.exists()  # rank 1 never merges
     chunk0 = Path(f"{out}.chunks") / "chunk-00000.npz"
     chunk0.write_bytes(b"torn")  # a damaged chunk file is recomputed, never trusted
     done = compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, **CPU), detectors=det)
-    assert done.reused == 4 and done.computed == 7 and done.images == 11
+    assert done.reused == 4 and done.computed == 7 and done.seen == 11
     assert out.read_bytes() == fresh.read_bytes()
+
+
+def test_only_the_options_that_change_the_statistics_join_the_fingerprint(edm_zip, tmp_path, tiny_net,
+                                                                            tiny_inception_weights):
+    """The job core's rule: fields not declared RUNTIME change the bytes. Another device name of the same type or
+    another worker count keeps the output; another batch size computes it again."""
+    from fgdata.jobs.options import byte_options
+
+    assert byte_options(RefOptions(device="cpu", workers=2, resume=False)) == {"batch_size": 128, "chunk_size": 50_000}
+    zip_path, _ = edm_zip
+    det = {"fid": _fid(tiny_net, tiny_inception_weights)}
+    out = str(tmp_path / "set.npz")
+    compute_refs(str(zip_path), out, RefOptions(chunk_size=4, **CPU), detectors=det)
+    assert compute_refs(str(zip_path), out, RefOptions(chunk_size=4, workers=2, **CPU), detectors=det).kept
+    again = compute_refs(str(zip_path), out, RefOptions(chunk_size=4, device="cpu", batch_size=5), detectors=det)
+    assert not again.kept and again.computed == 11
 
 
 def test_shards_equal_the_zip_and_fid_with_itself_is_zero(edm_zip, tmp_path, tiny_net, tiny_inception_weights,
@@ -150,7 +166,7 @@ def test_shards_equal_the_zip_and_fid_with_itself_is_zero(edm_zip, tmp_path, tin
     a, b = tmp_path / "zip.pkl", tmp_path / "wds.pkl"
     compute_refs(str(zip_path), str(a), RefOptions(chunk_size=4, **CPU), detectors=dets)
     summary = compute_refs(f"WDS:{shards}", str(b), RefOptions(chunk_size=4, **CPU), detectors=dets)
-    assert summary.images == len(images) and summary.provenance is not None
+    assert summary.seen == len(images) and summary.provenance is not None
     assert summary.provenance["source"]["kind"] == "shards"
     sa, sb = (pickle.loads(p.read_bytes()) for p in (a, b))  # noqa: S301 - files this test wrote
     for metric in ("fid", "fd_dinov2"):
@@ -298,7 +314,7 @@ def test_cli_named_output_and_two_ranks_equal_one(tmp_path, tiny_net):
     doc = json.loads(out)  # one JSON document, nothing else on stdout
     assert list(doc)[:7] == ["command", "source", "output", "seen", "written", "failed", "failures_file"]
     assert (doc["command"], doc["source"], doc["output"]) == ("fid-refs", str(zip_path), str(named))
-    assert (doc["seen"], doc["written"], doc["failed"], doc["failures_file"]) == (7, 7, 0, None)
+    assert (doc["seen"], doc["written"], doc["failed"], doc["failures_file"]) == (7, 7, 0, f"{named}.failures.json")
     assert [o["path"] for o in doc["outputs"]] == [str(named)] and doc["skipped"] == []
     assert doc["outputs"][0]["kept"] is True and doc["outputs"][0]["computed"] == 0
     assert sorted(np.load(named).files) == ["mu", "sigma"] and Path(f"{named}.provenance.json").is_file()
@@ -424,3 +440,83 @@ def test_quiet_silences_the_model_libraries_bars(edm_zip, tmp_path, tiny_net, ti
     assert "Loading weights" not in err and "it/s" not in err
     assert (out, err) == ("", "")
     assert (tmp_path / "refs.pkl").is_file()
+
+
+def test_chunk_and_provenance_files_read_back_typed_and_torn_ones_as_absent(tmp_path):
+    from fgdata.fid.refs import ChunkFile, RefProvenance
+    from fgdata.fid.stats import Moments
+
+    path = tmp_path / "chunk-00000.npz"
+    moments = {"fid": Moments(2, np.arange(3.0), np.eye(3))}
+    path.write_bytes(ChunkFile("fp", "", moments).to_bytes())
+    header = ChunkFile.read(str(path))
+    assert header is not None and header.moments == {} and header.counts("fp", None)
+    assert not header.counts("fp", "launch-b") and not header.counts("other", None)
+    whole = ChunkFile.read(str(path), ("fid",))
+    assert whole is not None and whole.moments["fid"].n == 2 and np.array_equal(whole.moments["fid"].s2, np.eye(3))
+    path.write_bytes(path.read_bytes()[:100])
+    assert ChunkFile.read(str(path)) is None
+    assert RefProvenance.parse(b'{"fingerprint": "fp", "images": 11, "format": "edm-npz"}') == RefProvenance(
+        {"fingerprint": "fp", "images": 11, "format": "edm-npz"}, "fp", 11)
+    assert RefProvenance.parse(b'{"fingerprint": "fp"') is None and RefProvenance.parse(b'{"images": 3}') is None
+
+
+def test_undecodable_images_are_failures_in_the_report(tmp_path, sample_images, tiny_net, tiny_inception_weights):
+    """A truncated PNG and a JPEG with a broken header, cut from the bundled photos, are left out of the
+    statistics and listed in ``<out>.failures.json`` (the report every writing command writes); a rank's
+    chunk keeps its failures, so the run that adds the chunks counts them too, and a kept output still says so."""
+    import zipfile
+
+    from PIL import Image
+
+    from fgdata.jobs.report import FORMAT
+
+    pngs = sorted(p for p in sample_images if p.suffix == ".png")
+    jpeg = next(p for p in sample_images if p.suffix == ".jpg").read_bytes()
+    good = [np.asarray(Image.open(p).convert("RGB").resize((16, 16))) for p in pngs[:4]]
+    truncated = pngs[0].read_bytes()[: pngs[0].stat().st_size // 3]
+    broken = jpeg[:2] + b"\0" * 64 + jpeg[66:]
+    zip_path = tmp_path / "set.zip"
+    members = [png(good[0]), png(good[1]), truncated, png(good[2]), broken, png(good[3])]
+    with zipfile.ZipFile(zip_path, "w") as zf:
+        for i, data in enumerate(members):
+            zf.writestr(f"00000/img{i:08d}.{'jpg' if data is broken else 'png'}", data)
+    det = {"fid": _fid(tiny_net, tiny_inception_weights)}
+    out = tmp_path / "set.npz"
+    options = RefOptions(chunk_size=2, **CPU)
+    share = compute_refs(str(zip_path), str(out), options, detectors=det, rank=1, world_size=2)
+    assert (share.seen, share.written, share.failed, share.whole_job) == (2, 1, 1, False)  # chunk 1: images 2, 3
+    done = compute_refs(str(zip_path), str(out), options, detectors=det)
+    assert (done.seen, done.written, done.failed, done.reused) == (6, 4, 2, 2)
+    assert done.failures_path == f"{out}.failures.json"
+    report = json.loads(Path(done.failures_path).read_text())
+    assert (report["format"], report["command"], report["seen"], report["written"], report["failed"]) == (
+        FORMAT, "fid-refs", 6, 4, 2)
+    assert [f["input"].rsplit(": ", 1)[1] for f in report["failures"]] == ["00000/img00000002.png",
+                                                                           "00000/img00000004.jpg"]
+    assert all(f["reason"].startswith("image-decode: ") and " at 0x" not in f["reason"] for f in report["failures"])
+    f = _features(_tiny_loaded(tiny_net, tiny_inception_weights), good)
+    with np.load(out) as z:
+        assert _rel(z["mu"], f.mean(0)) < 1e-10 and _rel(z["sigma"], np.cov(f, rowvar=False)) < 1e-10
+    kept = compute_refs(str(zip_path), str(out), options, detectors=det)
+    assert kept.kept and (kept.seen, kept.written, kept.failed, kept.failures_path) == (6, 4, 2, done.failures_path)
+
+
+def test_cli_counts_an_undecodable_image_as_failed(tmp_path, sample_images, tiny_net):
+    import zipfile
+
+    photo = next(p for p in sample_images if p.suffix == ".png").read_bytes()
+    zip_path = tmp_path / "set.zip"
+    with zipfile.ZipFile(zip_path, "w") as zf:
+        for i, arr in enumerate(random_images(3, size=8)):
+            zf.writestr(f"00000/img{i:08d}.png", png(arr))
+        zf.writestr("00000/img00000003.png", photo[: len(photo) // 2])  # truncated
+    out = tmp_path / "set.npz"
+    env, common = _cli_setup(tmp_path, tiny_net)
+    run = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(out), "--json", *common], env=env)
+    stdout, err = run.communicate(timeout=240)
+    assert run.returncode == 0, err
+    doc = json.loads(stdout)
+    assert (doc["seen"], doc["written"], doc["failed"], doc["failures_file"]) == (4, 3, 1, f"{out}.failures.json")
+    assert doc["outputs"][0]["failed"] == 1
+    assert json.loads(Path(f"{out}.failures.json").read_text())["failures"][0]["input"].endswith("img00000003.png")

@@ -24,7 +24,7 @@ def test_zip_matches_reference_member_by_member(cifar_tarball, tmp_path):
     tarball, images, labels = cifar_tarball
     [summary] = prepare_cifar10(Cifar10Options(tmp_path, tarball, skip_md5=True), ZipRun(workers=2))
     out = tmp_path / "cifar10" / "cifar10-32x32.zip"
-    assert summary["written"] == 200 and summary["failed"] == 0
+    assert summary.written == 200 and summary.failed == 0
     ref_images, ref_labels = ref.read_cifar(str(tarball))  # the EDM tool's own way of reading the tarball
     assert (ref_images == images).all() and ref_labels == list(labels)
     ref.convert_cifar(ref_images, ref_labels, str(tmp_path / "ref.zip"))
@@ -48,7 +48,7 @@ def test_rerun_is_skipped_no_resume_rebuilds_identically(cifar_tarball, tmp_path
     prepare_cifar10(Cifar10Options(tmp_path, tarball, skip_md5=True), ZipRun(workers=1))
     out = tmp_path / "cifar10" / "cifar10-32x32.zip"
     first = out.read_bytes()
-    assert prepare_cifar10(Cifar10Options(tmp_path, tarball, skip_md5=True))[0]["skipped"] is True
+    assert prepare_cifar10(Cifar10Options(tmp_path, tarball, skip_md5=True))[0].kept is True
     prepare_cifar10(Cifar10Options(tmp_path, tarball, skip_md5=True), ZipRun(workers=2, resume=False))
     assert out.read_bytes() == first
 
@@ -71,7 +71,7 @@ def test_interrupted_run_resumes_to_identical_bytes(cifar_tarball, tmp_path):
     data = partial.read_bytes()
     partial.write_bytes(data[: data.index(b"00000/img00000120.png") + 40])
     [summary] = prepare_cifar10(Cifar10Options(tmp_path / "b", tarball, skip_md5=True), ZipRun(workers=2))
-    assert summary["written"] == 200 and dest.read_bytes() == full and not partial.exists()
+    assert summary.written == 200 and dest.read_bytes() == full and not partial.exists()
 
 
 def test_md5_mismatch_is_refused_with_a_clear_message(cifar_tarball, tmp_path):

@@ -12,7 +12,7 @@ import pytest
 
 from fgdata.errors import FgdataError
 from fgdata.prepare.paths import data_root_dir, dataset_zip_paths, s3_data_root_dir
-from fgdata.prepare.zipwriter import EdmZipWriter, dataset_json_bytes, member_name
+from fgdata.prepare.zipwriter import EdmZipWriter, ZipState, dataset_json_bytes, member_name
 from fgdata.sources.imagenet import download_imagenet, kaggle_credentials, unzip
 
 
@@ -94,7 +94,7 @@ def test_unzip_refuses_escaping_members_and_resumes(tmp_path):
 
 
 def test_zip64_when_members_exceed_65535(tmp_path):
-    writer = EdmZipWriter(tmp_path / "big.zip", {"t": 1})
+    writer = EdmZipWriter(tmp_path / "big.zip", ZipState({"t": 1}))
     for i in range(65536):
         writer.add(member_name(i), b"")
     writer.finish(dataset_json_bytes(None))

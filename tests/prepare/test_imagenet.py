@@ -31,8 +31,8 @@ def _labels_json(train, files) -> bytes:
 def test_imagenet64_pixels_labels_and_report(imagenet_root, tmp_path):
     summaries = prepare_imagenet64(ImagenetOptions(imagenet_root, tmp_path), ZipRun(workers=2))
     train = imagenet_root / KAGGLE_TRAIN
-    assert [s["written"] for s in summaries] == [10, 10]
-    converted = {c["input"].rsplit("/", 1)[1]: c["mode"] for c in summaries[0]["converted_modes"]}
+    assert [s.written for s in summaries] == [10, 10]
+    converted = {c.input.rsplit("/", 1)[1]: c.mode for c in summaries[0].converted}
     assert converted == {"d.JPEG": "CMYK", "e.png": "P", "f.png": "RGBA", "g.png": "LA"}
     edm_files = ref.edm_files(str(train))
     with zipfile.ZipFile(tmp_path / "imagenet-64" / "imagenet-64x64.zip") as zf:
@@ -54,7 +54,7 @@ def test_imagenet64_pixels_labels_and_report(imagenet_root, tmp_path):
 def test_train_folder_and_max_images(imagenet_root, tmp_path):
     train = imagenet_root / KAGGLE_TRAIN
     [edm, _] = prepare_imagenet64(ImagenetOptions(train, tmp_path, max_images=4), ZipRun(workers=1))
-    with zipfile.ZipFile(edm["path"]) as zf:
+    with zipfile.ZipFile(edm.path) as zf:
         assert len(zf.namelist()) == 5
         assert zf.read("dataset.json") == _labels_json(train, ref.edm_files(str(train))[:4])
 
@@ -65,7 +65,7 @@ def test_component_order_differs_from_string_order(sample_images, tmp_path):
         (src / folder).mkdir(parents=True)
         Image.open(photo).convert("RGB").save(src / folder / "x.png")
     edm, edm2 = prepare_imagenet64(ImagenetOptions(src, tmp_path / "out", allow_any_tree=True), ZipRun(workers=1))
-    with zipfile.ZipFile(edm["path"]) as z1, zipfile.ZipFile(edm2["path"]) as z2:
+    with zipfile.ZipFile(edm.path) as z1, zipfile.ZipFile(edm2.path) as z2:
         first_edm, first_edm2 = ref.edm_files(str(src))[0], ref.edm2_files(str(src))[0]
         assert first_edm.endswith("/a/x.png") and first_edm2.endswith("/a-b/x.png")
         np.testing.assert_array_equal(_pixels(z1, "00000/img00000000.png"), ref.edm_crop(ref.load_edm(first_edm), 64))
@@ -79,7 +79,7 @@ def test_strict_refuses_non_rgb_and_damaged_inputs_are_counted(imagenet_root, tm
     shutil.copytree(imagenet_root / KAGGLE_TRAIN, tree)
     (tree / "n01440764" / "broken.JPEG").write_bytes(b"\xff\xd8\xff not a jpeg")
     edm, edm2 = prepare_imagenet64(ImagenetOptions(tree, tmp_path / "out"), ZipRun(workers=2))
-    assert edm["written"] + edm["failed"] == 11 and edm["failed"] == 1
+    assert (edm.seen, edm.written, edm.failed) == (11, 10, 1) and edm.failures_path == str(tmp_path / "out" / "imagenet-64" / "failures.json")
     report = json.loads((tmp_path / "out" / "imagenet-64" / "failures.json").read_text())
     assert report["command"] == "prepare imagenet-64" and (report["seen"], report["written"], report["failed"]) == (11, 10, 1)
     assert report["failures"][0]["input"].endswith("broken.JPEG")
@@ -91,10 +91,10 @@ def test_imagenet256_rgb_and_latents(imagenet_root, tiny_vae_dir, tmp_path):
 
     rgb, sd = prepare_imagenet256(ImagenetOptions(imagenet_root, tmp_path, max_images=6),
                                   LatentZipOptions(str(tiny_vae_dir), device="cpu", batch_size=4), ZipRun(workers=2))
-    assert rgb["written"] == 6 and sd["written"] == 6
+    assert rgb.written == 6 and sd.written == 6
     vae = AutoencoderKL.from_pretrained(tiny_vae_dir).eval()
     files = ref.edm2_files(str(imagenet_root / KAGGLE_TRAIN))[:6]
-    with zipfile.ZipFile(rgb["path"]) as rz, zipfile.ZipFile(sd["path"]) as lz:
+    with zipfile.ZipFile(rgb.path) as rz, zipfile.ZipFile(sd.path) as lz:
         names = lz.namelist()
         assert names == [f"00000/img-mean-std-{i:08d}.npy" for i in range(6)] + ["dataset.json"]
         rgb_labels = json.loads(rz.read("dataset.json"))["labels"]
@@ -126,7 +126,8 @@ def test_two_ranks_merge_into_the_single_rank_zip(imagenet_root, tiny_vae_dir, t
     rgb, single = tmp_path / "imagenet-256" / "imagenet_256_rgb.zip", tmp_path / "imagenet-256" / "imagenet_256_sd.zip"
     dest = tmp_path / "two" / "imagenet_256_sd.zip"
     part = encode_latent_zip(rgb, dest, latents, rank=1, world_size=2)
-    assert part["start"] == 2 and not dest.exists()
+    assert (part.seen, part.whole_job, part.failures_path) == (3, False, None) and not dest.exists()  # images 2..4
+    assert part.path.endswith("imagenet_256_sd.zip.rank00001-of-00002.zip")
     encode_latent_zip(rgb, dest, latents, rank=0, world_size=2)
     with zipfile.ZipFile(single) as a, zipfile.ZipFile(dest) as b:
         assert a.namelist() == b.namelist() and a.read("dataset.json") == b.read("dataset.json")
@@ -147,7 +148,7 @@ def test_rank_0_never_merges_a_part_written_with_other_options(imagenet_root, ti
     rgb = tmp_path / "imagenet-256" / "imagenet_256_rgb.zip"
     dest = tmp_path / "two" / "imagenet_256_sd.zip"
     other = LatentZipOptions(str(tiny_vae_dir), dtype="bfloat16", device="cpu", batch_size=3)
-    assert encode_latent_zip(rgb, dest, other, rank=1, world_size=2)["start"] == 2
+    assert encode_latent_zip(rgb, dest, other, rank=1, world_size=2).seen == 3
     monkeypatch.setenv("FGDATA_WAIT_TIMEOUT", "0.2")
     latents = LatentZipOptions(str(tiny_vae_dir), device="cpu", batch_size=3)
     with pytest.raises(FgdataError, match=r"the other ranks' part files: still missing .*rank00001-of-00002\.zip "
@@ -215,6 +216,9 @@ def test_latent_zip_of_other_options_is_refused_then_rebuilt_with_no_resume(imag
     rgb, sd = prepare_imagenet256(source, bf16, ZipRun(workers=1, resume=False, notify=said.append))
     assert said[0].startswith("--no-resume: removing 2 file(s)") and "imagenet_256_rgb.zip" in said[0]
     assert any("imagenet_256_sd.zip" in line for line in said[1:])
-    assert json.loads(Path(sd["path"] + ".provenance.json").read_text())["dtype"] == "bfloat16"
+    assert json.loads(Path(sd.path + ".provenance.json").read_text())["dtype"] == "bfloat16"
     report = json.loads((tmp_path / "imagenet-256" / "failures.json").read_text())
     assert (report["command"], report["seen"], report["written"], report["failed"]) == ("prepare imagenet-256", 3, 3, 0)
+    other_batch = LatentZipOptions(str(tiny_vae_dir), "bfloat16", device="cpu", batch_size=2)  # RUNTIME: same bytes
+    again = prepare_imagenet256(source, other_batch, ZipRun(workers=1))
+    assert all(s.kept for s in again) and (again[-1].seen, again[-1].written, again[-1].failed) == (3, 3, 0)

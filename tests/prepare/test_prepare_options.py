@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from fgdata.errors import FgdataError
-from fgdata.prepare import ImagenetOptions, LatentZipOptions, ZipRun, prepare_imagenet64
+from fgdata.jobs.options import byte_options
+from fgdata.prepare import Cifar10Options, ImagenetOptions, LatentZipOptions, ZipRun, prepare_imagenet64
 from fgdata.prepare.options import Fingerprint
 
 ONE = ZipRun(workers=1)
@@ -20,6 +21,17 @@ def test_the_fingerprint_holds_the_byte_options_and_the_facts(tmp_path):
     record = Fingerprint.of(options, dataset="imagenet-64", inputs=7).record(transform="t")
     assert record == {"dataset": "imagenet-64", "inputs": 7, "transform": "t", "max_images": 7, "strict": False,
                       "follow_symlinks": True, "max_pixels": None}  # where to read and write, and --allow-any-tree, change no byte
+
+
+def test_prepare_options_follow_the_job_cores_rule(tmp_path):
+    """Every field changes bytes unless declared RUNTIME: the VAE's device and batch size leave the resume
+    fingerprint as it is, its dtype does not, and where to read and write is no option of the record."""
+    assert set(byte_options(Cifar10Options(tmp_path, tmp_path / "c.tar.gz", skip_md5=True))) == {"max_images"}
+    assert set(byte_options(ImagenetOptions(tmp_path, tmp_path, allow_any_tree=True))) == {
+        "max_images", "strict", "follow_symlinks", "max_pixels"}
+    latent = Fingerprint.of(LatentZipOptions(), inputs=3).record()
+    assert Fingerprint.of(LatentZipOptions(device="cpu", batch_size=5), inputs=3).record() == latent
+    assert Fingerprint.of(LatentZipOptions(dtype="bfloat16"), inputs=3).record() == {**latent, "dtype": "bfloat16"}
 
 
 def test_changed_max_images_is_refused_naming_the_flag(imagenet_root, tmp_path):
@@ -52,11 +64,11 @@ def test_zips_of_earlier_versions_stay_complete(imagenet_root, tmp_path):
     options = ImagenetOptions(imagenet_root, tmp_path, max_images=None)
     first = prepare_imagenet64(options, ONE)
     for summary in first:
-        prov = Path(summary["path"] + ".provenance.json")
+        prov = Path(summary.path + ".provenance.json")
         info = json.loads(prov.read_text())
         del info["max_images"], info["follow_symlinks"]
         prov.write_text(json.dumps(info))
-    assert all(s["skipped"] for s in prepare_imagenet64(options, ONE))
+    assert all(s.kept for s in prepare_imagenet64(options, ONE))
 
 
 def test_latent_options_are_checked_in_one_line():
