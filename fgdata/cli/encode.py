@@ -77,29 +77,28 @@ def _run(fn: Callable[..., Any], args: dict[str, Any], engine: EngineFlags, job:
     from fgdata.encode.models import check_device
     from fgdata.errors import OptionError
     from fgdata.jobs.ranks import dist_env
-    from fgdata.jobs.tasks import RunSettings, run_on_ray
+    from fgdata.jobs.tasks import RunSettings
 
     if engine.engine not in ("local", "ray"):
         raise OptionError(f"--engine {engine.engine!r} is not one of local, ray")
-    check_device(str(args.get("device", "cpu")))
+    device = str(args.get("device", "cpu"))
+    check_device(device)
     bars = out.bars
     quiet_model_libraries(bars=bars and engine.engine == "local", quiet=out.quiet)
     say = notes(out.quiet)
-    settings = RunSettings(resume=job.resume, overwrite=job.overwrite, wait_timeout=job.wait_timeout, log=say,
+    settings = RunSettings(engine="ray" if engine.engine == "ray" else "local", workers=engine.workers,
+                           ray_address=engine.ray_address, num_gpus=1.0 if device.startswith("cuda") else 0.0,
+                           resume=job.resume, overwrite=job.overwrite, wait_timeout=job.wait_timeout, log=say,
                            notify=say)
     started = time.perf_counter()
-    if engine.engine == "ray":
-        gpus = 1.0 if str(args.get("device", "cpu")).startswith("cuda") else 0.0
-        summary = run_job(lambda: run_on_ray(fn, args, settings, engine.workers, gpus, engine.ray_address))
-    else:
-        rank, world = dist_env()
-        bar_label = f"{label} [rank {rank}/{world}]" if world > 1 else label  # under torchrun each rank draws one
+    rank, world = dist_env()
+    bar_label = f"{label} [rank {rank}/{world}]" if world > 1 else label  # under torchrun each rank draws one
 
-        def local() -> Any:
-            with job_progress(bar_label, enabled=bars, total=total) as bar:
-                return fn(**args, run=replace(settings, progress=bar.advance))
+    def call() -> Any:
+        with job_progress(bar_label, enabled=bars and engine.engine == "local", total=total) as bar:
+            return fn(**args, run=replace(settings, progress=bar.advance))
 
-        summary = run_job(local)  # the bar is closed before an interrupt line is printed
+    summary = run_job(call)  # the bar is closed before an interrupt line is printed
     rows = [("output shards written", f"{summary.shards_done:,}"),
             ("output shards resumed", f"{summary.shards_skipped:,}")]
     details: dict[str, Any] = {"shards_written": summary.shards_done, "shards_resumed": summary.shards_skipped,

@@ -40,8 +40,8 @@ from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs import dest as destmod
 from fgdata.jobs import testhook
 from fgdata.jobs.local import ordered_map
-from fgdata.jobs.options import FLATTEN, RUNTIME, byte_options, check_same, fingerprint
-from fgdata.jobs.ranks import dist_env, owner, run_launch, wait_for
+from fgdata.jobs.options import FLATTEN, RUNTIME, byte_options, check_record, fingerprint
+from fgdata.jobs.ranks import dist_env, owner, run_launch
 from fgdata.jobs.report import FAILURES_FILE, category
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
 from fgdata.jobs.units import (
@@ -53,13 +53,18 @@ from fgdata.jobs.units import (
     changed_names,
     existing_markers,
     finalize,
+    is_final,
+    listed_sizes,
     marker_path,
     plan_units,
     read_marker,
+    resumable,
     shard_name,
     slots_per_unit,
+    stat_sizes,
     sweep,
     unit_stage,
+    wait_for_units,
 )
 from fgdata.producers.media import ClipTally, Outcome, ShardOptions, mixed_format_warning, transform, transform_batch
 from fgdata.shards import ShardWriter, iter_samples
@@ -192,20 +197,11 @@ def _stamps(items: Sequence[WorkItem]) -> list[str]:
 def _check_record(job: ShardJob, write: bool = True) -> None:
     """Refuse to resume another job's shards, or shards of an earlier fgdata layout; then (re)write the record
     (``write``: the one process that does)."""
-    path = storage.join(job.dest, JOB_FILE)
     options = {**byte_options(replace(job, unit_size=job.units_of)), "slots": job.slots}
     record = {"format": "fgdata.shard-job", "version": RECORD_VERSION, "command": job.command, "options": options}
-    if job.resume and storage.exists(path):
-        try:
-            old = json.loads(storage.read_bytes(path))
-        except ValueError:
-            old = {}
-        if not isinstance(old, dict) or old.get("version") != RECORD_VERSION:
-            raise FgdataError(f"{job.dest}: written by an earlier fgdata version (one numbering, no work units); "
-                              "rerun with --overwrite to write it again")
-        check_same(job.dest, old.get("options") or {}, options)
-    if write:
-        storage.write_bytes(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+    check_record(storage.join(job.dest, JOB_FILE), job.dest, record, job.resume, write,
+                 "written by an earlier fgdata version (one numbering, no work units); "
+                 "rerun with --overwrite to write it again")
 
 
 def _options_fingerprint(job: ShardJob) -> str:
@@ -425,11 +421,9 @@ def _pending(job: ShardJob, units: Iterable[Unit], run: _Run, stamp: tuple[str, 
             run.expected[unit.number] = bytes.fromhex(unit.inputs)  # what another rank's marker must show
             continue
         old = read_marker(job.dest, unit.number) if unit.number in markers else None
-        if old is not None and (old.options != options_fp
-                                or any(present.get(s.name, (-1,))[0] != s.size for s in old.shards)):
+        if old is not None and not resumable(old, options_fp, listed_sizes(present)):
             old = None
-        if old is not None and old.inputs == unit.inputs and not (
-                job.retry_failed and any(retryable(f.reason) for f in old.failures)):
+        if old is not None and old.inputs == unit.inputs and not _redone(job, old):
             run.add(old, fresh=False)
             if firsts is not None:
                 for name in (s.name for s in old.shards):
@@ -588,40 +582,22 @@ def _run_ray(job: ShardJob, pending: Iterator[Unit], stamp: tuple[str, str | Non
             progress(marker.count, marker.nbytes)
 
 
-def _final(job: ShardJob, marker: Marker, expected: bytes, stamp: tuple[str, str | None]) -> bool:
-    """Whether another rank's marker is this run's last word on its unit: written in this launch, or (resuming)
-    one its owner keeps: same options and inputs, every shard in place, and (``--retry-failed``) no retryable
-    failure, which the owner would be fetching again."""
-    options_fp, launch = stamp
-    if marker.options != options_fp:
-        return False
-    if launch is not None and marker.launch == launch:
-        return True
-    if not job.resume or bytes.fromhex(marker.inputs) != expected:
-        return False
-    if job.retry_failed and any(retryable(f.reason) for f in marker.failures):
-        return False
-    return all((info := storage.stat(storage.join(job.dest, s.name))) is not None and info.size == s.size
-               for s in marker.shards)
+def _redone(job: ShardJob, marker: Marker) -> bool:
+    """``--retry-failed``: a unit with a retryable failure is run again by its owner."""
+    return job.retry_failed and any(retryable(f.reason) for f in marker.failures)
 
 
 def _gather(job: ShardJob, run: _Run, world: int, stamp: tuple[str, str | None], log: Notify | None) -> None:
-    """Rank 0: wait (bounded) for every other rank's unit markers of this run (:func:`_final`), and spool them."""
-    missing = [u for u in range(run.units) if u not in run.spool]
+    """Rank 0: wait (bounded) for every other rank's unit markers of this run (:func:`is_final`), and spool them
+    (another rank's work: its figures are the job's)."""
+    size_of = stat_sizes(job.dest)
 
-    def still_missing() -> list[str]:
-        nonlocal missing
-        left = []
-        for u in missing:
-            marker = read_marker(job.dest, u)
-            if marker is not None and _final(job, marker, run.expected[u], stamp):
-                run.add(marker, fresh=True)  # another rank's work: its figures are the job's
-            else:
-                left.append(u)
-        missing = left
-        return ["unit %06d (rank %d)" % (u, owner(u, world)) for u in missing]
+    def final(marker: Marker) -> bool:
+        return is_final(marker, stamp, run.expected[marker.unit].hex(), job.resume, size_of,
+                        partial(_redone, job))
 
-    wait_for(still_missing, f"{job.dest}: work units of other ranks", job.wait_timeout, log=log)
+    wait_for_units(job.dest, [u for u in range(run.units) if u not in run.spool], final,
+                   partial(run.add, fresh=True), world, f"{job.dest}: work units of other ranks", job.wait_timeout, log)
 
 
 def _share_report(job: ShardJob, run: _Run, rank: int, world: int) -> JobReport:

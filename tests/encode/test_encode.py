@@ -121,7 +121,7 @@ def test_image_latents_members_provenance_and_loader(image_latents, image_shards
     assert prov["text"]["shape"] == [24, 32] and "zero" in prov["text"]["padding_semantics"]
     report = json.loads((image_latents / "failures.json").read_text())
     assert report["command"] == "encode text" and report["failed"] == 0 and report["not_updated"] == 0
-    markers = sorted((image_latents / ".fgdata" / "latents").glob("0*.tar.json"))  # the latents job's own record
+    markers = sorted((image_latents / ".fgdata" / "latents" / "units").glob("*.json"))  # the latents job's own
     failed = [f["input"].rsplit("#", 1)[1] for m in markers for f in json.loads(m.read_text())["failures"]]
     assert failed == ["sample_000006"]
     assert read_shard_counts(str(image_latents / "shard_count.json")) == {"00000.tar": 3, "00001.tar": 3}
@@ -325,8 +325,8 @@ def test_torchrun_two_ranks_match_one_process(tmp_path, models, image_shards):
     for name in ("shard_count.json", "failures.json"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
     # Each rank encoded only its own shards (i mod 2), and both reported.
-    markers = sorted(p.name for p in (tmp_path / "two" / ".fgdata" / "latents").glob("0*.json"))
-    assert markers == ["00000.tar.json", "00001.tar.json", "00002.tar.json"]
+    markers = sorted(p.name for p in (tmp_path / "two" / ".fgdata" / "latents" / "units").glob("*.json"))
+    assert markers == ["000000.json", "000001.json", "000002.json"]
 
 
 def test_torchrun_rank_whose_share_all_failed_does_not_fail_the_job(tmp_path, models, sample_images):
@@ -362,7 +362,8 @@ def test_torchrun_no_resume_never_counts_a_shard_an_earlier_launch_left(tmp_path
                              capture_output=True, text=True, cwd=REPO, timeout=240,
                              env={**env, "RANK": "1", "WORLD_SIZE": "2"})
     assert planted.returncode == 0, planted.stderr
-    assert json.loads((dst / ".fgdata" / "text" / "00001.tar.json").read_text())["samples"] == 3
+    planted_marker = json.loads((dst / ".fgdata" / "text" / "units" / "000001.json").read_text())
+    assert [(s["name"], s["samples"]) for s in planted_marker["shards"]] == [("00001.tar", 3)]
 
     # rank 0 encodes 00000 and 00002, then either waits for 00001 or (the bug) counts the earlier one and ends
     run = hold_and_release([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
