@@ -225,6 +225,31 @@ def test_text_overwrite_replaces_a_run_with_other_options_and_stale_outputs(tmp_
     assert check_json_summary(r.stdout, "encode text", dst)["shards_written"] == 3
 
 
+def test_a_folder_of_the_earlier_marker_layout_is_refused_in_one_line(tmp_path, models, prompt_shards):
+    """fgdata 0.2 left one JSON object per output shard in ``.fgdata/<command>/``: a rerun says in one line what
+    to do; ``--no-resume`` writes the folder again and clears them, and the next rerun resumes."""
+    dst = tmp_path / "emb"
+    args = ["encode", "text", str(prompt_shards), str(dst), "--encoder", str(models["t5"]), "--max-length", "8"]
+    assert cli(*args, "-q").returncode == 0
+    state = dst / ".fgdata" / "text"
+    for name in ("00000.tar", "00001.tar", "00002.tar"):  # what the earlier version left for each output shard
+        (state / f"{name}.json").write_text(json.dumps({
+            "shard": name, "source": str(prompt_shards / name), "samples": 2, "written": 2, "failures": [],
+            "command": "encode text", "fingerprint": "0123456789abcdef", "options": {"max_length": 8},
+            "fgdata": "0.2.0", "launch": None}))
+    r = cli(*args, "--json")
+    assert r.returncode == 1 and r.stdout == ""
+    assert str(r.exception) == (f"{dst}: written by an earlier fgdata version (3 marker(s) in .fgdata/text/); "
+                                "rerun with --no-resume to write it again")
+    r = cli(*args, "--no-resume", "--json")
+    assert r.returncode == 0, r.stderr
+    assert check_json_summary(r.stdout, "encode text", dst)["shards_written"] == 3
+    assert not list(state.glob("*.tar.json"))
+    r = cli(*args, "--json")
+    assert r.returncode == 0, r.stderr
+    assert check_json_summary(r.stdout, "encode text", dst)["shards_resumed"] == 3
+
+
 def test_text_in_place_drops_the_other_tools_indexes_of_shards_it_rewrites(tmp_path, models):
     """Energon's files beside the input shards do not make the folder foreign; each rewritten shard's ``.tar.idx``
     would give wrong offsets, so it goes (said), and ``.nv-meta`` stays with a note to regenerate it."""
