@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 from fgdata import __version__, storage
 from fgdata.errors import FgdataError, OptionError
@@ -113,7 +113,7 @@ class RunSettings:
 
     rank: int | None = None
     world: int | None = None
-    engine: Literal["local", "ray"] = "local"
+    engine: str = "local"  # local | ray (checked here, where the CLI's value arrives)
     workers: int = 1
     ray_address: str | None = None
     num_gpus: float = 0.0  # per Ray worker
@@ -123,6 +123,12 @@ class RunSettings:
     progress: Callable[[int], None] | None = None
     log: Callable[[str], None] | None = None
     notify: Callable[[str], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ("local", "ray"):
+            raise OptionError(f"--engine {self.engine!r} is not one of local, ray")
+        if self.engine == "ray" and self.workers < 1:
+            raise OptionError("--workers must be at least 1")
 
 
 @dataclass
@@ -337,10 +343,6 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
     env_rank, env_world = dist_env()
     rank = env_rank if run.rank is None else run.rank
     world = env_world if run.world is None else run.world
-    if run.engine not in ("local", "ray"):
-        raise OptionError(f"--engine {run.engine!r} is not one of local, ray")
-    if run.engine == "ray" and run.workers < 1:
-        raise OptionError("--workers must be at least 1")
     if run.engine == "ray" and world > 1:
         raise FgdataError(f"--engine ray starts its own workers: launch it once, not under torchrun (WORLD_SIZE={world})")
     if not job.tasks:
