@@ -75,9 +75,10 @@ def _run(call: Callable[..., Any], source: str, device: str, engine: EngineFlags
     report it like every writing command."""
     from dataclasses import replace
 
-    from fgdata.cli.jobrun import Outcome, finish, job_progress, notes, run_job
+    from fgdata.cli.jobrun import finish_job, job_progress, notes, run_job
     from fgdata.encode.models import check_device
     from fgdata.jobs.ranks import dist_env
+    from fgdata.jobs.summary import JobSummary
     from fgdata.jobs.tasks import RunSettings
 
     say = notes(out.quiet)
@@ -92,7 +93,7 @@ def _run(call: Callable[..., Any], source: str, device: str, engine: EngineFlags
     rank, world = dist_env()
     bar_label = f"{label} [rank {rank}/{world}]" if world > 1 else label  # under torchrun each rank draws one
 
-    def with_bar() -> Any:
+    def with_bar() -> JobSummary:
         with job_progress(bar_label, enabled=bars and engine.engine == "local", total=total) as bar:
             return call(run=replace(settings, progress=bar.advance))
 
@@ -104,14 +105,8 @@ def _run(call: Callable[..., Any], source: str, device: str, engine: EngineFlags
     if summary.not_updated:  # --into in place: failed samples kept as they were
         rows.insert(0, ("  not updated (kept)", f"{summary.not_updated:,}"))
         details["not_updated"] = summary.not_updated
-    if not summary.finalized:  # a torchrun rank other than 0: its own share; rank 0 reports the job
-        details |= {"rank": summary.rank, "world": summary.world}
-        rows.insert(0, ("rank", f"{summary.rank} of {summary.world} (its share only)"))
-    finish(Outcome(command=summary.command, source=source, output=summary.dest,
-                   seen=summary.written + summary.failed, written=summary.written, failed=summary.failed,
-                   failures_file=summary.failures_path, seconds=time.perf_counter() - started, details=details,
-                   rows=rows, whole_job=summary.finalized),
-           quiet=out.quiet, json_out=out.json_out)
+    finish_job(summary, source=source, seconds=time.perf_counter() - started, rows=rows, details=details,
+               quiet=out.quiet, json_out=out.json_out)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -44,6 +44,7 @@ from fgdata.jobs.options import FLATTEN, RUNTIME, byte_options, check_record, fi
 from fgdata.jobs.ranks import dist_env, owner, run_launch
 from fgdata.jobs.report import FAILURES_FILE, category
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
+from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.units import (
     Entry,
     Marker,
@@ -123,36 +124,6 @@ class ShardJob:
     def slots(self) -> int:
         one = self.maxsize is None and not (self.options.kind == "videos" and self.options.clip_seconds is not None)
         return slots_per_unit(self.units_of, self.maxcount, one)
-
-
-@dataclass
-class JobReport:
-    """The summary of a shard job (or of one torchrun rank's share)."""
-
-    seen: int
-    written: int
-    failed: int
-    samples: int
-    failed_by_reason: dict[str, int]
-    shards: list[str]
-    counts: dict[str, int]
-    failures_path: str | None  # None: a torchrun rank's share (rank 0 writes the job's report)
-    resumed: int = 0  # inputs of units already complete when the job started
-    nbytes: int = 0  # input bytes read in this run
-    normalised: dict[str, int] = field(default_factory=dict)  # images changed to display as a viewer does (this run)
-    warned: int = 0  # inputs written without a part (a caption), listed in failures.json
-    warned_by_reason: dict[str, int] = field(default_factory=dict)
-    skipped: list[dict[str, Any]] = field(default_factory=list)  # files below SRC that are not inputs
-    clips: ClipTally | None = None  # --clip-seconds: the clips written in this run
-    rank: int = 0
-    world: int = 1
-    whole_job: bool = True  # False: only this torchrun rank's share; rank 0 reports the job
-    changed: int = 0  # inputs replaced since the earlier run
-    changed_names: list[str] = field(default_factory=list)  # the first of them (NAMED)
-    rewritten: list[str] = field(default_factory=list)  # shards of the earlier run written again for them
-    stats_path: str | None = None  # URL jobs: shard_stats.json (per-shard successes and failures by reason)
-    retried: int = 0  # --retry-failed: retryable failures of complete units tried again
-    recovered: int = 0  # of those, the ones written now
 
 
 # -- inputs --------------------------------------------------------------------------------------------------
@@ -443,7 +414,7 @@ def _pending(job: ShardJob, units: Iterable[Unit], run: _Run, stamp: tuple[str, 
 
 
 def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
-                  on_start: Callable[[int | None], None] | None = None, notify: Notify | None = None) -> JobReport:
+                  on_start: Callable[[int | None], None] | None = None, notify: Notify | None = None) -> JobSummary:
     """Run a shard job on its executor and return the report (also written to ``DST/failures.json``).
 
     ``on_start(None)`` is called once the job starts reading its inputs (their number is not known before the
@@ -515,7 +486,7 @@ def _counting(items: Iterable[WorkItem], formats: Counter[str]) -> Iterator[Work
 
 def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where: tuple[int, int],
          progress: ProgressFn | None, notify: Notify | None, present: dict[str, tuple[int, str]],
-         lease: tuple[str, str] | None) -> JobReport:
+         lease: tuple[str, str] | None) -> JobSummary:
     """Run the units (``present``: the shards DST held when the job started, name -> (size, version);
     ``lease``: the name and job id of the lease this process holds on DST, which Ray tasks write under)."""
     rank, world = where
@@ -552,16 +523,17 @@ def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where
         run.spool.close()
     from fgdata.jobs.stats import STATS_FILE
 
-    return JobReport(seen=totals.inputs, written=totals.written, failed=totals.failed, samples=totals.samples,
-                     failed_by_reason=dict(sorted(totals.failed_by_reason.items())),
-                     shards=[storage.join(job.dest, n) for n in counts], counts=counts,
-                     failures_path=storage.join(job.dest, FAILURES_FILE), resumed=run.resumed, nbytes=run.nbytes,
-                     normalised=dict(sorted(run.normalised.items())), warned=totals.warned,
-                     warned_by_reason=dict(sorted(totals.warned_by_reason.items())), skipped=extra["skipped"],
-                     clips=run.clips, rank=rank, world=world, changed=run.changed, changed_names=run.changed_names,
-                     rewritten=run.rewritten,
-                     stats_path=storage.join(job.dest, STATS_FILE) if job.options.download is not None else None,
-                     retried=sum(len(v) for v in run.retried.values()), recovered=run.recovered)
+    return JobSummary(command=job.command, dest=job.dest, seen=totals.inputs, written=totals.written,
+                      failed=totals.failed, samples=totals.samples,
+                      failed_by_reason=dict(sorted(totals.failed_by_reason.items())),
+                      shards=[storage.join(job.dest, n) for n in counts], counts=counts,
+                      failures_path=storage.join(job.dest, FAILURES_FILE), resumed=run.resumed, nbytes=run.nbytes,
+                      normalised=dict(sorted(run.normalised.items())), warned=totals.warned,
+                      warned_by_reason=dict(sorted(totals.warned_by_reason.items())), skipped=extra["skipped"],
+                      clips=run.clips, rank=rank, world=world, changed=run.changed, changed_names=run.changed_names,
+                      rewritten=run.rewritten,
+                      stats_path=storage.join(job.dest, STATS_FILE) if job.options.download is not None else None,
+                      retried=sum(len(v) for v in run.retried.values()), recovered=run.recovered)
 
 
 def _counts(run: _Run) -> Iterator[tuple[str, int]]:
@@ -600,7 +572,7 @@ def _gather(job: ShardJob, run: _Run, world: int, stamp: tuple[str, str | None],
                    partial(run.add, fresh=True), world, f"{job.dest}: work units of other ranks", job.wait_timeout, log)
 
 
-def _share_report(job: ShardJob, run: _Run, rank: int, world: int) -> JobReport:
+def _share_report(job: ShardJob, run: _Run, rank: int, world: int) -> JobSummary:
     """What a rank other than 0 did (its units only); it writes no report file, rank 0 writes the job's."""
     written = failed = samples = warned = 0
     reasons: Counter[str] = Counter()
@@ -611,13 +583,13 @@ def _share_report(job: ShardJob, run: _Run, rank: int, world: int) -> JobReport:
         warned += len(marker.warnings)
         reasons.update(category(f.reason) for f in marker.failures)
     run.spool.close()
-    return JobReport(seen=written + failed, written=written, failed=failed, samples=samples,
-                     failed_by_reason=dict(sorted(reasons.items())), shards=[], counts={}, failures_path=None,
-                     resumed=run.resumed, nbytes=run.nbytes, warned=warned, rank=rank, world=world, clips=run.clips,
-                     whole_job=False)
+    return JobSummary(command=job.command, dest=job.dest, seen=written + failed, written=written, failed=failed,
+                      samples=samples, failed_by_reason=dict(sorted(reasons.items())), failures_path=None,
+                      resumed=run.resumed, nbytes=run.nbytes, warned=warned, rank=rank, world=world, clips=run.clips,
+                      whole_job=False)
 
 
-def _said(report: JobReport, notify: Notify | None) -> None:
+def _said(report: JobSummary, notify: Notify | None) -> None:
     """Say which inputs changed since the earlier run and which shards were written again for them."""
     if notify and report.changed:
         more = f" and {report.changed - len(report.changed_names)} more" if report.changed > len(report.changed_names) \

@@ -44,6 +44,7 @@ from fgdata.jobs.options import byte_options, check_record, fingerprint
 from fgdata.jobs.ranks import dist_env, owner, run_launch
 from fgdata.jobs.report import FAILURES_FILE, clean_reason
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
+from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.units import (
     Entry,
     Marker,
@@ -158,26 +159,6 @@ class TaskJob:
         return storage.join(self.dest, STATE_DIR, self.key)
 
 
-@dataclass
-class JobSummary:
-    dest: str
-    command: str
-    rank: int
-    world: int
-    shards_done: int = 0
-    shards_skipped: int = 0
-    written: int = 0
-    failed: int = 0
-    not_updated: int = 0
-    seconds: float = 0.0
-    finalized: bool = False
-    failures_path: str | None = None
-
-    @property
-    def rate(self) -> float:
-        return self.written / self.seconds if self.seconds > 0 else 0.0
-
-
 @dataclass(frozen=True)
 class ModelInfo:
     """What a rank loaded (its producer's provenance record), left in ``.fgdata/<key>/model-info.rank<R>.json``
@@ -206,7 +187,8 @@ class _Share:
     spool: Spool = field(default_factory=Spool)
     done: int = 0  # output shards written by this process
     skipped: int = 0  # tasks found complete
-    inputs: int = 0  # inputs of those: what a stop reports
+    inputs: int = 0  # inputs of tasks written or found complete: what a stop reports
+    resumed: int = 0  # inputs of tasks found complete
     written: int = 0
     failed: int = 0
     not_updated: int = 0
@@ -221,6 +203,7 @@ class _Share:
             self.done += fresh
             self.skipped += not fresh
             self.inputs += marker.count
+            self.resumed += 0 if fresh else marker.count
         self.written += marker.written
         self.failed += len(marker.failures)
         self.not_updated += sum(f.kept for f in marker.failures)
@@ -351,10 +334,9 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
     if len(set(names)) != len(names):
         raise FgdataError(f"{job.dest}: two inputs map to the same output shard name")
     storage.make_dirs(job.dest)
-    owners = run.workers if run.engine == "ray" else world  # tasks belong to rank i mod owners
     mine = [i for i in range(len(job.tasks)) if run.engine == "ray" or owner(i, world) == rank]
     stamp = (fingerprint(byte_options(job.options)), run_launch(run.resume, run.wait_timeout))
-    summary = JobSummary(dest=job.dest, command=job.command, rank=rank, world=world)
+    summary = JobSummary(command=job.command, dest=job.dest, rank=rank, world=world, whole_job=False)
     refuse = None if run.overwrite and rank == 0 else partial(destmod.check_foreign, job.dest, _inputs_kept(job))
     share = _Share()
     try:
@@ -374,10 +356,12 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
                 raise
             summary.seconds = time.perf_counter() - started
             summary.shards_done, summary.shards_skipped = share.done, share.skipped
+            summary.resumed = share.resumed
             if rank != 0:  # its own share only: rank 0 reports the job
                 summary.written, summary.failed, summary.not_updated = share.written, share.failed, share.not_updated
+                summary.seen = share.written + share.failed
                 return summary
-            if owners > 1 and run.engine == "local":
+            if world > 1:
                 _gather(job, run, world, stamp, share)
             info = info or _model_info(job, stamp) or (job.provenance() if job.provenance else {})
             _finalize(job, share, stamp, info, summary)
@@ -459,9 +443,14 @@ def _finalize(job: TaskJob, share: _Share, stamp: Stamp, info: dict[str, Any], s
             "fgdata": __version__, "shards": totals.shards, "samples": totals.samples, "written": totals.written,
             "failed": totals.failed, **in_place}
     write_provenance(job.dest, job.key, prov, job.base)
-    summary.finalized = True
+    summary.whole_job = True
     summary.failures_path = storage.join(job.dest, FAILURES_FILE)
-    summary.written, summary.failed, summary.not_updated = totals.written, totals.failed, share.not_updated
+    summary.seen, summary.written, summary.failed, summary.samples = totals.inputs, totals.written, totals.failed, \
+        totals.samples
+    summary.failed_by_reason = dict(sorted(totals.failed_by_reason.items()))
+    summary.not_updated = share.not_updated
+    summary.counts = {s.name: s.samples for m in share.spool.in_order() for s in m.shards}
+    summary.shards = [storage.join(job.dest, name) for name in summary.counts]
 
 
 @dataclass

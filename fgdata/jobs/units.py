@@ -13,13 +13,14 @@ nothing is renamed afterwards (on S3 a rename is a copy and a delete). ``slots``
 shard names run on without gaps, except where a whole shard's inputs failed), else :data:`WIDE_SLOTS`; a unit
 that would need more shards than its slots stops the job with one line saying to lower ``--unit-size``.
 
-**Markers.** Once a unit's last shard is in place it leaves ``DST/.fgdata/units/NNNNNN.json``
-(:class:`Marker`): the fingerprint of the options that change bytes, its inputs' fingerprint and stamps, its
-shards with their sample counts, its failures and warnings, and this run's figures. A torn or foreign marker
-reads as absent. A rerun skips the units whose marker matches and whose shards are all in place with their
-sizes (one listing of DST tells), redoes a unit whose inputs changed (naming the inputs) or whose shards went
-missing, and redoes a unit that was stopped half-way from its start (its complete shards are written again
-with the same bytes).
+**Markers.** Once a unit's last shard is in place it leaves ``DST/.fgdata/units/NNNNNN.json`` (``encode`` and
+``kd``, whose unit is one task: ``DST/.fgdata/<key>/units/``, :func:`units_dir`) (:class:`Marker`): the
+fingerprint of the options that change bytes, its inputs' fingerprint and stamps, its shards with their sample
+counts, its failures and warnings, and this run's figures. A torn or foreign marker reads as absent. A rerun
+skips the units whose marker matches and whose shards are all in place with their sizes (one listing of DST
+tells: :func:`resumable`, the one rule), redoes a unit whose inputs changed (naming the inputs) or whose shards
+went missing, and redoes a unit that was stopped half-way from its start (its complete shards are written
+again with the same bytes).
 
 **Finalize.** The process that finishes the job (the only process, the Ray driver, or torchrun rank 0 after
 waiting for every marker) reads the markers in unit order once, spooled to a local file as they are met, and
