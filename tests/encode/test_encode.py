@@ -225,6 +225,23 @@ def test_text_overwrite_replaces_a_run_with_other_options_and_stale_outputs(tmp_
     assert check_json_summary(r.stdout, "encode text", dst)["shards_written"] == 3
 
 
+def test_a_rerun_writes_again_an_output_shard_that_changed_since_its_marker(tmp_path, models, prompt_shards):
+    """The unit rule: a task is kept only while its shard is in DST with the size its marker records; one
+    replaced since (here by another shard of the folder) or removed is written again, to a fresh run's bytes."""
+    dst = tmp_path / "emb"
+    args = ["encode", "text", str(prompt_shards), str(dst), "--encoder", str(models["t5"]), "--max-length", "8",
+            "--json"]
+    assert cli(*args).returncode == 0
+    fresh = {p.name: p.read_bytes() for p in dst.glob("0*.tar")}
+    (dst / "00000.tar").write_bytes(fresh["00002.tar"])  # 1 sample, not 2: another size
+    (dst / "00001.tar").unlink()
+    r = cli(*args)
+    assert r.returncode == 0, r.stderr
+    doc = check_json_summary(r.stdout, "encode text", dst)
+    assert (doc["shards_written"], doc["shards_resumed"], doc["written"]) == (2, 1, 5)
+    assert {p.name: p.read_bytes() for p in dst.glob("0*.tar")} == fresh
+
+
 def test_a_folder_of_the_earlier_marker_layout_is_refused_in_one_line(tmp_path, models, prompt_shards):
     """fgdata 0.2 left one JSON object per output shard in ``.fgdata/<command>/``: a rerun says in one line what
     to do; ``--no-resume`` writes the folder again and clears them, and the next rerun resumes."""
