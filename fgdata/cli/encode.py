@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Optional
 
 import typer
@@ -67,39 +68,36 @@ def _total(src: str) -> int | None:
         return None
 
 
-def _run(fn: Callable[..., Any], args: dict[str, Any], engine: EngineFlags, job: TorchrunJobFlags, out: OutputFlags, *,
-         label: str, total: int | None) -> None:
-    """Run a library job with the shared flags (engine, workers, resume, overwrite, wait timeout, progress,
-    quiet, json) and report it like every writing command."""
+def _run(call: Callable[..., Any], source: str, device: str, engine: EngineFlags, job: TorchrunJobFlags,
+         out: OutputFlags, *, label: str, total: int | None) -> None:
+    """Run a library job (``call(run=RunSettings)``: its function with the command's arguments and typed options
+    bound) with the shared flags (engine, workers, resume, overwrite, wait timeout, progress, quiet, json) and
+    report it like every writing command."""
     from dataclasses import replace
 
-    from fgdata.cli.jobrun import Outcome, finish, job_progress, notes, run_job
+    from fgdata.cli.jobrun import finish_job, job_progress, notes, run_job
     from fgdata.encode.models import check_device
-    from fgdata.errors import OptionError
     from fgdata.jobs.ranks import dist_env
-    from fgdata.jobs.tasks import RunSettings, run_on_ray
+    from fgdata.jobs.summary import JobSummary
+    from fgdata.jobs.tasks import RunSettings
 
-    if engine.engine not in ("local", "ray"):
-        raise OptionError(f"--engine {engine.engine!r} is not one of local, ray")
-    check_device(str(args.get("device", "cpu")))
+    say = notes(out.quiet)
+    settings = RunSettings(engine=engine.engine, workers=engine.workers,
+                           ray_address=engine.ray_address, num_gpus=1.0 if device.startswith("cuda") else 0.0,
+                           resume=job.resume, overwrite=job.overwrite, wait_timeout=job.wait_timeout, log=say,
+                           notify=say)
+    check_device(device)
     bars = out.bars
     quiet_model_libraries(bars=bars and engine.engine == "local", quiet=out.quiet)
-    say = notes(out.quiet)
-    settings = RunSettings(resume=job.resume, overwrite=job.overwrite, wait_timeout=job.wait_timeout, log=say,
-                           notify=say)
     started = time.perf_counter()
-    if engine.engine == "ray":
-        gpus = 1.0 if str(args.get("device", "cpu")).startswith("cuda") else 0.0
-        summary = run_job(lambda: run_on_ray(fn, args, settings, engine.workers, gpus, engine.ray_address))
-    else:
-        rank, world = dist_env()
-        bar_label = f"{label} [rank {rank}/{world}]" if world > 1 else label  # under torchrun each rank draws one
+    rank, world = dist_env()
+    bar_label = f"{label} [rank {rank}/{world}]" if world > 1 else label  # under torchrun each rank draws one
 
-        def local() -> Any:
-            with job_progress(bar_label, enabled=bars, total=total) as bar:
-                return fn(**args, run=replace(settings, progress=bar.advance))
+    def with_bar() -> JobSummary:
+        with job_progress(bar_label, enabled=bars and engine.engine == "local", total=total) as bar:
+            return call(run=replace(settings, progress=bar.advance))
 
-        summary = run_job(local)  # the bar is closed before an interrupt line is printed
+    summary = run_job(with_bar)  # the bar is closed before an interrupt line is printed
     rows = [("output shards written", f"{summary.shards_done:,}"),
             ("output shards resumed", f"{summary.shards_skipped:,}")]
     details: dict[str, Any] = {"shards_written": summary.shards_done, "shards_resumed": summary.shards_skipped,
@@ -107,15 +105,8 @@ def _run(fn: Callable[..., Any], args: dict[str, Any], engine: EngineFlags, job:
     if summary.not_updated:  # --into in place: failed samples kept as they were
         rows.insert(0, ("  not updated (kept)", f"{summary.not_updated:,}"))
         details["not_updated"] = summary.not_updated
-    if not summary.finalized:  # a torchrun rank other than 0: its own share; rank 0 reports the job
-        details |= {"rank": summary.rank, "world": summary.world}
-        rows.insert(0, ("rank", f"{summary.rank} of {summary.world} (its share only)"))
-    source = str(args.get("src") or args.get("prompts"))
-    finish(Outcome(command=summary.command, source=source, output=summary.dest,
-                   seen=summary.written + summary.failed, written=summary.written, failed=summary.failed,
-                   failures_file=summary.failures_path, seconds=time.perf_counter() - started, details=details,
-                   rows=rows, whole_job=summary.finalized),
-           quiet=out.quiet, json_out=out.json_out)
+    finish_job(summary, source=source, seconds=time.perf_counter() - started, rows=rows, details=details,
+               quiet=out.quiet, json_out=out.json_out)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,9 +149,8 @@ def latents(
                             keep_media=latent.keep_media, posterior=latent.posterior, seed=latent.seed,
                             dtype=compute.dtype, use_autocast=precision.use_autocast,
                             save_dtype=precision.save_dtype, batch_size=latent.batch_size)
-    args = {"src": src, "dst": dst, "options": options, "device": compute.device,
-            "decode_workers": latent.decode_workers}
-    _run(encode_latents, args, engine, job, out, label="latents", total=_total(src))
+    call = partial(encode_latents, src, dst, options, device=compute.device, decode_workers=latent.decode_workers)
+    _run(call, src, compute.device, engine, job, out, label="latents", total=_total(src))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,8 +191,8 @@ def text(
                           tokenizer_subfolder=e.tokenizer_subfolder, text_ext=e.text_ext, max_length=e.max_length,
                           padding=e.padding, hidden_layer=e.hidden_layer, dtype=compute.dtype,
                           use_autocast=precision.use_autocast, save_dtype=precision.save_dtype)
-    args = {"src": src, "dst": dst, "options": options, "batch_size": e.batch_size, "device": compute.device}
-    _run(encode_text, args, engine, job, out, label="text", total=_total(e.into or src))
+    call = partial(encode_text, src, dst, options, batch_size=e.batch_size, device=compute.device)
+    _run(call, src, compute.device, engine, job, out, label="text", total=_total(e.into or src))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -252,8 +242,8 @@ def _kd(prompts: str, dst: str, options: Any, device: str, engine: EngineFlags, 
     from fgdata.encode.kd import kd_run
 
     total = _total(prompts) if storage.is_dir(prompts) else None
-    args = {"prompts": prompts, "dst": dst, "options": options, "device": device}
-    _run(kd_run, args, engine, job, out, label=f"kd {options.mode}", total=total)
+    _run(partial(kd_run, prompts, dst, options, device=device), prompts, device, engine, job, out,
+         label=f"kd {options.mode}", total=total)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,6 +16,8 @@ from fgdata.cli.render import err_console
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
+    from fgdata.jobs.summary import JobSummary
+
 T = TypeVar("T")
 
 
@@ -129,3 +131,16 @@ def finish(outcome: Outcome, *, quiet: bool, json_out: bool) -> None:
             console.print(f"failures: {outcome.failures_file}", highlight=False, soft_wrap=True)
     if outcome.whole_job:
         options.exit_if_all_failed(outcome.written, outcome.failed, outcome.failures_file)
+
+
+def finish_job(summary: JobSummary, *, source: str, seconds: float, rows: list[tuple[str, str]],
+               details: dict[str, Any], quiet: bool, json_out: bool) -> None:
+    """:func:`finish` for a job core's summary (``rows`` and ``details``: the command's own), a torchrun rank's
+    share marked as such (rank 0 reports the job and alone decides the exit code)."""
+    if not summary.whole_job:
+        details = {**details, "rank": summary.rank, "world": summary.world}
+        rows = [("rank", f"{summary.rank} of {summary.world} (its share only)"), *rows]
+    finish(Outcome(command=summary.command, source=source, output=summary.dest, seen=summary.seen,
+                   written=summary.written, failed=summary.failed, failures_file=summary.failures_path,
+                   seconds=seconds, details=details, rows=rows, whole_job=summary.whole_job),
+           quiet=quiet, json_out=json_out)

@@ -143,9 +143,10 @@ class DownloadFlags:
 
 
 def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
-    from fgdata.cli.jobrun import Outcome, finish, job_progress, notes, run_job
+    from fgdata.cli.jobrun import finish_job, job_progress, notes, run_job
     from fgdata.jobs.ranks import dist_env
     from fgdata.jobs.shard import run_shard_job
+    from fgdata.jobs.summary import JobSummary
     from fgdata.sources.folder import skip_summary
 
     def categories(by_reason: dict[str, int]) -> str:
@@ -155,7 +156,7 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     rank, world = dist_env()
     label = f"shard {job.options.kind}" + (f" [rank {rank}/{world}]" if world > 1 else "")  # one bar per rank
 
-    def shard():  # noqa: ANN202 - a JobReport
+    def shard() -> JobSummary:
         with job_progress(label, enabled=out.bars) as bar:
             return run_shard_job(job, progress=bar.advance, on_start=bar.total, notify=notes(out.quiet))
 
@@ -189,13 +190,8 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     if report.stats_path:
         rows.append(("per-shard stats", report.stats_path))
         details["stats"] = report.stats_path
-    if not report.whole_job:  # a torchrun rank other than 0: its own share; rank 0 reports the job
-        details |= {"rank": report.rank, "world": report.world}
-        rows.insert(0, ("rank", f"{report.rank} of {report.world} (its share only)"))
-    finish(Outcome(command=f"shard {job.options.kind}", source=job.src, output=job.dest, seen=report.seen,
-                   written=report.written, failed=report.failed, failures_file=report.failures_path,
-                   seconds=time.perf_counter() - started, details=details, rows=rows, whole_job=report.whole_job),
-           quiet=out.quiet, json_out=out.json_out)
+    finish_job(report, source=job.src, seconds=time.perf_counter() - started, rows=rows, details=details,
+               quiet=out.quiet, json_out=out.json_out)
 
 
 def _clip_rows(clips) -> list[tuple[str, str]]:  # noqa: ANN001 - a ClipTally

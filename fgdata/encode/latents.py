@@ -23,7 +23,8 @@ from fgdata.encode.jobs import batched_results, merged_json, prefetch_map, sampl
 from fgdata.encode.models import autocast, check_dtype, resolve_device, tensor_bytes
 from fgdata.encode.vae import load_vae
 from fgdata.errors import FgdataError, OptionError
-from fgdata.jobs.tasks import JobSummary, Result, RunSettings, Task, TaskJob, run_tasks, same_place, shard_tasks
+from fgdata.jobs.summary import JobSummary
+from fgdata.jobs.tasks import Result, RunSettings, Task, TaskJob, run_tasks, same_place, shard_tasks
 
 KINDS = ("image", "video")
 POSTERIORS = ("mode", "sample")

@@ -15,10 +15,14 @@ The stored tensor is the last hidden state (``--hidden-layer -1``), or another h
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fgdata.encode.models import autocast, check_dtype, check_model, load_pretrained, resolve_device, torch_dtype
 from fgdata.errors import FgdataError, OptionError
+
+if TYPE_CHECKING:
+    from fgdata.jobs.summary import JobSummary
+    from fgdata.jobs.tasks import RunSettings
 
 PADDINGS = ("zero", "keep")
 # model_type -> (transformers class name, default padding, default max length)
@@ -168,7 +172,7 @@ class TextOptions:
 
 
 def encode_text(src: str, dst: str, options: TextOptions, *, batch_size: int = 32, device: str = "cpu",
-                run: Any = None) -> Any:
+                run: RunSettings | None = None) -> JobSummary:
     """Add ``txt_emb.pth`` to every sample of ``src`` (all other members kept) and write the shards to ``dst``.
 
     With ``options.into``, the samples (and shard names) come from the existing shards in ``into`` (e.g.

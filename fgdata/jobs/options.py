@@ -15,6 +15,7 @@ import json
 from collections.abc import Collection
 from typing import Any
 
+from fgdata import storage
 from fgdata.errors import FgdataError
 
 
@@ -82,3 +83,20 @@ def check_same(where: str, old: dict[str, Any], new: dict[str, Any], restart: st
     raise FgdataError(f"{where}: an earlier run wrote it {why} ({what}{more}); "
                       f"rerun with the same options, with {restart} to start over, or with --overwrite to "
                       "replace what it holds")
+
+
+def check_record(path: str, where: str, record: dict[str, Any], resume: bool, write: bool, earlier: str) -> None:
+    """A job's record at ``path`` (``{"format", "version", "command", "options"}``): resuming, the earlier
+    record must be of this version (else ``earlier``: one line saying what to do) and hold the same options
+    (else the option is named, :func:`check_same`); then the record is written (``write``: by the one process
+    that does)."""
+    if resume and storage.exists(path):
+        try:
+            old = json.loads(storage.read_bytes(path))
+        except ValueError:
+            old = {}
+        if not isinstance(old, dict) or old.get("version") != record["version"]:
+            raise FgdataError(f"{where}: {earlier}")
+        check_same(where, old.get("options") or {}, record["options"])
+    if write:
+        storage.write_bytes(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())

@@ -40,10 +40,11 @@ from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs import dest as destmod
 from fgdata.jobs import testhook
 from fgdata.jobs.local import ordered_map, threaded_map
-from fgdata.jobs.options import FLATTEN, RUNTIME, byte_options, check_same, fingerprint
-from fgdata.jobs.ranks import dist_env, owner, run_launch, wait_for
+from fgdata.jobs.options import FLATTEN, RUNTIME, byte_options, check_record, fingerprint
+from fgdata.jobs.ranks import dist_env, owner, run_launch
 from fgdata.jobs.report import FAILURES_FILE, category
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
+from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.units import (
     Entry,
     Marker,
@@ -53,13 +54,18 @@ from fgdata.jobs.units import (
     changed_names,
     existing_markers,
     finalize,
+    is_final,
+    listed_sizes,
     marker_path,
     plan_units,
     read_marker,
+    resumable,
     shard_name,
     slots_per_unit,
+    stat_sizes,
     sweep,
     unit_stage,
+    wait_for_units,
 )
 from fgdata.producers.media import ClipTally, Outcome, ShardOptions, mixed_format_warning, transform
 from fgdata.shards import ShardWriter, iter_samples
@@ -120,36 +126,6 @@ class ShardJob:
         return slots_per_unit(self.units_of, self.maxcount, one)
 
 
-@dataclass
-class JobReport:
-    """The summary of a shard job (or of one torchrun rank's share)."""
-
-    seen: int
-    written: int
-    failed: int
-    samples: int
-    failed_by_reason: dict[str, int]
-    shards: list[str]
-    counts: dict[str, int]
-    failures_path: str | None  # None: a torchrun rank's share (rank 0 writes the job's report)
-    resumed: int = 0  # inputs of units already complete when the job started
-    nbytes: int = 0  # input bytes read in this run
-    normalised: dict[str, int] = field(default_factory=dict)  # images changed to display as a viewer does (this run)
-    warned: int = 0  # inputs written without a part (a caption), listed in failures.json
-    warned_by_reason: dict[str, int] = field(default_factory=dict)
-    skipped: list[dict[str, Any]] = field(default_factory=list)  # files below SRC that are not inputs
-    clips: ClipTally | None = None  # --clip-seconds: the clips written in this run
-    rank: int = 0
-    world: int = 1
-    whole_job: bool = True  # False: only this torchrun rank's share; rank 0 reports the job
-    changed: int = 0  # inputs replaced since the earlier run
-    changed_names: list[str] = field(default_factory=list)  # the first of them (NAMED)
-    rewritten: list[str] = field(default_factory=list)  # shards of the earlier run written again for them
-    stats_path: str | None = None  # URL jobs: shard_stats.json (per-shard successes and failures by reason)
-    retried: int = 0  # --retry-failed: retryable failures of complete units tried again
-    recovered: int = 0  # of those, the ones written now
-
-
 # -- inputs --------------------------------------------------------------------------------------------------
 
 
@@ -192,20 +168,11 @@ def _stamps(items: Sequence[WorkItem]) -> list[str]:
 def _check_record(job: ShardJob, write: bool = True) -> None:
     """Refuse to resume another job's shards, or shards of an earlier fgdata layout; then (re)write the record
     (``write``: the one process that does)."""
-    path = storage.join(job.dest, JOB_FILE)
     options = {**byte_options(replace(job, unit_size=job.units_of)), "slots": job.slots}
     record = {"format": "fgdata.shard-job", "version": RECORD_VERSION, "command": job.command, "options": options}
-    if job.resume and storage.exists(path):
-        try:
-            old = json.loads(storage.read_bytes(path))
-        except ValueError:
-            old = {}
-        if not isinstance(old, dict) or old.get("version") != RECORD_VERSION:
-            raise FgdataError(f"{job.dest}: written by an earlier fgdata version (one numbering, no work units); "
-                              "rerun with --overwrite to write it again")
-        check_same(job.dest, old.get("options") or {}, options)
-    if write:
-        storage.write_bytes(path, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
+    check_record(storage.join(job.dest, JOB_FILE), job.dest, record, job.resume, write,
+                 "written by an earlier fgdata version (one numbering, no work units); "
+                 "rerun with --overwrite to write it again")
 
 
 def _options_fingerprint(job: ShardJob) -> str:
@@ -424,11 +391,9 @@ def _pending(job: ShardJob, units: Iterable[Unit], run: _Run, stamp: tuple[str, 
             run.expected[unit.number] = bytes.fromhex(unit.inputs)  # what another rank's marker must show
             continue
         old = read_marker(job.dest, unit.number) if unit.number in markers else None
-        if old is not None and (old.options != options_fp
-                                or any(present.get(s.name, (-1,))[0] != s.size for s in old.shards)):
+        if old is not None and not resumable(old, options_fp, listed_sizes(present)):
             old = None
-        if old is not None and old.inputs == unit.inputs and not (
-                job.retry_failed and any(retryable(f.reason) for f in old.failures)):
+        if old is not None and old.inputs == unit.inputs and not _redone(job, old):
             run.add(old, fresh=False)
             if firsts is not None:
                 for name in (s.name for s in old.shards):
@@ -448,7 +413,7 @@ def _pending(job: ShardJob, units: Iterable[Unit], run: _Run, stamp: tuple[str, 
 
 
 def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
-                  on_start: Callable[[int | None], None] | None = None, notify: Notify | None = None) -> JobReport:
+                  on_start: Callable[[int | None], None] | None = None, notify: Notify | None = None) -> JobSummary:
     """Run a shard job on its executor and return the report (also written to ``DST/failures.json``).
 
     ``on_start(None)`` is called once the job starts reading its inputs (their number is not known before the
@@ -520,7 +485,7 @@ def _counting(items: Iterable[WorkItem], formats: Counter[str]) -> Iterator[Work
 
 def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where: tuple[int, int],
          progress: ProgressFn | None, notify: Notify | None, present: dict[str, tuple[int, str]],
-         lease: tuple[str, str] | None) -> JobReport:
+         lease: tuple[str, str] | None) -> JobSummary:
     """Run the units (``present``: the shards DST held when the job started, name -> (size, version);
     ``lease``: the name and job id of the lease this process holds on DST, which Ray tasks write under)."""
     rank, world = where
@@ -559,16 +524,17 @@ def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where
         run.spool.close()
     from fgdata.jobs.stats import STATS_FILE
 
-    return JobReport(seen=totals.inputs, written=totals.written, failed=totals.failed, samples=totals.samples,
-                     failed_by_reason=dict(sorted(totals.failed_by_reason.items())),
-                     shards=[storage.join(job.dest, n) for n in counts], counts=counts,
-                     failures_path=storage.join(job.dest, FAILURES_FILE), resumed=run.resumed, nbytes=run.nbytes,
-                     normalised=dict(sorted(run.normalised.items())), warned=totals.warned,
-                     warned_by_reason=dict(sorted(totals.warned_by_reason.items())), skipped=extra["skipped"],
-                     clips=run.clips, rank=rank, world=world, changed=run.changed, changed_names=run.changed_names,
-                     rewritten=run.rewritten,
-                     stats_path=storage.join(job.dest, STATS_FILE) if job.options.download is not None else None,
-                     retried=sum(len(v) for v in run.retried.values()), recovered=run.recovered)
+    return JobSummary(command=job.command, dest=job.dest, seen=totals.inputs, written=totals.written,
+                      failed=totals.failed, samples=totals.samples,
+                      failed_by_reason=dict(sorted(totals.failed_by_reason.items())),
+                      shards=[storage.join(job.dest, n) for n in counts], counts=counts,
+                      failures_path=storage.join(job.dest, FAILURES_FILE), resumed=run.resumed, nbytes=run.nbytes,
+                      normalised=dict(sorted(run.normalised.items())), warned=totals.warned,
+                      warned_by_reason=dict(sorted(totals.warned_by_reason.items())), skipped=extra["skipped"],
+                      clips=run.clips, rank=rank, world=world, changed=run.changed, changed_names=run.changed_names,
+                      rewritten=run.rewritten,
+                      stats_path=storage.join(job.dest, STATS_FILE) if job.options.download is not None else None,
+                      retried=sum(len(v) for v in run.retried.values()), recovered=run.recovered)
 
 
 def _counts(run: _Run) -> Iterator[tuple[str, int]]:
@@ -604,43 +570,25 @@ def _run_ray(job: ShardJob, pending: Iterator[Unit], stamp: tuple[str, str | Non
             progress(marker.count, marker.nbytes)
 
 
-def _final(job: ShardJob, marker: Marker, expected: bytes, stamp: tuple[str, str | None]) -> bool:
-    """Whether another rank's marker is this run's last word on its unit: written in this launch, or (resuming)
-    one its owner keeps: same options and inputs, every shard in place, and (``--retry-failed``) no retryable
-    failure, which the owner would be fetching again."""
-    options_fp, launch = stamp
-    if marker.options != options_fp:
-        return False
-    if launch is not None and marker.launch == launch:
-        return True
-    if not job.resume or bytes.fromhex(marker.inputs) != expected:
-        return False
-    if job.retry_failed and any(retryable(f.reason) for f in marker.failures):
-        return False
-    return all((info := storage.stat(storage.join(job.dest, s.name))) is not None and info.size == s.size
-               for s in marker.shards)
+def _redone(job: ShardJob, marker: Marker) -> bool:
+    """``--retry-failed``: a unit with a retryable failure is run again by its owner."""
+    return job.retry_failed and any(retryable(f.reason) for f in marker.failures)
 
 
 def _gather(job: ShardJob, run: _Run, world: int, stamp: tuple[str, str | None], log: Notify | None) -> None:
-    """Rank 0: wait (bounded) for every other rank's unit markers of this run (:func:`_final`), and spool them."""
-    missing = [u for u in range(run.units) if u not in run.spool]
+    """Rank 0: wait (bounded) for every other rank's unit markers of this run (:func:`is_final`), and spool them
+    (another rank's work: its figures are the job's)."""
+    size_of = stat_sizes(job.dest)
 
-    def still_missing() -> list[str]:
-        nonlocal missing
-        left = []
-        for u in missing:
-            marker = read_marker(job.dest, u)
-            if marker is not None and _final(job, marker, run.expected[u], stamp):
-                run.add(marker, fresh=True)  # another rank's work: its figures are the job's
-            else:
-                left.append(u)
-        missing = left
-        return ["unit %06d (rank %d)" % (u, owner(u, world)) for u in missing]
+    def final(marker: Marker) -> bool:
+        return is_final(marker, stamp, run.expected[marker.unit].hex(), job.resume, size_of,
+                        partial(_redone, job))
 
-    wait_for(still_missing, f"{job.dest}: work units of other ranks", job.wait_timeout, log=log)
+    wait_for_units(job.dest, [u for u in range(run.units) if u not in run.spool], final,
+                   partial(run.add, fresh=True), world, f"{job.dest}: work units of other ranks", job.wait_timeout, log)
 
 
-def _share_report(job: ShardJob, run: _Run, rank: int, world: int) -> JobReport:
+def _share_report(job: ShardJob, run: _Run, rank: int, world: int) -> JobSummary:
     """What a rank other than 0 did (its units only); it writes no report file, rank 0 writes the job's."""
     written = failed = samples = warned = 0
     reasons: Counter[str] = Counter()
@@ -651,13 +599,13 @@ def _share_report(job: ShardJob, run: _Run, rank: int, world: int) -> JobReport:
         warned += len(marker.warnings)
         reasons.update(category(f.reason) for f in marker.failures)
     run.spool.close()
-    return JobReport(seen=written + failed, written=written, failed=failed, samples=samples,
-                     failed_by_reason=dict(sorted(reasons.items())), shards=[], counts={}, failures_path=None,
-                     resumed=run.resumed, nbytes=run.nbytes, warned=warned, rank=rank, world=world, clips=run.clips,
-                     whole_job=False)
+    return JobSummary(command=job.command, dest=job.dest, seen=written + failed, written=written, failed=failed,
+                      samples=samples, failed_by_reason=dict(sorted(reasons.items())), failures_path=None,
+                      resumed=run.resumed, nbytes=run.nbytes, warned=warned, rank=rank, world=world, clips=run.clips,
+                      whole_job=False)
 
 
-def _said(report: JobReport, notify: Notify | None) -> None:
+def _said(report: JobSummary, notify: Notify | None) -> None:
     """Say which inputs changed since the earlier run and which shards were written again for them."""
     if notify and report.changed:
         more = f" and {report.changed - len(report.changed_names)} more" if report.changed > len(report.changed_names) \

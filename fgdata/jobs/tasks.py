@@ -1,16 +1,21 @@
-"""Shard-to-shard jobs (``encode latents|text``, ``kd pairs|paths``): one output shard per task, rank-owned.
+"""Shard-to-shard jobs (``encode latents|text``, ``kd pairs|paths``) on the job core's units.
 
-Task model: task i (one input shard, or one chunk of a prompt file) makes one output shard that keeps
-the input shard's name, and belongs to rank ``i mod world`` (:mod:`fgdata.jobs.ranks`): no two ranks
-ever write the same file, and any world size gives the same samples. Ranks meet through files only:
-each finished shard leaves a marker ``DST/.fgdata/<command>/<shard>.json`` holding the options record;
-a rerun skips the shards whose marker matches and refuses, naming the option, those written with other
-options. The finishing rank (rank 0, or the Ray driver) waits for every marker, with a timeout that
-names the missing shards and their ranks, then writes ``shard_count.json``, ``provenance.json`` and
-the one ``failures.json``. With ``--no-resume`` under torchrun the markers carry the launch id and only
+Task model: task i (one input shard, or one chunk of a prompt file) is work unit i
+(:mod:`fgdata.jobs.units`): it makes one output shard that keeps the input shard's name, and belongs to rank
+``i mod world`` (torchrun ranks, or the ``--workers`` Ray workers, :mod:`fgdata.jobs.ranks`): no two ranks
+ever write the same file, and any world size gives the same samples. Ranks meet through files only: each
+finished task leaves a :class:`~fgdata.jobs.units.Marker` in ``DST/.fgdata/<key>/units/NNNNNN.json`` (``key``:
+``latents``, ``text``, ``kd-pairs``, ``kd-paths``; a folder per command, since ``encode text --into DST``
+writes into a folder another command's markers describe). A rerun keeps a task by the unit rule
+(:func:`fgdata.jobs.units.resumable`: same options and input, its shard in DST with the size the marker
+records) and redoes any other; the job record ``DST/.fgdata/<key>/job.json`` holds the options that change
+bytes, and a rerun with other options is refused, naming the option. The finishing process (the only one,
+the Ray driver, or torchrun rank 0 after waiting for every marker, bounded by ``--wait-timeout``) streams
+``shard_count.json`` and ``failures.json`` from the markers (:func:`fgdata.jobs.units.finalize`), then
+writes ``provenance.json``. With ``--no-resume`` under torchrun the markers carry the launch id and only
 this launch's count (:func:`fgdata.jobs.ranks.run_launch`).
 
-Each shard is built by :class:`fgdata.shards.ShardWriter` in a private work folder, then renamed (or
+Each shard is built by :class:`fgdata.shards.ShardWriter` in the unit's private work folder, then moved (or
 uploaded) onto its final name, so a killed job never leaves a partial shard under a real name.
 
 **In place** (the output folder is the input folder): a sample the producer cannot process keeps every
@@ -20,12 +25,14 @@ member it had. It is written back unchanged and reported as *not updated* (a fai
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -33,16 +40,39 @@ from fgdata import __version__, storage
 from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs import dest as destmod
 from fgdata.jobs import testhook
-from fgdata.jobs.options import check_same, fingerprint, byte_options
-from fgdata.jobs.ranks import dist_env, owned, owner, run_launch, this_launch, wait_for
-from fgdata.jobs.report import FAILURES_FILE, clean_reason, write_failures
+from fgdata.jobs.options import byte_options, check_record, fingerprint
+from fgdata.jobs.ranks import dist_env, owner, run_launch
+from fgdata.jobs.report import FAILURES_FILE, clean_reason
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
-from fgdata.shards import COUNT_FILE, ShardScan, ShardWriter, load_index, write_index, write_shard_counts
+from fgdata.jobs.summary import JobSummary
+from fgdata.jobs.units import (
+    Entry,
+    Marker,
+    ShardDone,
+    Spool,
+    drop_markers_from,
+    existing_markers,
+    finalize,
+    is_final,
+    listed_sizes,
+    marker_path,
+    read_marker,
+    resumable,
+    stat_sizes,
+    unit_stage,
+    units_dir,
+    wait_for_units,
+)
+from fgdata.shards import COUNT_FILE, ShardWriter, load_index
 
 STATE_DIR = destmod.STATE_DIR
 PROVENANCE_FILE = "provenance.json"
 PROVENANCE_FORMAT = "fgdata.encode-provenance"
+RECORD_FILE = "job.json"
+RECORD_FORMAT = "fgdata.task-job"
+RECORD_VERSION = 1
 MAX_SAMPLES_PER_SHARD = 2**31 - 1  # one output shard per task, whatever its size
+Stamp = tuple[str, str | None]  # (options fingerprint, launch id) that this run's markers carry
 
 
 @dataclass(frozen=True)
@@ -52,6 +82,18 @@ class Task:
     name: str
     source: str | None = None
     items: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def input(self) -> str:
+        return self.source or self.name
+
+    def fingerprint(self) -> str:
+        """The task's input, as its marker's ``inputs``: the input shard's name, or a prompt chunk's prompts (not
+        the folder it is read from, nor its bytes: an in-place job's input is its own output)."""
+        h = hashlib.sha256(f"{self.name}\n".encode())
+        for key, text in self.items:
+            h.update(f"{key}\t{text}\n".encode("utf-8", "surrogateescape"))
+        return h.hexdigest()[:32]
 
 
 @dataclass
@@ -67,17 +109,27 @@ class Result:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """How a job runs (never part of its fingerprint): rank, resume, callbacks."""
+    """How a job runs (never part of its fingerprint): rank, executor, resume, callbacks. ``engine="ray"``:
+    ``workers`` Ray tasks act as ranks 0..workers-1 (the torchrun ownership rule) and this process finishes."""
 
     rank: int | None = None
     world: int | None = None
-    role: str = "all"  # all | prepare | work | finalize
+    engine: str = "local"  # local | ray (checked here, where the CLI's value arrives)
+    workers: int = 1
+    ray_address: str | None = None
+    num_gpus: float = 0.0  # per Ray worker
     resume: bool = True
     overwrite: bool = False
     wait_timeout: float | None = None
     progress: Callable[[int], None] | None = None
     log: Callable[[str], None] | None = None
     notify: Callable[[str], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ("local", "ray"):
+            raise OptionError(f"--engine {self.engine!r} is not one of local, ray")
+        if self.engine == "ray" and self.workers < 1:
+            raise OptionError("--workers must be at least 1")
 
 
 @dataclass
@@ -93,102 +145,116 @@ class TaskJob:
     base: str | None = None  # where the samples come from, for provenance
     in_place: bool = False
 
+    @property
+    def key(self) -> str:
+        """The name of the command's state folder and provenance entry: ``latents``, ``text``, ``kd-pairs``."""
+        return self.command.removeprefix("encode ").replace(" ", "-")
+
+    @property
+    def units(self) -> str:
+        return units_dir(self.key)
+
+    @property
+    def state(self) -> str:
+        return storage.join(self.dest, STATE_DIR, self.key)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a rank loaded (its producer's provenance record), left in ``.fgdata/<key>/model-info.rank<R>.json``
+    so the finishing rank need not load the model again."""
+
+    fingerprint: str
+    launch: str | None
+    record: dict[str, Any]  # the producer's own description of its model
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), default=str).encode()
+
+    @classmethod
+    def parse(cls, data: bytes) -> "ModelInfo | None":
+        try:
+            doc = json.loads(data)
+            return cls(str(doc["fingerprint"]), doc.get("launch"), dict(doc["record"]))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
 
 @dataclass
-class JobSummary:
-    dest: str
-    command: str
-    rank: int
-    world: int
-    shards_done: int = 0
-    shards_skipped: int = 0
+class _Share:
+    """What this process counts while tasks go by (their markers are spooled, not held)."""
+
+    spool: Spool = field(default_factory=Spool)
+    done: int = 0  # output shards written by this process
+    skipped: int = 0  # tasks found complete
+    inputs: int = 0  # inputs of tasks written or found complete: what a stop reports
+    resumed: int = 0  # inputs of tasks found complete
     written: int = 0
     failed: int = 0
     not_updated: int = 0
-    seconds: float = 0.0
-    finalized: bool = False
-    failures_path: str | None = None
-    failures: list[dict[str, Any]] = field(default_factory=list)
+    handed: list[tuple[Marker, bool]] | None = None  # a Ray worker's: its markers, to hand to the driver
 
-    @property
-    def rate(self) -> float:
-        return self.written / self.seconds if self.seconds > 0 else 0.0
-
-
-def _marker(dest: str, command: str, name: str) -> str:
-    return storage.join(dest, STATE_DIR, _key(command), name + ".json")
-
-
-def _read_json(path: str) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(storage.read_bytes(path))
-        return doc if isinstance(doc, dict) else None
-    except Exception:  # noqa: BLE001 - a missing or torn marker means "not done"
-        return None
+    def add(self, marker: Marker, fresh: bool | None) -> None:
+        """Count a marker: written now (``fresh``), found complete (False) or another rank's (None)."""
+        self.spool.add(marker)
+        if self.handed is not None and fresh is not None:
+            self.handed.append((marker, fresh))
+        if fresh is not None:
+            self.done += fresh
+            self.skipped += not fresh
+            self.inputs += marker.count
+            self.resumed += 0 if fresh else marker.count
+        self.written += marker.written
+        self.failed += len(marker.failures)
+        self.not_updated += sum(f.kept for f in marker.failures)
 
 
-def _work_dir(dest: str, name: str, rank: int) -> str:
-    root = storage.staging_dir(dest)  # dest itself where renames are atomic, else a local folder
-    path = os.path.join(root, STATE_DIR, "work", f"{name}.rank{rank}")
-    shutil.rmtree(path, ignore_errors=True)
-    os.makedirs(path)
-    return path
-
-
-def _write_task(job: TaskJob, task: Task, results: Iterable[Result], rank: int, record: dict[str, Any]) -> dict:
-    """Build one output shard from ``results`` and move it into place; return its marker."""
-    work = _work_dir(job.dest, task.name, rank)
+def _write_task(job: TaskJob, number: int, task: Task, results: Iterable[Result], stamp: Stamp) -> Marker:
+    """Build task ``number``'s output shard from ``results``, move it into place and leave its marker."""
+    stage = unit_stage(job.dest, number)
     final = storage.join(job.dest, task.name)
-    failures: list[dict[str, Any]] = []
-    written = kept = 0
+    shards: list[ShardDone] = []
+    writer = ShardWriter(job.dest, name=lambda _n: task.name, maxcount=MAX_SAMPLES_PER_SHARD, stage=stage,
+                         count_file=False, publishing=critical,
+                         on_shard=lambda name, samples, size: shards.append(ShardDone(name, samples, size)))
+    failures: list[Entry] = []
+    written = 0
     untouched = False
-    writer = ShardWriter(work, maxcount=MAX_SAMPLES_PER_SHARD)
     try:
         for r in results:
             if r.members is not None:
                 writer.write(r.key, r.members)
                 written += 1
                 continue
-            entry: dict[str, Any] = {"input": f"{task.source or task.name}#{r.key}", "reason": clean_reason(r.reason)}
+            entry = Entry(f"{task.input}#{r.key}", clean_reason(r.reason), r.pos)
             if job.in_place and r.original is not None:
                 writer.write(r.key, r.original)  # kept as it was: not updated, never removed
-                entry["kept"] = True
-                kept += 1
+                entry = replace(entry, kept=True)
             elif job.in_place:
                 untouched = True  # a damaged input shard: replacing it would drop what cannot be read
             failures.append(entry)
+        if untouched:
+            writer.abort()
+            failures = [Entry(task.input, "damaged shard: left unchanged; " + failures[-1].reason, None, kept=True)]
+            written = 0
+            scan = load_index(final)
+            shards = [ShardDone(task.name, len(scan.samples), scan.size)] if scan and scan.samples else []
+        elif not writer.close().samples and not job.in_place:
+            with critical():  # an earlier run's output of this name
+                storage.remove(final)
+                storage.remove(final + destmod.INDEX_SUFFIX)
     except BaseException:
         writer.abort()
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(stage, ignore_errors=True)
         raise
-    if untouched:
-        writer.abort()
-        shutil.rmtree(work, ignore_errors=True)
-        failures = [{"input": task.source or task.name, "kept": True,
-                     "reason": "damaged shard: left unchanged; " + "; ".join(f["reason"] for f in failures[-1:])}]
-        scan = load_index(final)
-        return {"shard": task.name, "source": task.source, "samples": len(scan.samples) if scan else 0,
-                "written": 0, "failures": failures, **record}
-    summary = writer.close()
-    scan = staged = None
-    if summary.samples:
-        built = summary.shards[0]
-        scan = load_index(built)
-        if scan is None:
-            raise FgdataError(f"{built}: the shard writer left no index")
-        staged = storage.stage(built, final)  # a stop may land during this upload, not during the move below
+    options_fp, launch = stamp
+    marker = Marker(unit=number, first=0, count=written + len(failures), options=options_fp,
+                    inputs=task.fingerprint(), stamps=[], names=[task.input], shards=shards, written=written,
+                    failures=failures, warnings=[], launch=launch)
     with critical():
-        if scan is not None and staged is not None:
-            # The index first: a shard never sits under its final name without one (other ranks would
-            # take it for a file fgdata did not write); a stale index is told apart by its size.
-            write_index(ShardScan(shard=final, size=scan.size, samples=scan.samples), final, record)
-            storage.publish(staged, final)
-        elif not job.in_place:
-            storage.remove(final)
-            storage.remove(final + ".idx.json")
-    shutil.rmtree(work, ignore_errors=True)
-    return {"shard": task.name, "source": task.source, "samples": summary.samples, "written": written,
-            "failures": failures, **record}
+        storage.write_bytes(marker_path(job.dest, number, job.units), marker.to_bytes())
+    shutil.rmtree(stage, ignore_errors=True)
+    return marker
 
 
 def write_provenance(dest: str, command: str, record: dict[str, Any], base: str | None = None) -> str:
@@ -207,41 +273,49 @@ def write_provenance(dest: str, command: str, record: dict[str, Any], base: str 
     return path
 
 
-def _key(command: str) -> str:
-    """The name of a command's markers folder and provenance entry: ``latents``, ``text``, ``kd-pairs``."""
-    return command.removeprefix("encode ").replace(" ", "-")
-
-
 def _inputs_kept(job: TaskJob) -> list[str]:
     """Files in DST that are not foreign though fgdata did not write them: an in-place job's inputs."""
     return [t.name for t in job.tasks] if job.in_place else []
 
 
-def _prepare_dest(job: TaskJob, run: RunSettings, rank: int, world: int) -> None:
+def _earlier_markers(job: TaskJob) -> list[str]:
+    """Markers of fgdata 0.2 and earlier (``.fgdata/<key>/<shard>.json``, one dict per output shard)."""
+    return [n for n in storage.list_names(job.state) if n.endswith(".tar.json")]
+
+
+def _prepare_dest(job: TaskJob, run: RunSettings, rank: int, mine: list[int]) -> None:
     """Refuse foreign files (every rank checks: outputs appear with their index first, so no rank takes another's
-    output for a foreign file); ``--no-resume`` drops this rank's earlier markers (every rank's for the "prepare"
-    role, which a driver runs before it starts the ranks), saying so. ``--overwrite`` removes the foreign files and
-    (rank 0) fgdata's earlier outputs that no task of this job writes again, then redoes every task."""
-    if run.role == "finalize":
-        return
+    output for a foreign file) and a DST of an earlier layout, check the job record; ``--no-resume`` drops the
+    markers of ``mine`` (this rank's tasks; a Ray driver's: all), saying so. ``--overwrite`` removes the foreign
+    files and (rank 0) fgdata's earlier outputs that no task of this job writes again, then redoes every task."""
     destmod.check_foreign(job.dest, keep=_inputs_kept(job), overwrite=run.overwrite and rank == 0, notify=run.notify)
+    earlier = _earlier_markers(job)
+    if earlier and run.resume:
+        raise FgdataError(f"{job.dest}: written by an earlier fgdata version ({len(earlier)} marker(s) in "
+                          f".fgdata/{job.key}/); rerun with --no-resume to write it again")
+    if rank == 0:
+        for name in earlier:
+            storage.remove(storage.join(job.state, name))
     if run.overwrite and rank == 0 and not job.in_place:
         rewritten = ({t.name for t in job.tasks} | {t.name + destmod.INDEX_SUFFIX for t in job.tasks}
                      | {COUNT_FILE, FAILURES_FILE, PROVENANCE_FILE})  # written again by this job
         destmod.remove_files(job.dest, destmod.own_outputs(job.dest, keep=rewritten), "--overwrite", run.notify)
+    record = {"format": RECORD_FORMAT, "version": RECORD_VERSION, "command": job.command,
+              "options": byte_options(job.options)}
+    check_record(storage.join(job.state, RECORD_FILE), job.dest, record, run.resume, rank == 0,
+                 "written by an earlier fgdata version; rerun with --no-resume to write it again")
     if not run.resume:
         testhook.hold("no-resume", rank)
-        mine = job.tasks if run.role == "prepare" else owned(job.tasks, rank, world)
         if run.notify:
             flag = "--overwrite" if run.overwrite else "--no-resume"
             run.notify(f"{flag}: redoing {len(mine)} output shard(s) in {job.dest} from scratch")
-        for task in mine:
-            storage.remove(_marker(job.dest, job.command, task.name))
+        for number in mine:
+            storage.remove(marker_path(job.dest, number, job.units))
 
 
 def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
-    """Run this rank's share of ``job.tasks`` (role "all" or "work"), then finalize on rank 0 ("all" or "finalize");
-    role "prepare" only checks and clears DST (``--overwrite``, ``--no-resume``) for ranks started after it.
+    """Run this rank's share of ``job.tasks`` (every task on Ray's workers with ``run.engine="ray"``), then
+    finalize on rank 0.
 
     ``produce(task)`` yields one :class:`Result` per input. ``provenance()`` is called after the work, so it
     can report the loaded model. SIGINT/SIGTERM raise :class:`Interrupted` with the inputs done so far.
@@ -252,50 +326,68 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
     env_rank, env_world = dist_env()
     rank = env_rank if run.rank is None else run.rank
     world = env_world if run.world is None else run.world
+    if run.engine == "ray" and world > 1:
+        raise FgdataError(f"--engine ray starts its own workers: launch it once, not under torchrun (WORLD_SIZE={world})")
     if not job.tasks:
         raise FgdataError(f"nothing to do for {job.dest}: no input shards or prompts")
     names = [t.name for t in job.tasks]
     if len(set(names)) != len(names):
         raise FgdataError(f"{job.dest}: two inputs map to the same output shard name")
     storage.make_dirs(job.dest)
-    opts = byte_options(job.options)
-    record = {"command": job.command, "fingerprint": fingerprint(opts), "options": opts, "fgdata": __version__}
-    summary = JobSummary(dest=job.dest, command=job.command, rank=rank, world=world)
-    launch = run_launch(run.resume, run.wait_timeout)  # None outside torchrun (a Ray driver clears DST first)
-    refuse = None
-    if run.role != "finalize" and not (run.overwrite and rank == 0):  # a refused DST is left as it was found
-        refuse = partial(destmod.check_foreign, job.dest, _inputs_kept(job))
-    with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse):
-        before = destmod.shard_versions(job.dest) if run.role == "all" and rank == 0 else None
-        _prepare_dest(job, run, rank, world)
-        if run.role == "prepare":
-            return summary
-        try:
-            info = _work(job, run, rank, world, record, launch, summary) if run.role in ("all", "work") else None
-        except Interrupted as stop:
-            stop.done = summary.written + summary.failed
-            raise
-        if run.role == "finalize" or (run.role == "all" and rank == 0):
-            info = info or _rank_record(job, record, launch, world) or (job.provenance() if job.provenance else {})
-            _finalize(job, run, world, record, launch, info, summary)
-        if before is not None:
-            destmod.drop_stale_indexes(job.dest, before, run.notify)
+    mine = [i for i in range(len(job.tasks)) if run.engine == "ray" or owner(i, world) == rank]
+    stamp = (fingerprint(byte_options(job.options)), run_launch(run.resume, run.wait_timeout))
+    summary = JobSummary(command=job.command, dest=job.dest, rank=rank, world=world, whole_job=False)
+    refuse = None if run.overwrite and rank == 0 else partial(destmod.check_foreign, job.dest, _inputs_kept(job))
+    share = _Share()
+    try:
+        with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse) as lock:
+            before = destmod.shard_versions(job.dest) if rank == 0 else None
+            _prepare_dest(job, run, rank, mine)
+            present = destmod.shard_versions(job.dest)
+            started = time.perf_counter()
+            try:
+                if run.engine == "ray":
+                    lease = (storage.basename(lock.lease.url), lock.lease.job) if lock.lease is not None else None
+                    info = _run_ray(job, run, stamp, present, lease, share)
+                else:
+                    info = _work(job, run, (rank, world), stamp, present, share)
+            except Interrupted as stop:
+                stop.done = share.inputs
+                raise
+            summary.seconds = time.perf_counter() - started
+            summary.shards_done, summary.shards_skipped = share.done, share.skipped
+            summary.resumed = share.resumed
+            if rank != 0:  # its own share only: rank 0 reports the job
+                summary.written, summary.failed, summary.not_updated = share.written, share.failed, share.not_updated
+                summary.seen = share.written + share.failed
+                return summary
+            if world > 1:
+                _gather(job, run, world, stamp, share)
+            info = info or _model_info(job, stamp) or (job.provenance() if job.provenance else {})
+            _finalize(job, share, stamp, info, summary)
+            if before is not None:
+                destmod.drop_stale_indexes(job.dest, before, run.notify)
+    finally:
+        share.spool.close()
     return summary
 
 
-def _work(job: TaskJob, run: RunSettings, rank: int, world: int, record: dict[str, Any], launch: str | None,
-          summary: JobSummary) -> dict[str, Any] | None:
+def _work(job: TaskJob, run: RunSettings, where: tuple[int, int], stamp: Stamp, present: dict[str, tuple[int, str]],
+          share: _Share) -> dict[str, Any] | None:
+    """Run (or keep, resuming) the tasks of rank ``where[0]`` of ``where[1]``; return the loaded model's
+    provenance record when this process wrote a shard."""
+    rank, world = where
     say = run.log or (lambda _msg: None)
-    start = time.perf_counter()
-    for task in owned(job.tasks, rank, world):
-        marker_path = _marker(job.dest, job.command, task.name)
-        marker = _read_json(marker_path) if run.resume else None
-        if marker is not None and marker.get("fingerprint") != record["fingerprint"]:
-            check_same(storage.join(job.dest, task.name), marker.get("options") or {}, record["options"])
-        if marker is not None and (marker["samples"] == 0 or storage.exists(storage.join(job.dest, task.name))):
-            summary.shards_skipped += 1
+    markers = existing_markers(job.dest, job.units) if run.resume else set()
+    size_of = listed_sizes(present)
+    for number, task in enumerate(job.tasks):
+        if owner(number, world) != rank:
+            continue
+        old = read_marker(job.dest, number, job.units) if number in markers else None
+        if old is not None and old.inputs == task.fingerprint() and resumable(old, stamp[0], size_of):
+            share.add(old, fresh=False)
             if run.progress:
-                run.progress(marker.get("written", marker["samples"]) + len(marker["failures"]))
+                run.progress(old.count)
             continue
         t0 = time.perf_counter()
 
@@ -305,86 +397,102 @@ def _work(job: TaskJob, run: RunSettings, rank: int, world: int, record: dict[st
                 if run.progress:
                     run.progress(1)
 
-        marker = _write_task(job, task, counted(job.produce(task)), rank, record)
-        storage.write_bytes(marker_path, json.dumps({**marker, "launch": launch}, sort_keys=True).encode())
+        marker = _write_task(job, number, task, counted(job.produce(task)), stamp)
+        share.add(marker, fresh=True)
         dt = time.perf_counter() - t0
-        summary.shards_done += 1
-        summary.written += marker["written"]
-        summary.failed += len(marker["failures"])
-        say(f"rank {rank}: {task.name}: {marker['written']} written, {len(marker['failures'])} failed, "
-            f"{marker['written'] / dt if dt > 0 else 0:.1f} samples/s")
-        testhook.output_done(summary.shards_done)
-    summary.seconds = time.perf_counter() - start
-    if job.provenance is None or not summary.shards_done:
+        say(f"rank {rank}: {task.name}: {marker.written} written, {len(marker.failures)} failed, "
+            f"{marker.written / dt if dt > 0 else 0:.1f} samples/s")
+        testhook.output_done(share.done)
+    if job.provenance is None or not share.done:
         return None
     info = job.provenance()
-    # Each rank records what it loaded, so the finalizer need not load the model again.
-    info_path = storage.join(job.dest, STATE_DIR, _key(job.command), f"model-info.rank{rank}.json")
-    storage.write_bytes(info_path, json.dumps({"fingerprint": record["fingerprint"], "launch": launch, "record": info},
-                                              default=str).encode())
+    storage.write_bytes(storage.join(job.state, f"model-info.rank{rank}.json"),
+                        ModelInfo(stamp[0], stamp[1], info).to_bytes())
     return info
 
 
-def _rank_record(job: TaskJob, record: dict[str, Any], launch: str | None, world: int) -> dict[str, Any] | None:
-    for r in range(world):
-        doc = _read_json(storage.join(job.dest, STATE_DIR, _key(job.command), f"model-info.rank{r}.json"))
-        if doc and doc.get("fingerprint") == record["fingerprint"] and this_launch(doc, launch):
-            return doc["record"]
+def _model_info(job: TaskJob, stamp: Stamp) -> dict[str, Any] | None:
+    """The provenance record a rank (of this launch, under ``--no-resume``) left with these options."""
+    for name in sorted(storage.list_names(job.state)):
+        if name.startswith("model-info.rank") and name.endswith(".json"):
+            with contextlib.suppress(FgdataError):
+                info = ModelInfo.parse(storage.read_bytes(storage.join(job.state, name)))
+                if info and info.fingerprint == stamp[0] and (stamp[1] is None or info.launch == stamp[1]):
+                    return info.record
     return None
 
 
-def _finalize(job: TaskJob, run: RunSettings, world: int, record: dict[str, Any], launch: str | None,
-              info: dict[str, Any], summary: JobSummary) -> None:
-    """Wait for every shard's marker (of this launch, under ``--no-resume``), then write the side files
-    (rank 0 only: nobody else writes them)."""
-    markers: dict[str, dict[str, Any]] = {}
+def _gather(job: TaskJob, run: RunSettings, world: int, stamp: Stamp, share: _Share) -> None:
+    """Rank 0: wait (bounded) for every other rank's marker of this run (:func:`fgdata.jobs.units.is_final`)."""
+    size_of = stat_sizes(job.dest)
 
-    def missing() -> list[str]:
-        for task in job.tasks:
-            if task.name not in markers:
-                m = _read_json(_marker(job.dest, job.command, task.name))
-                if m is not None and m.get("fingerprint") == record["fingerprint"] and this_launch(m, launch):
-                    markers[task.name] = m
-        return [f"{t.name} (rank {owner(i, world)})" for i, t in enumerate(job.tasks) if t.name not in markers]
+    def final(marker: Marker) -> bool:
+        return is_final(marker, stamp, job.tasks[marker.unit].fingerprint(), run.resume, size_of)
 
-    wait_for(missing, f"{job.dest}: output shards of other ranks", run.wait_timeout, log=run.log)
-    counts = {name: m["samples"] for name, m in markers.items() if m["samples"]}
-    write_shard_counts(storage.join(job.dest, COUNT_FILE), counts)
-    failures = [f for t in job.tasks for f in markers[t.name]["failures"]]
-    written = sum(m.get("written", m["samples"]) for m in markers.values())
-    not_updated = sum(1 for f in failures if f.get("kept"))
-    path = storage.join(job.dest, FAILURES_FILE)
-    extra = {"not_updated": not_updated} if job.in_place else {}
-    write_failures(path, job.command, written + len(failures), written, failures, extra)
-    prov = {**info, "command": job.command, "options": record["options"], "fingerprint": record["fingerprint"],
-            "fgdata": __version__, "shards": len(counts), "samples": sum(counts.values()), "written": written,
-            "failed": len(failures), **({"not_updated": not_updated} if job.in_place else {})}
-    write_provenance(job.dest, _key(job.command), prov, job.base)
-    summary.finalized = True
-    summary.failures_path = path
-    summary.failures = failures
-    summary.written, summary.failed, summary.not_updated = written, len(failures), not_updated
+    wait_for_units(job.dest, [i for i in range(len(job.tasks)) if i not in share.spool], final,
+                   partial(share.add, fresh=None), world, f"{job.dest}: output shards of other ranks",
+                   run.wait_timeout, run.log, folder=job.units, name=lambda i: job.tasks[i].name)
 
 
-def run_on_ray(fn: Callable[..., JobSummary], args: dict[str, Any], run: RunSettings, workers: int,
-               num_gpus: float = 0.0, address: str | None = None) -> JobSummary:
-    """``--engine ray``: ``workers`` Ray tasks act as ranks 0..workers-1 (same ownership rule as torchrun),
-    then this process finalizes. ``fn(**args, run=...)`` is the command's library function."""
-    from fgdata.jobs.ray_executor import run_units
+def _finalize(job: TaskJob, share: _Share, stamp: Stamp, info: dict[str, Any], summary: JobSummary) -> None:
+    """Stream ``shard_count.json`` and ``failures.json`` from the markers, then write ``provenance.json``."""
+    in_place = {"not_updated": share.not_updated} if job.in_place else {}
+    totals = finalize(job.dest, job.command, share.spool, in_place, False, lambda _reason: False)
+    drop_markers_from(job.dest, len(job.tasks), job.units)
+    prov = {**info, "command": job.command, "options": byte_options(job.options), "fingerprint": stamp[0],
+            "fgdata": __version__, "shards": totals.shards, "samples": totals.samples, "written": totals.written,
+            "failed": totals.failed, **in_place}
+    write_provenance(job.dest, job.key, prov, job.base)
+    summary.whole_job = True
+    summary.failures_path = storage.join(job.dest, FAILURES_FILE)
+    summary.seen, summary.written, summary.failed, summary.samples = totals.inputs, totals.written, totals.failed, \
+        totals.samples
+    summary.failed_by_reason = dict(sorted(totals.failed_by_reason.items()))
+    summary.not_updated = share.not_updated
+    summary.counts = {s.name: s.samples for m in share.spool.in_order() for s in m.shards}
+    summary.shards = [storage.join(job.dest, name) for name in summary.counts]
 
-    if workers < 1:
-        raise OptionError("--workers must be at least 1")
-    # DST is checked and cleared here, where what goes can be said; the ranks then continue from a clean DST.
-    fn(**args, run=replace(run, rank=0, world=workers, role="prepare"))
-    work = replace(run, world=workers, role="work", resume=True, overwrite=False, progress=None, log=None,
-                   notify=None)
-    done = run_units(fn, [{"run": replace(work, rank=r)} for r in range(workers)], address=address,
-                     num_gpus=num_gpus, shared=args)
-    summary = fn(**args, run=replace(run, rank=0, world=workers, role="finalize"))
-    summary.shards_done = sum(d.shards_done for d in done)
-    summary.shards_skipped = sum(d.shards_skipped for d in done)
-    summary.seconds = max((d.seconds for d in done), default=0.0)
-    return summary
+
+@dataclass
+class _RayShare:
+    """What one Ray worker (a rank) hands back: its markers (written now or kept) and its model record."""
+
+    markers: list[tuple[Marker, bool]]
+    info: dict[str, Any] | None
+
+
+def run_rank(job: TaskJob, run: RunSettings, stamp: Stamp, present: dict[str, tuple[int, str]],
+             lease: tuple[str, str] | None, rank: int) -> _RayShare:
+    """One rank's tasks in a Ray worker, under the driver's ``lease`` on shared storage (the driver holds DST's
+    lock and has checked and cleared it)."""
+    from fgdata.jobs.lease import following
+
+    share = _Share(handed=[])
+    try:
+        with following(job.dest, *lease) if lease else contextlib.nullcontext():
+            info = _work(job, run, (rank, run.workers), stamp, present, share)
+    finally:
+        share.spool.close()
+    return _RayShare(share.handed or [], info)
+
+
+def _run_ray(job: TaskJob, run: RunSettings, stamp: Stamp, present: dict[str, tuple[int, str]],
+             lease: tuple[str, str] | None, share: _Share) -> dict[str, Any] | None:
+    """``--engine ray``: ``run.workers`` Ray tasks act as ranks (:func:`run_rank`); their markers are spooled
+    here as each rank ends."""
+    from fgdata.jobs.ray_executor import stream_units
+
+    work = replace(run, progress=None, log=None, notify=None)
+    shared = {"job": job, "run": work, "stamp": stamp, "present": present, "lease": lease}
+    info = None
+    for _, done in stream_units(run_rank, ({"rank": r} for r in range(run.workers)), address=run.ray_address,
+                                num_gpus=run.num_gpus, shared=shared):
+        for marker, fresh in done.markers:
+            share.add(marker, fresh)
+            if run.progress:
+                run.progress(marker.count)
+        info = info or done.info
+    return info
 
 
 def shard_tasks(src: str) -> list[Task]:

@@ -13,13 +13,14 @@ nothing is renamed afterwards (on S3 a rename is a copy and a delete). ``slots``
 shard names run on without gaps, except where a whole shard's inputs failed), else :data:`WIDE_SLOTS`; a unit
 that would need more shards than its slots stops the job with one line saying to lower ``--unit-size``.
 
-**Markers.** Once a unit's last shard is in place it leaves ``DST/.fgdata/units/NNNNNN.json``
-(:class:`Marker`): the fingerprint of the options that change bytes, its inputs' fingerprint and stamps, its
-shards with their sample counts, its failures and warnings, and this run's figures. A torn or foreign marker
-reads as absent. A rerun skips the units whose marker matches and whose shards are all in place with their
-sizes (one listing of DST tells), redoes a unit whose inputs changed (naming the inputs) or whose shards went
-missing, and redoes a unit that was stopped half-way from its start (its complete shards are written again
-with the same bytes).
+**Markers.** Once a unit's last shard is in place it leaves ``DST/.fgdata/units/NNNNNN.json`` (``encode`` and
+``kd``, whose unit is one task: ``DST/.fgdata/<key>/units/``, :func:`units_dir`) (:class:`Marker`): the
+fingerprint of the options that change bytes, its inputs' fingerprint and stamps, its shards with their sample
+counts, its failures and warnings, and this run's figures. A torn or foreign marker reads as absent. A rerun
+skips the units whose marker matches and whose shards are all in place with their sizes (one listing of DST
+tells: :func:`resumable`, the one rule), redoes a unit whose inputs changed (naming the inputs) or whose shards
+went missing, and redoes a unit that was stopped half-way from its start (its complete shards are written
+again with the same bytes).
 
 **Finalize.** The process that finishes the job (the only process, the Ray driver, or torchrun rank 0 after
 waiting for every marker) reads the markers in unit order once, spooled to a local file as they are met, and
@@ -71,18 +72,23 @@ def slots_per_unit(unit_size: int, maxcount: int, one_sample_per_input: bool) ->
 
 @dataclass(frozen=True)
 class Entry:
-    """A failure (or a warning) of one input: its name, why, and its index in the source order."""
+    """A failure (or a warning) of one input: its name, why, and its index in the source order (``kept``: an
+    in-place job wrote the input back unchanged, reported as not updated)."""
 
     input: str
     reason: str
     index: int | None
+    kept: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"input": self.input, "reason": self.reason, "index": self.index}
+        doc: dict[str, Any] = {"input": self.input, "reason": self.reason, "index": self.index}
+        if self.kept:  # only in-place jobs write the key, so other reports keep their bytes
+            doc["kept"] = True
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> "Entry":
-        return cls(str(doc["input"]), str(doc["reason"]), doc.get("index"))
+        return cls(str(doc["input"]), str(doc["reason"]), doc.get("index"), bool(doc.get("kept", False)))
 
 
 @dataclass(frozen=True)
@@ -158,23 +164,32 @@ class Marker:
         return sum(s.samples for s in self.shards)
 
 
-def marker_path(dest: str, unit: int) -> str:
-    return storage.join(dest, UNITS_DIR, "%06d.json" % unit)
+def marker_path(dest: str, unit: int, folder: str = UNITS_DIR) -> str:
+    """Unit ``unit``'s marker (``folder``: the command's markers folder under DST, see :func:`units_dir`)."""
+    return storage.join(dest, folder, "%06d.json" % unit)
 
 
-def read_marker(dest: str, unit: int) -> Marker | None:
-    """Unit ``unit``'s marker, or None (missing, torn or foreign)."""
+def units_dir(key: str | None) -> str:
+    """The markers folder of a command: ``.fgdata/units`` for ``shard``, ``.fgdata/<key>/units`` for the
+    shard-to-shard commands (``key``: ``latents``, ``text``, ``kd-pairs``...), which may write into a folder
+    another command's markers describe (``encode text DST DST --into DST``)."""
+    return UNITS_DIR if key is None else f".fgdata/{key}/units"
+
+
+def read_marker(dest: str, unit: int, folder: str = UNITS_DIR) -> Marker | None:
+    """Unit ``unit``'s marker, or None (missing, torn, foreign or another unit's)."""
     try:
-        data = storage.read_bytes(marker_path(dest, unit))
+        data = storage.read_bytes(marker_path(dest, unit, folder))
     except FgdataError:
         return None
-    return Marker.parse(data)
+    marker = Marker.parse(data)
+    return marker if marker is not None and marker.unit == unit else None
 
 
-def existing_markers(dest: str) -> set[int]:
+def existing_markers(dest: str, folder: str = UNITS_DIR) -> set[int]:
     """The unit numbers that have a marker file (one listing, so a rerun reads only the markers that exist)."""
     found = set()
-    for name in storage.list_names(storage.join(dest, UNITS_DIR)):
+    for name in storage.list_names(storage.join(dest, folder)):
         stem = name.removesuffix(".json")
         if name.endswith(".json") and stem.isdigit():
             found.add(int(stem))
@@ -229,6 +244,75 @@ def changed_names(old: Marker, unit: Unit) -> list[str]:
     if old.names != names:
         return [n for n in names if n not in set(old.names)] or names
     return [n for n, a, b in zip(names, old.stamps, unit.stamps, strict=True) if a != b]
+
+
+# -- resuming and waiting -----------------------------------------------------------------------------------
+
+#: ``size_of(name)``: a shard's byte size in DST, or None when it is missing.
+SizeOf = Callable[[str], "int | None"]
+
+
+def listed_sizes(present: dict[str, tuple[int, str]]) -> SizeOf:
+    """``size_of`` from one listing of DST taken when the job started (name -> (size, version))."""
+    return lambda name: present[name][0] if name in present else None
+
+
+def stat_sizes(dest: str) -> SizeOf:
+    """``size_of`` asking the storage now (another rank's shards, written after the job started)."""
+    def size_of(name: str) -> int | None:
+        info = storage.stat(storage.join(dest, name))
+        return info.size if info is not None else None
+    return size_of
+
+
+def resumable(marker: Marker, options_fp: str, size_of: SizeOf) -> bool:
+    """The one resume rule, with the same inputs (``marker.inputs``, which the caller compares: ``shard`` names
+    the inputs that changed): a unit is kept as it is when its marker has the same byte options and every shard
+    it records is in DST with the size it records."""
+    return marker.options == options_fp and all(size_of(s.name) == s.size for s in marker.shards)
+
+
+def is_final(marker: Marker, stamp: tuple[str, str | None], inputs: str, resume: bool, size_of: SizeOf,
+             redo: Callable[[Marker], bool] = lambda _m: False) -> bool:
+    """Whether another rank's marker is this run's last word on its unit: written in this launch (``stamp``:
+    the options fingerprint and the launch id), or (resuming) one its owner keeps (:func:`resumable`, and not
+    one ``redo`` says the owner runs again)."""
+    options_fp, launch = stamp
+    if marker.options != options_fp:
+        return False
+    if launch is not None and marker.launch == launch:
+        return True
+    return resume and marker.inputs == inputs and not redo(marker) and resumable(marker, options_fp, size_of)
+
+
+def wait_for_units(dest: str, missing: Iterable[int], final: Callable[[Marker], bool], add: Callable[[Marker], None],
+                   world: int, what: str, timeout: float | None, log: Callable[[str], None] | None,
+                   folder: str = UNITS_DIR, name: Callable[[int], str] = lambda u: "unit %06d" % u) -> None:
+    """Rank 0: wait (bounded by ``timeout``) until every unit in ``missing`` has a marker ``final`` accepts,
+    handing each to ``add`` as it is met; the error names the units still missing and their ranks."""
+    from fgdata.jobs.ranks import owner, wait_for
+
+    left = list(missing)
+
+    def still_missing() -> list[str]:
+        nonlocal left
+        waiting = []
+        for u in left:
+            marker = read_marker(dest, u, folder)
+            if marker is not None and final(marker):
+                add(marker)
+            else:
+                waiting.append(u)
+        left = waiting
+        return [f"{name(u)} (rank {owner(u, world)})" for u in left]
+
+    wait_for(still_missing, what, timeout, log=log)
+
+
+def drop_markers_from(dest: str, units: int, folder: str = UNITS_DIR) -> None:
+    """Remove the markers of units past the job's last (an earlier run over more inputs)."""
+    for unit in sorted(u for u in existing_markers(dest, folder) if u >= units):
+        storage.remove(marker_path(dest, unit, folder))
 
 
 # -- the spool and the finalize ------------------------------------------------------------------------------
@@ -383,6 +467,5 @@ def sweep(dest: str, claimed: Callable[[str], bool], units: int, notify: Callabl
     names = set(storage.list_names(dest)) if stale else set()
     remove_files(dest, [n for s in stale for n in (s, s + INDEX_SUFFIX) if n in names],
                  "shards of an earlier run that this run does not write", notify)
-    for unit in sorted(u for u in existing_markers(dest) if u >= units):
-        storage.remove(marker_path(dest, unit))
+    drop_markers_from(dest, units)
     return stale

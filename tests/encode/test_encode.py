@@ -121,7 +121,7 @@ def test_image_latents_members_provenance_and_loader(image_latents, image_shards
     assert prov["text"]["shape"] == [24, 32] and "zero" in prov["text"]["padding_semantics"]
     report = json.loads((image_latents / "failures.json").read_text())
     assert report["command"] == "encode text" and report["failed"] == 0 and report["not_updated"] == 0
-    markers = sorted((image_latents / ".fgdata" / "latents").glob("0*.tar.json"))  # the latents job's own record
+    markers = sorted((image_latents / ".fgdata" / "latents" / "units").glob("*.json"))  # the latents job's own
     failed = [f["input"].rsplit("#", 1)[1] for m in markers for f in json.loads(m.read_text())["failures"]]
     assert failed == ["sample_000006"]
     assert read_shard_counts(str(image_latents / "shard_count.json")) == {"00000.tar": 3, "00001.tar": 3}
@@ -225,6 +225,48 @@ def test_text_overwrite_replaces_a_run_with_other_options_and_stale_outputs(tmp_
     assert check_json_summary(r.stdout, "encode text", dst)["shards_written"] == 3
 
 
+def test_a_rerun_writes_again_an_output_shard_that_changed_since_its_marker(tmp_path, models, prompt_shards):
+    """The unit rule: a task is kept only while its shard is in DST with the size its marker records; one
+    replaced since (here by another shard of the folder) or removed is written again, to a fresh run's bytes."""
+    dst = tmp_path / "emb"
+    args = ["encode", "text", str(prompt_shards), str(dst), "--encoder", str(models["t5"]), "--max-length", "8",
+            "--json"]
+    assert cli(*args).returncode == 0
+    fresh = {p.name: p.read_bytes() for p in dst.glob("0*.tar")}
+    (dst / "00000.tar").write_bytes(fresh["00002.tar"])  # 1 sample, not 2: another size
+    (dst / "00001.tar").unlink()
+    r = cli(*args)
+    assert r.returncode == 0, r.stderr
+    doc = check_json_summary(r.stdout, "encode text", dst)
+    assert (doc["shards_written"], doc["shards_resumed"], doc["written"]) == (2, 1, 5)
+    assert {p.name: p.read_bytes() for p in dst.glob("0*.tar")} == fresh
+
+
+def test_a_folder_of_the_earlier_marker_layout_is_refused_in_one_line(tmp_path, models, prompt_shards):
+    """fgdata 0.2 left one JSON object per output shard in ``.fgdata/<command>/``: a rerun says in one line what
+    to do; ``--no-resume`` writes the folder again and clears them, and the next rerun resumes."""
+    dst = tmp_path / "emb"
+    args = ["encode", "text", str(prompt_shards), str(dst), "--encoder", str(models["t5"]), "--max-length", "8"]
+    assert cli(*args, "-q").returncode == 0
+    state = dst / ".fgdata" / "text"
+    for name in ("00000.tar", "00001.tar", "00002.tar"):  # what the earlier version left for each output shard
+        (state / f"{name}.json").write_text(json.dumps({
+            "shard": name, "source": str(prompt_shards / name), "samples": 2, "written": 2, "failures": [],
+            "command": "encode text", "fingerprint": "0123456789abcdef", "options": {"max_length": 8},
+            "fgdata": "0.2.0", "launch": None}))
+    r = cli(*args, "--json")
+    assert r.returncode == 1 and r.stdout == ""
+    assert str(r.exception) == (f"{dst}: written by an earlier fgdata version (3 marker(s) in .fgdata/text/); "
+                                "rerun with --no-resume to write it again")
+    r = cli(*args, "--no-resume", "--json")
+    assert r.returncode == 0, r.stderr
+    assert check_json_summary(r.stdout, "encode text", dst)["shards_written"] == 3
+    assert not list(state.glob("*.tar.json"))
+    r = cli(*args, "--json")
+    assert r.returncode == 0, r.stderr
+    assert check_json_summary(r.stdout, "encode text", dst)["shards_resumed"] == 3
+
+
 def test_text_in_place_drops_the_other_tools_indexes_of_shards_it_rewrites(tmp_path, models):
     """Energon's files beside the input shards do not make the folder foreign; each rewritten shard's ``.tar.idx``
     would give wrong offsets, so it goes (said), and ``.nv-meta`` stays with a note to regenerate it."""
@@ -325,8 +367,8 @@ def test_torchrun_two_ranks_match_one_process(tmp_path, models, image_shards):
     for name in ("shard_count.json", "failures.json"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
     # Each rank encoded only its own shards (i mod 2), and both reported.
-    markers = sorted(p.name for p in (tmp_path / "two" / ".fgdata" / "latents").glob("0*.json"))
-    assert markers == ["00000.tar.json", "00001.tar.json", "00002.tar.json"]
+    markers = sorted(p.name for p in (tmp_path / "two" / ".fgdata" / "latents" / "units").glob("*.json"))
+    assert markers == ["000000.json", "000001.json", "000002.json"]
 
 
 def test_torchrun_rank_whose_share_all_failed_does_not_fail_the_job(tmp_path, models, sample_images):
@@ -362,7 +404,8 @@ def test_torchrun_no_resume_never_counts_a_shard_an_earlier_launch_left(tmp_path
                              capture_output=True, text=True, cwd=REPO, timeout=240,
                              env={**env, "RANK": "1", "WORLD_SIZE": "2"})
     assert planted.returncode == 0, planted.stderr
-    assert json.loads((dst / ".fgdata" / "text" / "00001.tar.json").read_text())["samples"] == 3
+    planted_marker = json.loads((dst / ".fgdata" / "text" / "units" / "000001.json").read_text())
+    assert [(s["name"], s["samples"]) for s in planted_marker["shards"]] == [("00001.tar", 3)]
 
     # rank 0 encodes 00000 and 00002, then either waits for 00001 or (the bug) counts the earlier one and ends
     run = hold_and_release([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
