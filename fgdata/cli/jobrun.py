@@ -140,7 +140,7 @@ def finish_job(summary: JobSummary, *, source: str, seconds: float, rows: list[t
     if not summary.whole_job:
         details = {**details, "rank": summary.rank, "world": summary.world}
         rows = [("rank", f"{summary.rank} of {summary.world} (its share only)"), *rows]
-    finish(Outcome(command=summary.command, source=source, output=summary.dest, seen=summary.seen,
+    finish(Outcome(command=summary.command, source=source, output=summary.path, seen=summary.seen,
                    written=summary.written, failed=summary.failed, failures_file=summary.failures_path,
                    seconds=seconds, details=details, rows=rows, whole_job=summary.whole_job),
            quiet=quiet, json_out=json_out)

@@ -39,7 +39,8 @@ from fgdata.fid.detectors import DINOV2_DEFAULT, INCEPTION_DEFAULT, Detector
 from fgdata.fid.images import Chunk, ImageSource, open_source
 from fgdata.fid.stats import Moments, edm2_pkl_bytes, edm_npz_bytes, npz_bytes
 from fgdata.jobs.options import RUNTIME, byte_options, fingerprint
-from fgdata.jobs.report import Failure, OutputSummary, write_failures
+from fgdata.jobs.report import Failure, write_failures
+from fgdata.jobs.summary import OutputSummary
 
 FID_REFS_DIR = "fid-refs"
 #: Name -> (dataset zip under the data root, the ``fgdata prepare`` target that makes it, reference file).
@@ -82,7 +83,7 @@ class RefOptions:
     wait_timeout: float | None = field(default=None, metadata=RUNTIME)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True)
 class RefResult(OutputSummary):
     """What one :func:`compute_refs` call did, in the counts every writing command reports.
 

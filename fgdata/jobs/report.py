@@ -40,27 +40,6 @@ class Failure:
         return {"input": self.input, "reason": self.reason}
 
 
-@dataclass(frozen=True, kw_only=True)
-class OutputSummary:
-    """What a pass of a writing command did to one output, in the counts every command reports.
-
-    ``seen`` is every input accounted for (``written + failed``); ``failures_path`` the report that lists the
-    failures (None where this process wrote none: a torchrun rank's share); ``kept``: the output was already
-    complete with these options and nothing ran; ``whole_job`` is False for a rank that reports only its share.
-    Commands add their own fields in a subclass (``fgdata.prepare.build.ZipSummary``,
-    ``fgdata.fid.refs.RefResult``).
-    """
-
-    path: str
-    seen: int
-    written: int
-    failed: int
-    failures_path: str | None
-    kept: bool = False
-    seconds: float = 0.0
-    whole_job: bool = True
-
-
 def clean_reason(reason: str) -> str:
     """One line, without object addresses (reports must be byte-identical on reruns)."""
     text = _ADDRESS.sub("", reason).strip()

@@ -524,7 +524,7 @@ def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where
         run.spool.close()
     from fgdata.jobs.stats import STATS_FILE
 
-    return JobSummary(command=job.command, dest=job.dest, seen=totals.inputs, written=totals.written,
+    return JobSummary(command=job.command, path=job.dest, seen=totals.inputs, written=totals.written,
                       failed=totals.failed, samples=totals.samples,
                       failed_by_reason=dict(sorted(totals.failed_by_reason.items())),
                       shards=[storage.join(job.dest, n) for n in counts], counts=counts,
@@ -599,7 +599,7 @@ def _share_report(job: ShardJob, run: _Run, rank: int, world: int) -> JobSummary
         warned += len(marker.warnings)
         reasons.update(category(f.reason) for f in marker.failures)
     run.spool.close()
-    return JobSummary(command=job.command, dest=job.dest, seen=written + failed, written=written, failed=failed,
+    return JobSummary(command=job.command, path=job.dest, seen=written + failed, written=written, failed=failed,
                       samples=samples, failed_by_reason=dict(sorted(reasons.items())), failures_path=None,
                       resumed=run.resumed, nbytes=run.nbytes, warned=warned, rank=rank, world=world, clips=run.clips,
                       whole_job=False)

@@ -1,5 +1,7 @@
-"""The one summary a writing job on the job core returns (``shard``, ``encode``, ``kd``), which the CLI renders
-the same way for each (:func:`fgdata.cli.jobrun.finish_job`: the table, ``--json`` and ``-q``).
+"""The one summary every writing command returns: :class:`OutputSummary`, the counts each reports, and its
+command-specific extensions (:class:`JobSummary` for the job core's ``shard``, ``encode`` and ``kd``;
+``fgdata.prepare.build.ZipSummary``; ``fgdata.fid.refs.RefResult``), which the CLI renders the same way for
+each (the table, ``--json`` and ``-q``: :mod:`fgdata.cli.jobrun`).
 
 The shared fields come first; a command fills those of its own below and leaves the others at their
 defaults. A torchrun rank other than 0 returns its own share (``whole_job`` False, no ``failures_path``):
@@ -15,25 +17,38 @@ if TYPE_CHECKING:
     from fgdata.producers.media import ClipTally
 
 
-@dataclass
-class JobSummary:
-    """What a writing job did (or one torchrun rank's share of it)."""
+@dataclass(kw_only=True)
+class OutputSummary:
+    """What a pass of a writing command did to one output, in the counts every command reports.
 
-    command: str
-    dest: str
-    seen: int = 0  # inputs accounted for: written + failed
+    ``path`` is the output (a shard folder, a zip, a reference file); ``seen`` every input accounted for
+    (``written + failed``); ``failures_path`` the report that lists the failures (None where this process wrote
+    none: a torchrun rank's share); ``kept``: the output was already complete with these options and nothing
+    ran; ``whole_job`` is False for a rank that reports only its share.
+    """
+
+    path: str
+    seen: int = 0
     written: int = 0
     failed: int = 0
+    failures_path: str | None = None
+    kept: bool = False
+    seconds: float = 0.0
+    whole_job: bool = True
+
+
+@dataclass(kw_only=True)
+class JobSummary(OutputSummary):
+    """What a job of the job core did (or one torchrun rank's share of it); ``path`` is DST."""
+
+    command: str
     samples: int = 0  # samples in the output shards (clips: several per input)
     failed_by_reason: dict[str, int] = field(default_factory=dict)
-    failures_path: str | None = None  # None: a torchrun rank's share (rank 0 writes the job's report)
     rank: int = 0
     world: int = 1
-    whole_job: bool = True  # False: only this torchrun rank's share; rank 0 reports the job
     resumed: int = 0  # inputs of units already complete when the job started
     shards: list[str] = field(default_factory=list)  # the output shards (paths)
     counts: dict[str, int] = field(default_factory=dict)  # shard name -> samples
-    seconds: float = 0.0  # this process's work
     # encode / kd
     shards_done: int = 0  # output shards written by this run
     shards_skipped: int = 0  # output shards found complete

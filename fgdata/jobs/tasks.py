@@ -336,7 +336,7 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
     storage.make_dirs(job.dest)
     mine = [i for i in range(len(job.tasks)) if run.engine == "ray" or owner(i, world) == rank]
     stamp = (fingerprint(byte_options(job.options)), run_launch(run.resume, run.wait_timeout))
-    summary = JobSummary(command=job.command, dest=job.dest, rank=rank, world=world, whole_job=False)
+    summary = JobSummary(command=job.command, path=job.dest, rank=rank, world=world, whole_job=False)
     refuse = None if run.overwrite and rank == 0 else partial(destmod.check_foreign, job.dest, _inputs_kept(job))
     share = _Share()
     try:

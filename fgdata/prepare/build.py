@@ -21,7 +21,8 @@ from fgdata.errors import FgdataError
 from fgdata.jobs.dest import Notify, claimed, remove_files
 from fgdata.jobs.local import ordered_map
 from fgdata.jobs.outputs import output_done
-from fgdata.jobs.report import FAILURES_FILE, OutputSummary, write_failures
+from fgdata.jobs.report import FAILURES_FILE, write_failures
+from fgdata.jobs.summary import OutputSummary
 from fgdata.jobs.signals import Interrupted, stop_on_signals
 from fgdata.prepare.options import Fingerprint
 from fgdata.jobs.report import Failure
@@ -171,7 +172,7 @@ def clear(existing: list[Existing], notify: Notify | None) -> None:
         remove_files(str(e.dest.parent), list(e.remove), e.why, notify if e.why != "stale" else None)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True)
 class ZipSummary(OutputSummary):
     """What a prepare pass did to one zip: the counts every writing command reports, and the inputs it
     converted to RGB (listed in the zip's provenance)."""
