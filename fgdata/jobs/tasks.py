@@ -213,6 +213,7 @@ def _write_task(job: TaskJob, number: int, task: Task, results: Iterable[Result]
     """Build task ``number``'s output shard from ``results``, move it into place and leave its marker."""
     stage = unit_stage(job.dest, number)
     final = storage.join(job.dest, task.name)
+    grown_from = _size(final) if job.in_place else None
     shards: list[ShardDone] = []
     writer = ShardWriter(job.dest, name=lambda _n: task.name, maxcount=MAX_SAMPLES_PER_SHARD, stage=stage,
                          count_file=False, publishing=critical,
@@ -253,8 +254,28 @@ def _write_task(job: TaskJob, number: int, task: Task, results: Iterable[Result]
                     failures=failures, warnings=[], launch=launch)
     with critical():
         storage.write_bytes(marker_path(job.dest, number, job.units), marker.to_bytes())
+        if grown_from is not None and shards and not untouched:
+            _follow_in_place(job, number, task.name, grown_from, shards[0].size)
     shutil.rmtree(stage, ignore_errors=True)
     return marker
+
+
+def _size(path: str) -> int | None:
+    info = storage.stat(path)
+    return info.size if info is not None else None
+
+
+def _follow_in_place(job: TaskJob, number: int, name: str, old_size: int, new_size: int) -> None:
+    """After an in-place rewrite of shard ``name`` (``encode text L L --into L``), record its new size in the
+    markers of the earlier commands whose output it was (their marker records ``old_size``): the shard still
+    holds their members, so a rerun of those commands keeps it instead of writing it again. A marker naming
+    another size (the shard changed in between) is left as it is."""
+    for key in (n.rstrip("/") for n in storage.list_names(storage.join(job.dest, STATE_DIR))):
+        other = read_marker(job.dest, number, units_dir(key)) if key != job.key else None  # None: not a command's
+        if other is None or not any(s.name == name and s.size == old_size for s in other.shards):
+            continue
+        other.shards = [replace(s, size=new_size) if s.name == name else s for s in other.shards]
+        storage.write_bytes(marker_path(job.dest, number, units_dir(key)), other.to_bytes())
 
 
 def write_provenance(dest: str, command: str, record: dict[str, Any], base: str | None = None) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -583,3 +584,18 @@ def test_neg_prompt_takes_the_shared_output_flags_and_q_silences_the_model_libra
     record = json.loads(doc.stdout)
     assert record["command"] == "encode neg-prompt" and record["output"] == str(tmp_path / "j.npy")
     assert record["shape"] == [8, 32] and "Loading weights" not in doc.stderr
+
+
+def test_rerunning_latents_after_text_was_merged_in_place_keeps_the_shards(image_latents, image_shards, models,
+                                                                            tmp_path):
+    """`encode latents SRC L`, `encode text SRC L --into L`, then the first step again: the shards grew when the
+    text step merged its members in, and the latents step keeps them (no second pass over the VAE)."""
+    dst = tmp_path / "shards"
+    shutil.copytree(image_latents, dst)
+    before = {p.name: p.read_bytes() for p in dst.glob("*.tar")}
+    r = cli("encode", "latents", str(image_shards), str(dst), "--vae", str(models["vae"]), "--size", "64",
+            "--batch-size", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert (doc["shards_written"], doc["shards_resumed"]) == (0, len(list(image_shards.glob("*.tar"))))
+    assert {p.name: p.read_bytes() for p in dst.glob("*.tar")} == before  # the text members are still there
