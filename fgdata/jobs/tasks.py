@@ -209,11 +209,12 @@ class _Share:
         self.not_updated += sum(f.kept for f in marker.failures)
 
 
-def _write_task(job: TaskJob, number: int, task: Task, results: Iterable[Result], stamp: Stamp) -> Marker:
-    """Build task ``number``'s output shard from ``results``, move it into place and leave its marker."""
+def _write_task(job: TaskJob, number: int, task: Task, results: Iterable[Result], stamp: Stamp,
+                earlier: tuple[list[str], int | None] = ([], None)) -> Marker:
+    """Build task ``number``'s output shard from ``results``, move it into place and leave its marker; in place,
+    ``earlier`` is the other commands' state folders in DST and the shard's size when the job started."""
     stage = unit_stage(job.dest, number)
     final = storage.join(job.dest, task.name)
-    grown_from = _size(final) if job.in_place else None
     shards: list[ShardDone] = []
     writer = ShardWriter(job.dest, name=lambda _n: task.name, maxcount=MAX_SAMPLES_PER_SHARD, stage=stage,
                          count_file=False, publishing=critical,
@@ -254,24 +255,20 @@ def _write_task(job: TaskJob, number: int, task: Task, results: Iterable[Result]
                     failures=failures, warnings=[], launch=launch)
     with critical():
         storage.write_bytes(marker_path(job.dest, number, job.units), marker.to_bytes())
+        keys, grown_from = earlier
         if grown_from is not None and shards and not untouched:
-            _follow_in_place(job, number, task.name, grown_from, shards[0].size)
+            _follow_in_place(job, keys, number, task.name, grown_from, shards[0].size)
     shutil.rmtree(stage, ignore_errors=True)
     return marker
 
 
-def _size(path: str) -> int | None:
-    info = storage.stat(path)
-    return info.size if info is not None else None
-
-
-def _follow_in_place(job: TaskJob, number: int, name: str, old_size: int, new_size: int) -> None:
+def _follow_in_place(job: TaskJob, keys: list[str], number: int, name: str, old_size: int, new_size: int) -> None:
     """After an in-place rewrite of shard ``name`` (``encode text L L --into L``), record its new size in the
     markers of the earlier commands whose output it was (their marker records ``old_size``): the shard still
     holds their members, so a rerun of those commands keeps it instead of writing it again. A marker naming
     another size (the shard changed in between) is left as it is."""
-    for key in (n.rstrip("/") for n in storage.list_names(storage.join(job.dest, STATE_DIR))):
-        other = read_marker(job.dest, number, units_dir(key)) if key != job.key else None  # None: not a command's
+    for key in keys:
+        other = read_marker(job.dest, number, units_dir(key))  # None: not a command's folder, or no such unit
         if other is None or not any(s.name == name and s.size == old_size for s in other.shards):
             continue
         other.shards = [replace(s, size=new_size) if s.name == name else s for s in other.shards]
@@ -401,6 +398,7 @@ def _work(job: TaskJob, run: RunSettings, where: tuple[int, int], stamp: Stamp, 
     say = run.log or (lambda _msg: None)
     markers = existing_markers(job.dest, job.units) if run.resume else set()
     size_of = listed_sizes(present)
+    others = [n for n in storage.list_names(storage.join(job.dest, STATE_DIR)) if n != job.key] if job.in_place else []
     for number, task in enumerate(job.tasks):
         if owner(number, world) != rank:
             continue
@@ -418,7 +416,7 @@ def _work(job: TaskJob, run: RunSettings, where: tuple[int, int], stamp: Stamp, 
                 if run.progress:
                     run.progress(1)
 
-        marker = _write_task(job, number, task, counted(job.produce(task)), stamp)
+        marker = _write_task(job, number, task, counted(job.produce(task)), stamp, (others, size_of(task.name)))
         share.add(marker, fresh=True)
         dt = time.perf_counter() - t0
         say(f"rank {rank}: {task.name}: {marker.written} written, {len(marker.failures)} failed, "
