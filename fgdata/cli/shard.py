@@ -171,6 +171,8 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     rows.append(("shards", f"{len(report.shards):,}"))
     if report.resumed:
         rows.append(("resumed after", f"{report.resumed:,} inputs"))
+    if report.restarted:
+        rows.append(("restarted", f"{report.restarted:,} work unit(s) an earlier run stopped half-way"))
     if report.retried:
         rows.append(("retried", f"{report.retried:,} retryable failure(s): {report.recovered:,} now written"))
     if report.changed:
@@ -184,7 +186,8 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
                "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes,
                "warnings": report.warned, "skipped": len(report.skipped),
                "changed_inputs": report.changed_names, "rewritten_shards": report.rewritten,
-               "normalised": report.normalised, "retried": report.retried, "recovered": report.recovered}
+               "normalised": report.normalised, "retried": report.retried, "recovered": report.recovered,
+               "restarted_units": report.restarted}
     if report.clips is not None:
         details["clips"] = report.clips.to_json()
     if report.stats_path:

@@ -48,6 +48,7 @@ from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.units import (
     Entry,
     Marker,
+    Plan,
     ShardDone,
     Spool,
     Unit,
@@ -55,13 +56,15 @@ from fgdata.jobs.units import (
     existing_markers,
     finalize,
     is_final,
+    is_started,
     listed_sizes,
     marker_path,
     plan_units,
-    read_marker,
+    read_unit,
     resumable,
     shard_name,
     slots_per_unit,
+    start_unit,
     stat_sizes,
     sweep,
     unit_stage,
@@ -198,6 +201,7 @@ class UnitSink:
         self.job = job
         self.unit = unit
         self.options_fp, self.launch = stamp
+        start_unit(job.dest, Plan(unit.number, unit.first, len(unit.items), self.options_fp, unit.inputs, self.launch))
         self._stage = unit_stage(job.dest, unit.number)
         self._shards: list[ShardDone] = []
         self._open_failures: Counter[str] = Counter()
@@ -349,6 +353,7 @@ class _Run:
     changed: int = 0
     changed_names: list[str] = field(default_factory=list)
     rewritten: list[str] = field(default_factory=list)
+    restarted: int = 0  # units an earlier run started and did not finish
     retried: dict[int, set[int | None]] = field(default_factory=dict)  # unit -> indices of retryable failures
     recovered: int = 0
     expected: dict[int, bytes] = field(default_factory=dict)  # torchrun: other ranks' units -> inputs fingerprint
@@ -390,7 +395,10 @@ def _pending(job: ShardJob, units: Iterable[Unit], run: _Run, stamp: tuple[str, 
         if not mine(unit.number):
             run.expected[unit.number] = bytes.fromhex(unit.inputs)  # what another rank's marker must show
             continue
-        old = read_marker(job.dest, unit.number) if unit.number in markers else None
+        found = read_unit(job.dest, unit.number) if unit.number in markers else None
+        if isinstance(found, Plan):
+            run.restarted += 1
+        old = found if isinstance(found, Marker) else None
         if old is not None and not resumable(old, options_fp, listed_sizes(present)):
             old = None
         if old is not None and old.inputs == unit.inputs and not _redone(job, old):
@@ -466,6 +474,9 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
         lease = (storage.basename(lock.lease.url), lock.lease.job) if lock.lease is not None else None
         report = _run(job, _counting(chain(head, stream), formats), skipped, (rank, world), progress, notify,
                       before, lease)
+        if report.restarted and notify:  # each rank of its own units
+            notify(f"{report.restarted} work unit(s) an earlier run stopped half-way were written again from their "
+                   "start")
         if report.whole_job:
             _said(report, notify)
             warning = mixed_format_warning(formats, job.options)
@@ -532,7 +543,7 @@ def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where
                       normalised=dict(sorted(run.normalised.items())), warned=totals.warned,
                       warned_by_reason=dict(sorted(totals.warned_by_reason.items())), skipped=extra["skipped"],
                       clips=run.clips, rank=rank, world=world, changed=run.changed, changed_names=run.changed_names,
-                      rewritten=run.rewritten,
+                      rewritten=run.rewritten, restarted=run.restarted,
                       stats_path=storage.join(job.dest, STATS_FILE) if job.options.download is not None else None,
                       retried=sum(len(v) for v in run.retried.values()), recovered=run.recovered)
 
@@ -585,7 +596,8 @@ def _gather(job: ShardJob, run: _Run, world: int, stamp: tuple[str, str | None],
                         partial(_redone, job))
 
     wait_for_units(job.dest, [u for u in range(run.units) if u not in run.spool], final,
-                   partial(run.add, fresh=True), world, f"{job.dest}: work units of other ranks", job.wait_timeout, log)
+                   partial(run.add, fresh=True), world, f"{job.dest}: work units of other ranks", job.wait_timeout, log,
+                   started=lambda plan: is_started(plan, stamp, run.expected[plan.unit].hex()))
 
 
 def _share_report(job: ShardJob, run: _Run, rank: int, world: int) -> JobSummary:
@@ -602,7 +614,7 @@ def _share_report(job: ShardJob, run: _Run, rank: int, world: int) -> JobSummary
     return JobSummary(command=job.command, path=job.dest, seen=written + failed, written=written, failed=failed,
                       samples=samples, failed_by_reason=dict(sorted(reasons.items())), failures_path=None,
                       resumed=run.resumed, nbytes=run.nbytes, warned=warned, rank=rank, world=world, clips=run.clips,
-                      whole_job=False)
+                      restarted=run.restarted, whole_job=False)
 
 
 def _said(report: JobSummary, notify: Notify | None) -> None:

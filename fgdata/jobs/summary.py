@@ -63,6 +63,7 @@ class JobSummary(OutputSummary):
     changed: int = 0  # inputs replaced since the earlier run
     changed_names: list[str] = field(default_factory=list)  # the first of them
     rewritten: list[str] = field(default_factory=list)  # shards of the earlier run written again for them
+    restarted: int = 0  # work units an earlier run started and did not finish, written again from their start
     stats_path: str | None = None  # URL jobs: shard_stats.json (per-shard successes and failures by reason)
     retried: int = 0  # --retry-failed: retryable failures of complete units tried again
     recovered: int = 0  # of those, the ones written now

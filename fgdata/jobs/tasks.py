@@ -48,16 +48,19 @@ from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.units import (
     Entry,
     Marker,
+    Plan,
     ShardDone,
     Spool,
     drop_markers_from,
     existing_markers,
     finalize,
     is_final,
+    is_started,
     listed_sizes,
     marker_path,
     read_marker,
     resumable,
+    start_unit,
     stat_sizes,
     unit_stage,
     units_dir,
@@ -213,6 +216,8 @@ def _write_task(job: TaskJob, number: int, task: Task, results: Iterable[Result]
                 earlier: tuple[list[str], int | None] = ([], None)) -> Marker:
     """Build task ``number``'s output shard from ``results``, move it into place and leave its marker; in place,
     ``earlier`` is the other commands' state folders in DST and the shard's size when the job started."""
+    options_fp, launch = stamp
+    start_unit(job.dest, Plan(number, 0, None, options_fp, task.fingerprint(), launch), job.units)
     stage = unit_stage(job.dest, number)
     final = storage.join(job.dest, task.name)
     shards: list[ShardDone] = []
@@ -249,7 +254,6 @@ def _write_task(job: TaskJob, number: int, task: Task, results: Iterable[Result]
         writer.abort()
         shutil.rmtree(stage, ignore_errors=True)
         raise
-    options_fp, launch = stamp
     marker = Marker(unit=number, first=0, count=written + len(failures), options=options_fp,
                     inputs=task.fingerprint(), stamps=[], names=[task.input], shards=shards, written=written,
                     failures=failures, warnings=[], launch=launch)
@@ -450,7 +454,8 @@ def _gather(job: TaskJob, run: RunSettings, world: int, stamp: Stamp, share: _Sh
 
     wait_for_units(job.dest, [i for i in range(len(job.tasks)) if i not in share.spool], final,
                    partial(share.add, fresh=None), world, f"{job.dest}: output shards of other ranks",
-                   run.wait_timeout, run.log, folder=job.units, name=lambda i: job.tasks[i].name)
+                   run.wait_timeout, run.log, folder=job.units, name=lambda i: job.tasks[i].name,
+                   started=lambda plan: is_started(plan, stamp, job.tasks[plan.unit].fingerprint()))
 
 
 def _finalize(job: TaskJob, share: _Share, stamp: Stamp, info: dict[str, Any], summary: JobSummary) -> None:

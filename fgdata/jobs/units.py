@@ -13,6 +13,11 @@ nothing is renamed afterwards (on S3 a rename is a copy and a delete). ``slots``
 shard names run on without gaps, except where a whole shard's inputs failed), else :data:`WIDE_SLOTS`; a unit
 that would need more shards than its slots stops the job with one line saying to lower ``--unit-size``.
 
+**Plans.** When a unit starts, before it writes anything, it leaves its :class:`Plan` (its position range,
+its inputs' and options' fingerprints, the launch) under its marker's name; the marker replaces it when the
+unit ends. A plan in place is a unit started and not finished: a rerun counts it as one it writes again from
+its start, and rank 0's wait says which missing units their rank has started.
+
 **Markers.** Once a unit's last shard is in place it leaves ``DST/.fgdata/units/NNNNNN.json`` (``encode`` and
 ``kd``, whose unit is one task: ``DST/.fgdata/<key>/units/``, :func:`units_dir`) (:class:`Marker`): the
 fingerprint of the options that change bytes, its inputs' fingerprint and stamps, its shards with their sample
@@ -51,6 +56,7 @@ UNITS_DIR = ".fgdata/units"
 WORK_DIR = ".fgdata/work"
 MARKER_FORMAT = "fgdata.unit"
 MARKER_VERSION = 1
+PLAN_FORMAT = "fgdata.unit-plan"
 #: Shard slots of a unit whose inputs may give several samples each (clips) or whose shards have a byte cap.
 WIDE_SLOTS = 10_000
 SHARD_FORMAT = "%05d.tar"
@@ -164,6 +170,39 @@ class Marker:
         return sum(s.samples for s in self.shards)
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What a unit leaves under its marker's name when it starts (:func:`start_unit`): its position range
+    (``count`` None: a task whose input's sample count is not known before it is read), its inputs'
+    fingerprint, the byte options and the launch. The unit's :class:`Marker` replaces it when the unit ends,
+    so a plan in place means the unit was started and not finished: a rerun says it writes that unit again
+    from its start, and rank 0's wait says which missing units their rank has started."""
+
+    unit: int
+    first: int
+    count: int | None
+    options: str
+    inputs: str
+    launch: str | None = None
+
+    def to_bytes(self) -> bytes:
+        doc = {"format": PLAN_FORMAT, "version": MARKER_VERSION, **asdict(self)}
+        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def parse(cls, data: bytes) -> "Plan | None":
+        """The plan in ``data``; None when it is torn, foreign, a marker or of another version."""
+        try:
+            doc = json.loads(data)
+            if doc.get("format") != PLAN_FORMAT or doc.get("version") != MARKER_VERSION:
+                return None
+            count = doc["count"]
+            return cls(unit=int(doc["unit"]), first=int(doc["first"]), count=None if count is None else int(count),
+                       options=str(doc["options"]), inputs=str(doc["inputs"]), launch=doc.get("launch"))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+
 def marker_path(dest: str, unit: int, folder: str = UNITS_DIR) -> str:
     """Unit ``unit``'s marker (``folder``: the command's markers folder under DST, see :func:`units_dir`)."""
     return storage.join(dest, folder, "%06d.json" % unit)
@@ -176,14 +215,30 @@ def units_dir(key: str | None) -> str:
     return UNITS_DIR if key is None else f".fgdata/{key}/units"
 
 
-def read_marker(dest: str, unit: int, folder: str = UNITS_DIR) -> Marker | None:
-    """Unit ``unit``'s marker, or None (missing, torn, foreign or another unit's)."""
+def read_unit(dest: str, unit: int, folder: str = UNITS_DIR) -> Marker | Plan | None:
+    """What unit ``unit`` left: its marker (finished), its plan (started, not finished) or None (missing, torn,
+    foreign or another unit's)."""
     try:
         data = storage.read_bytes(marker_path(dest, unit, folder))
     except FgdataError:
         return None
-    marker = Marker.parse(data)
-    return marker if marker is not None and marker.unit == unit else None
+    found = Marker.parse(data) or Plan.parse(data)
+    return found if found is not None and found.unit == unit else None
+
+
+def read_marker(dest: str, unit: int, folder: str = UNITS_DIR) -> Marker | None:
+    """Unit ``unit``'s marker, or None (missing, started and not finished, torn, foreign or another unit's)."""
+    found = read_unit(dest, unit, folder)
+    return found if isinstance(found, Marker) else None
+
+
+def start_unit(dest: str, plan: Plan, folder: str = UNITS_DIR) -> None:
+    """Leave the unit's plan under its marker's name before it writes anything (an earlier run's marker of the
+    unit goes with it: the unit is being redone)."""
+    from fgdata.jobs.signals import critical
+
+    with critical():
+        storage.write_bytes(marker_path(dest, plan.unit, folder), plan.to_bytes())
 
 
 def existing_markers(dest: str, folder: str = UNITS_DIR) -> set[int]:
@@ -285,11 +340,20 @@ def is_final(marker: Marker, stamp: tuple[str, str | None], inputs: str, resume:
     return resume and marker.inputs == inputs and not redo(marker) and resumable(marker, options_fp, size_of)
 
 
+def is_started(plan: Plan, stamp: tuple[str, str | None], inputs: str) -> bool:
+    """Whether another rank's plan is of this run's unit: same options and inputs, and (under a launch id) this
+    launch's; without a launch id a plan a stopped run left reads as started too."""
+    options_fp, launch = stamp
+    return (plan.options, plan.inputs) == (options_fp, inputs) and (launch is None or plan.launch == launch)
+
+
 def wait_for_units(dest: str, missing: Iterable[int], final: Callable[[Marker], bool], add: Callable[[Marker], None],
                    world: int, what: str, timeout: float | None, log: Callable[[str], None] | None,
-                   folder: str = UNITS_DIR, name: Callable[[int], str] = lambda u: "unit %06d" % u) -> None:
+                   folder: str = UNITS_DIR, name: Callable[[int], str] = lambda u: "unit %06d" % u,
+                   started: Callable[[Plan], bool] = lambda _p: True) -> None:
     """Rank 0: wait (bounded by ``timeout``) until every unit in ``missing`` has a marker ``final`` accepts,
-    handing each to ``add`` as it is met; the error names the units still missing and their ranks."""
+    handing each to ``add`` as it is met; the error names the units still missing, their ranks and whether
+    their rank has started them (a plan ``started`` accepts: this run's, not one a killed run left)."""
     from fgdata.jobs.ranks import owner, wait_for
 
     left = list(missing)
@@ -297,14 +361,17 @@ def wait_for_units(dest: str, missing: Iterable[int], final: Callable[[Marker], 
     def still_missing() -> list[str]:
         nonlocal left
         waiting = []
+        said = []
         for u in left:
-            marker = read_marker(dest, u, folder)
-            if marker is not None and final(marker):
-                add(marker)
-            else:
-                waiting.append(u)
+            found = read_unit(dest, u, folder)
+            if isinstance(found, Marker) and final(found):
+                add(found)
+                continue
+            waiting.append(u)
+            state = "started" if isinstance(found, Plan) and started(found) else "not started"
+            said.append(f"{name(u)} (rank {owner(u, world)}, {state})")
         left = waiting
-        return [f"{name(u)} (rank {owner(u, world)})" for u in left]
+        return said
 
     wait_for(still_missing, what, timeout, log=log)
 

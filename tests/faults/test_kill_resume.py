@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from faultkit import FGDATA, kill_trials, png_bytes, stop_and_signal, stop_trials
+from faultkit import FGDATA, kill_trials, png_bytes, stop_and_signal, stop_trials, tree
 from fgdata.storage.temps import clean_temps
 
 pytestmark = pytest.mark.timeout(300)
@@ -196,3 +196,39 @@ def test_prepare_imagenet256(tmp_path, tiny_vae_dir, sample_images):
     stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=stops, env={"HF_HUB_OFFLINE": "1"})
     report = (tmp_path / "clean" / "imagenet-256" / "failures.json").read_text()
     assert '"seen": 9' in report and '"written": 8' in report and "broken.JPEG" in report
+
+
+def test_a_unit_stopped_half_way_leaves_its_plan_and_is_said_on_the_rerun(tmp_path):
+    """A unit leaves its plan (position range, inputs' fingerprint) when it starts; killed after its first shard,
+    its marker file still holds that plan (no finished unit), and the rerun says it writes the unit again."""
+    import json
+
+    from fgdata.jobs.units import Marker, Plan
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(12):
+        (src / f"img{i:03d}.png").write_bytes(png_bytes(i, size=24))
+
+    def argv(dest: Path) -> list[str]:  # units of 8 inputs in shards of 4: two shards per unit
+        return [*FGDATA, "shard", "images", str(src), str(dest), "--maxcount", "4", "--unit-size", "8",
+                "--no-progress", "--workers", "1"]
+
+    clean = subprocess.run(argv(tmp_path / "clean"), capture_output=True, text=True, timeout=300)
+    assert clean.returncode == 0, clean.stderr[-2000:]
+    dest = tmp_path / "out"
+    stopped = stop_and_signal(argv(dest), after=1, sig=signal.SIGKILL)
+    assert stopped.returncode == -signal.SIGKILL
+    data = (dest / ".fgdata" / "units" / "000000.json").read_bytes()
+    plan = Plan.parse(data)
+    assert Marker.parse(data) is None and plan is not None
+    assert (plan.unit, plan.first, plan.count, plan.launch) == (0, 0, 8, None)
+    finished = Marker.parse((tmp_path / "clean" / ".fgdata" / "units" / "000000.json").read_bytes())
+    assert finished is not None and plan.inputs == finished.inputs and plan.options == finished.options
+
+    again = subprocess.run([*argv(dest)[:-2], "--json"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "1 work unit(s) an earlier run stopped half-way were written again from their start" in again.stderr
+    assert json.loads(again.stdout)["restarted_units"] == 1
+    state = lambda rel: rel.startswith(".fgdata/")  # noqa: E731 - the lock and this host's figures
+    assert tree(dest, state) == tree(tmp_path / "clean", state)

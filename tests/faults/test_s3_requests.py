@@ -38,5 +38,6 @@ def test_requests_per_shard_do_not_grow_with_the_shards(s3_endpoint, s3_bucket, 
     early = (counts[50] - counts[10]) / 40
     late = (counts[100] - counts[50]) / 50
     assert early == late, counts  # the same requests for every further shard: no merge, no re-read
-    # the shard, its index and its unit's marker, each staged under the lease, confirmed and moved into place
-    assert late <= 16, counts
+    # the shard, its index, its unit's plan (when it starts) and marker (when it ends), each staged under the
+    # lease, confirmed and moved into place
+    assert late <= 18, counts

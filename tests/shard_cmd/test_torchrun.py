@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from faultkit import STOP_MARK, descendants, hold_and_release
+from fgdata.jobs.units import Plan
 from fgdata.shards import discover_shards, iter_samples
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,7 +125,8 @@ def test_a_rank_that_never_comes_is_named_then_the_job_resumes(photos, two_ranks
     assert alone.returncode == 1, alone.stderr
     lines = alone.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {dest}: work units of other ranks: still missing"), lines
-    assert lines[0].endswith("unit 000001 (rank 1) (is that rank still running? rerun the same command to resume)")
+    assert lines[0].endswith("unit 000001 (rank 1, not started) (is that rank still running? rerun the same command "
+                             "to resume)")
     assert sorted(p.name for p in (dest / ".fgdata" / "units").glob("*.json")) == ["000000.json", "000002.json"]
 
     late = as_rank(1, 2, *cmd, "--json")
@@ -163,10 +165,14 @@ def test_killed_ranks_resume_to_the_same_bytes(photos, two_ranks, tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     units = dest / ".fgdata" / "units"
-    assert not list(units.glob("*.json"))  # no unit finished
+    plans = {p.name: Plan.parse(p.read_bytes()) for p in units.glob("*.json")}  # no unit finished: plans only
+    assert sorted(plans) == ["000000.json", "000001.json"] and all(plans.values()), plans
     assert sorted(p.name for p in dest.glob("*.tar")) == ["00000.tar", "00002.tar"]  # units 0 and 1: first shards
+    alone = as_rank(0, 2, "shard", "images", photos, dest, *ARGS, "--wait-timeout", "0.2", "-q")
+    assert alone.returncode == 1 and "unit 000001 (rank 1, started)" in alone.stderr, alone.stderr
     again = torchrun(2, "shard", "images", photos, dest, *ARGS)
     assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("1 work unit(s) an earlier run stopped half-way") == 1  # rank 1's unit 1
     assert tree(dest) == tree(two)
 
 
