@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import shutil
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
@@ -49,6 +51,7 @@ from fgdata.jobs.units import (
     Entry,
     Marker,
     ShardDone,
+    SizeOf,
     Spool,
     drop_markers_from,
     existing_markers,
@@ -192,13 +195,10 @@ class _Share:
     written: int = 0
     failed: int = 0
     not_updated: int = 0
-    handed: list[tuple[Marker, bool]] | None = None  # a Ray worker's: its markers, to hand to the driver
 
     def add(self, marker: Marker, fresh: bool | None) -> None:
         """Count a marker: written now (``fresh``), found complete (False) or another rank's (None)."""
         self.spool.add(marker)
-        if self.handed is not None and fresh is not None:
-            self.handed.append((marker, fresh))
         if fresh is not None:
             self.done += fresh
             self.skipped += not fresh
@@ -398,12 +398,12 @@ def _work(job: TaskJob, run: RunSettings, where: tuple[int, int], stamp: Stamp, 
     say = run.log or (lambda _msg: None)
     markers = existing_markers(job.dest, job.units) if run.resume else set()
     size_of = listed_sizes(present)
-    others = [n for n in storage.list_names(storage.join(job.dest, STATE_DIR)) if n != job.key] if job.in_place else []
+    others = _other_keys(job)
     for number, task in enumerate(job.tasks):
         if owner(number, world) != rank:
             continue
-        old = read_marker(job.dest, number, job.units) if number in markers else None
-        if old is not None and old.inputs == task.fingerprint() and resumable(old, stamp[0], size_of):
+        old = _resumable(job, number, task, markers, stamp, size_of)
+        if old is not None:
             share.add(old, fresh=False)
             if run.progress:
                 run.progress(old.count)
@@ -425,9 +425,29 @@ def _work(job: TaskJob, run: RunSettings, where: tuple[int, int], stamp: Stamp, 
     if job.provenance is None or not share.done:
         return None
     info = job.provenance()
+    _keep_model_info(job, stamp, rank, info)
+    return info
+
+
+def _resumable(job: TaskJob, number: int, task: Task, markers: set[int], stamp: Stamp,
+               size_of: SizeOf) -> Marker | None:
+    """Task ``number``'s marker when a rerun keeps it (the unit rule, and the same input); ``markers``: the units
+    that have one."""
+    old = read_marker(job.dest, number, job.units) if number in markers else None
+    if old is not None and old.inputs == task.fingerprint() and resumable(old, stamp[0], size_of):
+        return old
+    return None
+
+
+def _other_keys(job: TaskJob) -> list[str]:
+    """In place: the other commands' state folders in DST, whose markers follow a shard this job grows."""
+    return [n for n in storage.list_names(storage.join(job.dest, STATE_DIR)) if n != job.key] if job.in_place else []
+
+
+def _keep_model_info(job: TaskJob, stamp: Stamp, rank: int, info: dict[str, Any]) -> None:
+    """Leave the model's provenance record for the finishing process and for reruns (:func:`_model_info`)."""
     storage.write_bytes(storage.join(job.state, f"model-info.rank{rank}.json"),
                         ModelInfo(stamp[0], stamp[1], info).to_bytes())
-    return info
 
 
 def _model_info(job: TaskJob, stamp: Stamp) -> dict[str, Any] | None:
@@ -472,45 +492,72 @@ def _finalize(job: TaskJob, share: _Share, stamp: Stamp, info: dict[str, Any], s
     summary.shards = [storage.join(job.dest, name) for name in summary.counts]
 
 
-@dataclass
-class _RayShare:
-    """What one Ray worker (a rank) hands back: its markers (written now or kept) and its model record."""
-
-    markers: list[tuple[Marker, bool]]
-    info: dict[str, Any] | None
+#: A Ray worker process's job of the latest run, by that run's token: later units of the run in this process
+#: use its producer, so the model it loads stays loaded; a unit of another run replaces it (and frees the model).
+_kept: tuple[str, TaskJob] | None = None
 
 
-def run_rank(job: TaskJob, run: RunSettings, stamp: Stamp, present: dict[str, tuple[int, str]],
-             lease: tuple[str, str] | None, rank: int) -> _RayShare:
-    """One rank's tasks in a Ray worker, under the driver's ``lease`` on shared storage (the driver holds DST's
-    lock and has checked and cleared it)."""
+def _kept_job(token: str, job: TaskJob) -> tuple[TaskJob, bool]:
+    """The job this process keeps for run ``token`` (``job``, this unit's own copy, when it is the first unit of
+    the run here), and whether it is the first."""
+    global _kept
+    if _kept is not None and _kept[0] == token:
+        return _kept[1], False
+    _kept = None  # the earlier run's producer and its model go before this run's model loads
+    _kept = (token, job)
+    return job, True
+
+
+def run_unit(job: TaskJob, token: str, stamp: Stamp, lease: tuple[str, str] | None, others: list[str],
+             number: int, task: Task, grown_from: int | None) -> tuple[Marker, dict[str, Any] | None]:
+    """Task ``number`` as one Ray task, under the driver's ``lease`` on shared storage (the driver holds DST's
+    lock and has checked it); returns its marker and, from the first unit of the run in this process, the
+    model's provenance record, so the driver need not load the model."""
     from fgdata.jobs.lease import following
 
-    share = _Share(handed=[])
-    try:
-        with following(job.dest, *lease) if lease else contextlib.nullcontext():
-            info = _work(job, run, (rank, run.workers), stamp, present, share)
-    finally:
-        share.spool.close()
-    return _RayShare(share.handed or [], info)
+    job, first = _kept_job(token, job)
+    with following(job.dest, *lease) if lease else contextlib.nullcontext():
+        marker = _write_task(job, number, task, job.produce(task), stamp, (others, grown_from))
+    return marker, job.provenance() if first and job.provenance else None
 
 
 def _run_ray(job: TaskJob, run: RunSettings, stamp: Stamp, present: dict[str, tuple[int, str]],
              lease: tuple[str, str] | None, share: _Share) -> dict[str, Any] | None:
-    """``--engine ray``: ``run.workers`` Ray tasks act as ranks (:func:`run_rank`); their markers are spooled
-    here as each rank ends."""
+    """``--engine ray``: each task not kept by the resume rule is one Ray task (:func:`run_unit`), at most
+    ``run.workers`` at a time; markers are spooled here as units end. A run that keeps every task starts no
+    Ray at all."""
     from fgdata.jobs.ray_executor import stream_units
 
-    work = replace(run, progress=None, log=None, notify=None)
-    shared = {"job": job, "run": work, "stamp": stamp, "present": present, "lease": lease}
+    size_of = listed_sizes(present)
+    markers = existing_markers(job.dest, job.units) if run.resume else set()
+
+    def pending() -> Iterator[dict[str, Any]]:
+        for number, task in enumerate(job.tasks):
+            old = _resumable(job, number, task, markers, stamp, size_of)
+            if old is not None:
+                share.add(old, fresh=False)
+                if run.progress:
+                    run.progress(old.count)
+                continue
+            yield {"number": number, "task": task, "grown_from": size_of(task.name)}
+
+    units = pending()
+    first = next(units, None)
+    if first is None:
+        return None
+    shared = {"job": replace(job, tasks=[]), "token": uuid.uuid4().hex, "stamp": stamp, "lease": lease,
+              "others": _other_keys(job)}
     info = None
-    for _, done in stream_units(run_rank, ({"rank": r} for r in range(run.workers)), address=run.ray_address,
-                                num_gpus=run.num_gpus, shared=shared):
-        for marker, fresh in done.markers:
-            share.add(marker, fresh)
-            if run.progress:
-                run.progress(marker.count)
-        info = info or done.info
+    for _, (marker, record) in stream_units(run_unit, itertools.chain([first], units), address=run.ray_address,
+                                            num_gpus=run.num_gpus, shared=shared, in_flight=run.workers,
+                                            max_calls=0):
+        share.add(marker, fresh=True)
+        if run.progress:
+            run.progress(marker.count)
+        testhook.output_done(share.done)
+        if info is None and record is not None:
+            info = record
+            _keep_model_info(job, stamp, 0, info)
     return info
 
 
