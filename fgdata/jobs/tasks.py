@@ -1,9 +1,12 @@
 """Shard-to-shard jobs (``encode latents|text``, ``kd pairs|paths``) on the job core's units.
 
 Task model: task i (one input shard, or one chunk of a prompt file) is work unit i
-(:mod:`fgdata.jobs.units`): it makes one output shard that keeps the input shard's name, and belongs to rank
-``i mod world`` (torchrun ranks, or the ``--workers`` Ray workers, :mod:`fgdata.jobs.ranks`): no two ranks
-ever write the same file, and any world size gives the same samples. Ranks meet through files only: each
+(:mod:`fgdata.jobs.units`): it makes one output shard that keeps the input shard's name. Under torchrun it
+belongs to rank ``i mod world`` (:mod:`fgdata.jobs.ranks`): no two ranks ever write the same file, and any
+world size gives the same samples. Under ``--engine ray`` the driver keeps what the resume rule keeps and
+submits every other task as its own Ray task (:func:`run_unit`, at most ``--workers`` at a time), so a slow
+shard holds one worker, not a rank's share; a worker process keeps the job it first received, so its model
+loads once per process, not once per task (:func:`_kept_job`). Ranks meet through files only: each
 finished task leaves a :class:`~fgdata.jobs.units.Marker` in ``DST/.fgdata/<key>/units/NNNNNN.json`` (``key``:
 ``latents``, ``text``, ``kd-pairs``, ``kd-paths``; a folder per command, since ``encode text --into DST``
 writes into a folder another command's markers describe). A rerun keeps a task by the unit rule
@@ -112,15 +115,15 @@ class Result:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """How a job runs (never part of its fingerprint): rank, executor, resume, callbacks. ``engine="ray"``:
-    ``workers`` Ray tasks act as ranks 0..workers-1 (the torchrun ownership rule) and this process finishes."""
+    """How a job runs (never part of its fingerprint): rank, executor, resume, callbacks. ``engine="ray"``: one
+    Ray task per task to do, at most ``workers`` at a time, and this process (the driver) finishes."""
 
     rank: int | None = None
     world: int | None = None
     engine: str = "local"  # local | ray (checked here, where the CLI's value arrives)
     workers: int = 1
     ray_address: str | None = None
-    num_gpus: float = 0.0  # per Ray worker
+    num_gpus: float = 0.0  # per Ray task
     resume: bool = True
     overwrite: bool = False
     wait_timeout: float | None = None
