@@ -506,8 +506,7 @@ def _kept_job(token: str, job: TaskJob) -> tuple[TaskJob, bool]:
     global _kept
     if _kept is not None and _kept[0] == token:
         return _kept[1], False
-    _kept = None  # the earlier run's producer and its model go before this run's model loads
-    _kept = (token, job)
+    _kept = (token, job)  # the earlier run's producer and its model go now, before this run's model loads
     return job, True
 
 
