@@ -2,7 +2,7 @@
 
 Only typer, rich and the standard library load at import; torch, diffusers and transformers load inside the
 commands. Multi-GPU: launch under ``torchrun`` (each rank owns output shards ``i mod WORLD_SIZE``), or pass
-``--engine ray --workers N``.
+``--engine ray --workers N`` (one Ray task per output shard, N at a time).
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ class EngineFlags:
     """Where a model job runs: one process, torchrun ranks, or Ray workers."""
 
     engine: str = flag(typer.Option("local", "--engine", help="local (one process, or torchrun ranks) or ray."))
-    workers: int = flag(typer.Option(1, "--workers", help="With --engine ray: number of Ray workers (ranks)."))
+    workers: int = flag(typer.Option(1, "--workers", help="With --engine ray: output shards encoded at a time "
+                                     "(one Ray task each; each worker process loads the model once)."))
     ray_address: Optional[str] = flag(typer.Option(
         None, "--ray-address", help="Ray cluster address, or auto to join the running one "
         "(default: RAY_ADDRESS, else start a private local one)."))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from fgdata.errors import FgdataError, OptionError
+from fgdata.jobs import outputs
 
 __all__ = ["DTYPES", "autocast", "check_device", "check_dtype", "check_model", "hf_cache_dir", "load_pretrained", "model_source", "resolve_device",
            "tensor_bytes", "torch_dtype"]
@@ -144,7 +145,7 @@ def load_pretrained(cls: Any, id_or_dir: str, what: str, flag: str, subfolder: s
     try:
         if subfolder:
             kwargs["subfolder"] = subfolder
-        return cls.from_pretrained(source, **kwargs)
+        model = cls.from_pretrained(source, **kwargs)
     except (OSError, ValueError, EnvironmentError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if "low_cpu_mem_usage" in first:
@@ -156,6 +157,8 @@ def load_pretrained(cls: Any, id_or_dir: str, what: str, flag: str, subfolder: s
         raise FgdataError(
             f"{id_or_dir}: {why} (cache: {hf_cache_dir()}); pass {flag} DIR with a directory saved by save_pretrained"
         ) from None
+    outputs.model_loaded(what)
+    return model
 
 
 @contextlib.contextmanager

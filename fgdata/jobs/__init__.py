@@ -20,8 +20,9 @@ Each guarantee lives in exactly one module here:
 - :mod:`fgdata.jobs.local`, :mod:`fgdata.jobs.ranks`, :mod:`fgdata.jobs.ray_executor`: the three
   executors (process pool, torchrun ranks, Ray); Ray tasks are declared in that last module only;
 - :mod:`fgdata.jobs.testhook`: ``FGDATA_TEST_STOP_AFTER``, the point kill tests stop a job at, and
-  ``FGDATA_TEST_HOLD``, named points where a test holds one rank to order two ranks' steps; only the job core
-  calls it, producers outside it (prepare, fid-refs) through :mod:`fgdata.jobs.outputs`;
+  ``FGDATA_TEST_HOLD``, named points where a test holds one rank to order two ranks' steps, and
+  ``FGDATA_TEST_LOADS``, a file every model load appends to; only the job core calls it, producers outside it
+  (prepare, fid-refs, the model loader) through :mod:`fgdata.jobs.outputs`;
 - :mod:`fgdata.jobs.shard`: ``fgdata shard images|videos|prompts`` on top of all of that: its producer (the
   media transform) and sink (one unit's shards), and the choice of executor;
 - :mod:`fgdata.jobs.tasks`: the shard-to-shard commands (``encode``, ``kd``): one task (an input shard) per

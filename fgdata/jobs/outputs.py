@@ -1,7 +1,8 @@
-"""The two points of a run that producers outside the job core report to it: an output is complete, and a
-``--no-resume`` run is about to redo what an earlier launch left.
+"""The points of a run that producers outside the job core report to it: an output is complete, a
+``--no-resume`` run is about to redo what an earlier launch left, a model was loaded.
 
-``prepare``'s zip passes and ``fid-refs``' chunks call these; the test hooks of :mod:`fgdata.jobs.testhook`
+``prepare``'s zip passes and ``fid-refs``' chunks call the first two, every model load (``encode``'s
+:func:`~fgdata.encode.models.load_pretrained`) the last; the test hooks of :mod:`fgdata.jobs.testhook`
 hang off them, so no producer knows about tests and kill tests stop every command at the same kind of point.
 """
 
@@ -26,3 +27,9 @@ def redoing(rank: int) -> None:
     """Rank ``rank`` of a ``--no-resume`` run is about to redo or replace what an earlier launch left; a test may
     hold it here to order two ranks' steps."""
     testhook.hold("no-resume", rank)
+
+
+def model_loaded(what: str) -> None:
+    """A model (``what``: "VAE", "text encoder", ...) finished loading in this process; a test counts the loads
+    of every process of a job, to see that a Ray worker loads its model once, not once per unit."""
+    testhook.model_loaded(what)

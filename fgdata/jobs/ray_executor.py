@@ -87,12 +87,14 @@ def run_units(fn: Callable[..., Any], units: Sequence[dict[str, Any]], *, addres
 def stream_units(fn: Callable[..., Any], units: Iterable[dict[str, Any]], *, address: str | None = None,
                  num_gpus: float = 0.0, shared: dict[str, Any] | None = None,
                  on_done: Callable[[int, Any], None] | None = None,
-                 in_flight: int | None = None) -> Iterator[tuple[int, Any]]:
+                 in_flight: int | None = None, max_calls: int | None = None) -> Iterator[tuple[int, Any]]:
     """``fn(**shared, **unit)`` for each unit of a stream, as Ray tasks; yields ``(i, result)`` as they finish.
 
     At most ``in_flight`` tasks are submitted at a time (default: twice the cluster's CPUs), so a stream of
     any length is read only as fast as the cluster works through it. ``shared`` values are put in the object
-    store once and reach every unit by reference.
+    store once and reach every unit by reference. ``max_calls``: how many units one worker process runs before
+    it exits (0: no limit); Ray's default is 1 for tasks with ``num_gpus > 0``, so a unit that keeps its loaded
+    model for the next unit in its process passes 0.
     """
     started = connect(address)
     import ray
@@ -100,7 +102,8 @@ def stream_units(fn: Callable[..., Any], units: Iterable[dict[str, Any]], *, add
     try:
         limit = in_flight or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
         refs_shared = {k: ray.put(v) for k, v in (shared or {}).items()}
-        remote = ray.remote(num_gpus=num_gpus, max_retries=MAX_RETRIES, retry_exceptions=False)(fn)
+        limits: dict[str, Any] = {} if max_calls is None else {"max_calls": max_calls}
+        remote = ray.remote(num_gpus=num_gpus, max_retries=MAX_RETRIES, retry_exceptions=False, **limits)(fn)
         stream = enumerate(units)
         index: dict[Any, int] = {}
         pending: list[Any] = []

@@ -1,9 +1,12 @@
 """Shard-to-shard jobs (``encode latents|text``, ``kd pairs|paths``) on the job core's units.
 
 Task model: task i (one input shard, or one chunk of a prompt file) is work unit i
-(:mod:`fgdata.jobs.units`): it makes one output shard that keeps the input shard's name, and belongs to rank
-``i mod world`` (torchrun ranks, or the ``--workers`` Ray workers, :mod:`fgdata.jobs.ranks`): no two ranks
-ever write the same file, and any world size gives the same samples. Ranks meet through files only: each
+(:mod:`fgdata.jobs.units`): it makes one output shard that keeps the input shard's name. Under torchrun it
+belongs to rank ``i mod world`` (:mod:`fgdata.jobs.ranks`): no two ranks ever write the same file, and any
+world size gives the same samples. Under ``--engine ray`` the driver keeps what the resume rule keeps and
+submits every other task as its own Ray task (:func:`run_unit`, at most ``--workers`` at a time), so a slow
+shard holds one worker, not a rank's share; a worker process keeps the job it first received, so its model
+loads once per process, not once per task (:func:`_kept_job`). Ranks meet through files only: each
 finished task leaves a :class:`~fgdata.jobs.units.Marker` in ``DST/.fgdata/<key>/units/NNNNNN.json`` (``key``:
 ``latents``, ``text``, ``kd-pairs``, ``kd-paths``; a folder per command, since ``encode text --into DST``
 writes into a folder another command's markers describe). A rerun keeps a task by the unit rule
@@ -27,10 +30,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import shutil
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
@@ -50,6 +55,7 @@ from fgdata.jobs.units import (
     Marker,
     Plan,
     ShardDone,
+    SizeOf,
     Spool,
     drop_markers_from,
     existing_markers,
@@ -112,15 +118,15 @@ class Result:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """How a job runs (never part of its fingerprint): rank, executor, resume, callbacks. ``engine="ray"``:
-    ``workers`` Ray tasks act as ranks 0..workers-1 (the torchrun ownership rule) and this process finishes."""
+    """How a job runs (never part of its fingerprint): rank, executor, resume, callbacks. ``engine="ray"``: one
+    Ray task per task to do, at most ``workers`` at a time, and this process (the driver) finishes."""
 
     rank: int | None = None
     world: int | None = None
     engine: str = "local"  # local | ray (checked here, where the CLI's value arrives)
     workers: int = 1
     ray_address: str | None = None
-    num_gpus: float = 0.0  # per Ray worker
+    num_gpus: float = 0.0  # per Ray task
     resume: bool = True
     overwrite: bool = False
     wait_timeout: float | None = None
@@ -195,13 +201,10 @@ class _Share:
     written: int = 0
     failed: int = 0
     not_updated: int = 0
-    handed: list[tuple[Marker, bool]] | None = None  # a Ray worker's: its markers, to hand to the driver
 
     def add(self, marker: Marker, fresh: bool | None) -> None:
         """Count a marker: written now (``fresh``), found complete (False) or another rank's (None)."""
         self.spool.add(marker)
-        if self.handed is not None and fresh is not None:
-            self.handed.append((marker, fresh))
         if fresh is not None:
             self.done += fresh
             self.skipped += not fresh
@@ -402,12 +405,12 @@ def _work(job: TaskJob, run: RunSettings, where: tuple[int, int], stamp: Stamp, 
     say = run.log or (lambda _msg: None)
     markers = existing_markers(job.dest, job.units) if run.resume else set()
     size_of = listed_sizes(present)
-    others = [n for n in storage.list_names(storage.join(job.dest, STATE_DIR)) if n != job.key] if job.in_place else []
+    others = _other_keys(job)
     for number, task in enumerate(job.tasks):
         if owner(number, world) != rank:
             continue
-        old = read_marker(job.dest, number, job.units) if number in markers else None
-        if old is not None and old.inputs == task.fingerprint() and resumable(old, stamp[0], size_of):
+        old = _resumable(job, number, task, markers, stamp, size_of)
+        if old is not None:
             share.add(old, fresh=False)
             if run.progress:
                 run.progress(old.count)
@@ -429,9 +432,29 @@ def _work(job: TaskJob, run: RunSettings, where: tuple[int, int], stamp: Stamp, 
     if job.provenance is None or not share.done:
         return None
     info = job.provenance()
+    _keep_model_info(job, stamp, rank, info)
+    return info
+
+
+def _resumable(job: TaskJob, number: int, task: Task, markers: set[int], stamp: Stamp,
+               size_of: SizeOf) -> Marker | None:
+    """Task ``number``'s marker when a rerun keeps it (the unit rule, and the same input); ``markers``: the units
+    that have one."""
+    old = read_marker(job.dest, number, job.units) if number in markers else None
+    if old is not None and old.inputs == task.fingerprint() and resumable(old, stamp[0], size_of):
+        return old
+    return None
+
+
+def _other_keys(job: TaskJob) -> list[str]:
+    """In place: the other commands' state folders in DST, whose markers follow a shard this job grows."""
+    return [n for n in storage.list_names(storage.join(job.dest, STATE_DIR)) if n != job.key] if job.in_place else []
+
+
+def _keep_model_info(job: TaskJob, stamp: Stamp, rank: int, info: dict[str, Any]) -> None:
+    """Leave the model's provenance record for the finishing process and for reruns (:func:`_model_info`)."""
     storage.write_bytes(storage.join(job.state, f"model-info.rank{rank}.json"),
                         ModelInfo(stamp[0], stamp[1], info).to_bytes())
-    return info
 
 
 def _model_info(job: TaskJob, stamp: Stamp) -> dict[str, Any] | None:
@@ -477,45 +500,71 @@ def _finalize(job: TaskJob, share: _Share, stamp: Stamp, info: dict[str, Any], s
     summary.shards = [storage.join(job.dest, name) for name in summary.counts]
 
 
-@dataclass
-class _RayShare:
-    """What one Ray worker (a rank) hands back: its markers (written now or kept) and its model record."""
-
-    markers: list[tuple[Marker, bool]]
-    info: dict[str, Any] | None
+#: A Ray worker process's job of the latest run, by that run's token: later units of the run in this process
+#: use its producer, so the model it loads stays loaded; a unit of another run replaces it (and frees the model).
+_kept: tuple[str, TaskJob] | None = None
 
 
-def run_rank(job: TaskJob, run: RunSettings, stamp: Stamp, present: dict[str, tuple[int, str]],
-             lease: tuple[str, str] | None, rank: int) -> _RayShare:
-    """One rank's tasks in a Ray worker, under the driver's ``lease`` on shared storage (the driver holds DST's
-    lock and has checked and cleared it)."""
+def _kept_job(token: str, job: TaskJob) -> tuple[TaskJob, bool]:
+    """The job this process keeps for run ``token`` (``job``, this unit's own copy, when it is the first unit of
+    the run here), and whether it is the first."""
+    global _kept
+    if _kept is not None and _kept[0] == token:
+        return _kept[1], False
+    _kept = (token, job)  # the earlier run's producer and its model go now, before this run's model loads
+    return job, True
+
+
+def run_unit(job: TaskJob, token: str, stamp: Stamp, lease: tuple[str, str] | None, others: list[str],
+             number: int, task: Task, grown_from: int | None) -> tuple[Marker, dict[str, Any] | None]:
+    """Task ``number`` as one Ray task, under the driver's ``lease`` on shared storage (the driver holds DST's
+    lock and has checked it); returns its marker and, from the first unit of the run in this process, the
+    model's provenance record, so the driver need not load the model."""
     from fgdata.jobs.lease import following
 
-    share = _Share(handed=[])
-    try:
-        with following(job.dest, *lease) if lease else contextlib.nullcontext():
-            info = _work(job, run, (rank, run.workers), stamp, present, share)
-    finally:
-        share.spool.close()
-    return _RayShare(share.handed or [], info)
+    job, first = _kept_job(token, job)
+    with following(job.dest, *lease) if lease else contextlib.nullcontext():
+        marker = _write_task(job, number, task, job.produce(task), stamp, (others, grown_from))
+    return marker, job.provenance() if first and job.provenance else None
 
 
 def _run_ray(job: TaskJob, run: RunSettings, stamp: Stamp, present: dict[str, tuple[int, str]],
              lease: tuple[str, str] | None, share: _Share) -> dict[str, Any] | None:
-    """``--engine ray``: ``run.workers`` Ray tasks act as ranks (:func:`run_rank`); their markers are spooled
-    here as each rank ends."""
+    """``--engine ray``: each task not kept by the resume rule is one Ray task (:func:`run_unit`), at most
+    ``run.workers`` at a time; markers are spooled here as units end. A run that keeps every task starts no
+    Ray at all."""
     from fgdata.jobs.ray_executor import stream_units
 
-    work = replace(run, progress=None, log=None, notify=None)
-    shared = {"job": job, "run": work, "stamp": stamp, "present": present, "lease": lease}
+    size_of = listed_sizes(present)
+    markers = existing_markers(job.dest, job.units) if run.resume else set()
+
+    def pending() -> Iterator[dict[str, Any]]:
+        for number, task in enumerate(job.tasks):
+            old = _resumable(job, number, task, markers, stamp, size_of)
+            if old is not None:
+                share.add(old, fresh=False)
+                if run.progress:
+                    run.progress(old.count)
+                continue
+            yield {"number": number, "task": task, "grown_from": size_of(task.name)}
+
+    units = pending()
+    first = next(units, None)
+    if first is None:
+        return None
+    shared = {"job": replace(job, tasks=[]), "token": uuid.uuid4().hex, "stamp": stamp, "lease": lease,
+              "others": _other_keys(job)}
     info = None
-    for _, done in stream_units(run_rank, ({"rank": r} for r in range(run.workers)), address=run.ray_address,
-                                num_gpus=run.num_gpus, shared=shared):
-        for marker, fresh in done.markers:
-            share.add(marker, fresh)
-            if run.progress:
-                run.progress(marker.count)
-        info = info or done.info
+    for _, (marker, record) in stream_units(run_unit, itertools.chain([first], units), address=run.ray_address,
+                                            num_gpus=run.num_gpus, shared=shared, in_flight=run.workers,
+                                            max_calls=0):
+        share.add(marker, fresh=True)
+        if run.progress:
+            run.progress(marker.count)
+        testhook.output_done(share.done)
+        if info is None and record is not None:
+            info = record
+            _keep_model_info(job, stamp, 0, info)
     return info
 
 

@@ -9,6 +9,9 @@ this costs one dictionary lookup per output.
 ``FGDATA_TEST_HOLD=POINT@RANK,...``: when the job reaches a named point (see :func:`hold`) on that
 rank (``POINT`` alone: on every rank), it prints :data:`HELD` with the point, rank and pid on stderr and
 waits for SIGUSR1, then goes on. A test holds one rank there to order two ranks' steps without timing.
+
+``FGDATA_TEST_LOADS=FILE``: each model load appends its process id and what it loaded to ``FILE`` (see
+:func:`model_loaded`), so a test can count the loads of every process of a job, Ray workers included.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ STOP_ENV = "FGDATA_TEST_STOP_AFTER"
 MARK = "fgdata-test-hook: paused"
 HOLD_ENV = "FGDATA_TEST_HOLD"
 HELD = "fgdata-test-hook: held"
+LOADS_ENV = "FGDATA_TEST_LOADS"
 
 
 def output_done(done: int) -> None:
@@ -46,3 +50,16 @@ def hold(point: str, rank: int) -> None:
         signal.sigwait(release)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def model_loaded(what: str) -> None:
+    """Called after each model load; appends ``PID<TAB>WHAT`` to the file :data:`LOADS_ENV` names (one write in
+    append mode, so the lines of several processes never interleave)."""
+    path = os.environ.get(LOADS_ENV)
+    if not path:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{os.getpid()}\t{what}\n".encode())
+    finally:
+        os.close(fd)

@@ -599,3 +599,64 @@ def test_rerunning_latents_after_text_was_merged_in_place_keeps_the_shards(image
     doc = json.loads(r.stdout)
     assert (doc["shards_written"], doc["shards_resumed"]) == (0, len(list(image_shards.glob("*.tar"))))
     assert {p.name: p.read_bytes() for p in dst.glob("*.tar")} == before  # the text members are still there
+
+
+def _ray_shards(tmp_path: Path, sample_images, n: int) -> Path:
+    items = [(f"s_{i:03d}", {"png": sample_images[i % len(sample_images)].read_bytes(), "txt": f"c {i}".encode()})
+             for i in range(n)]
+    return write_shards(tmp_path / "src", items, per_shard=1)
+
+
+def _loads(path: Path, what: str) -> list[str]:
+    """The process ids of the loads of ``what`` that FGDATA_TEST_LOADS recorded."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [pid for pid, name in (line.split("\t") for line in lines) if name == what]
+
+
+def test_ray_loads_the_model_once_per_worker_process_not_per_unit(tmp_path, models, sample_images, monkeypatch):
+    """Each input shard is its own Ray task asking for a GPU (a logical one here, as ``--device cuda`` asks), and a
+    worker process keeps its loaded VAE for the next units of the job: no process loads it twice (Ray would end a
+    GPU task's process after one task by default), and the driver never loads it (the workers hand back its
+    provenance record)."""
+    ray = pytest.importorskip("ray")
+    from fgdata.encode.latents import LatentOptions, encode_latents
+    from fgdata.jobs.tasks import RunSettings
+
+    src = _ray_shards(tmp_path, sample_images, 6)
+    loads = tmp_path / "loads.txt"
+    monkeypatch.setenv("FGDATA_TEST_LOADS", str(loads))  # the cluster's workers inherit it
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        summary = encode_latents(str(src), str(tmp_path / "ray"), LatentOptions(vae=str(models["vae"]), size=32),
+                                 run=RunSettings(engine="ray", workers=1, num_gpus=1.0))
+    finally:
+        ray.shutdown()
+    assert (summary.written, summary.shards_done) == (6, 6)
+    pids = _loads(loads, "VAE")
+    assert pids and len(pids) == len(set(pids)) and str(os.getpid()) not in pids, pids
+    assert len(pids) < 6  # not once per unit (the node has two CPUs and one GPU: Ray keeps one or two processes)
+    prov = json.loads((tmp_path / "ray" / "provenance.json").read_text())["jobs"]["latents"]
+    assert prov["vae_class"] == "AutoencoderKL" and prov["written"] == 6
+
+
+def test_ray_rerun_of_a_finished_job_keeps_every_unit_without_ray(tmp_path, models, sample_images, monkeypatch):
+    """The driver decides resume: a rerun that keeps every unit submits no Ray task (it does not even reach the
+    cluster, here an address where none listens) and loads no model, and the output stays byte for byte."""
+    pytest.importorskip("ray")
+    src = _ray_shards(tmp_path, sample_images, 4)
+    dst = tmp_path / "ray"
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    args = ("encode", "latents", str(src), str(dst), "--vae", str(models["vae"]), "--size", "32", "--engine", "ray",
+            "--workers", "2", "--json")
+    assert cli(*args).returncode == 0
+    before = {p.name: p.read_bytes() for p in dst.iterdir() if p.is_file()}
+    loads = tmp_path / "loads.txt"
+    monkeypatch.setenv("FGDATA_TEST_LOADS", str(loads))
+    r = cli(*args, "--ray-address", "127.0.0.1:9")  # the discard port: nothing of Ray answers there
+    assert r.returncode == 0, r.stderr
+    doc = check_json_summary(r.stdout, "encode latents", dst)
+    assert (doc["shards_written"], doc["shards_resumed"], doc["written"]) == (0, 4, 4)
+    assert {p.name: p.read_bytes() for p in dst.iterdir() if p.is_file()} == before
+    assert not loads.exists()
