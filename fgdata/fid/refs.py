@@ -163,9 +163,11 @@ class DetectorCache:
 
 
 def work_dir(out: str, given: str | None) -> str:
-    """Where chunk files live: ``--work-dir``, else beside a local output, else in the node cache (remote output)."""
+    """Where an output's chunk files live: its own folder in ``--work-dir`` (``fid-refs all`` passes one for every
+    output, and one output's chunks must never take another's names), else beside a local output, else in the
+    node cache (remote output)."""
     if given:
-        return given
+        return os.path.join(given, f"{storage.basename(out)}.chunks")
     if not storage.is_url(out):
         return f"{out}.chunks"
     from fgdata.storage.cache import cache_root
@@ -472,7 +474,7 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
 
 def _clean(work: str) -> None:
     """Remove the work folder's markers, chunk files and job record, and the folder itself when nothing else is
-    in it (a ``--work-dir`` may be shared)."""
+    in it."""
     drop_markers_from(work, 0, UNITS)
     for info in storage.list_dir(work, ".npz"):
         if re.fullmatch(r"chunk-\d{5}\.npz", info.name):

@@ -228,6 +228,28 @@ def test_a_torn_marker_reads_as_absent(edm_zip, tmp_path, tiny_net, tiny_incepti
     assert out.read_bytes() == fresh.read_bytes()
 
 
+def test_outputs_sharing_a_work_dir_keep_their_chunks_apart(edm_zip, tmp_path, tiny_net, tiny_inception_weights):
+    """``fid-refs all --work-dir D`` under torchrun: rank 1 goes on to the next output while rank 0 still adds the
+    first one's chunks, so each output has its own folder in D and rank 0 finds its chunks as rank 1 left them."""
+    zip_a, _ = edm_zip
+    zip_b = write_edm_zip(tmp_path / "other.zip", random_images(11, seed=1))
+    det = {"fid": _fid(tiny_net, tiny_inception_weights)}
+    shared = tmp_path / "work"
+    options = RefOptions(chunk_size=4, work_dir=str(shared), wait_timeout=1, **CPU)
+    alone = RefOptions(chunk_size=4, **CPU)
+    outs = {name: tmp_path / "refs" / f"{name}.npz" for name in ("a", "b")}
+    for src, name in ((zip_a, "a"), (zip_b, "b")):  # rank 1 of both outputs first
+        compute_refs(str(src), str(outs[name]), options, detectors=det, rank=1, world_size=2)
+    assert sorted(p.name for p in shared.iterdir()) == ["a.npz.chunks", "b.npz.chunks"]
+    for src, name in ((zip_a, "a"), (zip_b, "b")):
+        done = compute_refs(str(src), str(outs[name]), options, detectors=det, rank=0, world_size=2)
+        assert (done.computed, done.seen) == (7, 11)
+        clean = tmp_path / f"clean-{name}.npz"
+        compute_refs(str(src), str(clean), alone, detectors=det)
+        assert outs[name].read_bytes() == clean.read_bytes()
+    assert list(shared.iterdir()) == []
+
+
 def test_shards_equal_the_zip_and_fid_with_itself_is_zero(edm_zip, tmp_path, tiny_net, tiny_inception_weights,
                                                          tiny_dinov2):
     import zipfile
