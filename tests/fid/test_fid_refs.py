@@ -186,10 +186,12 @@ def _marker(work: Path, chunk: int) -> Path:
     return work / "units" / f"{chunk:06d}.json"
 
 
-def test_a_chunk_without_its_marker_is_computed_again_and_the_others_kept(edm_zip, tmp_path, tiny_net,
-                                                                          tiny_inception_weights):
-    """Each chunk is a work unit of the job core: its marker says what the chunk file holds, and a chunk file
-    whose marker is gone is computed again while the chunks with markers are kept."""
+@pytest.mark.parametrize("damage", ["missing", "torn"])
+def test_a_chunk_whose_marker_is_missing_or_torn_is_computed_again_and_the_others_kept(
+        damage, edm_zip, tmp_path, tiny_net, tiny_inception_weights):
+    """Each chunk is a work unit of the job core: its marker says what the chunk file holds. A chunk file whose
+    marker is gone, or cut short (a torn marker reads as absent), is computed again while the chunks with
+    markers are kept."""
     from fgdata.jobs.units import Marker
 
     zip_path, _ = edm_zip
@@ -206,26 +208,14 @@ def test_a_chunk_without_its_marker_is_computed_again_and_the_others_kept(edm_zi
     assert marker.launch is None and marker.failures == []
     assert [(s.name, s.samples, s.size) for s in marker.shards] == [
         ("chunk-00003.npz", 2, (work / "chunk-00003.npz").stat().st_size)]
-    _marker(work, 3).unlink()
+    if damage == "missing":
+        _marker(work, 3).unlink()
+    else:
+        _marker(work, 3).write_bytes(_marker(work, 3).read_bytes()[:40])
     done = compute_refs(str(zip_path), str(out), options, detectors=det)
     assert (done.reused, done.computed, done.seen) == (3, 8, 11)  # chunks 1 and 5 kept
     assert out.read_bytes() == fresh.read_bytes()
     assert not work.exists()
-
-
-def test_a_torn_marker_reads_as_absent(edm_zip, tmp_path, tiny_net, tiny_inception_weights):
-    zip_path, _ = edm_zip
-    det = {"fid": _fid(tiny_net, tiny_inception_weights)}
-    options = RefOptions(chunk_size=2, **CPU)
-    fresh = tmp_path / "fresh.npz"
-    compute_refs(str(zip_path), str(fresh), options, detectors=det)
-    out = tmp_path / "out.npz"
-    compute_refs(str(zip_path), str(out), options, detectors=det, rank=1, world_size=2)  # chunks 1, 3, 5
-    marker = _marker(Path(f"{out}.chunks"), 3)
-    marker.write_bytes(marker.read_bytes()[:40])  # a marker cut short, as a crash of a non-atomic copy leaves it
-    done = compute_refs(str(zip_path), str(out), options, detectors=det)
-    assert (done.reused, done.computed) == (3, 8)  # chunks 1 and 5 kept; chunk 3 computed again
-    assert out.read_bytes() == fresh.read_bytes()
 
 
 def test_outputs_sharing_a_work_dir_keep_their_chunks_apart(edm_zip, tmp_path, tiny_net, tiny_inception_weights):
