@@ -46,7 +46,8 @@ class RefFlags:
     workers: int | None = flag(typer.Option(None, "--workers", help="Decode threads (default: all cores)."))
     chunk_size: int = flag(typer.Option(50_000, "--chunk-size",
                                         help="Images per resumable chunk (shards: whole shards)."))
-    work_dir: str | None = flag(typer.Option(None, "--work-dir", help="Chunk files (default OUT.chunks; must be "
+    work_dir: str | None = flag(typer.Option(None, "--work-dir", help="Chunk files, in a folder per output "
+                                                 "(default: OUT.chunks beside a local OUT; must be "
                                                  "shared by all ranks)."))
 
 

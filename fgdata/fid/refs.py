@@ -1,15 +1,21 @@
 """The ``fid-refs`` job: feature moments per chunk, split over ranks, merged into the reference files.
 
 Chunks are fixed ranges of the source's images (``chunk_size`` images, or whole shards), independent of the
-number of ranks: chunk ``c`` belongs to rank ``c mod world``, which writes its moments to
-``<work>/chunk-NNNNN.npz`` atomically, with a fingerprint of everything that changes them (input, weights'
-checksums, input transforms, batch size, device type). A rerun keeps every chunk whose fingerprint matches,
-whatever the world size was. Rank 0 waits for all chunks, adds them in chunk order and writes the output and its
-provenance; so one process, any number of ranks and any resumed run give byte-identical files (the chunk
-sums are the same floats, added in the same order). Ranks coordinate through these files only, as the other
-fgdata jobs do: no process group spans the pass, and the work folder must be visible to every rank. Under
-``--no-resume`` each chunk also names its launch and rank 0 adds only this launch's
-(:func:`fgdata.jobs.ranks.run_launch`), never one an earlier launch left that its rank has not rewritten yet.
+number of ranks, and each chunk is a work unit of the job core (:mod:`fgdata.jobs.units`): chunk ``c`` belongs
+to rank ``c mod world``, which writes its moments to ``<work>/chunk-NNNNN.npz`` atomically and then leaves the
+unit's marker ``<work>/units/NNNNNN.json``: the job's fingerprint (input, weights' checksums, input transforms,
+batch size, chunk size, device type), the chunk's own fingerprint and range, the chunk file with its size, the
+chunk's undecodable images and, under ``--no-resume``, the launch (:func:`fgdata.jobs.ranks.run_launch`). A
+rerun keeps every chunk the one resume rule keeps (:func:`fgdata.jobs.units.resumable`), whatever the world size
+was; a chunk file without a marker is computed again. The options a rerun must match are also in
+``<work>/job.json``, so a rerun with another byte option is refused naming the flag, as is a complete output
+written with other options (``--no-resume`` or ``--overwrite`` compute again).
+
+Rank 0 waits for every other rank's markers (:func:`fgdata.jobs.units.wait_for_units`; under ``--no-resume``
+only this launch's), adds the chunks' moments in chunk order and writes the output and its provenance; so one
+process, any number of ranks and any resumed run give byte-identical files (the chunk sums are the same floats,
+added in the same order). Ranks coordinate through these files only, as the other fgdata jobs do: no process
+group spans the pass, and the work folder must be visible to every rank.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -38,9 +45,23 @@ from fgdata.errors import FgdataError, OptionError
 from fgdata.fid.detectors import DINOV2_DEFAULT, INCEPTION_DEFAULT, Detector
 from fgdata.fid.images import Chunk, ImageSource, open_source
 from fgdata.fid.stats import Moments, edm2_pkl_bytes, edm_npz_bytes, npz_bytes
-from fgdata.jobs.options import RUNTIME, byte_options, fingerprint
+from fgdata.jobs.options import RUNTIME, byte_options, check_record, check_same, fingerprint
 from fgdata.jobs.report import Failure, write_failures
 from fgdata.jobs.summary import OutputSummary
+from fgdata.jobs.units import (
+    Entry,
+    Marker,
+    ShardDone,
+    drop_markers_from,
+    existing_markers,
+    is_final,
+    listed_sizes,
+    marker_path,
+    read_marker,
+    resumable,
+    stat_sizes,
+    wait_for_units,
+)
 
 FID_REFS_DIR = "fid-refs"
 #: Name -> (dataset zip under the data root, the ``fgdata prepare`` target that makes it, reference file).
@@ -142,9 +163,11 @@ class DetectorCache:
 
 
 def work_dir(out: str, given: str | None) -> str:
-    """Where chunk files live: ``--work-dir``, else beside a local output, else in the node cache (remote output)."""
+    """Where an output's chunk files live: its own folder in ``--work-dir`` (``fid-refs all`` passes one for every
+    output, and one output's chunks must never take another's names), else beside a local output, else in the
+    node cache (remote output)."""
     if given:
-        return given
+        return os.path.join(given, f"{storage.basename(out)}.chunks")
     if not storage.is_url(out):
         return f"{out}.chunks"
     from fgdata.storage.cache import cache_root
@@ -152,65 +175,62 @@ def work_dir(out: str, given: str | None) -> str:
     return os.path.join(cache_root(), "fid-refs", hashlib.sha256(out.encode()).hexdigest()[:20])
 
 
-def _chunk_path(work: str, chunk: Chunk) -> str:
-    return os.path.join(work, f"chunk-{chunk.index:05d}.npz")
+UNITS = "units"
+RECORD_FILE = "job.json"
+RECORD_FORMAT = "fgdata.fid-refs.job"
+RECORD_VERSION = 1
+#: The record's name of each metric's detector: the flag that picks its weights.
+DETECTOR_FLAGS = {"fid": "inception", "fd_dinov2": "dinov2"}
+
+
+def _chunk_name(index: int) -> str:
+    return f"chunk-{index:05d}.npz"
 
 
 @dataclass(frozen=True)
 class ChunkFile:
-    """One chunk's moments on disk (``<work>/chunk-NNNNN.npz``, docs/FORMATS.md): the chunk's fingerprint, the
-    launch that wrote it (empty unless under ``--no-resume``), the moments per metric, and the chunk's images
-    that could not be decoded (a chunk of an earlier version has none)."""
+    """One chunk's moments on disk (``<work>/chunk-NNNNN.npz``, docs/FORMATS.md): ``n``, ``Σf`` and ``Σfᵀf`` per
+    metric. What the chunk is and which job wrote it is in its unit's marker, which is written after the file."""
 
-    fingerprint: str
-    launch: str
     moments: dict[str, Moments]
-    failures: tuple[Failure, ...] = ()
 
     def to_bytes(self) -> bytes:
-        arrays: dict[str, np.ndarray] = {"fingerprint": np.array(self.fingerprint), "launch": np.array(self.launch),
-                                         "failures": np.array(json.dumps([f.to_json() for f in self.failures]))}
+        arrays: dict[str, np.ndarray] = {}
         for metric, m in self.moments.items():
             arrays.update({f"{metric}.n": np.array(m.n, np.int64), f"{metric}.s1": m.s1, f"{metric}.s2": m.s2})
         return npz_bytes(arrays)
 
     @classmethod
-    def read(cls, path: str, metrics: tuple[str, ...] = ()) -> ChunkFile | None:
-        """The chunk at ``path`` with the moments of ``metrics`` (none: its fingerprint and launch only, which is
-        all rank 0's wait needs: the sums of one chunk are tens of MB, so the file is read lazily, not parsed
-        from bytes); None when it is missing, torn or foreign."""
+    def read(cls, path: str, metrics: tuple[str, ...]) -> ChunkFile | None:
+        """The moments of ``metrics`` in the chunk at ``path`` (read from the file lazily: the sums of one chunk
+        are tens of MB); None when it is missing, torn or lacks a metric."""
         import zipfile
 
         try:
             with np.load(path, allow_pickle=False) as z:
-                launch = str(z["launch"]) if "launch" in z.files else ""
-                failures = json.loads(str(z["failures"])) if "failures" in z.files else []
-                return cls(str(z["fingerprint"]), launch,
-                           {m: Moments(int(z[f"{m}.n"]), z[f"{m}.s1"], z[f"{m}.s2"]) for m in metrics},
-                           tuple(Failure(str(f["input"]), str(f["reason"])) for f in failures))
+                return cls({m: Moments(int(z[f"{m}.n"]), z[f"{m}.s1"], z[f"{m}.s2"]) for m in metrics})
         except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile):
             return None
 
-    def counts(self, fp: str, launch: str | None) -> bool:
-        """Whether this chunk counts in a job of fingerprint ``fp`` whose launch
-        (:func:`fgdata.jobs.ranks.run_launch`) is ``launch`` (None: any launch)."""
-        return self.fingerprint == fp and (launch is None or self.launch == launch)
+
+def _weights(provenance: dict[str, Any]) -> str:
+    """A detector's weights as a rerun's refusal names them: each file with the start of its SHA-256."""
+    files = provenance.get("files") or {}
+    return ", ".join(f"{name} sha256:{digest[:12]}" for name, digest in sorted(files.items())) or \
+        str(provenance.get("network"))
 
 
-def _load_chunk(path: str, fp: str, metrics: tuple[str, ...], size: int,
-                launch: str | None = None) -> ChunkFile | None:
-    """The chunk when the file is whole, its fingerprint and count (images in its moments and failed) match
-    and (``launch``: under ``--no-resume``) this launch wrote it; else None."""
-    chunk = ChunkFile.read(path, metrics)
-    if chunk is None or not chunk.counts(fp, launch):
-        return None
-    return chunk if all(m.n + len(chunk.failures) == size for m in chunk.moments.values()) else None
+def _record_options(byte: dict[str, Any], device_type: str, detectors: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The options a rerun must match, under their flags' names: the byte options of :class:`RefOptions`, the
+    device type and each detector's weights (``detectors``: metric -> the detector's provenance)."""
+    return {**byte, "device": device_type, **{DETECTOR_FLAGS[m]: _weights(p) for m, p in detectors.items()}}
 
 
-def _chunk_ready(path: str, fp: str, launch: str | None) -> bool:
-    """Cheap check for rank 0's wait: the file exists and carries this job's fingerprint (and launch)."""
-    chunk = ChunkFile.read(path)
-    return chunk is not None and chunk.counts(fp, launch)
+def _earlier_options(record: dict[str, Any], byte: dict[str, Any]) -> dict[str, Any]:
+    """:func:`_record_options` of the run that wrote a complete output, read from its provenance."""
+    detectors = record.get("detectors")
+    return _record_options({k: record.get(k) for k in byte}, str(record.get("device")).split(":")[0],
+                           detectors if isinstance(detectors, dict) else {})
 
 
 def _shape_groups(batch: list[np.ndarray]) -> list[list[np.ndarray]]:
@@ -222,9 +242,9 @@ def _shape_groups(batch: list[np.ndarray]) -> list[list[np.ndarray]]:
 
 
 def _compute_chunk(source: ImageSource, chunk: Chunk, detectors: dict[str, Detector], options: RefOptions,
-                   device: str, tick: Callable[[int], None]) -> tuple[dict[str, Moments], list[Failure]]:
+                   device: str, tick: Callable[[int], None]) -> tuple[dict[str, Moments], list[Entry]]:
     """Moments of one chunk's features, accumulated in float64 on the detector's device, and the chunk's images
-    that could not be decoded."""
+    that could not be decoded (with their index in the source)."""
     import torch
 
     from fgdata.encode.jobs import batches
@@ -233,12 +253,12 @@ def _compute_chunk(source: ImageSource, chunk: Chunk, detectors: dict[str, Detec
     sums = {m: [torch.zeros(d.dim, dtype=torch.float64, device=device),
                 torch.zeros(d.dim, d.dim, dtype=torch.float64, device=device)] for m, d in detectors.items()}
     seen = 0
-    failures: list[Failure] = []
+    failures: list[Entry] = []
 
     def decoded() -> Iterator[np.ndarray]:
-        for item in source.read(chunk, options.workers or default_workers()):
+        for index, item in enumerate(source.read(chunk, options.workers or default_workers()), chunk.start):
             if isinstance(item, Failure):
-                failures.append(item)
+                failures.append(Entry(item.input, item.reason, index))
                 tick(1)
             else:
                 yield item
@@ -262,9 +282,12 @@ def _compute_chunk(source: ImageSource, chunk: Chunk, detectors: dict[str, Detec
     return {m: Moments(seen, s1.cpu().numpy(), s2.cpu().numpy()) for m, (s1, s2) in sums.items()}, failures
 
 
-def _write_chunk(path: str, chunk: ChunkFile) -> None:
+def _write_chunk(path: str, chunk: ChunkFile) -> int:
+    """Write the chunk atomically; return its size in bytes (the marker records it)."""
+    data = chunk.to_bytes()
     with storage.atomic_path(path) as tmp, open(tmp, "wb") as fh:
-        fh.write(chunk.to_bytes())
+        fh.write(data)
+    return len(data)
 
 
 def provenance_path(out: str) -> str:
@@ -324,7 +347,7 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     """
     from fgdata.encode.models import resolve_device
     from fgdata.jobs.outputs import output_done, redoing
-    from fgdata.jobs.ranks import dist_env, owned, owner, run_launch, wait_for
+    from fgdata.jobs.ranks import dist_env, owned, run_launch
     from fgdata.workers import default_workers
 
     options = options or RefOptions()
@@ -344,19 +367,28 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
                 **byte_options(options)}
     fp = fingerprint(identity)
     label = name or storage.basename(out)
+    record = _record_options(byte_options(options), device.split(":")[0], {m: d.provenance for m, d in dets.items()})
     if not options.overwrite:
         kept = _existing(out)
-        if options.resume and kept is not None and kept.fingerprint == fp:
-            report = failures_path(out)
-            return RefResult(path=out, seen=kept.images, written=kept.images - kept.failed, failed=kept.failed,
-                             failures_path=report if storage.exists(report) else None, kept=True, rank=rank,
-                             world_size=world, provenance=kept.record)
+        if options.resume and kept is not None:
+            if kept.fingerprint == fp:
+                report = failures_path(out)
+                return RefResult(path=out, seen=kept.images, written=kept.images - kept.failed, failed=kept.failed,
+                                 failures_path=report if storage.exists(report) else None, kept=True, rank=rank,
+                                 world_size=world, provenance=kept.record)
+            check_same(out, _earlier_options(kept.record, byte_options(options)), record)
 
     launch = run_launch(options.resume, options.wait_timeout)
     if not options.resume:
         redoing(rank)
     work = work_dir(out, options.work_dir)
     storage.make_dirs(work)
+    earlier = existing_markers(work, UNITS)
+    check_record(storage.join(work, RECORD_FILE), work,
+                 {"format": RECORD_FORMAT, "version": RECORD_VERSION, "command": "fid-refs", "options": record},
+                 options.resume and not options.overwrite and bool(earlier), True,  # every rank: the same bytes
+                 "written by an earlier fgdata version; rerun with --no-resume to compute it again")
+    size_of = listed_sizes({i.name: (i.size, i.version) for i in storage.list_dir(work, ".npz")})
     chunks = source.chunks(options.chunk_size)
     mine = owned(chunks, rank, world)
     total = sum(c.size for c in mine)
@@ -370,37 +402,48 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
             progress(phase, done, total)
 
     chunk_fp = {c.index: fingerprint({**identity, "chunk": [c.start, c.stop]}) for c in chunks}
+    markers: dict[int, Marker] = {}
     for chunk in mine:
-        path = _chunk_path(work, chunk)
-        earlier = _load_chunk(path, chunk_fp[chunk.index], metrics, chunk.size) if options.resume else None
-        if earlier is not None:
+        marker = read_marker(work, chunk.index, UNITS) if options.resume and chunk.index in earlier else None
+        if marker is not None and marker.inputs == chunk_fp[chunk.index] and resumable(marker, fp, size_of):
             reused += chunk.size
-            failed += len(earlier.failures)
             tick(chunk.size)
-            continue
-        moments, undecoded = _compute_chunk(source, chunk, dets, options, device, tick)
-        _write_chunk(path, ChunkFile(chunk_fp[chunk.index], launch or "", moments, tuple(undecoded)))
-        computed += chunk.size
-        failed += len(undecoded)
-        output_done()
+        else:
+            moments, undecoded = _compute_chunk(source, chunk, dets, options, device, tick)
+            file = _chunk_name(chunk.index)
+            summed = chunk.size - len(undecoded)
+            size = _write_chunk(os.path.join(work, file), ChunkFile(moments))
+            marker = Marker(unit=chunk.index, first=chunk.start, count=chunk.size, options=fp,
+                            inputs=chunk_fp[chunk.index], stamps=[], names=[], shards=[ShardDone(file, summed, size)],
+                            written=summed, failures=undecoded, warnings=[], launch=launch)
+            storage.write_bytes(marker_path(work, chunk.index, UNITS), marker.to_bytes())
+            computed += chunk.size
+            output_done()
+        failed += len(marker.failures)
+        markers[chunk.index] = marker
     share = RefResult(path=out, seen=total, written=total - failed, failed=failed, failures_path=None,
                       computed=computed, reused=reused, rank=rank, world_size=world,
                       seconds=time.monotonic() - began, whole_job=False)
     if rank != 0:
         return share
 
-    wait_for(lambda: [f"chunk-{c.index:05d}.npz (rank {owner(c.index, world)})" for c in chunks
-                      if not _chunk_ready(_chunk_path(work, c), chunk_fp[c.index], launch)],
-             f"{work}", timeout=options.wait_timeout, log=notify)
+    now = stat_sizes(work)
+    wait_for_units(work, [c.index for c in chunks if c.index not in markers],
+                   lambda m: is_final(m, (fp, launch), chunk_fp[m.unit], options.resume, now),
+                   lambda m: markers.update({m.unit: m}), world, work, options.wait_timeout, notify,
+                   folder=UNITS, name=_chunk_name)
     totals = {m: Moments.zeros(d.dim) for m, d in dets.items()}
     failures: list[Failure] = []
     for chunk in chunks:
-        part = _load_chunk(_chunk_path(work, chunk), chunk_fp[chunk.index], metrics, chunk.size, launch)
-        if part is None:
-            raise FgdataError(f"{_chunk_path(work, chunk)}: unreadable or from another job; rerun to recompute it")
+        marker = markers[chunk.index]
+        path = os.path.join(work, marker.shards[0].name)
+        part = ChunkFile.read(path, metrics)
+        if part is None or any(m.n != marker.written for m in part.moments.values()):
+            storage.remove(marker_path(work, chunk.index, UNITS))  # so that the rerun computes it again
+            raise FgdataError(f"{path}: unreadable or not what its marker says; rerun to compute it again")
         for metric in metrics:
             totals[metric].add(part.moments[metric])
-        failures += part.failures
+        failures += [Failure(f.input, f.reason) for f in marker.failures]
     written = source.count - len(failures)
     for metric, m in totals.items():
         if m.n != written:
@@ -424,10 +467,19 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
         "images_per_s_rank0": share.images_per_s,
     }
     storage.write_bytes(provenance_path(out), json.dumps(provenance, indent=1, sort_keys=True).encode())
-    for chunk in chunks:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(_chunk_path(work, chunk))
-    with contextlib.suppress(OSError):
-        os.rmdir(work)
+    _clean(work)
     return replace(share, seen=source.count, written=written, failed=len(failures), failures_path=report,
                    whole_job=True, provenance=provenance)
+
+
+def _clean(work: str) -> None:
+    """Remove the work folder's markers, chunk files and job record, and the folder itself when nothing else is
+    in it."""
+    drop_markers_from(work, 0, UNITS)
+    for info in storage.list_dir(work, ".npz"):
+        if re.fullmatch(r"chunk-\d{5}\.npz", info.name):
+            storage.remove(os.path.join(work, info.name))
+    storage.remove(storage.join(work, RECORD_FILE))
+    for folder in (os.path.join(work, UNITS), work):
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)

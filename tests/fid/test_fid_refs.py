@@ -134,7 +134,8 @@ def test_resume_keeps_matching_chunks_from_any_world_size(edm_zip, tmp_path, tin
 def test_only_the_options_that_change_the_statistics_join_the_fingerprint(edm_zip, tmp_path, tiny_net,
                                                                             tiny_inception_weights):
     """The job core's rule: fields not declared RUNTIME change the bytes. Another device name of the same type or
-    another worker count keeps the output; another batch size computes it again."""
+    another worker count keeps the output; another batch size is refused naming the flag, as prepare and shard
+    refuse, and --no-resume or --overwrite compute it again."""
     from fgdata.jobs.options import byte_options
 
     assert byte_options(RefOptions(device="cpu", workers=2, resume=False)) == {"batch_size": 128, "chunk_size": 50_000}
@@ -142,9 +143,101 @@ def test_only_the_options_that_change_the_statistics_join_the_fingerprint(edm_zi
     det = {"fid": _fid(tiny_net, tiny_inception_weights)}
     out = str(tmp_path / "set.npz")
     compute_refs(str(zip_path), out, RefOptions(chunk_size=4, **CPU), detectors=det)
+    before = Path(out).read_bytes()
     assert compute_refs(str(zip_path), out, RefOptions(chunk_size=4, workers=2, **CPU), detectors=det).kept
-    again = compute_refs(str(zip_path), out, RefOptions(chunk_size=4, device="cpu", batch_size=5), detectors=det)
+    with pytest.raises(FgdataError, match=rf"^{out}: an earlier run wrote it with other options \(--batch-size was 3, "
+                                          r"now 5\); .*--no-resume"):
+        compute_refs(str(zip_path), out, RefOptions(chunk_size=4, device="cpu", batch_size=5), detectors=det)
+    assert Path(out).read_bytes() == before
+    again = compute_refs(str(zip_path), out, RefOptions(chunk_size=4, device="cpu", batch_size=5, resume=False),
+                         detectors=det)
     assert not again.kept and again.computed == 11
+    replaced = compute_refs(str(zip_path), out, RefOptions(chunk_size=4, overwrite=True, **CPU), detectors=det)
+    assert replaced.computed == 11 and Path(out).read_bytes() == before
+
+
+def test_partial_chunks_of_other_options_are_refused_naming_the_flag(edm_zip, tmp_path, tiny_net,
+                                                                     tiny_inception_weights):
+    """Chunks an earlier run left with other weights or another chunk size are not silently thrown away: the
+    rerun stops in one line naming the flag, and --no-resume computes every chunk again."""
+    import torch
+    from safetensors.torch import save_file
+
+    zip_path, _ = edm_zip
+    det = {"fid": _fid(tiny_net, tiny_inception_weights)}
+    out = tmp_path / "set.npz"
+    compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, **CPU), detectors=det, rank=1, world_size=2)
+    work = f"{out}.chunks"
+    with pytest.raises(FgdataError, match=rf"^{work}: .*\(--chunk-size was 4, now 2\); .*--no-resume"):
+        compute_refs(str(zip_path), str(out), RefOptions(chunk_size=2, **CPU), detectors=det)
+    torch.manual_seed(1)
+    other = tmp_path / "other-weights.safetensors"
+    save_file(tiny_net().state_dict(), str(other))
+    with pytest.raises(FgdataError, match=r"--inception was 'tiny.safetensors sha256:[0-9a-f]{12}', "
+                                          r"now 'other-weights.safetensors sha256:[0-9a-f]{12}'"):
+        compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, **CPU), detectors={"fid": _fid(tiny_net, other)})
+    assert not out.exists()
+    redo = compute_refs(str(zip_path), str(out), RefOptions(chunk_size=2, resume=False, **CPU), detectors=det)
+    assert (redo.computed, redo.reused, redo.seen) == (11, 0, 11)
+    assert not Path(work).exists()  # chunk files, markers and the job record are gone
+
+
+def _marker(work: Path, chunk: int) -> Path:
+    return work / "units" / f"{chunk:06d}.json"
+
+
+@pytest.mark.parametrize("damage", ["missing", "torn"])
+def test_a_chunk_whose_marker_is_missing_or_torn_is_computed_again_and_the_others_kept(
+        damage, edm_zip, tmp_path, tiny_net, tiny_inception_weights):
+    """Each chunk is a work unit of the job core: its marker says what the chunk file holds. A chunk file whose
+    marker is gone, or cut short (a torn marker reads as absent), is computed again while the chunks with
+    markers are kept."""
+    from fgdata.jobs.units import Marker
+
+    zip_path, _ = edm_zip
+    det = {"fid": _fid(tiny_net, tiny_inception_weights)}
+    options = RefOptions(chunk_size=2, **CPU)
+    fresh = tmp_path / "fresh.npz"
+    compute_refs(str(zip_path), str(fresh), options, detectors=det)
+    out = tmp_path / "out.npz"
+    share = compute_refs(str(zip_path), str(out), options, detectors=det, rank=1, world_size=2)
+    assert share.computed == 5  # chunks 1, 3, 5: images 2-3, 6-7, 10
+    work = Path(f"{out}.chunks")
+    marker = Marker.parse(_marker(work, 3).read_bytes())
+    assert marker is not None and (marker.unit, marker.first, marker.count, marker.written) == (3, 6, 2, 2)
+    assert marker.launch is None and marker.failures == []
+    assert [(s.name, s.samples, s.size) for s in marker.shards] == [
+        ("chunk-00003.npz", 2, (work / "chunk-00003.npz").stat().st_size)]
+    if damage == "missing":
+        _marker(work, 3).unlink()
+    else:
+        _marker(work, 3).write_bytes(_marker(work, 3).read_bytes()[:40])
+    done = compute_refs(str(zip_path), str(out), options, detectors=det)
+    assert (done.reused, done.computed, done.seen) == (3, 8, 11)  # chunks 1 and 5 kept
+    assert out.read_bytes() == fresh.read_bytes()
+    assert not work.exists()
+
+
+def test_outputs_sharing_a_work_dir_keep_their_chunks_apart(edm_zip, tmp_path, tiny_net, tiny_inception_weights):
+    """``fid-refs all --work-dir D`` under torchrun: rank 1 goes on to the next output while rank 0 still adds the
+    first one's chunks, so each output has its own folder in D and rank 0 finds its chunks as rank 1 left them."""
+    zip_a, _ = edm_zip
+    zip_b = write_edm_zip(tmp_path / "other.zip", random_images(11, seed=1))
+    det = {"fid": _fid(tiny_net, tiny_inception_weights)}
+    shared = tmp_path / "work"
+    options = RefOptions(chunk_size=4, work_dir=str(shared), wait_timeout=1, **CPU)
+    alone = RefOptions(chunk_size=4, **CPU)
+    outs = {name: tmp_path / "refs" / f"{name}.npz" for name in ("a", "b")}
+    for src, name in ((zip_a, "a"), (zip_b, "b")):  # rank 1 of both outputs first
+        compute_refs(str(src), str(outs[name]), options, detectors=det, rank=1, world_size=2)
+    assert sorted(p.name for p in shared.iterdir()) == ["a.npz.chunks", "b.npz.chunks"]
+    for src, name in ((zip_a, "a"), (zip_b, "b")):
+        done = compute_refs(str(src), str(outs[name]), options, detectors=det, rank=0, world_size=2)
+        assert (done.computed, done.seen) == (7, 11)
+        clean = tmp_path / f"clean-{name}.npz"
+        compute_refs(str(src), str(clean), alone, detectors=det)
+        assert outs[name].read_bytes() == clean.read_bytes()
+    assert list(shared.iterdir()) == []
 
 
 def test_shards_equal_the_zip_and_fid_with_itself_is_zero(edm_zip, tmp_path, tiny_net, tiny_inception_weights,
@@ -448,14 +541,12 @@ def test_chunk_and_provenance_files_read_back_typed_and_torn_ones_as_absent(tmp_
 
     path = tmp_path / "chunk-00000.npz"
     moments = {"fid": Moments(2, np.arange(3.0), np.eye(3))}
-    path.write_bytes(ChunkFile("fp", "", moments).to_bytes())
-    header = ChunkFile.read(str(path))
-    assert header is not None and header.moments == {} and header.counts("fp", None)
-    assert not header.counts("fp", "launch-b") and not header.counts("other", None)
+    path.write_bytes(ChunkFile(moments).to_bytes())
     whole = ChunkFile.read(str(path), ("fid",))
     assert whole is not None and whole.moments["fid"].n == 2 and np.array_equal(whole.moments["fid"].s2, np.eye(3))
+    assert ChunkFile.read(str(path), ("fid", "fd_dinov2")) is None
     path.write_bytes(path.read_bytes()[:100])
-    assert ChunkFile.read(str(path)) is None
+    assert ChunkFile.read(str(path), ("fid",)) is None
     assert RefProvenance.parse(b'{"fingerprint": "fp", "images": 11, "format": "edm-npz"}') == RefProvenance(
         {"fingerprint": "fp", "images": 11, "format": "edm-npz"}, "fp", 11)
     assert RefProvenance.parse(b'{"fingerprint": "fp"') is None and RefProvenance.parse(b'{"images": 3}') is None
