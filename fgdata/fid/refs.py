@@ -51,14 +51,17 @@ from fgdata.jobs.summary import OutputSummary
 from fgdata.jobs.units import (
     Entry,
     Marker,
+    Plan,
     ShardDone,
     drop_markers_from,
     existing_markers,
     is_final,
+    is_started,
     listed_sizes,
     marker_path,
     read_marker,
     resumable,
+    start_unit,
     stat_sizes,
     wait_for_units,
 )
@@ -409,6 +412,7 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
             reused += chunk.size
             tick(chunk.size)
         else:
+            start_unit(work, Plan(chunk.index, chunk.start, chunk.size, fp, chunk_fp[chunk.index], launch), UNITS)
             moments, undecoded = _compute_chunk(source, chunk, dets, options, device, tick)
             file = _chunk_name(chunk.index)
             summed = chunk.size - len(undecoded)
@@ -431,7 +435,8 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     wait_for_units(work, [c.index for c in chunks if c.index not in markers],
                    lambda m: is_final(m, (fp, launch), chunk_fp[m.unit], options.resume, now),
                    lambda m: markers.update({m.unit: m}), world, work, options.wait_timeout, notify,
-                   folder=UNITS, name=_chunk_name)
+                   folder=UNITS, name=_chunk_name,
+                   started=lambda p: is_started(p, (fp, launch), chunk_fp[p.unit]))
     totals = {m: Moments.zeros(d.dim) for m, d in dets.items()}
     failures: list[Failure] = []
     for chunk in chunks:

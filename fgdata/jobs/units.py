@@ -349,8 +349,8 @@ def is_started(plan: Plan, stamp: tuple[str, str | None], inputs: str) -> bool:
 
 def wait_for_units(dest: str, missing: Iterable[int], final: Callable[[Marker], bool], add: Callable[[Marker], None],
                    world: int, what: str, timeout: float | None, log: Callable[[str], None] | None,
-                   folder: str = UNITS_DIR, name: Callable[[int], str] = lambda u: "unit %06d" % u,
-                   started: Callable[[Plan], bool] = lambda _p: True) -> None:
+                   started: Callable[[Plan], bool], folder: str = UNITS_DIR,
+                   name: Callable[[int], str] = lambda u: "unit %06d" % u) -> None:
     """Rank 0: wait (bounded by ``timeout``) until every unit in ``missing`` has a marker ``final`` accepts,
     handing each to ``add`` as it is met; the error names the units still missing, their ranks and whether
     their rank has started them (a plan ``started`` accepts: this run's, not one a killed run left)."""
