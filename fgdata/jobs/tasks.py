@@ -409,11 +409,7 @@ def _work(job: TaskJob, run: RunSettings, where: tuple[int, int], stamp: Stamp, 
     for number, task in enumerate(job.tasks):
         if owner(number, world) != rank:
             continue
-        old = _resumable(job, number, task, markers, stamp, size_of)
-        if old is not None:
-            share.add(old, fresh=False)
-            if run.progress:
-                run.progress(old.count)
+        if _keep_if_complete(job, number, task, markers, stamp, size_of, share, run.progress):
             continue
         t0 = time.perf_counter()
 
@@ -436,14 +432,17 @@ def _work(job: TaskJob, run: RunSettings, where: tuple[int, int], stamp: Stamp, 
     return info
 
 
-def _resumable(job: TaskJob, number: int, task: Task, markers: set[int], stamp: Stamp,
-               size_of: SizeOf) -> Marker | None:
-    """Task ``number``'s marker when a rerun keeps it (the unit rule, and the same input); ``markers``: the units
-    that have one."""
+def _keep_if_complete(job: TaskJob, number: int, task: Task, markers: set[int], stamp: Stamp, size_of: SizeOf,
+                      share: _Share, progress: Callable[[int], None] | None) -> bool:
+    """Whether a rerun keeps task ``number`` (the unit rule, and the same input; ``markers``: the units that
+    have one); a kept task is counted in ``share`` and its inputs in ``progress``."""
     old = read_marker(job.dest, number, job.units) if number in markers else None
-    if old is not None and old.inputs == task.fingerprint() and resumable(old, stamp[0], size_of):
-        return old
-    return None
+    if old is None or old.inputs != task.fingerprint() or not resumable(old, stamp[0], size_of):
+        return False
+    share.add(old, fresh=False)
+    if progress:
+        progress(old.count)
+    return True
 
 
 def _other_keys(job: TaskJob) -> list[str]:
@@ -540,13 +539,8 @@ def _run_ray(job: TaskJob, run: RunSettings, stamp: Stamp, present: dict[str, tu
 
     def pending() -> Iterator[dict[str, Any]]:
         for number, task in enumerate(job.tasks):
-            old = _resumable(job, number, task, markers, stamp, size_of)
-            if old is not None:
-                share.add(old, fresh=False)
-                if run.progress:
-                    run.progress(old.count)
-                continue
-            yield {"number": number, "task": task, "grown_from": size_of(task.name)}
+            if not _keep_if_complete(job, number, task, markers, stamp, size_of, share, run.progress):
+                yield {"number": number, "task": task, "grown_from": size_of(task.name)}
 
     units = pending()
     first = next(units, None)
