@@ -433,10 +433,10 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
 
     now = stat_sizes(work)
     wait_for_units(work, [c.index for c in chunks if c.index not in markers],
-                   lambda m: is_final(m, (fp, launch), chunk_fp[m.unit], options.resume, now),
+                   (lambda m: is_final(m, (fp, launch), chunk_fp[m.unit], options.resume, now),
+                    lambda p: is_started(p, (fp, launch), chunk_fp[p.unit])),
                    lambda m: markers.update({m.unit: m}), world, work, options.wait_timeout, notify,
-                   folder=UNITS, name=_chunk_name,
-                   started=lambda p: is_started(p, (fp, launch), chunk_fp[p.unit]))
+                   folder=UNITS, name=_chunk_name)
     totals = {m: Moments.zeros(d.dim) for m, d in dets.items()}
     failures: list[Failure] = []
     for chunk in chunks:

@@ -595,9 +595,9 @@ def _gather(job: ShardJob, run: _Run, world: int, stamp: tuple[str, str | None],
         return is_final(marker, stamp, run.expected[marker.unit].hex(), job.resume, size_of,
                         partial(_redone, job))
 
-    wait_for_units(job.dest, [u for u in range(run.units) if u not in run.spool], final,
-                   partial(run.add, fresh=True), world, f"{job.dest}: work units of other ranks", job.wait_timeout, log,
-                   started=lambda plan: is_started(plan, stamp, run.expected[plan.unit].hex()))
+    wait_for_units(job.dest, [u for u in range(run.units) if u not in run.spool],
+                   (final, lambda plan: is_started(plan, stamp, run.expected[plan.unit].hex())),
+                   partial(run.add, fresh=True), world, f"{job.dest}: work units of other ranks", job.wait_timeout, log)
 
 
 def _share_report(job: ShardJob, run: _Run, rank: int, world: int) -> JobSummary:

@@ -474,10 +474,10 @@ def _gather(job: TaskJob, run: RunSettings, world: int, stamp: Stamp, share: _Sh
     def final(marker: Marker) -> bool:
         return is_final(marker, stamp, job.tasks[marker.unit].fingerprint(), run.resume, size_of)
 
-    wait_for_units(job.dest, [i for i in range(len(job.tasks)) if i not in share.spool], final,
+    wait_for_units(job.dest, [i for i in range(len(job.tasks)) if i not in share.spool],
+                   (final, lambda plan: is_started(plan, stamp, job.tasks[plan.unit].fingerprint())),
                    partial(share.add, fresh=None), world, f"{job.dest}: output shards of other ranks",
-                   run.wait_timeout, run.log, folder=job.units, name=lambda i: job.tasks[i].name,
-                   started=lambda plan: is_started(plan, stamp, job.tasks[plan.unit].fingerprint()))
+                   run.wait_timeout, run.log, folder=job.units, name=lambda i: job.tasks[i].name)
 
 
 def _finalize(job: TaskJob, share: _Share, stamp: Stamp, info: dict[str, Any], summary: JobSummary) -> None:
