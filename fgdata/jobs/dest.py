@@ -253,10 +253,24 @@ def rank_lock(rank: int) -> str:
     return LOCK_FILE if rank == 0 else f"{LOCK_FILE}.rank{rank}"
 
 
+def clear_leftovers(dest: str) -> None:
+    """Remove what a killed job left: the temporaries in DST, or all but the locks in its separate staging
+    folder (s3)."""
+    stage = staging_dir(dest)
+    if stage == dest:  # built in place: only the temporaries are the job's
+        clean_temps(dest)
+        return
+    for name in os.listdir(stage):
+        if name != STATE_DIR:
+            _remove(stage, name)
+
+
 @contextlib.contextmanager
-def claimed(dest: str, lock_name: str = LOCK_FILE, check: Callable[[], None] | None = None) -> Iterator[DestLock]:
-    """Hold ``dest``'s lock (and an s3:// DST's lease) and clear what a killed job left: temporaries, or a
-    separate staging folder.
+def claimed(dest: str, lock_name: str = LOCK_FILE, check: Callable[[], None] | None = None,
+            ranks: int = 1) -> Iterator[DestLock]:
+    """Hold ``dest``'s lock (and an s3:// DST's lease) and clear what a killed job left (:func:`clear_leftovers`).
+    Under torchrun (``ranks`` > 1) nothing is cleared here: rank 0 may start after another rank began moving its
+    shards into place through temporary names, so it clears only once every rank's units are in.
 
     ``check`` (a read-only refusal, such as :func:`check_foreign` without ``overwrite``) runs before anything
     is created, so a refused DST is left exactly as it was found. Only the holder of the DST's own lock
@@ -269,13 +283,8 @@ def claimed(dest: str, lock_name: str = LOCK_FILE, check: Callable[[], None] | N
     lock = DestLock(dest, lock_name)
     lock.acquire()
     try:
-        stage = staging_dir(dest)
-        if lock_name == LOCK_FILE and stage == dest:  # built in place: only the temporaries are the job's
-            clean_temps(dest)
-        elif lock_name == LOCK_FILE:  # a private staging folder (s3): all but the locks is a killed job's leftover
-            for name in os.listdir(stage):
-                if name != STATE_DIR:
-                    _remove(stage, name)
+        if lock_name == LOCK_FILE and ranks == 1:
+            clear_leftovers(dest)
         with lease.held(dest, lock_name) as held:
             lock.lease = held
             yield lock

@@ -455,7 +455,7 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
     job = with_download(job, head)
     removes = job.overwrite and rank == 0
     refuse = None if removes else partial(destmod.check_foreign, job.dest)  # before .fgdata/ is created
-    with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse) as lock:
+    with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse, world) as lock:
         before = destmod.shard_versions(job.dest)
         # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
         destmod.check_foreign(job.dest, overwrite=removes, notify=notify)
@@ -527,6 +527,7 @@ def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where
             return _share_report(job, run, rank, world)
         if world > 1:
             _gather(job, run, world, stamp, notify)
+            destmod.clear_leftovers(job.dest)  # every rank's units are in: no rank moves a shard any more
         sweep(job.dest, partial(run.claims, slots=job.slots), run.units, notify)
         extra = {"skipped": [s.to_json() for s in sorted(skipped, key=lambda s: s.name)]}
         totals = finalize(job.dest, job.command, run.spool, extra, job.options.download is not None, retryable)

@@ -365,7 +365,7 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
     refuse = None if run.overwrite and rank == 0 else partial(destmod.check_foreign, job.dest, _inputs_kept(job))
     share = _Share()
     try:
-        with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse) as lock:
+        with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse, world) as lock:
             before = destmod.shard_versions(job.dest) if rank == 0 else None
             _prepare_dest(job, run, rank, mine)
             present = destmod.shard_versions(job.dest)
@@ -388,6 +388,7 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
                 return summary
             if world > 1:
                 _gather(job, run, world, stamp, share)
+                destmod.clear_leftovers(job.dest)  # every rank's tasks are in: no rank moves a shard any more
             info = info or _model_info(job, stamp) or (job.provenance() if job.provenance else {})
             _finalize(job, share, stamp, info, summary)
             if before is not None:
