@@ -527,7 +527,8 @@ def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where
             return _share_report(job, run, rank, world)
         if world > 1:
             _gather(job, run, world, stamp, notify)
-            destmod.clear_leftovers(job.dest)  # every rank's units are in: no rank moves a shard any more
+        # Every unit is in: no rank or Ray worker moves a shard any more, so a temporary left now is a dead one's.
+        destmod.clear_leftovers(job.dest)
         sweep(job.dest, partial(run.claims, slots=job.slots), run.units, notify)
         extra = {"skipped": [s.to_json() for s in sorted(skipped, key=lambda s: s.name)]}
         totals = finalize(job.dest, job.command, run.spool, extra, job.options.download is not None, retryable)

@@ -388,7 +388,8 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
                 return summary
             if world > 1:
                 _gather(job, run, world, stamp, share)
-                destmod.clear_leftovers(job.dest)  # every rank's tasks are in: no rank moves a shard any more
+            # Every task is in: no rank or Ray worker moves a shard any more, so a temporary left now is a dead one's.
+            destmod.clear_leftovers(job.dest)
             info = info or _model_info(job, stamp) or (job.provenance() if job.provenance else {})
             _finalize(job, share, stamp, info, summary)
             if before is not None:
