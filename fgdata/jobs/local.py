@@ -9,24 +9,30 @@ Results are consumed oldest first with at most ``WINDOW_PER_WORKER`` chunks per 
 flight, so the output does not depend on the number of workers and a slow writer never lets
 results pile up. On any exit other than the normal end (an error, :class:`Interrupted`) the
 workers are killed and joined: no worker outlives the job. A worker that dies is an error, not a hang.
+
+The pool is our own rather than ``concurrent.futures.ProcessPoolExecutor``: that one reads results in a
+thread from one pipe all workers share, and a worker killed half-way through sending a result leaves that
+thread blocked forever on the rest of the message (Python 3.11: a stopped job hung at exit). Here each worker
+sends its results on its own pipe, read by the job itself: a worker that dies mid-message closes its pipe,
+so the read ends with an error instead of waiting.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import sys
 import threading
+import traceback
 import types
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from functools import partial
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from itertools import islice
-from multiprocessing.connection import Connection
-from typing import Any, TypeVar
+from multiprocessing.connection import Connection, wait
+from typing import Any, Generic, TypeVar
 
 from fgdata.errors import FgdataError
 from fgdata.jobs.signals import RESUME_HINT, ignore_in_worker
@@ -34,10 +40,12 @@ from fgdata.jobs.signals import RESUME_HINT, ignore_in_worker
 T = TypeVar("T")
 R = TypeVar("R")
 WINDOW_PER_WORKER = 4
+_DIED = (f"a worker process died (killed by the system, out of memory, or a crash in a decoder); the outputs "
+         f"completed before it are kept; {RESUME_HINT}")
 
 
-def _apply_chunk(fn: Callable[[T], R], chunk: list[T]) -> list[R]:
-    return [fn(a) for a in chunk]
+class RemoteTraceback(Exception):
+    """Where a worker's exception was raised: its traceback, as the worker printed it."""
 
 
 def _exit_with_parent(parent_alive: Connection) -> None:
@@ -49,12 +57,96 @@ def _exit_with_parent(parent_alive: Connection) -> None:
     os._exit(1)
 
 
-def _init_worker(parent_alive: Connection, initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
+def _portable(error: BaseException) -> tuple[BaseException, str]:
+    """``error`` as it can cross to the job (its own type when it pickles), with the worker's traceback."""
+    text = "".join(traceback.format_exception(error))
+    try:
+        pickle.loads(pickle.dumps(error))  # noqa: S301 - our own bytes, made on the line: does the job's end load it?
+    except Exception:
+        error = RuntimeError(f"{type(error).__name__}: {error}")
+    return error, text
+
+
+def _serve(fn: Callable[[Any], Any], tasks: Any, results: Connection, parent_alive: Connection,
+           initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
+    """A worker: take ``(index, chunk)`` tasks until ``None``; send ``(index, results, error, traceback)`` back."""
     ignore_in_worker()
     # A worker must not outlive a job killed with SIGKILL: nothing else would ever tell it to stop.
     threading.Thread(target=_exit_with_parent, args=(parent_alive,), daemon=True).start()
-    if initializer is not None:
-        initializer(*initargs)
+    try:
+        if initializer is not None:
+            initializer(*initargs)
+    except Exception as error:
+        results.send((-1, None, *_portable(error)))  # the answer to no task: the job stops with it
+        return
+    while (task := tasks.get()) is not None:
+        index, chunk = task
+        try:
+            results.send((index, [fn(a) for a in chunk], None, ""))  # pickled whole before a byte is written
+        except Exception as error:
+            results.send((index, None, *_portable(error)))
+
+
+class _Pool(Generic[R]):
+    """``workers`` processes fed from one task queue, each answering on its own pipe."""
+
+    def __init__(self, fn: Callable[[Any], R], workers: int, initializer: Callable[..., None] | None,
+                 initargs: tuple[Any, ...], preload: Sequence[str]):
+        ctx = pool_context(preload)
+        self.tasks = ctx.Queue()  # its feeder thread writes: a put never waits for a busy worker
+        self.alive_reader, self.alive_writer = ctx.Pipe(duplex=False)  # workers exit when the job's end closes
+        self.processes: list[Any] = []
+        self.answers: list[Connection] = []
+        try:
+            with _main_script_hidden():
+                for _ in range(workers):
+                    reader, writer = ctx.Pipe(duplex=False)
+                    process = ctx.Process(target=_serve, daemon=True,
+                                          args=(fn, self.tasks, writer, self.alive_reader, initializer, initargs))
+                    self.answers.append(reader)
+                    process.start()
+                    writer.close()  # the worker holds the only writing end: its death reads as the pipe's end
+                    self.processes.append(process)
+        except BaseException:
+            self.close(finished=False)
+            raise
+
+    def collect(self) -> dict[int, list[R] | BaseException]:
+        """Wait for at least one answer; a worker that died or failed to start ends the job."""
+        ready = wait([*self.answers, *(p.sentinel for p in self.processes)])
+        got: dict[int, list[R] | BaseException] = {}
+        for answer in self.answers:
+            if answer not in ready:
+                continue
+            try:
+                index, results, error, text = answer.recv()
+            except (EOFError, OSError):
+                raise FgdataError(_DIED) from None
+            if index < 0:
+                raise error from RemoteTraceback(text)
+            if error is not None:
+                error.__cause__ = RemoteTraceback(text)
+            got[index] = results if error is None else error
+        for answer, process in zip(self.answers, self.processes):
+            if process.sentinel in ready and not answer.poll():
+                raise FgdataError(_DIED)
+        return got
+
+    def close(self, finished: bool) -> None:
+        """Normal end: let the workers leave. Any other exit: kill them (their chunks are abandoned). Either way
+        wait for every worker and release every pipe."""
+        if finished:
+            for _ in self.processes:
+                self.tasks.put(None)
+        else:
+            for process in self.processes:
+                process.kill()
+            self.tasks.cancel_join_thread()
+        for process in self.processes:
+            process.join()
+        self.tasks.close()
+        for end in (*self.answers, self.alive_reader, self.alive_writer):
+            end.close()
 
 
 def pool_context(preload: Sequence[str] = ()) -> Any:
@@ -78,17 +170,6 @@ def _main_script_hidden() -> Iterator[None]:
         sys.modules["__main__"] = main
 
 
-def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Kill the workers now (an error or a signal: their chunks are abandoned) and wait for them."""
-    terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
-    if terminate is not None:
-        terminate()
-    else:
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
-            process.kill()
-    pool.shutdown(wait=True, cancel_futures=True)
-
-
 def ordered_map(
     fn: Callable[[T], R],
     args: Iterable[T],
@@ -101,57 +182,44 @@ def ordered_map(
     """``map(fn, args)`` on ``workers`` processes (in this process when ``workers <= 1``), in order.
 
     ``fn`` and ``initializer`` must be module-level functions of an importable module, not of the
-    caller's ``__main__`` (workers never run it), or partials of them;
-    ``initializer(*initargs)`` runs once per worker. A worker that dies (killed by the system,
-    out of memory, a crash in a decoder library) ends the map with a one-line :class:`FgdataError`
-    instead of a wait for a result that will never come.
+    caller's ``__main__`` (workers never run it), or partials of them; each worker receives ``fn`` once and
+    runs ``initializer(*initargs)`` once. An exception ``fn`` raises reaches the caller, with its own type, at
+    its argument's place in the order. A worker that dies (killed by the system, out of memory, a crash in a
+    decoder library) ends the map with a one-line :class:`FgdataError` instead of a wait for a result that
+    will never come. Only as many workers start as there are chunks in the first window.
     """
     if workers <= 1:
         if initializer is not None:
             initializer(*initargs)
         yield from map(fn, args)
         return
-    pending: deque[Future[list[R]]] = deque()
     it = iter(args)
-    task = partial(_apply_chunk, fn)
-
-    def submit() -> bool:
-        chunk = list(islice(it, chunksize))
-        if chunk:
-            pending.append(pool.submit(task, chunk))
-        return bool(chunk)
-
+    chunks = iter(lambda: list(islice(it, chunksize)), [])
+    window = workers * WINDOW_PER_WORKER
+    first = list(islice(chunks, window))
+    if not first:
+        return
+    pool: _Pool[R] = _Pool(fn, min(workers, len(first)), initializer, initargs, preload)
     finished = False
-    ctx = pool_context(preload)
-    parent_alive, alive_end = ctx.Pipe(duplex=False)  # workers get a copy of the receiving end; the job holds both
-    with _main_script_hidden():  # workers start on the first submits, up to ``workers`` of them
-        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                   initargs=(parent_alive, initializer, initargs))
-        try:
-            while len(pending) < workers * WINDOW_PER_WORKER and submit():
-                pass
-        except BaseException:
-            _stop_workers(pool)
-            alive_end.close()
-            parent_alive.close()
-            raise
     try:
-        while pending:
-            try:
-                results = pending.popleft().result()
-            except BrokenProcessPool:
-                raise FgdataError(f"a worker process died (killed by the system, out of memory, or a crash in a "
-                                  f"decoder); the outputs completed before it are kept; {RESUME_HINT}") from None
-            submit()
+        for sent, chunk in enumerate(first):
+            pool.tasks.put((sent, chunk))
+        sent, index = len(first), 0
+        ready: dict[int, list[R] | BaseException] = {}
+        while index < sent:
+            while index not in ready:
+                ready.update(pool.collect())
+            results = ready.pop(index)
+            if isinstance(results, BaseException):
+                raise results
+            index += 1
+            for chunk in islice(chunks, 1):
+                pool.tasks.put((sent, chunk))
+                sent += 1
             yield from results
         finished = True
     finally:
-        if finished:
-            pool.shutdown(wait=True)
-        else:
-            _stop_workers(pool)
-        alive_end.close()
-        parent_alive.close()
+        pool.close(finished)
 
 
 def threaded_map(fn: Callable[[T], R], args: Iterable[T], threads: int, ahead: int) -> Iterator[R]:

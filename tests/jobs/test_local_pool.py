@@ -24,6 +24,20 @@ def die_on_five(x: int) -> int:
     return x
 
 
+def big(x: int) -> bytes:
+    return bytes([x % 256]) * (4 << 20)  # far more than a pipe holds: the worker sends it in many writes
+
+
+def fail_on_seven(x: int) -> int:
+    if x == 7:
+        raise ValueError(f"input {x} is bad")
+    return x
+
+
+def failing_start() -> None:
+    raise ValueError("no model here")
+
+
 def test_results_come_in_argument_order_for_any_worker_count():
     expected = [x * x for x in range(50)]
     for workers, chunk in ((1, 1), (2, 1), (2, 7), (3, 4)):
@@ -41,6 +55,32 @@ def test_stopping_early_leaves_no_worker_running():
     results = ordered_map(square, range(1000), 2, 1)
     assert next(results) == 0
     results.close()  # what an error or a signal in the consumer does
+    assert not multiprocessing.active_children()
+
+
+def test_stopping_while_workers_send_large_results_never_hangs():
+    """Workers killed half-way through sending a result: the stop still ends (it once waited forever for the
+    rest of the message)."""
+    for _ in range(5):
+        results = ordered_map(big, range(40), 2, 1)
+        assert next(results)[:1] == b"\x00"
+        results.close()
+        assert not multiprocessing.active_children()
+
+
+def test_an_error_in_fn_arrives_in_order_with_its_own_type():
+    got = []
+    with pytest.raises(ValueError, match="input 7 is bad") as err:
+        for x in ordered_map(fail_on_seven, range(20), 2, 2):
+            got.append(x)
+    assert got == list(range(6))  # the chunk (6, 7) fails whole; everything before it arrived
+    assert "fail_on_seven" in str(err.value.__cause__)  # the worker's traceback
+    assert not multiprocessing.active_children()
+
+
+def test_an_initializer_that_fails_ends_the_map_with_its_error():
+    with pytest.raises(ValueError, match="no model here"):
+        list(ordered_map(square, range(20), 2, 1, initializer=failing_start))
     assert not multiprocessing.active_children()
 
 
