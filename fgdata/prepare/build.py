@@ -1,33 +1,46 @@
 """Preparing dataset zips on the job core: decode and transform inputs in a process pool, write EDM zips in order.
 
-Task model: one block of input positions per task (the zip member range it adds). Workers receive ranges
-instead of data and return PNG bytes in order. A side log records, per input position, conversions and
-failures; with it a killed run resumes at the exact input after the last complete member and reports every
-input as written or failed. The job holds the lock of the zip's folder, runs under the signal handling of
-:mod:`fgdata.jobs.signals` (a stop keeps the partial zip for the rerun) and writes the one failure report,
-``failures.json``, beside the zip.
+**Units.** The inputs are cut into work units of :data:`UNIT_INPUTS` positions, as every writing command's are
+(:mod:`fgdata.jobs.units`); the pool works on blocks of a unit (workers receive position ranges, not data, and
+return PNG bytes in order). An EDM zip numbers its members without gaps over the inputs written, so a unit's
+member names depend on every unit before it: the driver appends the members to ``<zip>.partial`` in input
+order, and when a unit's last member is on disk it leaves the unit's typed
+:class:`~fgdata.jobs.units.Marker` (written count, failures, and the inputs converted to RGB as warnings whose
+reason is the source mode) in ``<folder>/.fgdata/zips/<zip>/units/``. A unit's :class:`~fgdata.jobs.units.Plan`
+goes there when its first member is appended.
+
+**Resume.** A rerun keeps the complete members of the partial zip up to the last unit whose marker matches the
+options and the unit's inputs, cuts the rest off, and writes on from the next unit: a kill loses at most one
+unit's work, and a torn or foreign marker reads as absent (its unit is written again). The job holds the lock
+of the zip's folder, runs under the signal handling of :mod:`fgdata.jobs.signals` (a stop keeps the partial
+zip and the markers for the rerun) and writes the one failure report, ``failures.json``, beside the zip from
+the markers. The markers go once the zip is in place.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import hashlib
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fgdata import storage
 from fgdata.errors import FgdataError
-from fgdata.jobs.dest import Notify, claimed, remove_files
+from fgdata.jobs.dest import STATE_DIR, Notify, claimed, remove_files
 from fgdata.jobs.local import ordered_map
+from fgdata.jobs.options import fingerprint as options_fingerprint
 from fgdata.jobs.outputs import output_done
-from fgdata.jobs.report import FAILURES_FILE, write_failures
+from fgdata.jobs.report import FAILURES_FILE, Failure, write_failures
+from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
 from fgdata.jobs.summary import OutputSummary
-from fgdata.jobs.signals import Interrupted, stop_on_signals
+from fgdata.jobs.units import Entry, Marker, Plan, ShardDone, existing_markers, marker_path, read_marker, start_unit
 from fgdata.prepare.options import Fingerprint
-from fgdata.jobs.report import Failure
 from fgdata.prepare.zipwriter import (Converted, EdmZipWriter, Provenance, ZipState, dataset_json_bytes,
-                                      member_name, open_nofollow, provenance_path, partial_paths, read_partial_state,
+                                      member_name, provenance_path, partial_paths, read_partial_state,
                                       validate_zip)
 from fgdata.workers import default_workers
 
@@ -52,48 +65,6 @@ class ZipTarget:
     stem: str = "img"
     ext: str = "png"
     extra: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class LogEntry:
-    """One line of the side log ``<zip>.partial.log``: input ``i`` failed (``failed``: why) or was converted
-    (``mode``: its source mode)."""
-
-    i: int
-    input: str
-    failed: str | None = None
-    mode: str | None = None
-
-    def to_line(self) -> str:
-        note = {"failed": self.failed} if self.failed is not None else {"mode": self.mode}
-        return json.dumps({"i": self.i, "input": self.input, **note}) + "\n"
-
-    @classmethod
-    def parse(cls, line: str) -> LogEntry | None:
-        """The entry on ``line``; None when it is torn or foreign."""
-        try:
-            doc = json.loads(line)
-            failed, mode = doc.get("failed"), doc.get("mode")
-            if (failed is None) == (mode is None):
-                return None
-            return cls(int(doc["i"]), str(doc["input"]), None if failed is None else str(failed),
-                       None if mode is None else str(mode))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return None
-
-
-def _read_log(path: Path) -> dict[int, LogEntry]:
-    """The log's entries by input position, up to its first torn line (the last one of a killed run)."""
-    entries: dict[int, LogEntry] = {}
-    if path.exists():
-        with open_nofollow(path, "r") as fh:
-            text = fh.read()
-        for line in text.splitlines():
-            entry = LogEntry.parse(line)
-            if entry is None:
-                break
-            entries[entry.i] = entry
-    return entries
 
 
 @dataclass(frozen=True)
@@ -214,6 +185,37 @@ def build_zips(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
         return _build(job, run)
 
 
+#: Inputs per work unit: how much work a kill can lose, and one marker file per this many inputs.
+UNIT_INPUTS = 4000
+
+
+def units_folder(dest: Path) -> str:
+    """The markers folder of the job whose first zip is ``dest``, relative to the zip's folder."""
+    return f"{STATE_DIR}/zips/{dest.name}/units"
+
+
+@dataclass
+class _UnitResult:
+    """What the driver gathers for the unit it is appending: its written count, failures and conversions."""
+
+    first: int
+    count: int
+    written: int = 0
+    failures: list[Entry] = field(default_factory=list)
+    converted: list[Entry] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+
+
+def _unit_spans(n_inputs: int, start_unit: int, block: int) -> list[tuple[int, int, int]]:
+    """``(unit, a, b)`` for every pool task from unit ``start_unit`` on: blocks of ``block`` positions that never
+    cross a unit's end."""
+    spans = []
+    for first in range(start_unit * UNIT_INPUTS, n_inputs, UNIT_INPUTS):
+        end = min(first + UNIT_INPUTS, n_inputs)
+        spans += [(first // UNIT_INPUTS, a, min(a + block, end)) for a in range(first, end, block)]
+    return spans
+
+
 def _build(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
     targets, n_inputs, fingerprint = job.targets, job.n_inputs, job.fingerprint
     resume, progress = run.resume and not run.overwrite, run.progress
@@ -227,59 +229,73 @@ def _build(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
                               dest=t.dest.name)
                 for t in targets]
     clear(outputs + partials, run.notify)
+    folder, units = str(targets[0].dest.parent), units_folder(targets[0].dest)
+    options_fp = options_fingerprint({"zips": [st.record for st in states]})
+
+    def unit_inputs(u: int) -> str:
+        h = hashlib.sha256()
+        for j in range(u * UNIT_INPUTS, min((u + 1) * UNIT_INPUTS, n_inputs)):
+            h.update(f"{j}\t{job.describe(j)}\n".encode("utf-8", "surrogateescape"))
+        return h.hexdigest()[:32]
+
+    targets[0].dest.with_name(targets[0].dest.name + ".partial.log").unlink(missing_ok=True)  # fgdata 0.2's
     writers = [EdmZipWriter(t.dest, st) for t, st in zip(targets, states)]
-    log_path = targets[0].dest.with_name(targets[0].dest.name + ".partial.log")
     done = 0
     try:
         stems = [(t.stem, t.ext) for t in targets]
-        log = _read_log(log_path) if all(w.count for w in writers) else {}
-        # Walk inputs to map each writer's member count back to an input position.
-        kept = min(w.keep_valid_prefix(_namer(s)) for w, s in zip(writers, stems))
+        kept = _resumed_units(writers, stems, folder, units, options_fp, unit_inputs)
         written_inputs: list[int] = []
-        pos = 0
-        while len(written_inputs) < kept and pos < n_inputs:
-            entry = log.get(pos)
-            if entry is None or entry.failed is None:
-                written_inputs.append(pos)
-            pos += 1
-        kept = len(written_inputs)
-        for w, s in zip(writers, stems):
-            w.keep_valid_prefix(_namer(s), limit=kept)
-        start = pos
-        log = {i: e for i, e in log.items() if i < start}
-        with open_nofollow(log_path, "w") as fh:
-            fh.writelines(e.to_line() for e in log.values())
-        ranges = [(a, min(a + job.block, n_inputs)) for a in range(start, n_inputs, job.block)]
+        failures: list[Failure] = []
+        converted: list[Converted] = []
+        for marker in kept:
+            failed = {f.index for f in marker.failures}
+            written_inputs += [j for j in _positions(marker) if j not in failed]
+            failures += [Failure(f.input, f.reason) for f in marker.failures]
+            converted += [Converted(c.input, c.reason) for c in marker.warnings]
+        start = min(len(kept) * UNIT_INPUTS, n_inputs)
+        spans = _unit_spans(n_inputs, len(kept), job.block)
         began, done = time.monotonic(), start
         phase = job.phase
         if progress:
             progress(phase, done, n_inputs)
-        with open_nofollow(log_path, "a") as logfh:
-            results_in_order = ordered_map(job.work, ranges, (run.workers or default_workers()) if len(ranges) > 1 else 1,
-                                           initializer=job.initializer, initargs=job.initargs)
-            for (a, _b), results in zip(ranges, results_in_order):
-                for j, (members, note) in enumerate(results, start=a):
-                    if members is None or note is not None:
-                        entry = (LogEntry(j, job.describe(j), failed=str(note)) if members is None
-                                 else LogEntry(j, job.describe(j), mode=note))
-                        log[j] = entry
-                        logfh.write(entry.to_line())
-                        logfh.flush()
-                    if members is None:
-                        continue
-                    index = len(written_inputs)
-                    for w, (stem, ext), data in zip(writers, stems, members):
-                        w.add(member_name(index, stem, ext), data)
-                    written_inputs.append(j)
-                done += len(results)
-                for w in writers:
-                    w.flush()  # the block's members are complete on disk before the test hook may pause here
-                if progress:
-                    progress(phase, done, n_inputs)
-                output_done()
+        results_in_order = ordered_map(job.work, [(a, b) for _u, a, b in spans],
+                                       (run.workers or default_workers()) if len(spans) > 1 else 1,
+                                       initializer=job.initializer, initargs=job.initargs)
+        unit: _UnitResult | None = None
+        for (u, a, b), results in zip(spans, results_in_order):
+            if unit is None:
+                unit = _UnitResult(a, min(UNIT_INPUTS, n_inputs - a), sizes=[w.size for w in writers])
+                start_unit(folder, Plan(u, a, unit.count, options_fp, unit_inputs(u)), units)
+            for j, (members, note) in enumerate(results, start=a):
+                if members is None:
+                    unit.failures.append(Entry(job.describe(j), str(note), j))
+                    continue
+                if note is not None:
+                    unit.converted.append(Entry(job.describe(j), note, j))
+                index = len(written_inputs)
+                for w, (stem, ext), data in zip(writers, stems, members):
+                    w.add(member_name(index, stem, ext), data)
+                written_inputs.append(j)
+                unit.written += 1
+            done += len(results)
+            for w in writers:
+                w.flush()  # the block's members are complete on disk before the test hook may pause here
+            if b == unit.first + unit.count:
+                marker = Marker(unit=u, first=unit.first, count=unit.count, options=options_fp, inputs=unit_inputs(u),
+                                stamps=[], names=[],
+                                shards=[ShardDone(t.dest.name, unit.written, w.size - size)
+                                        for t, w, size in zip(targets, writers, unit.sizes)],
+                                written=unit.written, failures=unit.failures, warnings=unit.converted)
+                with critical():
+                    storage.write_bytes(marker_path(folder, u, units), marker.to_bytes())
+                failures += [Failure(f.input, f.reason) for f in unit.failures]
+                converted += [Converted(c.input, c.reason) for c in unit.converted]
+                unit = None
+            if progress:
+                progress(phase, done, n_inputs)
+            output_done()
         seconds = time.monotonic() - began
-        failures = [Failure(e.input, e.failed).to_json() for e in log.values() if e.failed is not None]
-        converted = tuple(Converted(e.input, e.mode) for e in log.values() if e.mode is not None)
+        failure_docs = [f.to_json() for f in failures]
         summaries = []
         report = targets[0].dest.parent / FAILURES_FILE
         for t, w in zip(targets, writers):
@@ -288,15 +304,18 @@ def _build(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
             if labels is not None and any(label is None for _, label in labels):
                 labels = None
             info = {**fingerprint.record(transform=t.transform), **t.extra, "inputs": n_inputs,
-                    "written": len(written_inputs), "failed": len(failures), "failures": failures,
+                    "written": len(written_inputs), "failed": len(failures), "failures": failure_docs,
                     "converted_modes": [c.to_json() for c in converted]}
             w.finish(dataset_json_bytes(labels), info)
             summaries.append(ZipSummary(path=str(t.dest), seen=n_inputs, written=len(written_inputs),
                                         failed=len(failures), failures_path=str(report), seconds=seconds,
-                                        converted=converted))
-        write_failures(str(report), job.command, n_inputs, len(written_inputs), failures,
+                                        converted=tuple(converted)))
+        write_failures(str(report), job.command, n_inputs, len(written_inputs), failure_docs,
                        {"outputs": [t.dest.name for t in targets]})
-        log_path.unlink(missing_ok=True)
+        job_dir = Path(folder, units).parent
+        shutil.rmtree(job_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            job_dir.parent.rmdir()  # ``.fgdata/zips``, when no other job of the folder is unfinished
         return summaries
     except Interrupted as stop:
         stop.done = done
@@ -304,6 +323,33 @@ def _build(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
     finally:
         for w in writers:
             w.close()
+
+
+def _positions(marker: Marker) -> range:
+    return range(marker.first, marker.first + marker.count)
+
+
+def _resumed_units(writers: list[EdmZipWriter], stems: list[tuple[str, str]], folder: str, units: str,
+                   options_fp: str, unit_inputs: Callable[[int], str]) -> list[Marker]:
+    """The units an earlier run finished, as far as the partial zips hold them: the markers of units ``0..k-1``
+    that match the options and inputs and whose members are all complete on disk. The partial zips are cut
+    back to those members, and every later marker or plan goes (its unit is written again)."""
+    valid = min(w.keep_valid_prefix(_namer(s)) for w, s in zip(writers, stems))
+    earlier = existing_markers(folder, units) if valid else set()
+    kept: list[Marker] = []
+    members = 0
+    while len(kept) in earlier:
+        marker = read_marker(folder, len(kept), units)
+        if (marker is None or marker.options != options_fp or marker.inputs != unit_inputs(marker.unit)
+                or members + marker.written > valid):
+            break
+        kept.append(marker)
+        members += marker.written
+    for w, s in zip(writers, stems):
+        w.keep_valid_prefix(_namer(s), limit=members)
+    stale = [u for u in existing_markers(folder, units) if u >= len(kept)]
+    remove_files(str(Path(folder, units)), ["%06d.json" % u for u in sorted(stale)], "unfinished units", None)
+    return kept
 
 
 def _damaged(target: ZipTarget) -> Callable[[Provenance], str | None]:

@@ -244,6 +244,11 @@ class EdmZipWriter:
     def names(self) -> list[str]:
         return [e.name.decode("utf-8") for e in self._entries]
 
+    @property
+    def size(self) -> int:
+        """Bytes of members written so far."""
+        return self._fh.tell()
+
     def keep_valid_prefix(self, expected: Callable[[int], str], limit: int | None = None) -> int:
         """Drop resumed members from the first one whose name differs from ``expected(i)`` (or beyond ``limit``)."""
         keep = 0

@@ -51,6 +51,40 @@ def test_imagenet64_pixels_labels_and_report(imagenet_root, tmp_path):
     assert provenance["written"] == 10 and len(provenance["converted_modes"]) == 4
 
 
+def test_a_stopped_run_keeps_its_finished_units_and_writes_a_torn_ones_again(imagenet_root, tmp_path, monkeypatch):
+    import fgdata.prepare.build as build
+
+    monkeypatch.setattr(build, "UNIT_INPUTS", 3)  # 11 inputs: units of 3, 3, 3 and 2
+    tree = tmp_path / "train"
+    shutil.copytree(imagenet_root / KAGGLE_TRAIN, tree)
+    (tree / "n01484850" / "k.JPEG").write_bytes(b"\xff\xd8\xff\xe0 not a whole JPEG")  # fails, in the last unit
+    full = prepare_imagenet64(ImagenetOptions(tree, tmp_path / "a"), ZipRun(workers=1))
+    assert [(s.written, s.failed) for s in full] == [(10, 1), (10, 1)]
+
+    def stop(phase, done, total):
+        if done == 6:  # units 0 and 1 are in
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        prepare_imagenet64(ImagenetOptions(tree, tmp_path / "b"), ZipRun(workers=2, progress=stop))
+    folder = tmp_path / "b" / "imagenet-64"
+    units = folder / ".fgdata" / "zips" / "imagenet-64x64.zip" / "units"
+    assert sorted(p.name for p in units.iterdir()) == ["000000.json", "000001.json"]
+    (units / "000001.json").write_text('{"format": "fgdata.unit", "vers')  # torn: its unit is written again
+    started = []
+
+    def record(phase, done, total):
+        started.append(done)
+
+    again = prepare_imagenet64(ImagenetOptions(tree, tmp_path / "b"), ZipRun(workers=2, progress=record))
+    assert started[0] == 3  # unit 0 kept, written on from unit 1
+    assert [(s.written, s.failed, s.converted) for s in again] == [(s.written, s.failed, s.converted) for s in full]
+    for name in ("imagenet-64x64.zip", "imagenet-64x64-edmv2.zip", "failures.json"):
+        assert (folder / name).read_bytes() == (tmp_path / "a" / "imagenet-64" / name).read_bytes(), name
+    assert not (folder / ".fgdata" / "zips").exists()
+    assert json.loads((folder / "failures.json").read_text())["failures"][0]["input"].endswith("k.JPEG")
+
+
 def test_train_folder_and_max_images(imagenet_root, tmp_path):
     train = imagenet_root / KAGGLE_TRAIN
     [edm, _] = prepare_imagenet64(ImagenetOptions(train, tmp_path, max_images=4), ZipRun(workers=1))

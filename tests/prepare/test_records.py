@@ -1,4 +1,4 @@
-"""prepare's read-back records: a partial zip's state, its side log and a zip's provenance are typed, and a torn
+"""prepare's read-back records: a partial zip's state and a zip's provenance are typed, and a torn
 or foreign file reads as absent."""
 
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 from fgdata.jobs.report import Failure
-from fgdata.prepare.build import LogEntry, _read_log
 from fgdata.prepare.zipwriter import (Converted, Provenance, ZipState, provenance_path, read_partial_state,
                                       write_provenance)
 
@@ -38,11 +37,3 @@ def test_a_partial_zips_state_is_absent_when_torn_or_not_an_object(tmp_path):
     assert read_partial_state(dest) is None
     assert ZipState.parse(b"[1, 2]") is None
 
-
-def test_the_side_log_reads_up_to_its_first_torn_line(tmp_path):
-    log = tmp_path / "set.zip.partial.log"
-    entries = [LogEntry(0, "a.png", mode="L"), LogEntry(2, "c.png", failed="image-decode: truncated")]
-    log.write_text("".join(e.to_line() for e in entries) + '{"i": 3, "input": "d.p')
-    assert _read_log(log) == {0: entries[0], 2: entries[1]}
-    assert json.loads(entries[1].to_line()) == {"i": 2, "input": "c.png", "failed": "image-decode: truncated"}
-    assert LogEntry.parse('{"i": 4, "input": "e.png"}') is None  # neither failed nor converted: foreign
