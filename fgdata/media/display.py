@@ -28,7 +28,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from PIL import Image
 
 from fgdata.media.errors import ImageDecodeError
@@ -120,6 +119,8 @@ def wide_gamut_profile(icc: bytes) -> str | None:
 
 def _to_8bit(im: Image.Image) -> Image.Image:
     """A 16/32-bit integer or float greyscale image scaled (not clipped) to 8-bit ``L``."""
+    import numpy as np  # here: a job that meets no such image never loads numpy
+
     a = np.asarray(im)
     if im.mode == "F":
         a = np.nan_to_num(a.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
