@@ -46,6 +46,7 @@ from fgdata.jobs.report import FAILURES_FILE, category
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
 from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.units import (
+    ClipTally,
     Entry,
     Marker,
     Plan,
@@ -70,7 +71,7 @@ from fgdata.jobs.units import (
     unit_stage,
     wait_for_units,
 )
-from fgdata.producers.media import ClipTally, Outcome, ShardOptions, mixed_format_warning, transform
+from fgdata.producers.media import Outcome, ShardOptions, mixed_format_warning, transform
 from fgdata.shards import ShardWriter, iter_samples
 from fgdata.shards.metadata import FGDATA_FIELD
 from fgdata.sources.folder import Skipped, WorkItem
@@ -256,7 +257,7 @@ class UnitSink:
                         inputs=unit.inputs, stamps=list(unit.stamps), names=[i.name for i in unit.items],
                         shards=self._shards, written=self.written, failures=self.failures, warnings=self.warnings,
                         nbytes=self.nbytes, normalised=dict(sorted(self.normalised.items())),
-                        clips=self.clips.to_json() if self.clips is not None else None, launch=self.launch)
+                        clips=self.clips, launch=self.launch)
         with critical():
             storage.write_bytes(marker_path(self.job.dest, unit.number), marker.to_bytes())
         shutil.rmtree(self._stage, ignore_errors=True)

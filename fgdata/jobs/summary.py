@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fgdata.producers.media import ClipTally
+    from fgdata.jobs.units import ClipTally
 
 
 @dataclass(kw_only=True)

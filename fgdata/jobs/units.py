@@ -124,6 +124,38 @@ class Unit:
 
 
 @dataclass
+class ClipTally:
+    """The clips a ``--clip-seconds`` job wrote in one run, and how many came out longer than asked (cut at
+    keyframes, a clip runs to the first keyframe at least ``clip_seconds`` on: sparse keyframes make long clips)."""
+
+    asked: float
+    written: int = 0
+    longer: int = 0  # longer than asked by more than one frame
+    longest: float = 0.0
+
+    def add(self, length: float, longer: bool) -> None:
+        self.written += 1
+        self.longer += longer
+        self.longest = max(self.longest, length)
+
+    def merge(self, other: ClipTally) -> None:
+        """Add another tally (a work unit's)."""
+        self.written += other.written
+        self.longer += other.longer
+        self.longest = max(self.longest, other.longest)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"asked_seconds": self.asked, "written": self.written, "longer_than_asked": self.longer,
+                "longest_seconds": round(self.longest, 3)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ClipTally:
+        return cls(float(doc["asked_seconds"]), int(doc["written"]), int(doc["longer_than_asked"]),
+                   float(doc["longest_seconds"]))
+
+
+
+@dataclass
 class Marker:
     """What a finished unit leaves in ``DST/.fgdata/units/``: its plan and its result (plain JSON data)."""
 
@@ -140,11 +172,12 @@ class Marker:
     warnings: list[Entry]
     nbytes: int = 0
     normalised: dict[str, int] = field(default_factory=dict)
-    clips: dict[str, Any] | None = None
+    clips: ClipTally | None = None
     launch: str | None = None
 
     def to_bytes(self) -> bytes:
-        doc = {"format": MARKER_FORMAT, "version": MARKER_VERSION, **asdict(self)}
+        doc = {"format": MARKER_FORMAT, "version": MARKER_VERSION, **asdict(self),
+               "clips": None if self.clips is None else self.clips.to_json()}
         return json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
 
     @classmethod
@@ -161,7 +194,8 @@ class Marker:
                                for s in doc["shards"]],
                        written=int(doc["written"]), failures=[Entry.from_json(f) for f in doc["failures"]],
                        warnings=[Entry.from_json(w) for w in doc["warnings"]], nbytes=int(doc["nbytes"]),
-                       normalised=dict(doc["normalised"]), clips=doc["clips"], launch=doc.get("launch"))
+                       normalised=dict(doc["normalised"]),
+                       clips=None if doc["clips"] is None else ClipTally.from_json(doc["clips"]), launch=doc.get("launch"))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 

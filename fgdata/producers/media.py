@@ -145,32 +145,6 @@ class ShardOptions:
 
 
 @dataclass
-class ClipTally:
-    """The clips a ``--clip-seconds`` job wrote in one run, and how many came out longer than asked (cut at
-    keyframes, a clip runs to the first keyframe at least ``clip_seconds`` on: sparse keyframes make long clips)."""
-
-    asked: float
-    written: int = 0
-    longer: int = 0  # longer than asked by more than one frame
-    longest: float = 0.0
-
-    def add(self, length: float, longer: bool) -> None:
-        self.written += 1
-        self.longer += longer
-        self.longest = max(self.longest, length)
-
-    def merge(self, other: dict[str, Any]) -> None:
-        """Add a tally in its :meth:`to_json` form (a work unit's)."""
-        self.written += other["written"]
-        self.longer += other["longer_than_asked"]
-        self.longest = max(self.longest, other["longest_seconds"])
-
-    def to_json(self) -> dict[str, Any]:
-        return {"asked_seconds": self.asked, "written": self.written, "longer_than_asked": self.longer,
-                "longest_seconds": round(self.longest, 3)}
-
-
-@dataclass
 class Outcome:
     """The result of one item: ``samples`` as (key, members), or a failure ``reason``; input bytes read; for
     ``--clip-seconds``, each sample's (length in seconds, longer than asked)."""
