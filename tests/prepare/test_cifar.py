@@ -6,6 +6,7 @@ import hashlib
 import http.server
 import io
 import pickle
+import shutil
 import tarfile
 import threading
 import zipfile
@@ -72,6 +73,30 @@ def test_interrupted_run_resumes_to_identical_bytes(cifar_tarball, tmp_path):
     partial.write_bytes(data[: data.index(b"00000/img00000120.png") + 40])
     [summary] = prepare_cifar10(Cifar10Options(tmp_path / "b", tarball, skip_md5=True), ZipRun(workers=2))
     assert summary.written == 200 and dest.read_bytes() == full and not partial.exists()
+
+
+def test_an_unfinished_zip_of_fgdata_0_2_is_written_again_from_its_start(cifar_tarball, tmp_path):
+    """0.2 kept a side log beside the partial zip and no unit markers: nothing says which members are whole units."""
+    tarball = cifar_tarball[0]
+    prepare_cifar10(Cifar10Options(tmp_path / "a", tarball, skip_md5=True), ZipRun(workers=1))
+    full = (tmp_path / "a" / "cifar10" / "cifar10-32x32.zip").read_bytes()
+
+    def interrupt(phase, done, total):
+        if done:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        prepare_cifar10(Cifar10Options(tmp_path / "b", tarball, skip_md5=True), ZipRun(workers=1, progress=interrupt))
+    folder = tmp_path / "b" / "cifar10"
+    shutil.rmtree(folder / ".fgdata" / "zips")  # as 0.2 left it: the partial zip and its state, no markers
+    (folder / "cifar10-32x32.zip.partial.log").write_text('{"i": 3, "input": "row 3", "mode": "L"}\n')
+    started = []
+    [summary] = prepare_cifar10(Cifar10Options(tmp_path / "b", tarball, skip_md5=True),
+                                ZipRun(workers=1, progress=lambda phase, done, total: started.append(done)))
+    assert started[0] == 0 and summary.written == 200 and summary.converted == ()
+    assert (folder / "cifar10-32x32.zip").read_bytes() == full
+    assert sorted(p.name for p in folder.iterdir()) == [".fgdata", "cifar10-32x32.zip",
+                                                        "cifar10-32x32.zip.provenance.json", "failures.json"]
 
 
 def test_md5_mismatch_is_refused_with_a_clear_message(cifar_tarball, tmp_path):
