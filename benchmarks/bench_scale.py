@@ -1,6 +1,7 @@
 """The job core at scale: the driver's peak memory and the CPU per input as the manifest grows.
 
-Run: python benchmarks/bench_scale.py [--rows 10000000] [--run 10000,100000,1000000] [--base /path/to/checkout]
+Run: python benchmarks/bench_scale.py [--rows 10000000] [--run 10000,100000,1000000] [--repeats 3]
+     [--base /path/to/checkout]
 
 Builds a JSONL manifest of ``--rows`` rows over 1,000 small distinct JPEGs (repeated; each is stored as it is,
 a pass-through), then, each in its own process:
@@ -105,6 +106,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--run", default="10000,100000,1000000", help="comma-separated run sizes")
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="rounds over every size and checkout; each row keeps its run with the least CPU (the "
+                         "machines are shared: the least disturbed run is the closest to the job's own cost)")
     ap.add_argument("--base", type=Path, help="another checkout to run side by side")
     ap.add_argument("--work", type=Path, help="folder for the manifest and outputs (default: a temp folder)")
     args = ap.parse_args()
@@ -122,15 +126,24 @@ def main() -> None:
         part = full if rows == args.rows else head(full, rows, work / f"rows-{rows}.jsonl")
         r = child(_PLAN_CHILD, [str(part)], here)
         print(f"| plan | {r['inputs']:,} | this | {r['driver_rss_mb']:.0f} | {r['wall']:.1f} | | |", flush=True)
-    for rows in (int(x) for x in args.run.split(",")):
-        part = head(full, rows, work / f"run-{rows}.jsonl")
-        for name, checkout in [("this", here)] + ([("base", args.base)] if args.base else []):
-            dest = work / f"out-{name}-{rows}"
-            r = child(_RUN_CHILD, [str(part), str(dest), str(args.workers)], checkout)
-            assert r["seen"] == rows == r["written"], r
+    sizes = [int(x) for x in args.run.split(",")]
+    parts = {rows: head(full, rows, work / f"run-{rows}.jsonl") for rows in sizes}
+    checkouts = [("this", here)] + ([("base", args.base)] if args.base else [])
+    best: dict[tuple[int, str], dict] = {}
+    for _ in range(args.repeats):  # rounds over every size and checkout: a slow spell of the machine hits all
+        for rows in sizes:
+            for name, checkout in checkouts:
+                dest = work / f"out-{name}-{rows}"
+                r = child(_RUN_CHILD, [str(parts[rows]), str(dest), str(args.workers)], checkout)
+                assert r["seen"] == rows == r["written"], r
+                if (rows, name) not in best or r["cpu_total"] < best[rows, name]["cpu_total"]:
+                    best[rows, name] = r
+                subprocess.run(["rm", "-rf", str(dest)], check=True)
+    for rows in sizes:
+        for name, _checkout in checkouts:
+            r = best[rows, name]
             print(f"| run | {rows:,} | {name} | {r['driver_rss_mb']:.0f} | {r['wall']:.1f} | "
                   f"{r['cpu'] / rows * 1e6:.0f} | {r['cpu_total'] / rows * 1e6:.0f} |", flush=True)
-            subprocess.run(["rm", "-rf", str(dest)], check=True)
 
 
 if __name__ == "__main__":

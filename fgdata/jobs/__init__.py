@@ -17,8 +17,10 @@ Each guarantee lives in exactly one module here:
   (``command, seen, written, failed, failures: [{input, reason}]``), written atomically;
 - :mod:`fgdata.jobs.signals`: SIGINT/SIGTERM stop the workers, leave only complete outputs and
   end with ``interrupted: N inputs done; rerun the same command to resume`` (exit 130/143);
-- :mod:`fgdata.jobs.local`, :mod:`fgdata.jobs.ranks`, :mod:`fgdata.jobs.ray_executor`: the three
-  executors (process pool, torchrun ranks, Ray); Ray tasks are declared in that last module only;
+- :mod:`fgdata.jobs.executor`: ``run_units``, the one call that runs a command's work units on the executor
+  the library chose: a local process pool (:mod:`fgdata.jobs.local`) or Ray (:mod:`fgdata.jobs.ray_executor`,
+  the only module that declares Ray tasks); under torchrun (:mod:`fgdata.jobs.ranks`) each rank runs the
+  units it owns on its own pool;
 - :mod:`fgdata.jobs.testhook`: ``FGDATA_TEST_STOP_AFTER``, the point kill tests stop a job at, and
   ``FGDATA_TEST_HOLD``, named points where a test holds one rank to order two ranks' steps, and
   ``FGDATA_TEST_LOADS``, a file every model load appends to; only the job core calls it, producers outside it

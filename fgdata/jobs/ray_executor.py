@@ -9,7 +9,7 @@ with one line naming it; results are returned in unit order, never with a silent
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from fgdata.errors import FgdataError
@@ -73,20 +73,8 @@ def _unit_error(exc: BaseException, unit: int) -> FgdataError:
                        "rerun the same command to resume")
 
 
-def run_units(fn: Callable[..., Any], units: Sequence[dict[str, Any]], *, address: str | None = None,
-              num_gpus: float = 0.0, shared: dict[str, Any] | None = None,
-              on_done: Callable[[int, Any], None] | None = None) -> list[Any]:
-    """``[fn(**shared, **units[i]) for i]`` as Ray tasks, in unit order; ``on_done(i, result)`` as each finishes."""
-    results: dict[int, Any] = dict(stream_units(fn, units, address=address, num_gpus=num_gpus, shared=shared,
-                                                on_done=on_done))
-    if len(results) != len(units):  # defensive: every unit must be accounted for
-        raise FgdataError(f"Ray returned {len(results)} of {len(units)} work units")
-    return [results[i] for i in range(len(units))]
-
-
 def stream_units(fn: Callable[..., Any], units: Iterable[dict[str, Any]], *, address: str | None = None,
                  num_gpus: float = 0.0, shared: dict[str, Any] | None = None,
-                 on_done: Callable[[int, Any], None] | None = None,
                  in_flight: int | None = None, max_calls: int | None = None) -> Iterator[tuple[int, Any]]:
     """``fn(**shared, **unit)`` for each unit of a stream, as Ray tasks; yields ``(i, result)`` as they finish.
 
@@ -129,8 +117,6 @@ def stream_units(fn: Callable[..., Any], units: Iterable[dict[str, Any]], *, add
                             result = ray.get(ref)
                         except (ray.exceptions.RayError, OSError) as exc:
                             raise _unit_error(exc, i) from None
-                        if on_done:
-                            on_done(i, result)
                         yield i, result
         except BaseException:
             for ref in pending:

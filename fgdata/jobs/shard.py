@@ -39,6 +39,7 @@ from fgdata import storage
 from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs import dest as destmod
 from fgdata.jobs import testhook
+from fgdata.jobs.executor import Executor, Pool, Ray, run_units
 from fgdata.jobs.local import ordered_map, threaded_map
 from fgdata.jobs.options import FLATTEN, RUNTIME, byte_options, check_record, fingerprint
 from fgdata.jobs.ranks import dist_env, owner, run_launch
@@ -514,9 +515,9 @@ def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where
                        present)
     try:
         if job.engine == "ray":
-            _run_ray(job, pending, stamp, run, progress, lease)
+            _run_units(job, pending, stamp, run, progress, Ray(address=job.ray_address), lease)
         elif job.options.download is not None and job.workers > 1 and firsts is None:
-            _run_url_units(job, pending, stamp, run, progress)
+            _run_units(job, pending, stamp, run, progress, Pool(job.workers, PRELOAD), None)
         else:
             for marker in _run_stream(job, pending, stamp, firsts, progress):
                 run.add(marker, fresh=True)
@@ -557,28 +558,12 @@ def _counts(run: _Run) -> Iterator[tuple[str, int]]:
             yield s.name, s.samples
 
 
-def _unit_in_worker(unit: Unit, job: ShardJob, stamp: tuple[str, str | None]) -> Marker:
-    return run_unit(job, unit, stamp, None)
-
-
-def _run_url_units(job: ShardJob, pending: Iterator[Unit], stamp: tuple[str, str | None], run: _Run,
-                   progress: ProgressFn | None) -> None:
-    """A local URL job: each worker process runs whole units as a Ray task does, fetching with its own threads
-    across the unit (no batch to wait for), and writes the unit's shards itself."""
-    units = ordered_map(partial(_unit_in_worker, job=job, stamp=stamp), pending, job.workers, 1, preload=PRELOAD)
-    for marker in units:
-        run.add(marker, fresh=True)
-        if progress:
-            progress(marker.count, marker.nbytes)
-
-
-def _run_ray(job: ShardJob, pending: Iterator[Unit], stamp: tuple[str, str | None], run: _Run,
-             progress: ProgressFn | None, lease: tuple[str, str] | None) -> None:
-    from fgdata.jobs.ray_executor import stream_units
-
-    calls = ({"unit": unit} for unit in pending)
+def _run_units(job: ShardJob, pending: Iterator[Unit], stamp: tuple[str, str | None], run: _Run,
+               progress: ProgressFn | None, executor: Executor, lease: tuple[str, str] | None) -> None:
+    """Each unit as one task on ``executor`` (a URL job's local workers, fetching with their own threads across
+    the unit, or Ray) that writes the unit's shards itself; the markers are spooled here as units end."""
     shared = {"job": job, "stamp": stamp, "lease": lease}
-    for _, marker in stream_units(run_unit, calls, address=job.ray_address, shared=shared):
+    for marker in run_units(run_unit, ({"unit": unit} for unit in pending), executor, shared):
         run.add(marker, fresh=True)
         if progress:
             progress(marker.count, marker.nbytes)

@@ -45,6 +45,7 @@ from fgdata import __version__, storage
 from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs import dest as destmod
 from fgdata.jobs import testhook
+from fgdata.jobs.executor import Pool, Ray, run_units
 from fgdata.jobs.options import byte_options, check_record, fingerprint
 from fgdata.jobs.ranks import dist_env, owner, run_launch
 from fgdata.jobs.report import FAILURES_FILE, clean_reason
@@ -408,11 +409,14 @@ def _work(job: TaskJob, run: RunSettings, where: tuple[int, int], stamp: Stamp, 
     markers = existing_markers(job.dest, job.units) if run.resume else set()
     size_of = listed_sizes(present)
     others = _other_keys(job)
-    for number, task in enumerate(job.tasks):
-        if owner(number, world) != rank:
-            continue
-        if _keep_if_complete(job, number, task, markers, stamp, size_of, share, run.progress):
-            continue
+
+    def pending() -> Iterator[dict[str, Any]]:
+        for number, task in enumerate(job.tasks):
+            if owner(number, world) == rank and not _keep_if_complete(job, number, task, markers, stamp, size_of,
+                                                                      share, run.progress):
+                yield {"number": number, "task": task}
+
+    def unit(number: int, task: Task) -> tuple[Task, Marker, float]:
         t0 = time.perf_counter()
 
         def counted(results: Iterable[Result]) -> Iterator[Result]:
@@ -422,8 +426,10 @@ def _work(job: TaskJob, run: RunSettings, where: tuple[int, int], stamp: Stamp, 
                     run.progress(1)
 
         marker = _write_task(job, number, task, counted(job.produce(task)), stamp, (others, size_of(task.name)))
+        return task, marker, time.perf_counter() - t0
+
+    for task, marker, dt in run_units(unit, pending(), Pool(1)):  # in this process: its producer's model stays
         share.add(marker, fresh=True)
-        dt = time.perf_counter() - t0
         say(f"rank {rank}: {task.name}: {marker.written} written, {len(marker.failures)} failed, "
             f"{marker.written / dt if dt > 0 else 0:.1f} samples/s")
         testhook.output_done(share.done)
@@ -534,8 +540,6 @@ def _run_ray(job: TaskJob, run: RunSettings, stamp: Stamp, present: dict[str, tu
     """``--engine ray``: each task not kept by the resume rule is one Ray task (:func:`run_unit`), at most
     ``run.workers`` at a time; markers are spooled here as units end. A run that keeps every task starts no
     Ray at all."""
-    from fgdata.jobs.ray_executor import stream_units
-
     size_of = listed_sizes(present)
     markers = existing_markers(job.dest, job.units) if run.resume else set()
 
@@ -551,9 +555,8 @@ def _run_ray(job: TaskJob, run: RunSettings, stamp: Stamp, present: dict[str, tu
     shared = {"job": replace(job, tasks=[]), "token": uuid.uuid4().hex, "stamp": stamp, "lease": lease,
               "others": _other_keys(job)}
     info = None
-    for _, (marker, record) in stream_units(run_unit, itertools.chain([first], units), address=run.ray_address,
-                                            num_gpus=run.num_gpus, shared=shared, in_flight=run.workers,
-                                            max_calls=0):
+    ray = Ray(address=run.ray_address, num_gpus=run.num_gpus, in_flight=run.workers, max_calls=0)
+    for marker, record in run_units(run_unit, itertools.chain([first], units), ray, shared):
         share.add(marker, fresh=True)
         if run.progress:
             run.progress(marker.count)

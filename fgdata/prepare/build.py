@@ -31,7 +31,7 @@ from typing import Any
 from fgdata import storage
 from fgdata.errors import FgdataError
 from fgdata.jobs.dest import STATE_DIR, Notify, claimed, remove_files
-from fgdata.jobs.local import ordered_map
+from fgdata.jobs.executor import Pool, run_units
 from fgdata.jobs.options import fingerprint as options_fingerprint
 from fgdata.jobs.outputs import output_done
 from fgdata.jobs.report import FAILURES_FILE, Failure, write_failures
@@ -258,9 +258,9 @@ def _build(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
         phase = job.phase
         if progress:
             progress(phase, done, n_inputs)
-        results_in_order = ordered_map(job.work, [(a, b) for _u, a, b in spans],
-                                       (run.workers or default_workers()) if len(spans) > 1 else 1,
-                                       initializer=job.initializer, initargs=job.initargs)
+        pool = Pool((run.workers or default_workers()) if len(spans) > 1 else 1, initializer=job.initializer,
+                    initargs=job.initargs)
+        results_in_order = run_units(job.work, ({"span": (a, b)} for _u, a, b in spans), pool)
         unit: _UnitResult | None = None
         for (u, a, b), results in zip(spans, results_in_order):
             if unit is None:

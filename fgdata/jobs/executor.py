@@ -1,0 +1,68 @@
+"""Where work units run: one call, :func:`run_units`, for every command; the library chooses the executor.
+
+A command turns its pending units into keyword sets (one per unit) and names a module-level function that runs
+one unit; :func:`run_units` runs ``fn(**shared, **call)`` for each on the executor the command chose:
+
+- :class:`Pool`: this machine, ``workers`` processes (:func:`fgdata.jobs.local.ordered_map`; one worker: in
+  this process), results in call order;
+- :class:`Ray`: a Ray cluster (:mod:`fgdata.jobs.ray_executor`), results as units finish.
+
+torchrun ranks are not an executor of their own: each rank keeps the units it owns
+(:func:`fgdata.jobs.ranks.owner`) and runs them on its own pool, and rank 0 waits for the others' markers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Pool:
+    """``workers`` local processes (1: this process); the forkserver imports ``preload`` once; each worker runs
+    ``initializer(*initargs)`` once before its first unit."""
+
+    workers: int = 1
+    preload: tuple[str, ...] = ()
+    initializer: Callable[..., None] | None = None
+    initargs: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class Ray:
+    """A Ray cluster (``address`` None: ``RAY_ADDRESS``, else a private local one), ``num_gpus`` per unit, at most
+    ``in_flight`` units at a time (None: twice the cluster's CPUs); ``max_calls``: units per worker process
+    before it exits (0: no limit, so a loaded model serves every unit of the process)."""
+
+    address: str | None = None
+    num_gpus: float = 0.0
+    in_flight: int | None = None
+    max_calls: int | None = None
+
+
+Executor = Pool | Ray
+
+
+def _apply(call: dict[str, Any], fn: Callable[..., Any], shared: dict[str, Any]) -> Any:
+    return fn(**shared, **call)
+
+
+def run_units(fn: Callable[..., Any], calls: Iterable[dict[str, Any]], executor: Executor,
+              shared: dict[str, Any] | None = None) -> Iterator[Any]:
+    """``fn(**shared, **call)`` for every call, on ``executor``: in call order on a :class:`Pool`, as units
+    finish on :class:`Ray`. ``calls`` is read only as fast as the executor takes units, so a stream of any
+    length holds only the units in flight. A unit that fails ends the run with its error."""
+    shared = shared or {}
+    if isinstance(executor, Ray):
+        from fgdata.jobs.ray_executor import stream_units
+
+        for _, result in stream_units(fn, calls, address=executor.address, num_gpus=executor.num_gpus,
+                                      shared=shared, in_flight=executor.in_flight, max_calls=executor.max_calls):
+            yield result
+        return
+    from fgdata.jobs.local import ordered_map
+
+    yield from ordered_map(partial(_apply, fn=fn, shared=shared), calls, executor.workers, 1,
+                           initializer=executor.initializer, initargs=executor.initargs, preload=executor.preload)
