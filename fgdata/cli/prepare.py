@@ -36,6 +36,9 @@ def _outcome(dataset: str, source: str, summaries: list[ZipSummary], seconds: fl
     last = summaries[-1]
     zips = [s.path for s in summaries]
     rows = [("kept" if s.kept else "wrote", Path(s.path).name) for s in summaries]
+    resumed = summaries[0].resumed
+    if resumed:
+        rows.append(("resumed", f"{resumed:,} inputs an earlier run finished (kept)"))
     converted = len(summaries[0].converted)
     if converted:
         rows.append(("converted to RGB", f"{converted:,} (listed in the provenance file)"))
@@ -46,7 +49,7 @@ def _outcome(dataset: str, source: str, summaries: list[ZipSummary], seconds: fl
     return Outcome(command=f"prepare {dataset}", source=source, output=str(Path(zips[0]).parent),
                    seen=last.seen, written=last.written, failed=last.failed,
                    failures_file=report if report and Path(report).is_file() else None, seconds=seconds,
-                   details={"outputs": zips, "skipped": skipped}, rows=rows,
+                   details={"outputs": zips, "skipped": skipped, "resumed": resumed}, rows=rows,
                    whole_job=all(s.whole_job for s in summaries))
 
 

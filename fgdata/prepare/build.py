@@ -149,6 +149,7 @@ class ZipSummary(OutputSummary):
     converted to RGB (listed in the zip's provenance)."""
 
     converted: tuple[Converted, ...] = ()
+    resumed: int = 0  # inputs of the units an earlier run finished, kept as they were
 
 
 def kept_summary(dest: Path, written: int, failures: tuple[Failure, ...],
@@ -186,7 +187,7 @@ def build_zips(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
 
 
 #: Inputs per work unit: how much work a kill can lose, and one marker file per this many inputs.
-UNIT_INPUTS = 4000
+UNIT_INPUTS = 1000
 
 
 def units_folder(dest: Path) -> str:
@@ -240,7 +241,7 @@ def _build(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
 
     targets[0].dest.with_name(targets[0].dest.name + ".partial.log").unlink(missing_ok=True)  # fgdata 0.2's
     writers = [EdmZipWriter(t.dest, st) for t, st in zip(targets, states)]
-    done = 0
+    finished = 0
     try:
         stems = [(t.stem, t.ext) for t in targets]
         kept = _resumed_units(writers, stems, folder, units, options_fp, unit_inputs)
@@ -254,7 +255,7 @@ def _build(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
             converted += [Converted(c.input, c.reason) for c in marker.warnings]
         start = min(len(kept) * UNIT_INPUTS, n_inputs)
         spans = _unit_spans(n_inputs, len(kept), job.block)
-        began, done = time.monotonic(), start
+        began, done, finished = time.monotonic(), start, start
         phase = job.phase
         if progress:
             progress(phase, done, n_inputs)
@@ -290,6 +291,7 @@ def _build(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
                     storage.write_bytes(marker_path(folder, u, units), marker.to_bytes())
                 failures += [Failure(f.input, f.reason) for f in unit.failures]
                 converted += [Converted(c.input, c.reason) for c in unit.converted]
+                finished += unit.count
                 unit = None
             if progress:
                 progress(phase, done, n_inputs)
@@ -309,7 +311,7 @@ def _build(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
             w.finish(dataset_json_bytes(labels), info)
             summaries.append(ZipSummary(path=str(t.dest), seen=n_inputs, written=len(written_inputs),
                                         failed=len(failures), failures_path=str(report), seconds=seconds,
-                                        converted=tuple(converted)))
+                                        converted=tuple(converted), resumed=start))
         write_failures(str(report), job.command, n_inputs, len(written_inputs), failure_docs,
                        {"outputs": [t.dest.name for t in targets]})
         job_dir = Path(folder, units).parent
@@ -318,7 +320,7 @@ def _build(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
             job_dir.parent.rmdir()  # ``.fgdata/zips``, when no other job of the folder is unfinished
         return summaries
     except Interrupted as stop:
-        stop.done = done
+        stop.done = finished  # what the rerun keeps: the inputs of finished units
         raise
     finally:
         for w in writers:

@@ -9,6 +9,7 @@ pauses after its N-th output) and then sent SIGKILL, SIGTERM or SIGINT, so no tr
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import signal
@@ -138,6 +139,21 @@ def test_prepare_cifar10(tmp_path):
     _cifar_tarball(tarball, per_batch=600)  # 3000 training rows: 6 blocks of 500
     cmd = [*FGDATA, "prepare", "cifar10", "--source", str(tarball), "--skip-md5", "--data-root", "{out}", "--workers", "2"]
     stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=STOPS)
+
+
+def test_prepare_says_what_a_stopped_run_keeps_and_the_rerun_resumes_from_it(tmp_path):
+    """3000 rows in blocks of 500 and units of 1,000: stopped after block 3 (inside unit 1), the run keeps unit 0
+    only, says so, and the rerun reports those 1,000 inputs as resumed."""
+    tarball = tmp_path / "cifar-10-python.tar.gz"
+    _cifar_tarball(tarball, per_batch=600)
+    cmd = [*FGDATA, "prepare", "cifar10", "--source", str(tarball), "--skip-md5", "--data-root", str(tmp_path),
+           "--workers", "2", "--no-progress"]
+    stopped = stop_and_signal(cmd, after=3, sig=signal.SIGINT)
+    assert stopped.returncode == 130 and "interrupted: 1000 inputs done" in stopped.stderr, stopped.stderr[-2000:]
+    again = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    summary = json.loads(again.stdout)
+    assert (summary["resumed"], summary["seen"], summary["written"]) == (1000, 3000, 3000)
 
 
 @pytest.fixture(scope="module")

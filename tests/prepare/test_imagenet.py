@@ -77,7 +77,7 @@ def test_a_stopped_run_keeps_its_finished_units_and_writes_a_torn_ones_again(ima
         started.append(done)
 
     again = prepare_imagenet64(ImagenetOptions(tree, tmp_path / "b"), ZipRun(workers=2, progress=record))
-    assert started[0] == 3  # unit 0 kept, written on from unit 1
+    assert started[0] == 3 and [s.resumed for s in again] == [3, 3]  # unit 0 kept, written on from unit 1
     assert [(s.written, s.failed, s.converted) for s in again] == [(s.written, s.failed, s.converted) for s in full]
     for name in ("imagenet-64x64.zip", "imagenet-64x64-edmv2.zip", "failures.json"):
         assert (folder / name).read_bytes() == (tmp_path / "a" / "imagenet-64" / name).read_bytes(), name
