@@ -46,7 +46,8 @@ from fgdata.workers import default_workers
 
 #: One input's outcome: a member per target (None when it failed) and a note (source mode or failure reason).
 Result = tuple[list[bytes] | None, str | None]
-Work = Callable[[tuple[int, int]], list[Result]]
+#: ``work(span, **payload)``: the outcome of every input of the block ``span``.
+Work = Callable[..., list[Result]]
 #: progress(phase, done, total) - rendered by the CLI, ignored by library callers that pass None.
 ProgressFn = Callable[[str, int, int], None]
 
@@ -82,6 +83,7 @@ class ZipJob:
     phase: str = "convert"
     initializer: Callable[..., None] | None = None
     initargs: tuple = ()
+    payload: Callable[[int, int], dict[str, Any]] | None = None  # more keywords of ``work`` for positions a..b
 
 
 @dataclass(frozen=True)
@@ -259,9 +261,10 @@ def _build(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
         phase = job.phase
         if progress:
             progress(phase, done, n_inputs)
-        pool = Pool((run.workers or default_workers()) if len(spans) > 1 else 1, initializer=job.initializer,
-                    initargs=job.initargs)
-        results_in_order = run_units(job.work, ({"span": (a, b)} for _u, a, b in spans), pool)
+        pool = Pool((run.workers or default_workers()) if len(spans) > 1 else 1, preload=(job.work.__module__,),
+                    initializer=job.initializer, initargs=job.initargs)  # preload: imported once, not per worker
+        calls = ({"span": (a, b), **(job.payload(a, b) if job.payload else {})} for _u, a, b in spans)
+        results_in_order = run_units(job.work, calls, pool)
         unit: _UnitResult | None = None
         for (u, a, b), results in zip(spans, results_in_order):
             if unit is None:

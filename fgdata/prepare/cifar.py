@@ -13,17 +13,9 @@ from fgdata.prepare.paths import CIFAR10_ZIP, resolve_data_root
 from fgdata.prepare.transforms import png_bytes
 from fgdata.sources.cifar import CIFAR10_MD5, CIFAR10_TARBALL, download_cifar10, file_md5, read_cifar10
 
-_ROWS: np.ndarray | None = None  # the decoded rows, set once per worker by _init_rows
-
-
-def _init_rows(rows: np.ndarray) -> None:
-    global _ROWS
-    _ROWS = rows
-
-
-def _encode_rows(span: tuple[int, int]) -> list[tuple[list[bytes] | None, str | None]]:
-    assert _ROWS is not None
-    return [([png_bytes(_ROWS[i])], None) for i in range(*span)]
+def _encode_rows(span: tuple[int, int], rows: np.ndarray) -> list[tuple[list[bytes] | None, str | None]]:
+    """The PNG of every row of one block (``rows``: the block's own rows, sent with it)."""
+    return [([png_bytes(row)], None) for row in rows]
 
 
 def prepare_cifar10(options: Cifar10Options = Cifar10Options(), run: ZipRun = ZipRun()) -> list[ZipSummary]:
@@ -50,7 +42,7 @@ def prepare_cifar10(options: Cifar10Options = Cifar10Options(), run: ZipRun = Zi
                                  inputs=n)
     target = ZipTarget(dest, labels[:n], transform="none (CIFAR rows as 32x32 RGB)")
     job = ZipJob("prepare cifar10", [target], n, _encode_rows, fingerprint, describe=_row_name, block=500,
-                 initializer=_init_rows, initargs=(images[:n],))
+                 payload=lambda a, b: {"rows": images[a:b]})  # each worker gets its blocks' rows, not all 50,000
     return build_zips(job, run)
 
 
