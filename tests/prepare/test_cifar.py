@@ -54,17 +54,23 @@ def test_rerun_is_skipped_no_resume_rebuilds_identically(cifar_tarball, tmp_path
     assert out.read_bytes() == first
 
 
-def test_interrupted_run_resumes_to_identical_bytes(cifar_tarball, tmp_path):
-    tarball = cifar_tarball[0]
-    prepare_cifar10(Cifar10Options(tmp_path / "a", tarball, skip_md5=True), ZipRun(workers=2))
-    full = (tmp_path / "a" / "cifar10" / "cifar10-32x32.zip").read_bytes()
+def _full_then_stopped(tarball, tmp_path, workers: int) -> bytes:
+    """The zip of an uninterrupted run in ``a``; a run in ``b`` stopped after its first block (and unit)."""
+    prepare_cifar10(Cifar10Options(tmp_path / "a", tarball, skip_md5=True), ZipRun(workers=workers))
 
     def interrupt(phase, done, total):
         if done:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        prepare_cifar10(Cifar10Options(tmp_path / "b", tarball, skip_md5=True), ZipRun(workers=2, progress=interrupt))
+        prepare_cifar10(Cifar10Options(tmp_path / "b", tarball, skip_md5=True),
+                        ZipRun(workers=workers, progress=interrupt))
+    return (tmp_path / "a" / "cifar10" / "cifar10-32x32.zip").read_bytes()
+
+
+def test_interrupted_run_resumes_to_identical_bytes(cifar_tarball, tmp_path):
+    tarball = cifar_tarball[0]
+    full = _full_then_stopped(tarball, tmp_path, workers=2)
     dest = tmp_path / "b" / "cifar10" / "cifar10-32x32.zip"
     partial = dest.with_name(dest.name + ".partial")
     assert not dest.exists() and partial.exists()
@@ -78,15 +84,7 @@ def test_interrupted_run_resumes_to_identical_bytes(cifar_tarball, tmp_path):
 def test_an_unfinished_zip_of_fgdata_0_2_is_written_again_from_its_start(cifar_tarball, tmp_path):
     """0.2 kept a side log beside the partial zip and no unit markers: nothing says which members are whole units."""
     tarball = cifar_tarball[0]
-    prepare_cifar10(Cifar10Options(tmp_path / "a", tarball, skip_md5=True), ZipRun(workers=1))
-    full = (tmp_path / "a" / "cifar10" / "cifar10-32x32.zip").read_bytes()
-
-    def interrupt(phase, done, total):
-        if done:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        prepare_cifar10(Cifar10Options(tmp_path / "b", tarball, skip_md5=True), ZipRun(workers=1, progress=interrupt))
+    full = _full_then_stopped(tarball, tmp_path, workers=1)
     folder = tmp_path / "b" / "cifar10"
     shutil.rmtree(folder / ".fgdata" / "zips")  # as 0.2 left it: the partial zip and its state, no markers
     (folder / "cifar10-32x32.zip.partial.log").write_text('{"i": 3, "input": "row 3", "mode": "L"}\n')
