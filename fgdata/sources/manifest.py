@@ -346,13 +346,15 @@ def _not_text(path: str, index: int, row: dict[str, Any], columns: dict[str, str
         return f"manifest: row {index} of {storage.basename(path)} has more cells than the header"
     for what, column in columns.items():
         value = row.get(column)
+        if value is None or (isinstance(value, str) and value.isascii()):
+            continue
         where = f"column {column!r} in row {index} of {storage.basename(path)}"
         if isinstance(value, str):
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:  # JSON may escape a lone surrogate
                 return f"{what}: {where} is not valid Unicode (a lone surrogate)"
-        elif value is not None:
+        else:
             return f"{what}: {where} holds {_type_name(value)}, not text"
     return None
 

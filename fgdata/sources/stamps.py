@@ -36,12 +36,12 @@ def _paths(item: WorkItem) -> list[str]:
             and storage.backend_for(value).versioned]
 
 
-def _listings(items: Sequence[WorkItem]) -> dict[str, storage.FileInfo]:
-    """The listing entry of every item file on storage where a listing saves requests, one listing per folder; a
-    file that is gone has none."""
+def _listings(paths: Sequence[list[str]]) -> dict[str, storage.FileInfo]:
+    """The listing entry of every item file (``paths``: per item) on storage where a listing saves requests, one
+    listing per folder; a file that is gone has none."""
     folders: set[str] = set()
-    for item in items:
-        folders.update(storage.parent(p) for p in _paths(item) if not storage.backend_for(p).cheap_stat)
+    for files in paths:
+        folders.update(storage.parent(p) for p in files if not storage.backend_for(p).cheap_stat)
     found: dict[str, storage.FileInfo] = {}
     for folder in sorted(folders):
         try:
@@ -55,11 +55,12 @@ class InputStamps:
     """The stamps of a batch of items (the job core makes one per unit of inputs), by position in the batch."""
 
     def __init__(self, items: Sequence[WorkItem]):
-        listed = _listings(items)
+        paths = [_paths(item) for item in items]
+        listed = _listings(paths)
         parts = []
-        for item in items:
+        for item, item_paths in zip(items, paths):
             files = []
-            for path in _paths(item):
+            for path in item_paths:
                 info = listed.get(path) or storage.stat(path)  # not listed under that spelling: ask for it
                 files.append([path, info.size, info.version] if info else [path, None, None])
             text = [item.name, item.caption, item.metadata, item.refused, files]

@@ -18,6 +18,8 @@ _URL = re.compile(r"^([a-z][a-z0-9+.-]*)://")
 
 def scheme(path: str) -> str:
     """The URL scheme (``"s3"``), or ``""`` for a local path."""
+    if "://" not in path:  # most paths of a local job: no pattern to run
+        return ""
     m = _URL.match(path)
     return m.group(1) if m else ""
 
