@@ -19,6 +19,7 @@ so the read ends with an error instead of waiting.
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 import os
 import pickle
@@ -61,7 +62,8 @@ def _portable(error: BaseException) -> tuple[BaseException, str]:
     """``error`` as it can cross to the job (its own type when it pickles), with the worker's traceback."""
     text = "".join(traceback.format_exception(error))
     try:
-        pickle.loads(pickle.dumps(error))  # noqa: S301 - our own bytes, made on the line: does the job's end load it?
+        pickle.dumps(error)
+        copy.copy(error)  # rebuilds it from its reduce value, as the job's end will when it receives it
     except Exception:
         error = RuntimeError(f"{type(error).__name__}: {error}")
     return error, text
