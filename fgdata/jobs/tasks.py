@@ -406,17 +406,9 @@ def _work(job: TaskJob, run: RunSettings, where: tuple[int, int], stamp: Stamp, 
     provenance record when this process wrote a shard."""
     rank, world = where
     say = run.log or (lambda _msg: None)
-    markers = existing_markers(job.dest, job.units) if run.resume else set()
-    size_of = listed_sizes(present)
     others = _other_keys(job)
 
-    def pending() -> Iterator[dict[str, Any]]:
-        for number, task in enumerate(job.tasks):
-            if owner(number, world) == rank and not _keep_if_complete(job, number, task, markers, stamp, size_of,
-                                                                      share, run.progress):
-                yield {"number": number, "task": task}
-
-    def unit(number: int, task: Task) -> tuple[Task, Marker, float]:
+    def unit(number: int, task: Task, grown_from: int | None) -> tuple[Task, Marker, float]:
         t0 = time.perf_counter()
 
         def counted(results: Iterable[Result]) -> Iterator[Result]:
@@ -425,10 +417,11 @@ def _work(job: TaskJob, run: RunSettings, where: tuple[int, int], stamp: Stamp, 
                 if run.progress:
                     run.progress(1)
 
-        marker = _write_task(job, number, task, counted(job.produce(task)), stamp, (others, size_of(task.name)))
+        marker = _write_task(job, number, task, counted(job.produce(task)), stamp, (others, grown_from))
         return task, marker, time.perf_counter() - t0
 
-    for task, marker, dt in run_units(unit, pending(), Pool(1)):  # in this process: its producer's model stays
+    mine = _pending(job, run, stamp, present, share, lambda number: owner(number, world) == rank)
+    for task, marker, dt in run_units(unit, mine, Pool(1)):  # in this process: its producer's model stays
         share.add(marker, fresh=True)
         say(f"rank {rank}: {task.name}: {marker.written} written, {len(marker.failures)} failed, "
             f"{marker.written / dt if dt > 0 else 0:.1f} samples/s")
@@ -438,6 +431,17 @@ def _work(job: TaskJob, run: RunSettings, where: tuple[int, int], stamp: Stamp, 
     info = job.provenance()
     _keep_model_info(job, stamp, rank, info)
     return info
+
+
+def _pending(job: TaskJob, run: RunSettings, stamp: Stamp, present: dict[str, tuple[int, str]], share: _Share,
+             mine: Callable[[int], bool]) -> Iterator[dict[str, Any]]:
+    """The calls of the tasks ``mine`` accepts that the resume rule does not keep (a kept one is counted in
+    ``share``), read as the executor takes them; ``grown_from``: the size DST held under the task's name."""
+    markers = existing_markers(job.dest, job.units) if run.resume else set()
+    size_of = listed_sizes(present)
+    for number, task in enumerate(job.tasks):
+        if mine(number) and not _keep_if_complete(job, number, task, markers, stamp, size_of, share, run.progress):
+            yield {"number": number, "task": task, "grown_from": size_of(task.name)}
 
 
 def _keep_if_complete(job: TaskJob, number: int, task: Task, markers: set[int], stamp: Stamp, size_of: SizeOf,
@@ -540,15 +544,7 @@ def _run_ray(job: TaskJob, run: RunSettings, stamp: Stamp, present: dict[str, tu
     """``--engine ray``: each task not kept by the resume rule is one Ray task (:func:`run_unit`), at most
     ``run.workers`` at a time; markers are spooled here as units end. A run that keeps every task starts no
     Ray at all."""
-    size_of = listed_sizes(present)
-    markers = existing_markers(job.dest, job.units) if run.resume else set()
-
-    def pending() -> Iterator[dict[str, Any]]:
-        for number, task in enumerate(job.tasks):
-            if not _keep_if_complete(job, number, task, markers, stamp, size_of, share, run.progress):
-                yield {"number": number, "task": task, "grown_from": size_of(task.name)}
-
-    units = pending()
+    units = _pending(job, run, stamp, present, share, lambda _number: True)
     first = next(units, None)
     if first is None:
         return None

@@ -154,7 +154,6 @@ class ClipTally:
                    float(doc["longest_seconds"]))
 
 
-
 @dataclass
 class Marker:
     """What a finished unit leaves in ``DST/.fgdata/units/``: its plan and its result (plain JSON data)."""
