@@ -4,12 +4,16 @@ from __future__ import annotations
 
 # C0 controls but tab and newline, DEL, and the C1 controls (``\x9b`` starts an escape sequence on some terminals).
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
+# The bidi embeddings, overrides and isolates: raw, they reorder what follows them on the line (a key or caption would
+# read as something else, in the terminal, the HTML page and the plots alike). Right-to-left text needs none of them.
+_CONTROL.update({c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))})
 
 
 def terminal_safe(text: str) -> str:
-    """``text`` with control characters written as ``\\xNN`` and lone surrogates as ``\\udcNN``: keys, member and
-    file names and captions come from the data, and printed raw an escape sequence would retitle, clear or
-    rewrite the user's terminal. Every terminal output passes through it; JSON output has its own escaping."""
+    """``text`` with control characters written as ``\\xNN``, bidi overrides as ``\\u202e`` and lone surrogates as
+    ``\\udcNN``: keys, member and file names and captions come from the data, and printed raw an escape sequence would
+    retitle, clear or rewrite the user's terminal. Every terminal output and the HTML report pass through it; JSON
+    output has its own escaping."""
     text = text.translate(_CONTROL)
     try:
         text.encode("utf-8")

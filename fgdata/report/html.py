@@ -10,7 +10,7 @@ from typing import Any
 
 from fgdata.report import plots
 from fgdata.report.collect import Stats
-from fgdata.report.format import human_bytes, number
+from fgdata.report.format import human_bytes, number, terminal_safe
 
 _CSS = """
 :root { --bg:#f5f6f8; --card:#fff; --ink:#1f242b; --muted:#5d6570; --line:#e3e6eb; --accent:#3b6fd4;
@@ -68,7 +68,9 @@ footer { color:var(--muted); font-size:12.5px; text-align:center; margin-top:28p
 
 
 def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
+    """Text for the page, escaped for HTML after the data's control characters and bidi overrides are written out
+    as the terminal shows them (raw, they would reach whoever copies the text, or reorder the line)."""
+    return html.escape(terminal_safe(str(text)), quote=True)
 
 
 def _img(png: bytes, alt: str, cls: str = "plot") -> str:

@@ -112,7 +112,14 @@ def _plt() -> Any:
 
 
 def _png(fig: Any) -> bytes:
+    """The figure as PNG bytes. Every text of it is drawn with the font family as it stands now: the axes and their
+    labels were made before :func:`drawable` found the fallbacks for the data's text, and keep the family they were
+    made with (matplotlib would then warn about the glyphs it does not find in it)."""
+    from matplotlib.text import Text
+
     plt = _plt()
+    for text in fig.findobj(Text):
+        text.set_fontfamily(list(_FAMILY))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=_DPI, metadata={"Software": None})
     plt.close(fig)

@@ -91,18 +91,33 @@ def test_problem_examples_say_how_many_more(tmp_path):
 
 
 def test_scripts_the_fonts_lack_draw_without_warnings(tmp_path):
-    """A CJK caption and first word: drawn with an installed font that has them, else as U+FFFD; never a
-    matplotlib missing-glyph warning, and the page carries the caption as text."""
-    caption = "一只猫坐在窗台上 看着外面的雨"
+    """Chinese, Japanese (its hiragana in a fallback font, the rest in none), Arabic and emoji captions, as captions
+    and as first words: drawn with an installed font that has them, else as U+FFFD; no warning of any kind, and
+    the page carries each caption as text."""
+    captions = ["一只猫坐在窗台上 看着外面的雨", "猫の写真です 窓の外", "صورة قطة على النافذة", "🐱🌧️ a cat in the rain"]
     with ShardWriter(str(tmp_path / "cjk"), maxcount=20) as w:
-        for i in range(3):
+        for i, caption in enumerate(captions):
             w.write(f"{i:06d}", {"png": image("png", 60 * i), "txt": caption.encode()})
     sheet = tmp_path / "sheet.png"
     res = fg("report", str(tmp_path / "cjk"), "-o", str(tmp_path / "r.html"), "--contact-sheet", str(sheet))
     assert res.returncode == 0, res.stderr
-    assert "Glyph" not in res.stderr and "missing from" not in res.stderr
-    assert caption in (tmp_path / "r.html").read_text()
+    assert "Warning" not in res.stderr and "Glyph" not in res.stderr, res.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert all(caption in page for caption in captions)
     assert sheet.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_page_shows_control_characters_and_bidi_overrides_escaped(tmp_path):
+    """Escape sequences, C1 controls and bidi overrides in a caption reach the page written out, as in the
+    terminal, never raw."""
+    caption = "\u202eevil\x1b[2J\x9b31m \u2066x\u2069 end"
+    with ShardWriter(str(tmp_path), maxcount=20) as w:
+        w.write("000000", {"png": image("png", 20), "txt": caption.encode()})
+    _, page = render(tmp_path)
+    raw = {c for c in page if (ord(c) < 0x20 and c not in "\t\n") or 0x7F <= ord(c) < 0xA0
+           or 0x202A <= ord(c) <= 0x202E or 0x2066 <= ord(c) <= 0x2069}
+    assert not raw, sorted(map(hex, map(ord, raw)))
+    assert "\\u202eevil\\x1b[2J\\x9b31m \\u2066x\\u2069 end" in page
 
 
 def test_a_character_the_default_font_lacks_uses_an_installed_font_that_has_it():
