@@ -264,6 +264,12 @@ class ImageLoader(torch.utils.data.DataLoader):
         self.plan_hash = hashlib.sha256(f"{dataset.identity()}:{shuffle}:{seed}".encode()).hexdigest()[:16]
         self._resume_position = self._position = self.sampler_start_idx
 
+    @property
+    def loader(self) -> ImageLoader:
+        """The torch ``DataLoader`` the reference's ``loader.loader`` names: this loader is one, so iterating it (and
+        its resume state) is iterating this, as ``loader.loader`` is on the WDS loaders."""
+        return self
+
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:  # type: ignore[override]
         """Batches from the resume position on, counting the samples delivered (all ranks) for :meth:`state_dict`."""
         sampler = self.sampler

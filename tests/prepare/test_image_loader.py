@@ -177,6 +177,19 @@ def test_state_dict_with_workers_and_refusals(cifar_zip):
         ImageLoader(str(cifar_zip), None, batch_size=6, num_workers=0, sampler_start_idx=-1)
 
 
+def test_loader_attribute_is_a_dataloader_over_the_same_stream(cifar_zip):
+    """The reference's class-conditional loader exposes ``.loader`` (a DataLoader), as the WDS loaders do: its batches
+    are the loader's own, from the resume position, and they move the loader's resume state."""
+    loader = ImageLoader(str(cifar_zip), None, batch_size=6, num_workers=0, sampler_start_idx=12)
+    view = loader.loader
+    assert isinstance(view, torch.utils.data.DataLoader) and len(view) == len(loader) == 34
+    got = _take(view, 3)
+    assert loader.state_dict()["position"] == 30
+    want = _take(ImageLoader(str(cifar_zip), None, batch_size=6, num_workers=0, sampler_start_idx=12), 3)
+    assert _idx(got) == _idx(want)
+    torch.testing.assert_close(torch.cat([b["real"] for b in got]), torch.cat([b["real"] for b in want]))
+
+
 def test_missing_path_raises_ioerror(tmp_path):
     with pytest.raises(IOError):
         ImageLoader(str(tmp_path / "none.zip"), None, batch_size=2)
