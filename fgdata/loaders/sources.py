@@ -50,6 +50,10 @@ log = logging.getLogger("fgdata.loaders")
 
 # How many samples the training shuffle buffer holds before it starts yielding.
 SHUFFLE_WARMUP = 100
+#: How many different shards in a row may fail on storage before the training stream raises the storage error. One
+#: shard's storage may fail alone (a vanished file, one bad object); a second in a row means the storage itself is
+#: failing, and waiting for every shard's stall timeouts would take time in proportion to the shard count.
+STORAGE_FAULT_SHARDS = 2
 
 
 class Drops:
@@ -195,7 +199,8 @@ class Reading:
         Damage ends the shard with a drop (``strict`` raises). Storage that fails (an S3 endpoint
         that stalls or dies mid-read, a refused connection, a vanished file) raises its
         StorageError, which names the shard: that is not bad data, so the caller decides (the
-        validation pass fails; the training stream draws other shards while any can be read).
+        validation pass fails; the training stream draws another shard, up to
+        :data:`STORAGE_FAULT_SHARDS` failing in a row).
         A shard read to its end whose count differs from the count file warns once: the stream
         uses what the shard really holds.
         """
@@ -295,7 +300,13 @@ class DeterministicSource:
 
 
 class TrainingSource:
-    """Shards drawn uniformly with replacement, through a shuffle buffer; never ends."""
+    """Shards drawn uniformly with replacement, through a shuffle buffer; never ends.
+
+    A shard whose storage fails is skipped with a drop and not drawn again until another shard was read to its
+    end; when :data:`STORAGE_FAULT_SHARDS` different shards fail in a row (every shard, when there are fewer;
+    ``strict``: the first) the storage error is raised. Each failure is bounded by the storage layer's retries and
+    stall timeout, so the stream gives up within a bounded time whatever the shard count.
+    """
 
     def __init__(self, reading: Reading, shuffle_size: int, shuffle_bytes: int, tags: list[str]):
         self.r = reading
@@ -310,9 +321,12 @@ class TrainingSource:
         buffer = ShuffleBuffer(self.shuffle_size, self.shuffle_bytes, rng)
         ignored = dict(zip((s.path for s in shards), r.dataset.ignored_keys))
         failures = empty_draws = 0
-        unreadable: set[str] = set()  # shards whose storage failed since a shard was last read to its end
+        give_up = 1 if r.drops.strict else min(len(shards), STORAGE_FAULT_SHARDS)
+        unreadable: list[str] = []  # shards whose storage failed since a shard was last read to its end
         while True:
             ref = shards[int(rng.integers(len(shards)))]
+            if ref.path in unreadable:
+                continue  # read it again only after another shard was read: its failure is known
             read = 0
             try:
                 for raw in r.stream(ref, ignored[ref.path]):
@@ -325,11 +339,14 @@ class TrainingSource:
                         if out is not None:
                             yield Delivered(out)
             except StorageError as exc:
-                unreadable.add(ref.path)
-                if len(unreadable) == len(shards):  # a whole pass without one readable shard: not a passing fault
-                    raise StorageError(f"none of the {len(shards)} shard(s) could be read; the last: "
-                                       f"{str(exc).splitlines()[0]}") from exc
-                r.drops.fail(ref.path, SampleDropped(f"unreadable shard: {str(exc).splitlines()[0]}"))
+                unreadable.append(ref.path)
+                line = str(exc).splitlines()[0]
+                if len(unreadable) >= give_up:  # the storage, not one shard: stop before trying every shard
+                    if len(unreadable) == 1:
+                        raise StorageError(line) from exc
+                    raise StorageError(f"{len(unreadable)} different shards in a row could not be read, a storage "
+                                       f"fault (the training stream gives up after {give_up}); the last: {line}") from exc
+                r.drops.fail(ref.path, SampleDropped(f"unreadable shard: {line}"))
                 continue
             unreadable.clear()
             empty_draws = 0 if read else empty_draws + 1

@@ -226,6 +226,42 @@ def test_a_stalled_stream_resumes_at_the_byte_where_it_stopped(dataset_on_s3, st
     assert s5cmd_children() == []
 
 
+def test_fetches_waiting_for_one_stalled_download_share_its_error(dataset_on_s3, stall_bound, s3_endpoint, monkeypatch,
+                                                                  tmp_path):
+    """Two fetches of one object into the node-local cache at once (the loaders' workers and ranks on one node): the
+    second waits for the first's download and, when that fails, raises its error instead of spending the retries and
+    stall timeouts again. A fetch that starts after the failure tries again."""
+    url, local = dataset_on_s3
+    url = f"{url}/00000.tar"
+    stalling = threading.Event()
+    stalling.set()
+
+    def policy(method: str, target: str) -> str:
+        return "stall-body" if stalling.is_set() and _object_get(method, target) else "pass"
+
+    errors: list[str] = []
+
+    def fetch() -> None:
+        try:
+            storage.fetch_to_cache(url, str(tmp_path / "cache"))
+        except StorageError as exc:
+            errors.append(str(exc))
+
+    with s3_through(StallingEndpoint(s3_endpoint, policy), monkeypatch) as endpoint:
+        threads = [threading.Thread(target=fetch) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(errors) == 2 and errors[0] == errors[1], errors
+        one_line_stall(errors[0], url)
+        assert [v for m, t, v in endpoint.seen if _object_get(m, t)] == ["stall-body"] * 3
+        stalling.clear()
+        with open(storage.fetch_to_cache(url, str(tmp_path / "cache")), "rb") as f:
+            assert f.read() == (local / "00000.tar").read_bytes()
+    assert s5cmd_children() == []
+
+
 def test_an_upload_that_is_never_answered(stall_bound, s3_bucket, s3_endpoint, monkeypatch, tmp_path):
     local = tmp_path / "shard.tar"
     local.write_bytes(os.urandom(200_000))
@@ -320,11 +356,34 @@ def test_strict_loaders_fail_when_bodies_stall(dataset_on_s3, body_stall, tmp_pa
     assert s5cmd_children() == []
 
 
+def test_a_training_loader_gives_up_on_stalling_storage_after_a_bounded_number_of_shards(
+        stall_bound, s3_bucket, s3_endpoint, monkeypatch, tmp_path):
+    """12 shards whose bodies all stall: the training stream raises the storage error, naming the stall and the last
+    shard, after STORAGE_FAULT_SHARDS different shards (each with its bounded retries), not after drawing them all."""
+    from fgdata.loaders.sources import STORAGE_FAULT_SHARDS
+
+    local = tmp_path / "local"
+    write_dataset(local, n=12, maxcount=1, kinds=("png", "txt"))
+    url = f"{s3_bucket}/many"
+    for p in sorted(local.glob("*.tar")):
+        storage.upload(str(p), f"{url}/{p.name}")
+    with s3_through(StallingEndpoint(s3_endpoint, stall_object_bodies), monkeypatch) as endpoint:
+        with pytest.raises(StorageError) as err:
+            next(iter(_loader(url, tmp_path, "training", seed=0)))
+    message = str(err.value)
+    one_line_stall(message, url)
+    reads = [t.split("?", 1)[0] for m, t, v in endpoint.seen if _object_get(m, t) and ".tar" in t]
+    assert len(set(reads)) == STORAGE_FAULT_SHARDS < 12, reads
+    assert all(reads.count(t) == 3 for t in reads), reads  # each with its bounded retries
+    assert f"{STORAGE_FAULT_SHARDS} different shards in a row" in message and reads[-1].rsplit("/", 1)[1] in message
+    assert s5cmd_children() == []
+
+
 @pytest.mark.parametrize("counts", ["count-file", "counted"])
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_loaders_fail_on_stalled_bodies_naming_the_stall(dataset_on_s3, body_stall, tmp_path, mode, counts):
     """Not strict, every shard's body stalls: each mode fails with the storage error that names the shard and the
-    stall (not the ignore index or the workers' shares); training raises after one pass over the shards fails."""
+    stall (not the ignore index or the workers' shares); training raises once both shards failed."""
     url, _ = dataset_on_s3
     kw = {"shard_count_file": f"{url}/shard_count.json"} if counts == "count-file" else {}
     with pytest.raises(FgdataError) as err:
