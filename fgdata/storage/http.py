@@ -106,7 +106,7 @@ class DownloadOptions:
         if self.user_agent_token is not None and not self.user_agent_token.isprintable():
             raise FgdataError("--user-agent-token must be printable text on one line")
 
-    @property
+    @functools.cached_property
     def user_agent(self) -> str:
         """``fgdata/VERSION (+HOMEPAGE; TOKEN)``: who fetches, where to read about it, whom to ask."""
         about = "; ".join(p for p in (f"+{_homepage()}" if _homepage() else "", self.user_agent_token or "") if p)
@@ -166,13 +166,37 @@ _stopping = threading.Event()  # set when the job stops: no new try, no backoff 
 def stop_fetching(stop: bool = True) -> None:
     """Let this process's fetches end now: no new try or backoff wait, and every request in flight has its
     socket shut down (it ends as ``interrupted``), so a stopped job is not held by its threads;
-    ``stop=False`` lets fetching start again."""
+    ``stop=False`` lets fetching start again (a job's start: the environment is read again)."""
     if stop:
         _stopping.set()
         with _watch_cv:
             _watch_cv.notify()
     else:
         _stopping.clear()
+        read_environment()
+
+
+@dataclass(frozen=True)
+class _ProxyEnvironment:
+    http_proxy: str
+    https_proxy: str
+    all_proxy: str
+    no_proxy: str
+
+
+_env_now: list[_ProxyEnvironment] = []  # read at first use and at each job's start (a lookup costs microseconds)
+
+
+def read_environment() -> None:
+    """Read the proxy variables again (a job's start does; at first use otherwise), so a change of the
+    environment between jobs of one process applies to the next."""
+    _env_now[:] = [_ProxyEnvironment(_env("http_proxy"), _env("https_proxy"), _env("all_proxy"), _env("no_proxy"))]
+
+
+def _environment() -> _ProxyEnvironment:
+    if not _env_now:
+        read_environment()
+    return _env_now[0]
 
 
 def configure(options: DownloadOptions) -> None:
@@ -314,8 +338,9 @@ def _bypassed(host: str, port: int, rules: str) -> bool:
 
 def _proxy_for(scheme: str, host: str, port: int) -> _Proxy | None:
     """The proxy the environment names for this URL, or None; a proxy fgdata cannot use fails the URL."""
-    url = _env(f"{scheme}_proxy") or _env("all_proxy")
-    if not url or _bypassed(host, port, _env("no_proxy")):
+    env = _environment()
+    url = (env.https_proxy if scheme == "https" else env.http_proxy) or env.all_proxy
+    if not url or _bypassed(host, port, env.no_proxy):
         return None
     return _parse_proxy(url)
 
@@ -509,7 +534,7 @@ def _tls_context() -> ssl.SSLContext:
 
 # -- the watchdog: total deadlines and stops -----------------------------------------------------------------
 
-_watch_cv = threading.Condition()
+_watch_cv = threading.Condition(threading.Lock())
 _watched: dict[int, tuple[socket.socket, float]] = {}
 _watcher: list[threading.Thread] = []  # the one watchdog thread of this process, once started
 _wake = [math.inf]  # when the watchdog wakes next
@@ -548,7 +573,7 @@ def _watchdog() -> None:
                 else:
                     nearest = min(nearest, deadline)
             _wake[0] = nearest
-            _watch_cv.wait(None if nearest == math.inf else nearest - now)
+            _watch_cv.wait(min(nearest - now, 3600.0))
 
 
 def _failure(e: BaseException, options: DownloadOptions, deadline: float) -> _Attempt:
