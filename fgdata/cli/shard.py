@@ -124,7 +124,7 @@ class DownloadFlags:
     per_host: int = flag(typer.Option(16, "--per-host", min=1, help="URL inputs: requests in flight to one host, per worker."))
     connect_timeout: float = flag(typer.Option(10.0, "--connect-timeout", help="Seconds to connect (DNS included)."))
     stall_timeout: float = flag(typer.Option(20.0, "--stall-timeout", help="Seconds without a byte before a request times out."))
-    timeout: float = flag(typer.Option(60.0, "--timeout", help="Seconds for one whole request, redirects included."))
+    timeout: float = flag(typer.Option(60.0, "--timeout", help="Seconds for one whole try of a URL: connect, headers and body, redirects included."))
     retries: int = flag(typer.Option(2, "--retries", min=0, help="Extra tries after a timeout, a dropped connection, 429 or 5xx (with backoff, honouring Retry-After up to 30 s)."))
     max_download_size: str = flag(typer.Option("50MB", "--max-download-size", help="Largest body accepted (e.g. 20MB)."))
     max_redirects: int = flag(typer.Option(5, "--max-redirects", min=0, help="Redirects followed at most."))
