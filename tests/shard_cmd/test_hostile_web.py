@@ -441,3 +441,18 @@ def test_a_socks_proxy_fails_each_url_with_its_reason(cli, hostile, proxy, tmp_p
     cli("shard", "images", manifest, tmp_path / "out", "--path-column", "url", "-q", expect=1)
     assert list(_failures(tmp_path / "out").values()) == [
         "proxy: a socks5:// proxy is not supported (http:// proxies only, https through CONNECT)"]
+
+
+@pytest.mark.parametrize(("rule", "proxied"), [
+    ("127.0.0.0/8", False), ("127.0.0.1", False), ("*", False), ("{port}", False), ("example.org,127.0.0.1", False),
+    ("10.0.0.0/8", True), ("example.org", True), ("127.0.0.1:1", True), ("", True)])
+def test_no_proxy_rules(hostile, proxy, monkeypatch, rule, proxied):
+    """NO_PROXY as curl and requests read it: CIDR ranges, addresses, ``*``, ``host:port``, lists."""
+    from fgdata.storage.http import DownloadOptions, fetch
+
+    port = hostile.url.rsplit(":", 1)[1]
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+    monkeypatch.setenv("NO_PROXY", rule.replace("{port}", f"127.0.0.1:{port}"))
+    read_environment()  # a library call reads the environment once; a job's start reads it again
+    assert fetch(f"{hostile.url}/img/5.png", options=DownloadOptions(retries=0))[1] == png_bytes(5)
+    assert [target for _, target, _ in proxy.seen] == ([f"{hostile.url}/img/5.png"] if proxied else [])
