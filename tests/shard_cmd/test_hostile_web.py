@@ -7,7 +7,7 @@
 - A hostile server: a short Content-Length with a smuggled second response, headers sent a byte per second
   (the total deadline; SIGTERM and SIGINT during it), credentials in the URL (sent as Basic authentication).
 - A loopback proxy: it sees every request when set, none for NO_PROXY hosts; its credentials are forwarded
-  and never written or printed.
+  and never written or printed; https goes through CONNECT with TLS verified for the URL's host (a test CA).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import base64
 import errno
 import ipaddress
 import json
+import os
 import random
 import select
 import signal
@@ -420,21 +421,6 @@ def test_a_proxy_sees_every_request_but_those_no_proxy_names(cli, hostile, proxy
     assert b"pr0xy-secret" not in written and "pr0xy-secret" not in result.output
 
 
-def test_https_goes_through_the_proxy_with_connect(cli, hostile, proxy, tmp_path, monkeypatch):
-    """The tunnel reaches a plain-HTTP server, which never answers a TLS handshake: the URL fails, after the
-    proxy was asked for a CONNECT to the URL's host with the credentials."""
-    port = hostile.url.rsplit(":", 1)[1]
-    monkeypatch.setenv("https_proxy", f"http://proxyuser:pr0xy-secret@127.0.0.1:{proxy.port}")
-    manifest = _manifest(tmp_path / "urls.jsonl", [f"https://127.0.0.1:{port}/img/1.png"])
-    result = cli("shard", "images", manifest, tmp_path / "out", "--path-column", "url", "--retries", "0",
-                 "--stall-timeout", "1", expect=1)
-    assert proxy.seen == [("CONNECT", f"127.0.0.1:{port}",
-                           "Basic " + base64.b64encode(b"proxyuser:pr0xy-secret").decode())]
-    (reason,) = _failures(tmp_path / "out").values()
-    assert reason.startswith(("tls:", "connection:", "timeout:")) and "pr0xy-secret" not in reason
-    assert "pr0xy-secret" not in result.output
-
-
 def test_a_socks_proxy_fails_each_url_with_its_reason(cli, hostile, proxy, tmp_path, monkeypatch):
     monkeypatch.setenv("ALL_PROXY", "socks5://user:pw@127.0.0.1:1080")
     manifest = _manifest(tmp_path / "urls.jsonl", [f"{hostile.url}/img/1.png"])
@@ -456,3 +442,67 @@ def test_no_proxy_rules(hostile, proxy, monkeypatch, rule, proxied):
     read_environment()  # a library call reads the environment once; a job's start reads it again
     assert fetch(f"{hostile.url}/img/5.png", options=DownloadOptions(retries=0))[1] == png_bytes(5)
     assert [target for _, target, _ in proxy.seen] == ([f"{hostile.url}/img/5.png"] if proxied else [])
+
+
+def _tls_files(folder: Path) -> tuple[Path, Path, Path]:
+    """A test CA and a certificate for ``localhost`` it signed: (CA pem, certificate pem, key pem)."""
+    import datetime
+
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fgdata test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(1).not_valid_before(now - datetime.timedelta(days=1))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(2)
+            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = folder / "ca.pem", folder / "cert.pem", folder / "key.pem"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return paths
+
+
+def test_https_through_connect_verifies_the_urls_host(proxy, tmp_path, monkeypatch):
+    """https through the proxy's CONNECT tunnel to a TLS server for ``localhost``: with the test CA trusted
+    (SSL_CERT_FILE) the image is written, the TLS name being the URL's host (SNI and the certificate check),
+    not the proxy's; without it the URL fails as ``tls``."""
+    import ssl
+
+    ca, cert, key = _tls_files(tmp_path)
+    origin = _Origin()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    names: list[str | None] = []
+    context.sni_callback = lambda sock, name, ctx: names.append(name)
+    origin.socket = context.wrap_socket(origin.socket, server_side=True)
+    port = origin.server_address[1]
+    try:
+        manifest = _manifest(tmp_path / "urls.jsonl", [f"https://localhost:{port}/img/1.png"])
+        env = {**os.environ, "https_proxy": f"http://proxyuser:pr0xy-secret@127.0.0.1:{proxy.port}"}
+        trusted = subprocess.run([*FGDATA, "shard", "images", str(manifest), str(tmp_path / "ok"), "--path-column",
+                                  "url", "--format", "keep", "--retries", "0"], capture_output=True, text=True,
+                                 env={**env, "SSL_CERT_FILE": str(ca)}, timeout=300)
+        assert trusted.returncode == 0, trusted.stderr
+        assert _by_source(tmp_path / "ok") == {f"https://localhost:{port}/img/1.png": png_bytes(1)}
+        assert names == ["localhost"]
+        assert proxy.seen == [("CONNECT", f"localhost:{port}", "Basic " + base64.b64encode(b"proxyuser:pr0xy-secret").decode())]
+        untrusted = subprocess.run([*FGDATA, "shard", "images", str(manifest), str(tmp_path / "bad"),
+                                    "--path-column", "url", "--retries", "0"], capture_output=True, text=True,
+                                   env=env, timeout=300)
+        assert untrusted.returncode == 1, untrusted.stderr
+        (reason,) = _failures(tmp_path / "bad").values()
+        assert reason.startswith("tls: certificate not verified"), reason
+        assert "pr0xy-secret" not in trusted.stdout + trusted.stderr + untrusted.stdout + untrusted.stderr
+    finally:
+        origin.stop()
