@@ -124,12 +124,17 @@ class DownloadFlags:
     per_host: int = flag(typer.Option(16, "--per-host", min=1, help="URL inputs: requests in flight to one host, per worker."))
     connect_timeout: float = flag(typer.Option(10.0, "--connect-timeout", help="Seconds to connect (DNS included)."))
     stall_timeout: float = flag(typer.Option(20.0, "--stall-timeout", help="Seconds without a byte before a request times out."))
-    timeout: float = flag(typer.Option(60.0, "--timeout", help="Seconds for one whole request, redirects included."))
+    timeout: float = flag(typer.Option(60.0, "--timeout", help="Seconds for one whole try of a URL: connect, headers and body, redirects included."))
     retries: int = flag(typer.Option(2, "--retries", min=0, help="Extra tries after a timeout, a dropped connection, 429 or 5xx (with backoff, honouring Retry-After up to 30 s)."))
     max_download_size: str = flag(typer.Option("50MB", "--max-download-size", help="Largest body accepted (e.g. 20MB)."))
     max_redirects: int = flag(typer.Option(5, "--max-redirects", min=0, help="Redirects followed at most."))
     user_agent_token: Optional[str] = flag(typer.Option(None, "--user-agent-token", help="Appended to fgdata's User-Agent: a contact (email or URL) for site owners."))
     honour_opt_out: bool = flag(typer.Option(True, "--honour-opt-out/--ignore-opt-out", help="Skip URLs whose X-Robots-Tag says noai, noimageai, noindex or none (default), or fetch them anyway."))
+    allow_private_network: bool = flag(typer.Option(
+        False, "--allow-private-network",
+        help="Let URLs (and their redirects) reach loopback, private, link-local and other non-public addresses, "
+             "for an internal mirror (refused by default: a URL list is untrusted input; also "
+             "FGDATA_ALLOW_PRIVATE_NETWORK=1)."))
     retry_failed: bool = flag(typer.Option(False, "--retry-failed", help="Rerun of a URL job: fetch again the inputs that failed for a retryable reason (timeout, dropped connection, 429, 5xx), rewriting the work units that hold one; ends as a fresh run in which they answered."))
 
     def options(self) -> Any:  # a DownloadOptions
@@ -139,7 +144,8 @@ class DownloadFlags:
                                timeout=self.timeout, retries=self.retries,
                                max_bytes=parse_bytes(self.max_download_size), max_redirects=self.max_redirects,
                                per_host=self.per_host, threads=self.fetch_threads,
-                               user_agent_token=self.user_agent_token, honour_opt_out=self.honour_opt_out)
+                               user_agent_token=self.user_agent_token, honour_opt_out=self.honour_opt_out,
+                               allow_private_network=self.allow_private_network)
 
 
 def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob

@@ -77,7 +77,7 @@ from fgdata.shards import ShardWriter, iter_samples
 from fgdata.shards.metadata import FGDATA_FIELD
 from fgdata.sources.folder import Skipped, WorkItem
 from fgdata.sources.stamps import InputStamps
-from fgdata.storage.http import DownloadOptions, retryable, stop_fetching
+from fgdata.storage.http import DownloadOptions, configure, read_environment, retryable, stop_fetching
 
 JOB_FILE = "shard_job.json"
 RECORD_VERSION = 3
@@ -145,6 +145,9 @@ def stream_items(job: ShardJob, skipped: list[Skipped]) -> Iterator[WorkItem]:
     if job.options.kind == "prompts":
         return iter_prompts(job.src, job.caption_column)
     if is_manifest(job.src):
+        if job.download is not None and job.src.startswith(("http://", "https://")):
+            configure(replace(job.download, max_bytes=None))  # the manifest's fetch: the job's network settings
+            read_environment()
         return iter_manifest(job.src, job.path_column, job.caption_column)
     if not storage.exists(job.src):
         raise FgdataError(f"{job.src}: no such folder or manifest")

@@ -140,7 +140,10 @@ class FaultServer:
 
 
 @pytest.fixture
-def server() -> Iterator[FaultServer]:
+def server(monkeypatch) -> Iterator[FaultServer]:
+    """The fault server, on loopback: the documented setting that lets fgdata reach it (an internal mirror) is
+    set for the test and the commands it starts."""
+    monkeypatch.setenv("FGDATA_ALLOW_PRIVATE_NETWORK", "1")
     s = FaultServer()
     s.thread.start()
     try:
