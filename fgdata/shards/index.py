@@ -92,7 +92,7 @@ def _first_headers(entry: SampleEntry) -> tuple[int, bytes]:
     return offset, member_header(f"{entry.key}.{ext}", size)
 
 
-def matches_shard(shard: str, scan: ShardScan) -> bool:
+def _matches_shard(shard: str, scan: ShardScan) -> bool:
     """Whether the shard holds the headers ``scan`` (its index) names at its first and last samples (module docstring)."""
     if not scan.samples:
         return True  # nothing to read through it; the size alone decides
@@ -124,7 +124,7 @@ def load_index(shard: str, expected_size: int | None = None) -> ShardScan | None
         return None
     if expected_size is not None and scan.size != expected_size:
         return None
-    return scan if matches_shard(shard, scan) else None
+    return scan if _matches_shard(shard, scan) else None
 
 
 def read_shard_counts(path: str) -> dict[str, int]:
