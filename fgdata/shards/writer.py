@@ -45,7 +45,7 @@ class WriteSummary:
 _USTAR_LIMIT = 0o77777777777  # the largest size an 11-digit octal field holds
 
 
-def _member_header(name: str, size: int) -> bytes:
+def member_header(name: str, size: int) -> bytes:
     """The tar header of one member, identical to ``TarInfo.tobuf(PAX_FORMAT)`` for our fixed fields.
 
     Short ASCII names (the common case) are packed directly, several times faster than
@@ -183,7 +183,7 @@ class ShardWriter:
             exts[low] = bytes(data)
         if key in self._keys:
             raise ShardError(f"sample key {key!r} is not unique in {self.dest}")
-        headers = [(ext, _member_header(f"{key}.{ext}", len(exts[ext]))) for ext in sorted(exts)]
+        headers = [(ext, member_header(f"{key}.{ext}", len(exts[ext]))) for ext in sorted(exts)]
         size = sum(len(h) + (len(exts[e]) + BLOCK - 1) // BLOCK * BLOCK for e, h in headers)
         if self._file is not None and self._full(size):
             self._close_shard()
@@ -223,7 +223,7 @@ class ShardWriter:
             self._tmp = None
         with self._publishing():  # ... but not while it is moved into place
             # The index first: a shard never sits under its final name without one; a stale index is told apart
-            # by its size.
+            # by its size and the headers of its first and last samples (fgdata.shards.index.load_index).
             write_index(ShardScan(shard=final, size=total, samples=self._entries), final)
             storage.publish(staged, final)
         self._tmp = None

@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from fgdata import __version__
+from fgdata.catalog import RUNTIME
 from fgdata.errors import StorageError
 from fgdata.storage.backend import Backend, FileInfo
 from fgdata.storage.local import atomic_path
@@ -74,7 +75,8 @@ _CHUNK = 1 << 16
 
 @dataclass(frozen=True)
 class DownloadOptions:
-    """How URLs are fetched. Part of a URL job's record: a rerun uses the same settings."""
+    """How URLs are fetched. Part of a URL job's record: a rerun uses the same settings, but for how many requests
+    are in flight (``threads``, ``per_host``: RUNTIME), which changes when a body arrives, never which body."""
 
     connect_timeout: float = 10.0
     stall_timeout: float = 20.0  # seconds without a byte from the server
@@ -83,8 +85,8 @@ class DownloadOptions:
     retry_after_cap: float = 30.0  # the longest Retry-After (and backoff) waited for
     max_bytes: int | None = 50_000_000  # body limit; None: no limit
     max_redirects: int = 5
-    per_host: int = 16  # requests in flight to one host, per worker process
-    threads: int = 32  # requests in flight per worker process
+    per_host: int = field(default=16, metadata=RUNTIME)  # requests in flight to one host, per worker process
+    threads: int = field(default=32, metadata=RUNTIME)  # requests in flight per worker process
     user_agent_token: str | None = None  # appended to the User-Agent (a contact: email or URL)
     honour_opt_out: bool = True
     # Where the job may connect, not how its bytes are made: outside the job record's fingerprint, like the
