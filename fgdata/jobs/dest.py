@@ -226,12 +226,59 @@ def _listing(names: list[str], most: int = 5) -> str:
     return ", ".join(names[:most]) + more
 
 
+#: Folders of version-control systems: a DST holding one (at any depth of what would go) is someone's working
+#: copy, and fgdata never removes it, ``--overwrite`` or not.
+VCS_DIRS = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs", "CVS", ".jj", ".pijul", ".fslckout", "_FOSSIL_"})
+
+
+def _vcs_below(name: str, path: str, below: list[storage.FileInfo]) -> str | None:
+    """The first version-control folder below the folder ``name`` (``path``; ``below``: its files), as a name
+    relative to DST."""
+    for info in below:
+        parts = storage.relative(path, info.path).split("/")[:-1]
+        for depth, part in enumerate(parts):
+            if part in VCS_DIRS:
+                return "/".join([name, *parts[: depth + 1]])
+    return None
+
+
+def _removal(dest: str, names: list[str]) -> tuple[list[str], list[str], int]:
+    """What removing ``names`` from ``dest`` takes, described: the files (``name (size)``), the folders
+    (``name/ (N files, size)``) and the bytes in all. A version-control folder among them, or below one of the
+    folders, is refused before anything is removed."""
+    from fgdata.report.format import human_bytes
+
+    sizes = {info.name: info.size for info in storage.list_dir(dest)} if storage.is_dir(dest) else {}
+    files, folders, total = [], [], 0
+    for name in names:
+        if name in sizes:
+            files.append(f"{name} ({human_bytes(sizes[name])})")
+            total += sizes[name]
+            continue
+        path = storage.join(dest, name)
+        below = storage.list_tree(path)[0] if storage.is_dir(path) else []
+        vcs = name if name in VCS_DIRS else _vcs_below(name, path, below)
+        if vcs is not None:
+            raise FgdataError(f"{storage.join(dest, vcs)}: a version-control folder would go; fgdata never removes "
+                              "one, even with --overwrite: choose another DST, or move it away yourself")
+        size = sum(info.size for info in below)
+        folders.append(f"{name}/ ({len(below)} file(s), {human_bytes(size)})")
+        total += size
+    return files, folders, total
+
+
 def remove_files(dest: str, names: list[str], why: str, notify: Notify | None) -> None:
-    """Delete ``names`` from ``dest``, saying what goes first."""
+    """Delete ``names`` (files or folders) from ``dest``, saying first what goes, by kind and size; refused whole,
+    before anything goes, when a version-control folder would go (:data:`VCS_DIRS`)."""
     if not names:
         return
+    from fgdata.report.format import human_bytes
+
+    files, folders, total = _removal(dest, names)
     if notify:
-        notify(f"{why}: removing {len(names)} file(s) from {dest}: {_listing(names)}")
+        kinds = [f"{len(files)} file(s): {_listing(files)}" if files else "",
+                 f"{len(folders)} folder(s): {_listing(folders)}" if folders else ""]
+        notify(f"{why}: removing from {dest} {human_bytes(total)} in " + "; ".join(k for k in kinds if k))
     for name in names:
         _remove(dest, name)
 
@@ -245,6 +292,27 @@ def check_foreign(dest: str, keep: Iterable[str] = (), overwrite: bool = False, 
         raise FgdataError(f"{dest} holds files fgdata did not write ({_listing(foreign, 3)}); "
                           "choose an empty folder, or pass --overwrite to remove them")
     remove_files(dest, foreign, "--overwrite", notify)
+
+
+def check_removable(dest: str, keep: Iterable[str] = ()) -> None:
+    """``--overwrite``'s check before anything is created: what it would remove holds no version-control folder."""
+    foreign = foreign_files(dest, keep)
+    if foreign:
+        _removal(dest, foreign)
+
+
+def check_sources(dest: str, sources: Iterable[str | None], in_place: bool = False) -> None:
+    """Refuse a DST that is a source of the job or holds one (whatever either's spelling: links followed, s3://
+    compared as bucket and prefix), before anything is created or removed: ``--overwrite`` and a rerun's sweep
+    would remove the inputs. A DST inside SRC is fine (the folder walk leaves it out). ``in_place``: an
+    ``encode``/``kd`` job that adds members to its input shards may write into that source itself."""
+    for src in sources:
+        where = storage.within(src, dest) if src else None
+        if where is None or where == "" and in_place:
+            continue
+        what = f"is SRC ({src})" if where == "" else f"holds SRC {src} (as {where})"
+        raise FgdataError(f"{dest}: DST {what}; fgdata never writes where its inputs are (--overwrite or a rerun "
+                          "would remove them): choose another DST (a folder inside SRC is fine)")
 
 
 def rank_lock(rank: int) -> str:

@@ -136,7 +136,8 @@ class ShardJob:
 
 def stream_items(job: ShardJob, skipped: list[Skipped]) -> Iterator[WorkItem]:
     """The job's inputs in source order, as a stream (a folder walk, manifest rows or prompt lines); a folder's
-    files that are not inputs are appended to ``skipped`` as the walk meets them."""
+    files that are not inputs are appended to ``skipped`` as the walk meets them. A DST inside the folder is left
+    out of the walk: its shards are not inputs."""
     from fgdata.media import VIDEO_EXTS
     from fgdata.media.image import SourceImageExtensions, missing_decoder
     from fgdata.sources.folder import walk_folder
@@ -151,7 +152,7 @@ def stream_items(job: ShardJob, skipped: list[Skipped]) -> Iterator[WorkItem]:
     if not storage.is_dir(job.src):
         raise FgdataError(f"{job.src}: is a file; expected a folder or a manifest (.csv, .jsonl, .parquet)")
     exts = SourceImageExtensions() if job.options.kind == "images" else VIDEO_EXTS
-    return walk_folder(job.src, exts, job.follow_symlinks, missing_decoder, skipped)
+    return walk_folder(job.src, exts, job.follow_symlinks, missing_decoder, skipped, leave_out=job.dest)
 
 
 def with_download(job: ShardJob, head: list[WorkItem]) -> ShardJob:
@@ -449,6 +450,7 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
     if world > 1 and (job.engine == "ray" or job.options.kind == "prompts"):
         what = "--engine ray starts its own workers" if job.engine == "ray" else "shard prompts runs in one process"
         raise FgdataError(f"{what}: launch it once, not under torchrun (WORLD_SIZE={world})")
+    destmod.check_sources(job.dest, [job.src])
     skipped: list[Skipped] = []
     stream = stream_items(job, skipped)
     head = list(islice(stream, job.units_of))  # the first unit: it decides whether the inputs are URLs
@@ -456,7 +458,8 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
         raise FgdataError(f"{job.src}: no inputs")
     job = with_download(job, head)
     removes = job.overwrite and rank == 0
-    refuse = None if removes else partial(destmod.check_foreign, job.dest)  # before .fgdata/ is created
+    # before .fgdata/ is created
+    refuse = partial(destmod.check_removable if removes else destmod.check_foreign, job.dest)
     with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse, world) as lock:
         before = destmod.shard_versions(job.dest)
         # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
