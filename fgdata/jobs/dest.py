@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import socket
@@ -90,6 +91,25 @@ def _state_dir(folder: str) -> int:
         raise FgdataError(f"{folder}: cannot open the job state folder ({exc.strerror})") from None
 
 
+def refuse_links(folder: str) -> None:
+    """Refuse a job state folder (``DST/.fgdata``, or an s3:// DST's local staging copy) holding a symbolic link at
+    any depth: the job writes and removes below it, and a link would carry those writes and removals out of DST.
+    Each entry's own type is read (never following it) before the job changes anything there."""
+    stack = [folder]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        with entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    raise FgdataError(f"{entry.path}: a symbolic link inside fgdata's job state folder; fgdata never "
+                                      "follows one there (its writes and removals would leave DST): remove it")
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+
+
 class DestLock:
     """An exclusive, crash-safe lock on one destination (see the module docstring)."""
 
@@ -102,6 +122,11 @@ class DestLock:
 
     def acquire(self) -> None:
         folder = _state_dir(os.path.dirname(self.path))
+        try:
+            refuse_links(os.path.dirname(self.path))
+        except FgdataError:
+            os.close(folder)
+            raise
         try:
             fd = os.open(os.path.basename(self.path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
                          dir_fd=folder)
@@ -191,20 +216,80 @@ def drop_stale_indexes(dest: str, before: dict[str, tuple[int, str]], notify: No
                "regenerate it with the tool that wrote it (e.g. energon prepare)")
 
 
+#: Files other fgdata commands wrote into a job's DST (``verify --write-ignore``, ``report -o``), by name.
+OUTPUTS_FILE = "outputs.json"
+OUTPUTS_FORMAT = "fgdata.outputs"
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _noted_record(folder: str) -> str | None:
+    """``folder``'s record of the files other fgdata commands wrote there; None when ``folder`` holds no job
+    state folder (or a local one that is not a plain folder: never read or written through a link)."""
+    state = storage.join(folder, STATE_DIR)
+    if not storage.is_url(state) and os.path.islink(state) or not storage.is_dir(state):
+        return None
+    return storage.join(state, OUTPUTS_FILE)
+
+
+def _noted(dest: str) -> dict[str, dict[str, Any]]:
+    record = _noted_record(dest)
+    if record is None or not storage.exists(record):
+        return {}
+    try:
+        doc = json.loads(storage.read_bytes(record))
+    except ValueError:
+        return {}
+    files = doc.get("files") if isinstance(doc, dict) and doc.get("format") == OUTPUTS_FORMAT else None
+    return {k: v for k, v in files.items() if isinstance(v, dict)} if isinstance(files, dict) else {}
+
+
+def note_output(path: str, command: str) -> None:
+    """Record a file another command wrote directly into a job's DST (``verify --write-ignore``, ``report -o`` and
+    its contact sheet) in ``DST/.fgdata/outputs.json``, with its size and SHA-256: while it still holds those
+    bytes, a rerun of the job takes it as fgdata's (neither foreign nor the job's own: left in place). A folder
+    without a job state folder is not a job's DST: nothing is recorded."""
+    folder, name = storage.parent(path), storage.basename(path)
+    record = _noted_record(folder)
+    if record is None:
+        return
+    data = storage.read_bytes(path)
+    files = _noted(folder)
+    files[name] = {"command": command, "size": len(data), "sha256": _digest(data)}
+    doc = {"format": OUTPUTS_FORMAT, "version": 1, "files": dict(sorted(files.items()))}
+    storage.write_bytes(record, (json.dumps(doc, indent=1) + "\n").encode())
+
+
+def _still_noted(dest: str, name: str, noted: dict[str, dict[str, Any]]) -> bool:
+    """Whether ``name`` is a file another fgdata command wrote into ``dest`` and still holds the bytes it wrote."""
+    entry = noted.get(name)
+    if entry is None:
+        return False
+    info = storage.stat(storage.join(dest, name))
+    return (info is not None and info.size == entry.get("size")
+            and _digest(storage.read_bytes(storage.join(dest, name))) == entry.get("sha256"))
+
+
 def own_outputs(dest: str, keep: Iterable[str] = ()) -> list[str]:
-    """Names in ``dest`` that fgdata wrote (its state folder and temporaries aside; ``keep``: names to leave)."""
+    """Names in ``dest`` that the job's command wrote (its state folder, temporaries and the files other fgdata
+    commands wrote there aside; ``keep``: names to leave)."""
     foreign = set(foreign_files(dest))
     kept = set(keep)
+    noted = _noted(dest)
     return [n for n in _entries(dest) if n not in foreign and n not in kept and n != STATE_DIR and not is_temp(n)
-            and other_index(n) is None]
+            and other_index(n) is None and n not in noted]
 
 
 def foreign_files(dest: str, keep: Iterable[str] = ()) -> list[str]:
     """Names in ``dest`` that fgdata did not write (``keep``: inputs of an in-place job); other tools' index
-    files (:func:`other_index`) are not counted."""
+    files (:func:`other_index`) and files other fgdata commands wrote there (:func:`note_output`) are not
+    counted."""
     names = _entries(dest)
     present = set(names)
     kept = set(keep)
+    noted = _noted(dest) if STATE_DIR in present else {}
     foreign = []
     for name in names:
         if name in SIDE_FILES or name in kept or is_temp(name) or other_index(name) is not None:
@@ -212,6 +297,8 @@ def foreign_files(dest: str, keep: Iterable[str] = ()) -> list[str]:
         if name.endswith(INDEX_SUFFIX) and name[: -len(INDEX_SUFFIX)].endswith(".tar"):
             continue
         if name.endswith(".tar") and name + INDEX_SUFFIX in present:
+            continue
+        if _still_noted(dest, name, noted):
             continue
         foreign.append(name)
     return foreign

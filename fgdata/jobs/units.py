@@ -285,9 +285,15 @@ def existing_markers(dest: str, folder: str = UNITS_DIR) -> set[int]:
 
 
 def unit_stage(dest: str, unit: int) -> str:
-    """The unit's own local folder where its shards are built (emptied here: only this unit writes there)."""
+    """The unit's own local folder where its shards are built (emptied here: only this unit writes there). The
+    job refused links in its state folder when it took DST (:func:`fgdata.jobs.dest.refuse_links`); one planted
+    since is refused here, before anything below it is emptied."""
     root = storage.staging_dir(dest)
     path = os.path.join(root, WORK_DIR, "%06d" % unit)
+    for step in (os.path.dirname(os.path.join(root, WORK_DIR)), os.path.join(root, WORK_DIR), path):
+        if os.path.islink(step):
+            raise FgdataError(f"{step}: a symbolic link inside fgdata's job state folder; fgdata never follows one "
+                              "there (its writes and removals would leave DST): remove it")
     if os.path.isdir(path):
         for name in os.listdir(path):
             os.unlink(os.path.join(path, name))
