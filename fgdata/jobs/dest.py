@@ -363,9 +363,9 @@ def remove_files(dest: str, names: list[str], why: str, notify: Notify | None) -
 
     files, folders, total = _removal(dest, names)
     if notify:
-        kinds = [f"{len(files)} file(s): {_listing(files)}" if files else "",
-                 f"{len(folders)} folder(s): {_listing(folders)}" if folders else ""]
-        notify(f"{why}: removing from {dest} {human_bytes(total)} in " + "; ".join(k for k in kinds if k))
+        kinds = " and ".join(k for k in (f"{len(files)} file(s)" if files else "",
+                                          f"{len(folders)} folder(s)" if folders else "") if k)
+        notify(f"{why}: removing {kinds} from {dest} ({human_bytes(total)}): {_listing(files + folders)}")
     for name in names:
         _remove(dest, name)
 

@@ -123,8 +123,8 @@ def test_overwrite_lists_files_and_folders_and_spares_version_control(cli, tree)
     (dest / "sub" / "a.bin").write_bytes(b"x" * 1500)
     (dest / ".env").write_text("KEY=1\n")
     done = _shard(cli, src, dest, "--overwrite")
-    assert "--overwrite: removing from" in done.stderr
-    assert "1 file(s): .env (6 B)" in done.stderr and "1 folder(s): sub/ (1 file(s), 1.5 KB)" in done.stderr
+    assert "--overwrite: removing 1 file(s) and 1 folder(s) from" in done.stderr
+    assert "(1.5 KB): .env (6 B), sub/ (1 file(s), 1.5 KB)" in done.stderr
     for vcs in (dest / ".git", dest / "deep" / "er" / ".hg"):
         vcs.mkdir(parents=True)
         (vcs / "store").write_text("history\n")
