@@ -149,9 +149,13 @@ class DestLock:
             os.close(fd)
             raise FgdataError(f"{self.dest}: locked by a job on host {owner['host']} (pid {owner.get('pid')}); "
                               f"if that job is gone, remove {self.path}")
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, json.dumps({"host": host, "pid": os.getpid()}).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, json.dumps({"host": host, "pid": os.getpid()}).encode())
+        except OSError as exc:  # a full disk fails here first: name the file
+            os.close(fd)
+            raise FgdataError(f"{self.path}: cannot write the lock file ({exc.strerror})") from None
         self._fd = fd
 
     def release(self) -> None:
