@@ -32,7 +32,6 @@ import contextlib
 import hashlib
 import itertools
 import json
-import os
 import shutil
 import time
 import uuid
