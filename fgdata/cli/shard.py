@@ -181,8 +181,10 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
         rows.append(("restarted", f"{report.restarted:,} work unit(s) an earlier run stopped half-way"))
     if report.retried:
         rows.append(("retried", f"{report.retried:,} retryable failure(s): {report.recovered:,} now written"))
-    if report.changed:
-        rows.append(("changed inputs", f"{report.changed:,}: wrote {len(report.rewritten):,} shard(s) again"))
+    diff = report.inputs
+    if diff is not None and (diff.added.count or diff.removed.count or diff.changed.count):
+        rows.append(("since the earlier run", f"{diff.added.count:,} added, {diff.removed.count:,} removed, "
+                     f"{diff.changed.count:,} changed inputs: wrote {len(report.rewritten):,} shard(s) again"))
     rows.append(("read", human_bytes(report.nbytes)))
     if report.warned:
         rows.append(("warnings", f"{report.warned:,}: {categories(report.warned_by_reason)} (in failures.json)"))
@@ -191,7 +193,8 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     details = {"samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
                "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes,
                "warnings": report.warned, "skipped": len(report.skipped),
-               "changed_inputs": report.changed_names, "rewritten_shards": report.rewritten,
+               "changed_inputs": diff.changed.names if diff else [], "added_inputs": diff.added.names if diff else [],
+               "removed_inputs": diff.removed.names if diff else [], "rewritten_shards": report.rewritten,
                "normalised": report.normalised, "retried": report.retried, "recovered": report.recovered,
                "restarted_units": report.restarted}
     if report.clips is not None:

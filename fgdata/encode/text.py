@@ -257,7 +257,7 @@ def encode_text(src: str, dst: str, options: TextOptions, *, batch_size: int = 3
     samples_from = into or src
     job = TaskJob(dest=dst, command="encode text", tasks=shard_tasks(samples_from), options=o, produce=produce,
                   provenance=provenance, base=into if into and not same_place(into, dst) else None,
-                  in_place=same_place(samples_from, dst))
+                  in_place=same_place(samples_from, dst), sources=(src, into))
     return run_tasks(job, run)
 
 

@@ -349,11 +349,13 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     other than 0 the result covers only that rank's chunks.
     """
     from fgdata.encode.models import resolve_device
+    from fgdata.jobs.dest import check_sources
     from fgdata.jobs.outputs import output_done, redoing
     from fgdata.jobs.ranks import dist_env, owned, run_launch
     from fgdata.workers import default_workers
 
     options = options or RefOptions()
+    check_sources(out, [source_path])  # --overwrite replaces OUT: never the images it reads
     metrics = metrics_for(out)
     env_rank, env_world = dist_env()
     rank = env_rank if rank is None else rank

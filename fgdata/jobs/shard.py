@@ -54,7 +54,7 @@ from fgdata.jobs.units import (
     ShardDone,
     Spool,
     Unit,
-    changed_names,
+    InputDiff,
     existing_markers,
     finalize,
     is_final,
@@ -90,7 +90,6 @@ URLS_AHEAD_PER_THREAD = 64
 ProgressFn = Callable[[int, int], None]
 Notify = Callable[[str], None]
 #: Inputs named in the "changed since the earlier run" line (the count is always given).
-NAMED = 5
 
 
 @dataclass(frozen=True)
@@ -136,7 +135,8 @@ class ShardJob:
 
 def stream_items(job: ShardJob, skipped: list[Skipped]) -> Iterator[WorkItem]:
     """The job's inputs in source order, as a stream (a folder walk, manifest rows or prompt lines); a folder's
-    files that are not inputs are appended to ``skipped`` as the walk meets them."""
+    files that are not inputs are appended to ``skipped`` as the walk meets them. A DST inside the folder is left
+    out of the walk: its shards are not inputs."""
     from fgdata.media import VIDEO_EXTS
     from fgdata.media.image import SourceImageExtensions, missing_decoder
     from fgdata.sources.folder import walk_folder
@@ -154,7 +154,7 @@ def stream_items(job: ShardJob, skipped: list[Skipped]) -> Iterator[WorkItem]:
     if not storage.is_dir(job.src):
         raise FgdataError(f"{job.src}: is a file; expected a folder or a manifest (.csv, .jsonl, .parquet)")
     exts = SourceImageExtensions() if job.options.kind == "images" else VIDEO_EXTS
-    return walk_folder(job.src, exts, job.follow_symlinks, missing_decoder, skipped)
+    return walk_folder(job.src, exts, job.follow_symlinks, missing_decoder, skipped, leave_out=job.dest)
 
 
 def with_download(job: ShardJob, head: list[WorkItem]) -> ShardJob:
@@ -355,8 +355,7 @@ class _Run:
     done: int = 0  # inputs of units finished or found complete: what a stop reports
     normalised: Counter[str] = field(default_factory=Counter)
     clips: ClipTally | None = None
-    changed: int = 0
-    changed_names: list[str] = field(default_factory=list)
+    diff: InputDiff = field(default_factory=InputDiff)
     rewritten: list[str] = field(default_factory=list)
     restarted: int = 0  # units an earlier run started and did not finish
     retried: dict[int, set[int | None]] = field(default_factory=dict)  # unit -> indices of retryable failures
@@ -395,6 +394,7 @@ def _pending(job: ShardJob, units: Iterable[Unit], run: _Run, stamp: tuple[str, 
     redone."""
     options_fp, _ = stamp
     markers = existing_markers(job.dest) if job.resume else set()  # --no-resume: every unit is redone
+    last = max(markers, default=-1)
     for unit in units:
         run.units = unit.number + 1
         if not mine(unit.number):
@@ -404,6 +404,9 @@ def _pending(job: ShardJob, units: Iterable[Unit], run: _Run, stamp: tuple[str, 
         if isinstance(found, Plan):
             run.restarted += 1
         old = found if isinstance(found, Marker) else None
+        compared = old if old is not None and old.options == options_fp else None
+        if markers and (compared is None or compared.inputs != unit.inputs):
+            run.diff.compare(compared, unit, appended=unit.number > last)
         if old is not None and not resumable(old, options_fp, listed_sizes(present)):
             old = None
         if old is not None and old.inputs == unit.inputs and not _redone(job, old):
@@ -416,13 +419,13 @@ def _pending(job: ShardJob, units: Iterable[Unit], run: _Run, stamp: tuple[str, 
                 progress(old.count, 0)
             continue
         if old is not None and old.inputs != unit.inputs:
-            names = changed_names(old, unit)
-            run.changed += len(names)
-            run.changed_names += names[: max(0, NAMED - len(run.changed_names))]
             run.rewritten += [s.name for s in old.shards]
         elif old is not None:  # --retry-failed
             run.retried[unit.number] = {f.index for f in old.failures if retryable(f.reason)}
         yield unit
+    if markers:  # the earlier run's units beyond this run's last one hold inputs removed (or moved up)
+        tail = (read_unit(job.dest, n) for n in sorted(markers) if n >= run.units and mine(n))
+        run.diff.end(m for m in tail if isinstance(m, Marker) and m.options == options_fp)
 
 
 def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
@@ -452,6 +455,7 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
     if world > 1 and (job.engine == "ray" or job.options.kind == "prompts"):
         what = "--engine ray starts its own workers" if job.engine == "ray" else "shard prompts runs in one process"
         raise FgdataError(f"{what}: launch it once, not under torchrun (WORLD_SIZE={world})")
+    destmod.check_sources(job.dest, [job.src])
     skipped: list[Skipped] = []
     stream = stream_items(job, skipped)
     head = list(islice(stream, job.units_of))  # the first unit: it decides whether the inputs are URLs
@@ -459,7 +463,8 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
         raise FgdataError(f"{job.src}: no inputs")
     job = with_download(job, head)
     removes = job.overwrite and rank == 0
-    refuse = None if removes else partial(destmod.check_foreign, job.dest)  # before .fgdata/ is created
+    # before .fgdata/ is created
+    refuse = partial(destmod.check_removable if removes else destmod.check_foreign, job.dest)
     with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse, world) as lock:
         before = destmod.shard_versions(job.dest)
         # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
@@ -549,7 +554,7 @@ def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where
                       failures_path=storage.join(job.dest, FAILURES_FILE), resumed=run.resumed, nbytes=run.nbytes,
                       normalised=dict(sorted(run.normalised.items())), warned=totals.warned,
                       warned_by_reason=dict(sorted(totals.warned_by_reason.items())), skipped=extra["skipped"],
-                      clips=run.clips, rank=rank, world=world, changed=run.changed, changed_names=run.changed_names,
+                      clips=run.clips, rank=rank, world=world, inputs=run.diff,
                       rewritten=run.rewritten, restarted=run.restarted,
                       stats_path=storage.join(job.dest, STATS_FILE) if job.options.download is not None else None,
                       retried=sum(len(v) for v in run.retried.values()), recovered=run.recovered)
@@ -609,13 +614,15 @@ def _share_report(job: ShardJob, run: _Run, rank: int, world: int) -> JobSummary
 
 
 def _said(report: JobSummary, notify: Notify | None) -> None:
-    """Say which inputs changed since the earlier run and which shards were written again for them."""
-    if notify and report.changed:
-        more = f" and {report.changed - len(report.changed_names)} more" if report.changed > len(report.changed_names) \
-            else ""
-        notify(f"{report.changed} input(s) changed since the earlier run ({', '.join(report.changed_names)}{more}): "
-               f"wrote {len(report.rewritten)} shard(s) again ({', '.join(report.rewritten[:5])}"
-               f"{' and more' if len(report.rewritten) > 5 else ''})")
+    """Say which inputs were added, removed or replaced since the earlier run and which shards were written again
+    for them."""
+    diff = report.inputs
+    told = [] if diff is None else [
+        f"{n.count} input(s) {what} ({', '.join(n.names)}{' and more' if n.count > len(n.names) else ''})"
+        for what, n in (("added", diff.added), ("removed", diff.removed), ("changed", diff.changed)) if n.count]
+    if notify and (told or report.rewritten):
+        notify(f"since the earlier run: {'; '.join(told) or 'inputs moved'}: wrote {len(report.rewritten)} shard(s) "
+               f"again ({', '.join(report.rewritten[:5])}{' and more' if len(report.rewritten) > 5 else ''})")
 
 
 def quickstart_videos(outdir: str | os.PathLike[str]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fgdata.jobs.units import ClipTally
+    from fgdata.jobs.units import ClipTally, InputDiff
 
 
 @dataclass(kw_only=True)
@@ -60,8 +60,7 @@ class JobSummary(OutputSummary):
     warned_by_reason: dict[str, int] = field(default_factory=dict)
     skipped: list[dict[str, Any]] = field(default_factory=list)  # files below SRC that are not inputs
     clips: ClipTally | None = None  # --clip-seconds: the clips written in this run
-    changed: int = 0  # inputs replaced since the earlier run
-    changed_names: list[str] = field(default_factory=list)  # the first of them
+    inputs: InputDiff | None = None  # inputs added, removed and replaced since the earlier run
     rewritten: list[str] = field(default_factory=list)  # shards of the earlier run written again for them
     restarted: int = 0  # work units an earlier run started and did not finish, written again from their start
     stats_path: str | None = None  # URL jobs: shard_stats.json (per-shard successes and failures by reason)

@@ -44,8 +44,10 @@ from fgdata.storage.paths import (
     is_url,
     join,
     parent,
+    place_key,
     relative,
     same_file_key,
+    within,
 )
 from fgdata.storage.s5cmd import s5cmd_binary
 
@@ -77,6 +79,7 @@ __all__ = [
     "move",
     "open_read",
     "parent",
+    "place_key",
     "publish",
     "random_access",
     "read_bytes",
@@ -93,6 +96,7 @@ __all__ = [
     "stat",
     "tree_lister",
     "upload",
+    "within",
     "write_bytes",
     "writing_to",
 ]

@@ -58,6 +58,23 @@ def same_file_key(path: str) -> str:
     return head + re.sub("/+", "/", path[len(head):]).rstrip("/")
 
 
+def place_key(path: str) -> str:
+    """One spelling of a folder, file or prefix, for telling whether two are the same place or one holds the other:
+    a local path with every link resolved (its own included), a URL as its bucket and prefix."""
+    return same_file_key(path) if is_url(path) else os.path.realpath(path)
+
+
+def within(path: str, folder: str) -> str | None:
+    """Where ``path`` lies below ``folder`` (``/``-separated, ``""`` for the same place), however either is
+    spelled (:func:`place_key`); None when it lies elsewhere."""
+    inner, outer = place_key(path), place_key(folder).rstrip("/")
+    if inner == outer or not outer:
+        return "" if inner == outer else inner.lstrip("/")
+    if not inner.startswith(outer + ("/" if is_url(outer) else os.sep)):
+        return None
+    return inner[len(outer) + 1:].replace(os.sep, "/")
+
+
 @functools.lru_cache(maxsize=1024)
 def _real_folder(folder: str) -> str:
     """A folder with its symlinks resolved (cached: a dataset's shards share a handful of folders)."""
