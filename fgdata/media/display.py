@@ -14,7 +14,8 @@ viewer shows, 8-bit RGB or greyscale, and names each change it made (the keys of
   composited on the background (white unless chosen); a fully opaque alpha channel is dropped
   without counting as a change;
 - ``icc``: an RGB ICC profile whose primaries are not sRGB's (Display P3, Adobe RGB, ...) is
-  converted to sRGB (perceptual intent), unless ``keep_icc``.
+  converted to sRGB (perceptual intent), unless ``keep_icc``; the result carries lcms's sRGB profile
+  with a fixed creation date, so the same input always gives the same bytes.
 
 Docs: docs/FORMATS.md (what ``shard images`` writes) and docs/DIFFERENCES.md (``resize="reference"``
 keeps the reference loaders' plain decode instead).
@@ -25,6 +26,7 @@ from __future__ import annotations
 import functools
 import io
 import re
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +54,9 @@ _TRANSPOSE = {
 }
 _ORIENTATION_TAG = 0x0112
 _CHROMATICITY_TOLERANCE = 0.005
+#: The creation date (year, month, day, hour, minute, second) in the header of the sRGB profile that a
+#: converted image carries: fixed, so that the same input gives the same bytes (docs/FORMATS.md).
+SRGB_PROFILE_DATE = (2000, 1, 1, 0, 0, 0)
 
 
 def parse_background(text: str) -> tuple[int, int, int]:
@@ -86,10 +91,23 @@ def exif_orientation(im: Image.Image) -> int:
 
 
 @functools.lru_cache(maxsize=1)
-def _srgb_chromaticities() -> tuple[tuple[float, float], ...]:
+def _srgb_profile() -> tuple[Any, bytes]:
+    """lcms's built-in sRGB profile (the target of every conversion) and the bytes fgdata embeds for it.
+
+    lcms stamps the time it created a profile into the header's date, so embedding its own bytes
+    would make the same input give different bytes on every run; the embedded copy carries a fixed
+    date (:data:`SRGB_PROFILE_DATE`) instead. Built once per process."""
     from PIL import ImageCms
 
-    p = ImageCms.createProfile("sRGB")
+    profile = ImageCms.createProfile("sRGB")
+    data = bytearray(ImageCms.ImageCmsProfile(profile).tobytes())
+    data[24:36] = struct.pack(">6H", *SRGB_PROFILE_DATE)  # the header's creation dateTimeNumber
+    return profile, bytes(data)
+
+
+@functools.lru_cache(maxsize=1)
+def _srgb_chromaticities() -> tuple[tuple[float, float], ...]:
+    p = _srgb_profile()[0]
     colorants = (p.red_colorant, p.green_colorant, p.blue_colorant)
     return tuple((c[1][0], c[1][1]) for c in colorants if c is not None)
 
@@ -136,14 +154,14 @@ def _srgb(im: Image.Image, icc: bytes, mode: str) -> Image.Image:
 
     try:
         source = ImageCms.ImageCmsProfile(io.BytesIO(icc))
-        out = ImageCms.profileToProfile(im, source, ImageCms.createProfile("sRGB"),
-                                        renderingIntent=ImageCms.Intent.PERCEPTUAL, outputMode=mode)
+        target, embedded = _srgb_profile()
+        out = ImageCms.profileToProfile(im, source, target, renderingIntent=ImageCms.Intent.PERCEPTUAL,
+                                        outputMode=mode)
     except (OSError, ValueError, ImageCms.PyCMSError) as e:
         raise ImageDecodeError(f"cannot convert the image's ICC profile to sRGB: {e}") from e
     assert out is not None  # not in place, so a new image
+    out.info["icc_profile"] = embedded  # what a PNG writer embeds: the same bytes on every run
     return out
-
-
 
 
 def _cmyk_profile(icc: bytes | None) -> bool:
