@@ -6,6 +6,8 @@ viewer shows, 8-bit RGB or greyscale, and names each change it made (the keys of
 :data:`CHANGES`):
 
 - ``orientation``: the EXIF Orientation tag is applied (the pixels are turned; the tag is gone);
+- ``animation``: an animated image (GIF, APNG, WebP, AVIF) is its first frame, as every loader reads
+  it; the detail is its frame count (a camera's multi-picture JPEG is not an animation);
 - ``8-bit``: 16-bit and 32-bit integer images are scaled to 8 bits (``round(x * 255 / 65535)``;
   32-bit values outside 0..65535 by their own range), floating-point images from 0..1 (or their
   own range when wider), never clipped as Pillow's ``convert`` does;
@@ -37,7 +39,7 @@ from fgdata.media.errors import ImageDecodeError
 __all__ = ["BACKGROUNDS", "CHANGES", "Display", "display_image", "parse_background", "wide_gamut_profile"]
 
 #: The changes :func:`display_image` can make, in the order it makes them.
-CHANGES = ("8-bit", "cmyk", "alpha", "icc", "orientation")
+CHANGES = ("animation", "8-bit", "cmyk", "alpha", "icc", "orientation")
 #: Named backgrounds for compositing transparency; ``#rrggbb`` is accepted too.
 BACKGROUNDS = {"white": (255, 255, 255), "black": (0, 0, 0), "gray": (128, 128, 128)}
 
@@ -194,6 +196,9 @@ def display_image(im: Image.Image, display: Display = Display()) -> tuple[Image.
     to RGB (other modes, e.g. 1-bit, YCbCr) with an empty dict.
     """
     changes: dict[str, Any] = {}
+    frames = getattr(im, "n_frames", 1) if im.format != "MPO" else 1
+    if frames > 1:
+        changes["animation"] = frames
     orientation = exif_orientation(im)
     icc = im.info.get("icc_profile") or None
     if im.mode in _HIGH_DEPTH:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from display_photos import BLUE, CHANGES, GREEN, P3_COLOUR, PHOTOS, RED, png, rgb16_png
 from iccprofile import DISPLAY_P3, rgb_profile
 from PIL import Image, ImageCms
 from reference_transforms import reference_image
@@ -21,56 +22,6 @@ from reference_transforms import reference_image
 from fgdata.media.image import decode_display, load_image_for_training
 from fgdata.media.preview import thumbnail
 from fgdata.shards import ShardWriter, discover_shards, iter_samples
-
-RED, BLUE, GREEN = (255, 0, 0), (0, 0, 255), (0, 255, 0)
-P3_COLOUR = (40, 180, 90)  # inside both gamuts, so the sRGB values differ without clipping
-
-
-def _jpeg(im: Image.Image, **save) -> bytes:
-    buf = io.BytesIO()
-    im.save(buf, "JPEG", quality=95, **save)
-    return buf.getvalue()
-
-
-def _png(im: Image.Image, **save) -> bytes:
-    buf = io.BytesIO()
-    im.save(buf, "PNG", **save)
-    return buf.getvalue()
-
-
-def _sideways() -> bytes:
-    """Stored 64 wide x 32 high, red on the left; EXIF Orientation 6 turns it upright (red on top)."""
-    im = Image.new("RGB", (64, 32), BLUE)
-    im.paste(RED, (0, 0, 32, 32))
-    exif = Image.Exif()
-    exif[0x0112] = 6
-    return _jpeg(im, exif=exif.tobytes())
-
-
-def _half_transparent(mode: str) -> bytes:
-    """Left half opaque green, right half fully transparent red (RGBA), or the palette equivalent."""
-    if mode == "RGBA":
-        im = Image.new("RGBA", (32, 32), (*RED, 0))
-        im.paste((*GREEN, 255), (0, 0, 16, 32))
-        return _png(im)
-    im = Image.new("P", (32, 32), 0)
-    im.putpalette([*RED, *GREEN] + [0] * 762)
-    im.paste(1, (0, 0, 16, 32))
-    return _png(im, transparency=0)
-
-
-PHOTOS = {
-    "grey16.png": lambda: _png(Image.fromarray(np.linspace(0, 65535, 48 * 64).reshape(48, 64).astype(np.uint16))),
-    "sideways.jpg": _sideways,
-    "cmyk.jpg": lambda: _jpeg(Image.new("RGB", (40, 30), (200, 30, 30)).convert("CMYK")),
-    "rgba.png": lambda: _half_transparent("RGBA"),
-    "palette.png": lambda: _half_transparent("P"),
-    "p3.jpg": lambda: _jpeg(Image.new("RGB", (24, 24), P3_COLOUR), icc_profile=rgb_profile(DISPLAY_P3, "Display P3 (test)")),
-    "plain.jpg": lambda: _jpeg(Image.new("RGB", (24, 16), (10, 200, 10))),
-}
-CHANGES = {"grey16.png": {"8-bit": "I;16"}, "sideways.jpg": {"orientation": 6}, "cmyk.jpg": {"cmyk": "CMYK"},
-           "rgba.png": {"alpha": "#ffffff"}, "palette.png": {"alpha": "#ffffff"}, "p3.jpg": {"icc": "Display P3 (test)"}}
-
 
 @pytest.fixture
 def photos(tmp_path: Path) -> Path:
@@ -158,7 +109,7 @@ def test_keep_icc_keeps_a_wide_gamut_jpeg_byte_for_byte(cli, photos: Path, tmp_p
 
 
 def test_format_keep_warns_once_naming_the_extensions(cli, photos: Path, tmp_path: Path):
-    (photos / "extra.webp").write_bytes(_png(Image.new("RGB", (8, 8))))  # a PNG named .webp counts as webp
+    (photos / "extra.webp").write_bytes(png(Image.new("RGB", (8, 8))))  # a PNG named .webp counts as webp
     result = cli("shard", "images", photos, tmp_path / "out", "--format", "keep", "--no-progress")
     assert result.output.count("--format keep") == 1
     assert "3 image extensions (jpg 4, png 3, webp 1)" in result.output and "HF datasets" in result.output
@@ -245,26 +196,12 @@ def test_max_side_shrinks_the_upright_image(cli, photos: Path, tmp_path: Path):
     assert np.abs(rgb[1, 4] - RED).max() < 40 and np.abs(rgb[14, 4] - BLUE).max() < 40
 
 
-def _rgb16_png(rgb: np.ndarray) -> bytes:
-    """A 16-bit RGB PNG written by hand (Pillow writes none): IHDR bit depth 16, colour type 2."""
-    import struct
-    import zlib
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    h, w, _ = rgb.shape
-    rows = b"".join(b"\0" + rgb[y].astype(">u2").tobytes() for y in range(h))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
-
-
 def test_a_16bit_rgb_png_is_stored_as_8bit_even_in_its_own_format(cli, tmp_path: Path):
     src = tmp_path / "src"
     src.mkdir()
     rgb = np.zeros((8, 8, 3), np.uint16)
     rgb[..., 0], rgb[..., 1] = 65535, 32896  # 32896 = 128 * 257
-    (src / "deep.png").write_bytes(_rgb16_png(rgb))
+    (src / "deep.png").write_bytes(rgb16_png(rgb))
     dest = tmp_path / "out"
     cli("shard", "images", src, dest, "--format", "png", "--no-progress")
     members = _by_source(dest)["deep.png"]
