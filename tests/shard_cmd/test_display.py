@@ -108,11 +108,57 @@ def test_keep_icc_keeps_a_wide_gamut_jpeg_byte_for_byte(cli, photos: Path, tmp_p
     assert "normalised" not in json.loads(samples["p3.jpg"]["json"])["fgdata"]
 
 
-def test_format_keep_warns_once_naming_the_extensions(cli, photos: Path, tmp_path: Path):
-    (photos / "extra.webp").write_bytes(png(Image.new("RGB", (8, 8))))  # a PNG named .webp counts as webp
-    result = cli("shard", "images", photos, tmp_path / "out", "--format", "keep", "--no-progress")
+def _animation(fmt: str, frames: int = 3) -> bytes:
+    """``frames`` frames of 20 x 20, frame i grey level 80 * i (the first is black)."""
+    images = [Image.new("RGB", (20, 20), (80 * i,) * 3) for i in range(frames)]
+    buf = io.BytesIO()
+    images[0].save(buf, fmt, save_all=True, append_images=images[1:], duration=100, loop=0)
+    return buf.getvalue()
+
+
+def test_format_keep_warns_once_counting_the_formats_written(cli, photos: Path, tmp_path: Path):
+    """The warning counts what the dataset holds, not the inputs' names: a PNG named .webp is written as png, a
+    GIF (which the loaders do not read) is encoded as PNG, a BMP is kept."""
+    (photos / "extra.webp").write_bytes(png(Image.new("RGB", (8, 8))))
+    (photos / "moving.gif").write_bytes(_animation("GIF"))
+    Image.new("RGB", (8, 8), RED).save(photos / "still.bmp")
+    result = cli("shard", "images", photos, tmp_path / "out", "--format", "keep", "--no-progress", "--json")
+    doc = json.loads(result.stdout)
+    assert doc["image_formats"] == {"png": 5, "jpg": 4, "bmp": 1} and doc["written"] == 10
     assert result.output.count("--format keep") == 1
-    assert "3 image extensions (jpg 4, png 3, webp 1)" in result.output and "HF datasets" in result.output
+    assert "3 image extensions (png 5, jpg 4, bmp 1)" in result.output and "misses 5 samples" in result.output
+    formats = {name: set(m) - {"json", "txt"} for name, m in _by_source(tmp_path / "out").items()}
+    assert formats["extra.webp"] == formats["moving.gif"] == {"png"} and formats["still.bmp"] == {"bmp"}
+    one = tmp_path / "one"
+    (one / "src").mkdir(parents=True)
+    (one / "src" / "a.gif").write_bytes(_animation("GIF"))
+    (one / "src" / "b.png").write_bytes(png(Image.new("RGB", (8, 8))))
+    result = cli("shard", "images", one / "src", one / "out", "--format", "keep", "--no-progress")
+    assert "--format keep" not in result.output  # a GIF written as png: one format, nothing to warn about
+
+
+@pytest.mark.parametrize("image_format", ["jpg", "png", "webp", "keep"])
+def test_an_animation_is_its_first_frame_in_every_format_and_is_counted(cli, tmp_path: Path, image_format: str):
+    """Animated GIF, PNG (APNG) and WebP: every output format stores the first frame (what every loader reads),
+    listed under "normalised" as ``animation: <frames>`` and counted in the summary; a still image is not."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, fmt in (("a.gif", "GIF"), ("a.png", "PNG"), ("a.webp", "WEBP")):
+        (src / name).write_bytes(_animation(fmt))
+    (src / "still.png").write_bytes(png(Image.new("RGB", (20, 20), RED)))
+    doc = json.loads(cli("shard", "images", src, tmp_path / "out", "--format", image_format, "--no-progress",
+                         "--json").stdout)
+    assert doc["written"] == 4 and doc["normalised"] == {"animation": 3}
+    for name, members in _by_source(tmp_path / "out").items():
+        (ext,) = set(members) - {"json", "txt"}
+        stored = Image.open(io.BytesIO(members[ext]))
+        assert getattr(stored, "n_frames", 1) == 1, (name, ext)
+        normalised = json.loads(members["json"])["fgdata"].get("normalised")
+        if name == "still.png":
+            assert normalised is None and np.abs(_pixels(members[ext])[0, 0] - RED).max() < 8
+        else:
+            assert normalised == {"animation": 3}, name
+            assert np.abs(_pixels(members[ext])[10, 10]).max() < 8, name  # the first frame: black
 
 
 def test_a_changed_background_or_format_is_refused_on_resume(cli, photos: Path, tmp_path: Path):
@@ -207,3 +253,26 @@ def test_a_16bit_rgb_png_is_stored_as_8bit_even_in_its_own_format(cli, tmp_path:
     members = _by_source(dest)["deep.png"]
     assert json.loads(members["json"])["fgdata"]["normalised"] == {"8-bit": "16-bit PNG"}
     assert members["png"][24] == 8 and np.array_equal(_pixels(members["png"])[0, 0], (255, 128, 0))
+
+
+def test_a_converted_photo_carries_one_fixed_srgb_profile_and_the_same_pixels(tmp_path: Path):
+    """lcms stamps the time into a profile it creates; the sRGB profile a converted image carries has a fixed date
+    instead (the same bytes every run), and the pixels are exactly lcms's conversion to its own sRGB profile."""
+    import struct
+
+    from fgdata.media.display import SRGB_PROFILE_DATE
+
+    rng = np.random.default_rng(0)
+    src = Image.fromarray(rng.integers(0, 256, (16, 24, 3), dtype=np.uint8))
+    p3 = rgb_profile(DISPLAY_P3, "Display P3 (test)")
+    shown, changes = decode_display(png(src, icc_profile=p3))
+    assert changes == {"icc": "Display P3 (test)"}
+    embedded = shown.info["icc_profile"]
+    assert embedded[24:36] == struct.pack(">6H", *SRGB_PROFILE_DATE)
+    assert ImageCms.ImageCmsProfile(io.BytesIO(embedded)).profile.profile_description == "sRGB built-in"
+    assert decode_display(png(src, icc_profile=p3))[0].info["icc_profile"] == embedded
+    lcms = ImageCms.profileToProfile(src, ImageCms.ImageCmsProfile(io.BytesIO(p3)), ImageCms.createProfile("sRGB"),
+                                     renderingIntent=ImageCms.Intent.PERCEPTUAL)
+    assert np.array_equal(np.asarray(shown), np.asarray(lcms))
+    stored = Image.open(io.BytesIO(png(shown)))  # what --format png writes: this profile, byte for byte
+    assert stored.info["icc_profile"] == embedded
