@@ -16,8 +16,8 @@ viewer shows, 8-bit RGB or greyscale, and names each change it made (the keys of
   composited on the background (white unless chosen); a fully opaque alpha channel is dropped
   without counting as a change;
 - ``icc``: an RGB ICC profile whose primaries are not sRGB's (Display P3, Adobe RGB, ...) is
-  converted to sRGB (perceptual intent), unless ``keep_icc``; the result carries lcms's sRGB profile
-  with a fixed creation date, so the same input always gives the same bytes.
+  converted to sRGB (perceptual intent), unless ``keep_icc``; the result carries no profile (sRGB is
+  implied), so its bytes never depend on when the conversion ran.
 
 Docs: docs/FORMATS.md (what ``shard images`` writes) and docs/DIFFERENCES.md (``resize="reference"``
 keeps the reference loaders' plain decode instead).
@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import io
 import re
-import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,9 +55,6 @@ _TRANSPOSE = {
 }
 _ORIENTATION_TAG = 0x0112
 _CHROMATICITY_TOLERANCE = 0.005
-#: The creation date (year, month, day, hour, minute, second) in the header of the sRGB profile that a
-#: converted image carries: fixed, so that the same input gives the same bytes (docs/FORMATS.md).
-SRGB_PROFILE_DATE = (2000, 1, 1, 0, 0, 0)
 
 
 def parse_background(text: str) -> tuple[int, int, int]:
@@ -93,23 +89,16 @@ def exif_orientation(im: Image.Image) -> int:
 
 
 @functools.lru_cache(maxsize=1)
-def _srgb_profile() -> tuple[Any, bytes]:
-    """lcms's built-in sRGB profile (the target of every conversion) and the bytes fgdata embeds for it.
-
-    lcms stamps the time it created a profile into the header's date, so embedding its own bytes
-    would make the same input give different bytes on every run; the embedded copy carries a fixed
-    date (:data:`SRGB_PROFILE_DATE`) instead. Built once per process."""
+def _srgb_profile() -> Any:
+    """lcms's built-in sRGB profile, the target of every conversion; built once per process."""
     from PIL import ImageCms
 
-    profile = ImageCms.createProfile("sRGB")
-    data = bytearray(ImageCms.ImageCmsProfile(profile).tobytes())
-    data[24:36] = struct.pack(">6H", *SRGB_PROFILE_DATE)  # the header's creation dateTimeNumber
-    return profile, bytes(data)
+    return ImageCms.createProfile("sRGB")
 
 
 @functools.lru_cache(maxsize=1)
 def _srgb_chromaticities() -> tuple[tuple[float, float], ...]:
-    p = _srgb_profile()[0]
+    p = _srgb_profile()
     colorants = (p.red_colorant, p.green_colorant, p.blue_colorant)
     return tuple((c[1][0], c[1][1]) for c in colorants if c is not None)
 
@@ -156,13 +145,14 @@ def _srgb(im: Image.Image, icc: bytes, mode: str) -> Image.Image:
 
     try:
         source = ImageCms.ImageCmsProfile(io.BytesIO(icc))
-        target, embedded = _srgb_profile()
-        out = ImageCms.profileToProfile(im, source, target, renderingIntent=ImageCms.Intent.PERCEPTUAL,
+        out = ImageCms.profileToProfile(im, source, _srgb_profile(), renderingIntent=ImageCms.Intent.PERCEPTUAL,
                                         outputMode=mode)
     except (OSError, ValueError, ImageCms.PyCMSError) as e:
         raise ImageDecodeError(f"cannot convert the image's ICC profile to sRGB: {e}") from e
     assert out is not None  # not in place, so a new image
-    out.info["icc_profile"] = embedded  # what a PNG writer embeds: the same bytes on every run
+    # No profile goes with the result: sRGB is implied (docs/FORMATS.md), as for every JPEG and WebP fgdata
+    # encodes. Pillow would embed lcms's profile in a PNG, and lcms stamps the time it made it into its header.
+    out.info.pop("icc_profile", None)
     return out
 
 

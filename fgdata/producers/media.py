@@ -332,10 +332,11 @@ def _png_16bit(data: bytes) -> bool:
 
 
 def _encode(im: Any, ext: str, options: ShardOptions, icc: bytes | None) -> bytes:
-    """Encode a displayed image (RGB or L) as ``ext``; ``icc``: a kept profile to embed."""
+    """Encode a displayed image (RGB or L) as ``ext``; ``icc``: a kept profile to embed (else none: sRGB is implied,
+    in every format; Pillow would otherwise copy the input's own profile into a PNG)."""
     if ext == "webp" and im.mode != "RGB":
         im = im.convert("RGB")
-    extra = {"icc_profile": icc} if icc else {}
+    extra = {"icc_profile": icc}
     buf = io.BytesIO()
     if ext == "jpg":
         im.save(buf, "JPEG", quality=options.quality, **extra)
