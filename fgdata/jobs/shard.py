@@ -622,7 +622,7 @@ def quickstart_videos(outdir: str | os.PathLike[str]) -> dict[str, Any]:
     src = out / "video-src"
     src.mkdir(parents=True, exist_ok=True)
     for name in ("bigbuckbunny.mp4", "bigbuckbunny.txt"):
-        shutil.copyfile(examples / name, src / name)
+        shutil.copy2(examples / name, src / name)  # its time too, as the class tree: the same stamps
     dest = out / "video_shards"
     report = run_shard_job(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="videos")))
     return {"shards": report.shards, "samples": report.samples, "seen": report.seen, "written": report.written,

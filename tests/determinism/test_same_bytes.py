@@ -154,6 +154,7 @@ def _commands(i: dict[str, Path]) -> dict[str, list[str]]:
         "shard images webp": [*shard, "--format", "webp"],
         "shard images keep": [*shard, "--format", "keep"],
         "shard videos": ["shard", "videos", str(i["clips"]), "{out}", "--clip-seconds", "2", "--max-side", "64"],
+        "shard videos clips": ["shard", "videos", str(i["clips"]), "{out}", "--clip-seconds", "1"],
         "shard prompts": ["shard", "prompts", str(i["prompts.txt"]), "{out}", "--maxcount", "3"],
         "encode latents": ["encode", "latents", str(i["image_shards"]), "{out}", "--vae", str(i["vae"]),
                            "--size", "32", "--batch-size", "3"],
@@ -217,7 +218,7 @@ def _same(one: dict[str, bytes], two: dict[str, bytes], what: str) -> None:
 
 @pytest.mark.parametrize("name", [
     "shard images", "shard images png max-side", "shard images webp", "shard images keep", "shard videos",
-    "shard prompts", "encode latents", "encode text", "encode neg-prompt", "kd pairs", "prepare cifar10",
+    "shard videos clips", "shard prompts", "encode latents", "encode text", "encode neg-prompt", "kd pairs", "prepare cifar10",
     "prepare imagenet-64", "prepare imagenet-256", "fid-refs", "fid-refs edm2 pkl"])
 def test_a_second_run_writes_the_same_bytes(name: str, inputs: dict[str, Path], tmp_path: Path):
     argv = _commands(inputs)[name]
@@ -241,6 +242,18 @@ def test_the_files_of_reading_commands_are_the_same_a_second_later(name: str, in
         _run(READING_WRITERS[name], "ds", cwd=tmp_path / run, expect=(0, 1) if name == "report" else (0,))
         time.sleep(PAUSE_S)
     _same(_bytes_of(tmp_path / "one"), _bytes_of(tmp_path / "two"), name)
+
+
+def test_quickstart_writes_the_same_bytes_a_second_later(tmp_path: Path):
+    """Its outputs name the inputs it copies into its own folder, so both runs use the same folder: the first
+    run's files are moved aside before the second."""
+    _run(["quickstart", "{out}"], tmp_path / "demo")
+    one = _bytes_of(tmp_path / "demo")
+    shutil.rmtree(tmp_path / "demo")
+    time.sleep(PAUSE_S)
+    _run(["quickstart", "{out}"], tmp_path / "demo")
+    assert any(rel.endswith(".zip") for rel in one) and "report.html" in one
+    _same(one, _bytes_of(tmp_path / "demo"), "quickstart")
 
 
 STOPS = [(1, signal.SIGKILL), (2, signal.SIGTERM)]
