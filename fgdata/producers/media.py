@@ -287,18 +287,19 @@ def _caption_from_fields(item: WorkItem, names: tuple[str, ...], text: _Text) ->
         text.warnings.append(f"caption: the field {present[0]!r} of {where} is not text; written without a caption")
 
 
+def _has_caption(caption: str | None) -> bool:
+    """Whether a sample carries a caption a loader can use (not absent, not blank)."""
+    return bool(caption and caption.strip())
+
+
 def _text_of(item: WorkItem, options: ShardOptions) -> _Text:
     """:func:`_caption_and_metadata`; an input without a caption fails here under ``--require-caption``."""
     text = _caption_and_metadata(item, options)
-    if options.require_caption and not has_caption(text.caption):
-        why = text.warnings[-1].removeprefix("caption: ") if text.warnings else "none found"
+    if options.require_caption and not _has_caption(text.caption):
+        said = [w.removeprefix("caption: ") for w in text.warnings if w.startswith("caption: ")]
+        why = said[-1] if said else "a blank one" if text.caption is not None else "none found"
         raise _Failed("caption", f"no caption ({why}); --require-caption skips it")
     return text
-
-
-def has_caption(caption: str | None) -> bool:
-    """Whether a sample carries a caption a loader can use (not absent, not blank)."""
-    return bool(caption and caption.strip())
 
 
 def _text_members(text: _Text, fields: dict[str, Any]) -> dict[str, bytes]:
@@ -310,8 +311,6 @@ def _text_members(text: _Text, fields: dict[str, Any]) -> dict[str, bytes]:
 
 
 # -- images ------------------------------------------------------------------
-
-
 
 
 def mixed_format_warning(written: Counter[str], options: ShardOptions) -> str | None:
@@ -592,4 +591,4 @@ def _transform_into(out: Outcome, item: WorkItem, options: ShardOptions) -> None
         out.image_format = next(ext for ext in members if ext not in ("json", "txt"))
     else:
         out.samples, out.nbytes, out.warnings, out.clips = _video_samples(item, options)
-    out.captioned = all(has_caption(m["txt"].decode()) if "txt" in m else False for _, m in out.samples)
+    out.captioned = all(_has_caption(m["txt"].decode()) if "txt" in m else False for _, m in out.samples)
