@@ -48,6 +48,9 @@ class SourceFlags:
     caption_field: str = flag(typer.Option(
         "caption,text,prompt", "--caption-field",
         help="Fields of NAME.json (or manifest columns) tried in order for the caption when there is no NAME.txt."))
+    require_caption: bool = flag(typer.Option(
+        False, "--require-caption",
+        help="Fail inputs without a caption (reason 'caption', in failures.json) instead of writing them uncaptioned."))
     follow_symlinks: bool = flag(options.FOLLOW_SYMLINKS)
 
 
@@ -174,6 +177,9 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
         rows += _clip_rows(report.clips)
     if report.normalised:
         rows.append(("normalised", ", ".join(f"{change} {n:,}" for change, n in report.normalised.items())))
+    if report.uncaptioned:
+        rows.append(("no caption", f"[yellow]{report.uncaptioned:,} of {report.written:,} written "
+                     "(--require-caption skips them)[/]"))
     rows.append(("shards", f"{len(report.shards):,}"))
     if report.resumed:
         rows.append(("resumed after", f"{report.resumed:,} inputs"))
@@ -196,7 +202,8 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
                "changed_inputs": diff.changed.names if diff else [], "added_inputs": diff.added.names if diff else [],
                "removed_inputs": diff.removed.names if diff else [], "rewritten_shards": report.rewritten,
                "normalised": report.normalised, "retried": report.retried, "recovered": report.recovered,
-               "restarted_units": report.restarted}
+               "restarted_units": report.restarted, "uncaptioned": report.uncaptioned,
+               "image_formats": report.formats}
     if report.clips is not None:
         details["clips"] = report.clips.to_json()
     if report.stats_path:
@@ -224,7 +231,8 @@ def _job(what, src: str, dest: str, sharding: ShardingFlags, job: JobFlags, *,  
     from fgdata.jobs.shard import ShardJob
 
     if source is not None:  # the transform reads NAME.json, so the caption's fields are a transform option
-        what = replace(what, caption_field=tuple(name.strip() for name in source.caption_field.split(",")))
+        what = replace(what, caption_field=tuple(name.strip() for name in source.caption_field.split(",")),
+                       require_caption=True if source.require_caption else None)
     if scale is not None and scale.engine not in ("local", "ray"):
         raise OptionError(f"--engine must be 'local' or 'ray', not {scale.engine!r}")
     return ShardJob(
@@ -252,9 +260,9 @@ def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: Sou
 
     Many processes or nodes: torchrun --nproc-per-node 8 -m fgdata.cli.main shard images SRC DST --unit-size 10000 (each rank writes the work units u with u mod WORLD_SIZE == rank under names fixed by the unit; rank 0 waits for the others and writes the counts and reports: the same files as one process or --engine ray).
 
-    Each sample holds the image, a json (your metadata as given, with fgdata's source, width, height and mode under its "fgdata" key) and a txt caption (NAME.txt, else the --caption-field of NAME.json or the manifest row). Undecodable images, names that are not UTF-8 and symlinks out of SRC go to DST/failures.json, with captions that cannot be read (warnings: the image is still written) and the files of SRC that are not inputs (skipped).
+    Each sample holds the image, a json (your metadata as given, with fgdata's source, width, height and mode under its "fgdata" key) and a txt caption (NAME.txt, else the --caption-field of NAME.json or the manifest row). Undecodable images, names that are not UTF-8 and symlinks out of SRC go to DST/failures.json, with captions that cannot be read (warnings: the image is still written) and the files of SRC that are not inputs (skipped). The summary counts the samples written without a caption ("no caption"); --require-caption fails those inputs instead.
 
-    Images are stored as a viewer shows them: EXIF orientation applied, 16-bit and float scaled to 8 bits, CMYK to RGB, transparency on --background, wide-gamut ICC to sRGB; each change is listed under "normalised" in the json and counted in the summary. JPEGs that need none of it are kept byte for byte.
+    Images are stored as a viewer shows them: EXIF orientation applied, 16-bit and float scaled to 8 bits, CMYK to RGB, transparency on --background, wide-gamut ICC to sRGB, an animation (GIF, APNG, WebP) to its first frame; each change is listed under "normalised" in the json and counted in the summary. JPEGs that need none of it are kept byte for byte.
     """
     from fgdata.producers.media import ShardOptions
 

@@ -307,6 +307,6 @@ def encode_neg_prompt(out: str, *, encoder: str, preset: str | None = None, text
     import hashlib
 
     record = {**enc.info(), "source": source, "text_sha256": hashlib.sha256(prompt.encode()).hexdigest(),
-              "shape": list(emb.shape), "dtype": "float32", "path": out}
+              "shape": list(emb.shape), "dtype": "float32"}  # not its own path: the same bytes wherever written
     storage.write_bytes(out + ".json", (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
     return record

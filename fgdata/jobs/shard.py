@@ -220,6 +220,8 @@ class UnitSink:
         self.written = 0
         self.nbytes = 0
         self.normalised: Counter[str] = Counter()
+        self.uncaptioned = 0
+        self.formats: Counter[str] = Counter()
         self.clips = _clip_tally(job.options)
 
     def _shard_in_place(self, name: str, samples: int, size: int) -> None:
@@ -245,6 +247,9 @@ class UnitSink:
                     self.clips.add(*out.clips[j])
             self.written += 1
             self.normalised.update(out.normalised)
+            self.uncaptioned += not out.captioned
+            if out.image_format:
+                self.formats[out.image_format] += 1
             self.warnings.extend(Entry(out.name, reason, out.index) for reason in out.warnings)
         self.nbytes += out.nbytes
 
@@ -261,7 +266,8 @@ class UnitSink:
                         inputs=unit.inputs, stamps=list(unit.stamps), names=[i.name for i in unit.items],
                         shards=self._shards, written=self.written, failures=self.failures, warnings=self.warnings,
                         nbytes=self.nbytes, normalised=dict(sorted(self.normalised.items())),
-                        clips=self.clips, launch=self.launch)
+                        clips=self.clips, launch=self.launch, uncaptioned=self.uncaptioned,
+                        formats=dict(sorted(self.formats.items())))
         with critical():
             storage.write_bytes(marker_path(self.job.dest, unit.number), marker.to_bytes())
         shutil.rmtree(self._stage, ignore_errors=True)
@@ -480,28 +486,18 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
         _check_record(job, write=rank == 0)
         if on_start:
             on_start(None)
-        formats: Counter[str] = Counter()
         lease = (storage.basename(lock.lease.url), lock.lease.job) if lock.lease is not None else None
-        report = _run(job, _counting(chain(head, stream), formats), skipped, (rank, world), progress, notify,
-                      before, lease)
+        report = _run(job, chain(head, stream), skipped, (rank, world), progress, notify, before, lease)
         if report.restarted and notify:  # each rank of its own units
             notify(f"{report.restarted} work unit(s) an earlier run stopped half-way were written again from their "
                    "start")
         if report.whole_job:
             _said(report, notify)
-            warning = mixed_format_warning(formats, job.options)
+            warning = mixed_format_warning(Counter(report.formats), job.options)
             if warning and notify:
                 notify(warning)
             destmod.drop_stale_indexes(job.dest, before, notify)
         return report
-
-
-def _counting(items: Iterable[WorkItem], formats: Counter[str]) -> Iterator[WorkItem]:
-    """The stream, counting its inputs' file extensions on the way (for the ``--format keep`` warning)."""
-    for item in items:
-        if item.path:
-            formats[item.path.rpartition("/")[2].rpartition(".")[2].lower()] += 1
-        yield item
 
 
 def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where: tuple[int, int],
@@ -557,7 +553,9 @@ def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where
                       clips=run.clips, rank=rank, world=world, inputs=run.diff,
                       rewritten=run.rewritten, restarted=run.restarted,
                       stats_path=storage.join(job.dest, STATS_FILE) if job.options.download is not None else None,
-                      retried=sum(len(v) for v in run.retried.values()), recovered=run.recovered)
+                      retried=sum(len(v) for v in run.retried.values()), recovered=run.recovered,
+                      uncaptioned=totals.uncaptioned if job.options.kind != "prompts" else 0,
+                      formats=dict(totals.formats.most_common()))
 
 
 def _counts(run: _Run) -> Iterator[tuple[str, int]]:
@@ -634,7 +632,7 @@ def quickstart_videos(outdir: str | os.PathLike[str]) -> dict[str, Any]:
     src = out / "video-src"
     src.mkdir(parents=True, exist_ok=True)
     for name in ("bigbuckbunny.mp4", "bigbuckbunny.txt"):
-        shutil.copyfile(examples / name, src / name)
+        shutil.copy2(examples / name, src / name)  # its time too, as the class tree: the same stamps
     dest = out / "video_shards"
     report = run_shard_job(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="videos")))
     return {"shards": report.shards, "samples": report.samples, "seen": report.seen, "written": report.written,

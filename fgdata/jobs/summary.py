@@ -66,6 +66,8 @@ class JobSummary(OutputSummary):
     stats_path: str | None = None  # URL jobs: shard_stats.json (per-shard successes and failures by reason)
     retried: int = 0  # --retry-failed: retryable failures of complete units tried again
     recovered: int = 0  # of those, the ones written now
+    uncaptioned: int = 0  # inputs written without a caption, over the whole dataset (images, videos)
+    formats: dict[str, int] = field(default_factory=dict)  # image member -> inputs written with it, whole dataset
 
     @property
     def rate(self) -> float:

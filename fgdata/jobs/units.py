@@ -173,6 +173,8 @@ class Marker:
     normalised: dict[str, int] = field(default_factory=dict)
     clips: ClipTally | None = None
     launch: str | None = None
+    uncaptioned: int = 0  # inputs written without a caption (shard images and videos)
+    formats: dict[str, int] = field(default_factory=dict)  # image member extension -> inputs written with it
 
     def to_bytes(self) -> bytes:
         doc = {"format": MARKER_FORMAT, "version": MARKER_VERSION, **asdict(self),
@@ -194,7 +196,8 @@ class Marker:
                        written=int(doc["written"]), failures=[Entry.from_json(f) for f in doc["failures"]],
                        warnings=[Entry.from_json(w) for w in doc["warnings"]], nbytes=int(doc["nbytes"]),
                        normalised=dict(doc["normalised"]),
-                       clips=None if doc["clips"] is None else ClipTally.from_json(doc["clips"]), launch=doc.get("launch"))
+                       clips=None if doc["clips"] is None else ClipTally.from_json(doc["clips"]), launch=doc.get("launch"),
+                       uncaptioned=int(doc.get("uncaptioned", 0)), formats=dict(doc.get("formats", {})))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -527,6 +530,8 @@ class Totals:
     failed_by_reason: Counter[str] = field(default_factory=Counter)
     warned_by_reason: Counter[str] = field(default_factory=Counter)
     retryable: int = 0
+    uncaptioned: int = 0
+    formats: Counter[str] = field(default_factory=Counter)
 
 
 def _json_lines(out: BinaryIO, key: str, lines: BinaryIO, last: bool = False) -> None:
@@ -573,6 +578,8 @@ def finalize(dest: str, command: str, spool: Spool, extra: dict[str, Any], stats
             totals.written += marker.written
             totals.failed += len(marker.failures)
             totals.warned += len(marker.warnings)
+            totals.uncaptioned += marker.uncaptioned
+            totals.formats.update(marker.formats)
             for s in marker.shards:
                 counts.write(json.dumps([s.name, s.samples]).encode() + b"\n")
                 per_shard.write(json.dumps([s.name, {"samples": s.samples, "failed_by_reason": dict(sorted(
