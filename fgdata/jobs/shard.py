@@ -72,7 +72,7 @@ from fgdata.jobs.units import (
     unit_stage,
     wait_for_units,
 )
-from fgdata.producers.media import Outcome, ShardOptions, mixed_format_warning, transform
+from fgdata.producers.media import Outcome, ShardOptions, input_suffix, mixed_format_warning, transform
 from fgdata.shards import ShardWriter, iter_samples
 from fgdata.shards.metadata import FGDATA_FIELD
 from fgdata.sources.folder import Skipped, WorkItem
@@ -113,6 +113,9 @@ class ShardJob:
     ray_address: str | None = field(default=None, metadata=RUNTIME)
     unit_size: int | None = None  # inputs per work unit (default: maxcount)
     follow_symlinks: bool = False  # read links that point outside a source folder (they are refused otherwise)
+    # a manifest read from s3:// or http(s):// may name local files (refused otherwise); a rerun that changes it
+    # rewrites the units holding such rows (their stamps change), so it stays out of the job record
+    allow_local_paths: bool = field(default=False, metadata=RUNTIME)
     wait_timeout: float | None = field(default=None, metadata=RUNTIME)  # torchrun: rank 0's wait for other ranks
     download: DownloadOptions | None = field(default=None, metadata=RUNTIME)  # http(s) inputs (see with_download)
     retry_failed: bool = field(default=False, metadata=RUNTIME)  # redo units with retryable failures
@@ -145,7 +148,7 @@ def stream_items(job: ShardJob, skipped: list[Skipped]) -> Iterator[WorkItem]:
     if job.options.kind == "prompts":
         return iter_prompts(job.src, job.caption_column)
     if is_manifest(job.src):
-        return iter_manifest(job.src, job.path_column, job.caption_column)
+        return iter_manifest(job.src, job.path_column, job.caption_column, job.allow_local_paths)
     if not storage.exists(job.src):
         raise FgdataError(f"{job.src}: no such folder or manifest")
     if not storage.is_dir(job.src):
@@ -492,7 +495,7 @@ def _counting(items: Iterable[WorkItem], formats: Counter[str]) -> Iterator[Work
     """The stream, counting its inputs' file extensions on the way (for the ``--format keep`` warning)."""
     for item in items:
         if item.path:
-            formats[item.path.rpartition("/")[2].rpartition(".")[2].lower()] += 1
+            formats[input_suffix(item.path)] += 1
         yield item
 
 

@@ -39,6 +39,7 @@ from fgdata.storage.local import atomic_path, writing_to
 from fgdata.storage.paths import (
     absolute,
     basename,
+    file_url_path,
     is_absolute,
     is_s3,
     is_url,
@@ -46,7 +47,9 @@ from fgdata.storage.paths import (
     parent,
     relative,
     same_file_key,
+    without_query,
 )
+from fgdata.storage.redact import redact_text, redact_url
 from fgdata.storage.s5cmd import s5cmd_binary
 
 __all__ = [
@@ -62,6 +65,7 @@ __all__ = [
     "download",
     "exists",
     "fetch_to_cache",
+    "file_url_path",
     "is_absolute",
     "is_dir",
     "is_s3",
@@ -82,6 +86,8 @@ __all__ = [
     "read_bytes",
     "read_range",
     "read_text",
+    "redact_text",
+    "redact_url",
     "relative",
     "remove",
     "remove_tree",
@@ -93,6 +99,7 @@ __all__ = [
     "stat",
     "tree_lister",
     "upload",
+    "without_query",
     "write_bytes",
     "writing_to",
 ]
