@@ -26,7 +26,8 @@ DEFAULT_PARAMS = ("X-Amz-Signature", "X-Amz-Credential", "X-Amz-Security-Token",
                   "password", "client_secret")
 
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")  # the last "@" before the path ends userinfo
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
+#: A URL in a message: up to a space or quote, a trailing punctuation mark (``,`` ``.`` ``)`` …) not part of it.
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]*[^\s\"'<>,;.:!?)\]]")
 
 
 @functools.lru_cache(maxsize=8)
