@@ -1,11 +1,17 @@
-"""Credentials in URLs never reach a file fgdata writes or a line it prints.
+"""What a list of URLs may not do: leave its credentials in a file or a message, or pick files off this machine.
 
-A loopback server (127.0.0.1, started by the test) serves a manifest whose own URL is signed, and images whose
-URLs carry userinfo, presigned-S3 parameters, tokens, an API key and a parameter named by
-``FGDATA_REDACT_PARAMS``; one redirects to an ftp:// URL with credentials (a failure whose reason quotes it). The
-real CLI runs in a subprocess (``shard``, a resumed ``shard --json``, ``inspect``, ``verify``, ``report``), on a
-local DST and on the loopback S3, with S3 credentials of its own: no secret may appear in any file below DST
-(``.fgdata`` included; every object of the bucket listed and read), in the report page, or in any output.
+A loopback server (127.0.0.1, started by the test) serves the manifests and images.
+
+Secrets: the manifest's own URL is signed, and its images' URLs carry userinfo, presigned-S3 parameters,
+tokens, an API key and a parameter named by ``FGDATA_REDACT_PARAMS``; one redirects to an ftp:// URL with
+credentials (a failure whose reason quotes it). The real CLI runs in a subprocess (``shard``, a resumed
+``shard --json``, ``inspect``, ``verify``, ``report``), on a local DST and on the loopback S3, with S3
+credentials of its own: no secret may appear in any file below DST (``.fgdata`` included; every object of the
+bucket listed and read), in the report page, or in any output.
+
+Local files: a manifest served over http or stored on S3 whose rows name a local file (an absolute path, a
+``file://`` URL) has those rows fail with reason ``local-path``, the file never read, unless
+``--allow-local-paths``.
 """
 
 from __future__ import annotations
@@ -210,3 +216,97 @@ def test_no_secret_of_a_url_is_written_or_printed(server, tmp_path, where, reque
     assert [f["input"] for f in report["failures"]] == stored[5:]
     assert report["failures"][0]["reason"] == "http: status 404"
     assert report["failures"][1]["reason"].startswith("redirect: ")
+
+
+# -- a remote manifest names local files -----------------------------------------------------------------------
+
+
+def _local_rows(private: Path) -> list[str]:
+    return [str(private), private.as_uri(), "file://localhost" + private.as_posix()]
+
+
+def _write_table(rows: list[dict[str, str]], fmt: str) -> bytes:
+    if fmt == "csv":
+        return ("path,caption\n" + "".join(f"{r['path']},{r['caption']}\n" for r in rows)).encode()
+    if fmt == "jsonl":
+        return "".join(json.dumps(r) + "\n" for r in rows).encode()
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), buf)
+    return buf.getvalue()
+
+
+def _tree_bytes(dest: str, s3_endpoint: str | None) -> dict[str, bytes]:
+    if s3_endpoint is not None:
+        return _objects(s3_endpoint, dest)
+    return {p.relative_to(dest).as_posix(): p.read_bytes() for p in Path(dest).rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(("where", "fmt"), [("http", "csv"), ("http", "parquet"), ("s3", "jsonl")])
+def test_a_remote_manifest_cannot_read_local_files(cli, server, sample_images, tmp_path, monkeypatch, request,
+                                                   where, fmt):
+    monkeypatch.setenv("FGDATA_ALLOW_PRIVATE_NETWORK", "1")  # loopback inputs once the network policy is in
+    monkeypatch.setenv("FGDATA_CACHE", str(tmp_path / "cache"))
+    private = tmp_path / "home" / "user" / "private_photo.jpg"
+    private.parent.mkdir(parents=True)
+    private.write_bytes(next(p for p in sample_images if p.suffix == ".jpg").read_bytes())  # kept byte for byte
+    secret_bytes = private.read_bytes()
+    paths = _local_rows(private) + [f"{server.url}/img/1.png", "pics/2.png"]  # the last relative to the manifest
+    table = _write_table([{"path": p, "caption": f"row {i}"} for i, p in enumerate(paths)], fmt)
+    endpoint = None
+    if where == "http":
+        server.files[f"/lists/m.{fmt}"] = table
+        server.files["/lists/pics/2.png"] = png_bytes(2)
+        manifest, dest = f"{server.url}/lists/m.{fmt}", str(tmp_path / "out")
+    else:
+        import boto3
+
+        endpoint = request.getfixturevalue("s3_endpoint")
+        bucket = request.getfixturevalue("s3_bucket")
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        client.put_object(Bucket=bucket[5:], Key=f"lists/m.{fmt}", Body=table)
+        client.put_object(Bucket=bucket[5:], Key="lists/pics/2.png", Body=png_bytes(2))
+        manifest, dest = f"{bucket}/lists/m.{fmt}", f"{bucket}/out"
+
+    cli("shard", "images", manifest, dest, "-q")
+    files = _tree_bytes(dest, endpoint)
+    for name, data in files.items():
+        assert secret_bytes not in data, name
+    report = json.loads(files["failures.json"])
+    assert (report["seen"], report["written"], report["failed_by_reason"]) == (5, 2, {"local-path": 3})
+    assert [(f["index"], f["input"]) for f in report["failures"]] == list(enumerate(_local_rows(private)))
+    scheme = manifest.partition(":")[0]
+    for f in report["failures"]:
+        assert f["reason"] == (f"local-path: row {f['index']} of m.{fmt} names a local file, but the manifest was "
+                               f"read from {scheme}://: its rows must be URLs (--allow-local-paths reads local files)")
+
+    # the flag reads them (a rerun with it writes again the units that hold them)
+    cli("shard", "images", manifest, dest, "-q", "--allow-local-paths")
+    files = _tree_bytes(dest, endpoint)
+    report = json.loads(files["failures.json"])
+    assert (report["written"], report["failed"]) == (5, 0)
+    assert sum(data.count(secret_bytes) for name, data in files.items() if name.endswith(".tar")) == 3
+
+
+def test_a_local_manifest_reads_absolute_paths_and_file_urls(cli, sample_images, tmp_path):
+    """The rule for a local manifest: paths relative to its folder, absolute paths and file:// URLs all read."""
+    src = tmp_path / "lists"
+    (src / "pics").mkdir(parents=True)
+    photo = sample_images[0]
+    (src / "pics" / photo.name).write_bytes(photo.read_bytes())
+    elsewhere = tmp_path / "elsewhere" / "a b.jpg"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(photo.read_bytes())
+    rows = [f"pics/{photo.name}", str(elsewhere), elsewhere.as_uri(), "file://fileserver/share/x.jpg", "ftp://h/x.jpg"]
+    (src / "m.csv").write_text("path\n" + "".join(f"{r}\n" for r in rows))
+    cli("shard", "images", src / "m.csv", tmp_path / "out", "-q", expect=0)
+    report = json.loads((tmp_path / "out" / "failures.json").read_text())
+    assert report["written"] == 3
+    assert [(f["input"], f["reason"]) for f in report["failures"]] == [
+        ("file://fileserver/share/x.jpg", "path: row 3 of m.csv: a file:// URL of another host"),
+        ("ftp://h/x.jpg", "path: row 4 of m.csv: ftp:// is not a scheme fgdata reads"),
+    ]
