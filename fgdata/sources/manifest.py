@@ -2,7 +2,13 @@
 
 Each row is one input, in row order (its ``index`` gives the key, see
 :mod:`fgdata.sources.folder`). The path column holds a local path or a URL; a relative
-path is taken relative to the manifest's folder. The caption column (optional) becomes the
+path is taken relative to the manifest's folder (an http(s) manifest's URL without its query), and a
+``file://`` URL names a local file. A manifest read from s3:// or http(s):// came from elsewhere: its rows
+must be URLs (a relative path resolves to one), and a row naming a local file is a refused item
+(``local-path``) unless ``allow_local_paths``. A row whose URL scheme fgdata cannot read is refused alone.
+The item's name (the sample's ``fgdata.source``, and what reports call it) is the row's path with the
+credentials of a URL redacted (:mod:`fgdata.storage.redact`); only the fetch uses it as given. The caption
+column (optional) becomes the
 ``txt`` member; every other column is kept as JSON metadata (where ``--caption-field`` may find the
 caption of a row without one, see :mod:`fgdata.producers.media`). CSV cells are text: a metadata cell
 that reads as a plain number (``3``, ``-0.5``, ``1e-3``, but not ``007``) is stored as a JSON
