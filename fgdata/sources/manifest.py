@@ -47,7 +47,7 @@ import io
 import re
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO, Union
 
 from fgdata import storage
@@ -331,7 +331,20 @@ def _resolve(manifest: str, value: str) -> str:
     return storage.join(storage.parent(manifest), value)
 
 
-def _locate(manifest: str, index: int, value: str, allow_local_paths: bool) -> tuple[str, str | None]:
+@dataclass(frozen=True)
+class _Columns:
+    """How a manifest's rows are read: its path and caption columns, whether CSV cells may be numbers, and
+    whether a remote manifest may name local files."""
+
+    path: str
+    caption: str
+    numbers: bool
+    remote: bool  # the manifest was read from s3:// or http(s)://
+    allow_local_paths: bool
+    readable: set[str] = field(default_factory=set)  # URL schemes of its rows found readable (checked once)
+
+
+def _locate(manifest: str, index: int, value: str, columns: _Columns) -> tuple[str, str | None]:
     """Where a row's file is (a local path or a URL), or why the row is refused: an unknown URL scheme, or a
     local file (a path, or a ``file://`` URL) named by a manifest that was itself read from s3:// or
     http(s):// (a list from elsewhere must not pick files off this machine) unless ``allow_local_paths``."""
@@ -341,14 +354,17 @@ def _locate(manifest: str, index: int, value: str, allow_local_paths: bool) -> t
         except FgdataError:
             return "", f"path: row {index} of {_base(manifest)}: a file:// URL of another host"
     elif storage.is_url(value):
-        try:
-            storage.backend_for(value)
-        except FgdataError:
-            return "", f"path: row {index} of {_base(manifest)}: {value.partition(':')[0]}:// is not a scheme fgdata reads"
+        scheme = value.partition(":")[0]
+        if scheme not in columns.readable:
+            try:
+                storage.backend_for(value)
+            except FgdataError:
+                return "", f"path: row {index} of {_base(manifest)}: {scheme}:// is not a scheme fgdata reads"
+            columns.readable.add(scheme)
         return value, None
     else:
         location = _resolve(manifest, value)
-    if storage.is_url(location) or allow_local_paths or not storage.is_url(manifest):
+    if not columns.remote or columns.allow_local_paths or storage.is_url(location):
         return location, None
     return "", (f"local-path: row {index} of {_base(manifest)} names a local file, but the manifest was read from "
                 f"{manifest.partition(':')[0]}://: its rows must be URLs (--allow-local-paths reads local files)")
@@ -403,17 +419,6 @@ def _type_name(value: Any) -> str:
     return "an object" if isinstance(value, dict) else f"a {type(value).__name__}"
 
 
-@dataclass(frozen=True)
-class _Columns:
-    """How a manifest's rows are read: its path and caption columns, whether CSV cells may be numbers, and
-    whether a remote manifest may name local files."""
-
-    path: str
-    caption: str
-    numbers: bool
-    allow_local_paths: bool
-
-
 def _media_item(path: str, index: int, row: Row, columns: _Columns) -> WorkItem:
     """The work item of one manifest row; a row with an empty or unusable path still becomes one (it fails).
     The item's name (what the sample's json and every report call it) is the row's path with the credentials
@@ -425,12 +430,14 @@ def _media_item(path: str, index: int, row: Row, columns: _Columns) -> WorkItem:
     value = row.get(columns.path)
     location = ""
     if not refused and value:
-        location, refused = _locate(path, index, value, columns.allow_local_paths)
+        location, refused = _locate(path, index, value, columns)
     if refused or not value:
         name = printable_name(storage.redact_url(value)) if isinstance(value, str) and value else _row_name(path, index)
         return WorkItem(index=index, name=name, refused=refused)
     metadata = {k: _cell(v) if columns.numbers else v for k, v in row.items() if k not in (columns.path, columns.caption)}
-    return WorkItem(index=index, name=storage.redact_url(value, relative=storage.is_url(location)), path=location,
+    # a remote manifest's relative row is a URL too ("img.png?token=…")
+    name = storage.redact_url(value, relative=True) if columns.remote or "://" in value else value
+    return WorkItem(index=index, name=name, path=location,
                     caption=None if bad_caption else row.get(columns.caption), metadata=metadata,
                     warning=f"{bad_caption}; written without a caption" if bad_caption else None)
 
@@ -440,7 +447,8 @@ def iter_manifest(path: str, path_column: str = "path", caption_column: str = "c
     """One work item per row, in row order, streamed (see the module docstring for the memory bound).
 
     ``allow_local_paths``: a manifest read from s3:// or http(s):// may name local files (refused otherwise)."""
-    columns = _Columns(path_column, caption_column, _uncompressed_name(path).endswith(".csv"), allow_local_paths)
+    columns = _Columns(path_column, caption_column, _uncompressed_name(path).endswith(".csv"), storage.is_url(path),
+                       allow_local_paths)
     index = -1
     for index, row in enumerate(_with_column(path, iter_rows(path), path_column)):
         yield _media_item(path, index, row, columns)

@@ -4,7 +4,7 @@ A URL is stored and shown (:func:`redact_url`) without its userinfo (``user:pass
 credential parameter of its query or fragment replaced by :data:`MARKER`: ``…/a.png?X-Amz-Signature=REDACTED``.
 The parameters are :data:`DEFAULT_PARAMS`, compared without regard to case; ``FGDATA_REDACT_PARAMS`` (names
 separated by commas) adds names, and ``-name`` takes a default off the list (a ``key`` that selects content
-rather than granting access). The fetch itself uses the URL as given. Everything else of the URL is kept byte
+rather than granting access); it is read once per process. The fetch itself uses the URL as given. Everything else of the URL is kept byte
 for byte, so the stored form still names the input: two URLs that differ only in a redacted value (a re-signed
 presigned URL) are the same input to a rerun (docs/FORMATS.md). :func:`redact_text` does the same to every URL
 inside a message.
@@ -30,10 +30,12 @@ _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")  # the last "@"
 _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]*[^\s\"'<>,;.:!?)\]]")
 
 
-@functools.lru_cache(maxsize=8)
-def _names(setting: str) -> frozenset[str]:
+@functools.lru_cache(maxsize=1)
+def redacted_params() -> frozenset[str]:
+    """The parameter names (lower case) whose values are redacted: the defaults and ``FGDATA_REDACT_PARAMS``,
+    read once per process (a worker process inherits it)."""
     names = {p.lower() for p in DEFAULT_PARAMS}
-    for word in setting.split(","):
+    for word in os.environ.get(ENV, "").split(","):
         word = word.strip().lower()
         if word.startswith("-"):
             names.discard(word[1:].strip())
@@ -42,19 +44,21 @@ def _names(setting: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def redacted_params() -> frozenset[str]:
-    """The parameter names (lower case) whose values are redacted in this process."""
-    return _names(os.environ.get(ENV, ""))
-
-
-def _params(part: str, names: frozenset[str]) -> str:
-    """``a=1&sig=x`` with the values of the named parameters replaced by the marker."""
+def _params(part: str) -> str:
+    """``a=1&sig=x`` with the values of the named parameters replaced by the marker (a manifest of a billion
+    URLs redacts every row: one split, one set lookup per parameter, the string rebuilt only on a hit)."""
+    names = redacted_params()
     pieces = part.split("&")
+    hit = False
     for i, piece in enumerate(pieces):
         name, eq, _ = piece.partition("=")
-        if eq and urllib.parse.unquote_plus(name).strip().lower() in names:
+        if not eq:
+            continue
+        plain = urllib.parse.unquote_plus(name) if "%" in name or "+" in name else name
+        if plain.lower() in names:
             pieces[i] = f"{name}={MARKER}"
-    return "&".join(pieces)
+            hit = True
+    return "&".join(pieces) if hit else part
 
 
 def redact_url(url: str, relative: bool = False) -> str:
@@ -68,10 +72,9 @@ def redact_url(url: str, relative: bool = False) -> str:
     head, mark, rest = url.partition("?")
     if not mark:
         head, mark, rest = url.partition("#")
-        return head + mark + _params(rest, redacted_params()) if mark else url
+        return head + mark + _params(rest) if mark else url
     query, hash_, fragment = rest.partition("#")
-    names = redacted_params()
-    return head + "?" + _params(query, names) + hash_ + (_params(fragment, names) if hash_ else "")
+    return head + "?" + _params(query) + hash_ + (_params(fragment) if hash_ else "")
 
 
 def redact_text(text: str) -> str:

@@ -5,12 +5,21 @@ from __future__ import annotations
 import pytest
 
 from fgdata.storage import file_url_path, redact_text, redact_url, without_query
-from fgdata.storage.redact import DEFAULT_PARAMS, ENV, MARKER
+from fgdata.storage.redact import DEFAULT_PARAMS, ENV, MARKER, redacted_params
+
+
+def _read_again() -> None:
+    """The setting is read once per process; a test that changes it has it read again."""
+    redacted_params.cache_clear()
 
 
 @pytest.fixture(autouse=True)
 def _default_list(monkeypatch):
     monkeypatch.delenv(ENV, raising=False)
+    _read_again()
+    yield
+    monkeypatch.delenv(ENV, raising=False)
+    _read_again()
 
 
 def test_userinfo_goes_and_everything_else_stays_byte_for_byte():
@@ -45,6 +54,7 @@ def test_local_paths_and_urls_without_credentials_are_untouched():
 
 def test_the_list_is_extended_and_shortened_by_the_environment(monkeypatch):
     monkeypatch.setenv(ENV, " mySig , -key")
+    _read_again()
     assert redact_url("http://h/a?MYSIG=1&key=2&sig=3") == f"http://h/a?MYSIG={MARKER}&key=2&sig={MARKER}"
 
 
