@@ -26,8 +26,10 @@ DEFAULT_PARAMS = ("X-Amz-Signature", "X-Amz-Credential", "X-Amz-Security-Token",
                   "password", "client_secret")
 
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")  # the last "@" before the path ends userinfo
-#: A URL in a message: up to a space or quote, a trailing punctuation mark (``,`` ``.`` ``)`` …) not part of it.
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]*[^\s\"'<>,;.:!?)\]]")
+#: A URL in a message: up to a space, a quote or a bracket (console markup: ``[/]``), a trailing punctuation mark
+#: (``,`` ``.`` ``)`` …) not part of it; an IPv6 host's brackets (after any userinfo) are.
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://(?:[^\s\"'<>\[\]/?#]*@)?(?:\[[^\]\s]*\])?"
+                          r"(?:[^\s\"'<>\[\]]*[^\s\"'<>\[\],;.:!?)])?")
 
 
 @functools.lru_cache(maxsize=1)

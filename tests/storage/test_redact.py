@@ -64,6 +64,9 @@ def test_every_url_in_a_message_is_redacted():
     assert redact_text(text) == (f"redirect: not an http(s) URL: ftp://example.invalid/x?sig={MARKER}, "
                                  f"from https://h/a.png?token={MARKER} (2 tries)")
     assert redact_text("no url here: a?token=1") == "no url here: a?token=1"
+    # console markup right after a URL stays markup; an IPv6 host's brackets belong to the URL
+    assert redact_text("[bold]http://h/a?token=t[/]") == f"[bold]http://h/a?token={MARKER}[/]"
+    assert redact_text("at http://u:p@[::1]:8080/a?sig=1.") == f"at http://[::1]:8080/a?sig={MARKER}."
 
 
 def test_the_query_of_an_http_url_is_not_part_of_its_path():
