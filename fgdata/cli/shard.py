@@ -52,6 +52,9 @@ class SourceFlags:
         False, "--require-caption",
         help="Fail inputs without a caption (reason 'caption', in failures.json) instead of writing them uncaptioned."))
     follow_symlinks: bool = flag(options.FOLLOW_SYMLINKS)
+    allow_local_paths: bool = flag(typer.Option(
+        False, "--allow-local-paths",
+        help="Let a manifest read from s3:// or http(s):// name local files (its rows must be URLs otherwise)."))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -240,6 +243,7 @@ def _job(what, src: str, dest: str, sharding: ShardingFlags, job: JobFlags, *,  
         path_column=source.path_column if source else "path",
         caption_column=source.caption_column if source else caption_column,
         follow_symlinks=source.follow_symlinks if source else False,
+        allow_local_paths=source.allow_local_paths if source else False,
         maxcount=sharding.maxcount, maxsize=parse_bytes(sharding.maxsize), shuffle_seed=sharding.shuffle_seed,
         workers=scale.workers if scale else 1, engine="ray" if scale and scale.engine == "ray" else "local",
         ray_address=scale.ray_address if scale else None, unit_size=scale.unit_size if scale else None,

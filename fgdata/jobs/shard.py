@@ -112,6 +112,9 @@ class ShardJob:
     ray_address: str | None = field(default=None, metadata=RUNTIME)
     unit_size: int | None = None  # inputs per work unit (default: maxcount)
     follow_symlinks: bool = False  # read links that point outside a source folder (they are refused otherwise)
+    # a manifest read from s3:// or http(s):// may name local files (refused otherwise); a rerun that changes it
+    # rewrites the units holding such rows (their stamps change), so it stays out of the job record
+    allow_local_paths: bool = field(default=False, metadata=RUNTIME)
     wait_timeout: float | None = field(default=None, metadata=RUNTIME)  # torchrun: rank 0's wait for other ranks
     download: DownloadOptions | None = field(default=None, metadata=RUNTIME)  # http(s) inputs (see with_download)
     retry_failed: bool = field(default=False, metadata=RUNTIME)  # redo units with retryable failures
@@ -148,7 +151,7 @@ def stream_items(job: ShardJob, skipped: list[Skipped]) -> Iterator[WorkItem]:
         if job.download is not None and job.src.startswith(("http://", "https://")):
             configure(replace(job.download, max_bytes=None))  # the manifest's fetch: the job's network settings
             read_environment()
-        return iter_manifest(job.src, job.path_column, job.caption_column)
+        return iter_manifest(job.src, job.path_column, job.caption_column, job.allow_local_paths)
     if not storage.exists(job.src):
         raise FgdataError(f"{job.src}: no such folder or manifest")
     if not storage.is_dir(job.src):

@@ -295,7 +295,9 @@ def write_provenance(dest: str, command: str, record: dict[str, Any], base: str 
             except ValueError:
                 pass
     doc["jobs"][command] = record
-    storage.write_bytes(path, (json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n").encode())
+    # the records of several producers (model sources, input folders): a URL among them without its credentials
+    text = storage.redact_text(json.dumps(doc, indent=1, sort_keys=True, default=str))
+    storage.write_bytes(path, (text + "\n").encode())
     return path
 
 

@@ -174,7 +174,7 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def _suffix(path: str) -> str:
+def input_suffix(path: str) -> str:
     """The file extension of a path or URL (a URL's query and fragment are not part of it)."""
     if storage.is_url(path):
         path = path.split("?", 1)[0].split("#", 1)[0]
@@ -424,7 +424,7 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
     try:
         head = jpeg_header(data)  # one walk of a JPEG's markers: its size and what decides its display
         facts = head or describe_image(data)
-        source_ext = _PIL_EXT.get(facts["format"]) or _suffix(item.path)
+        source_ext = _PIL_EXT.get(facts["format"]) or input_suffix(item.path)
         why = _filtered(facts["width"], facts["height"], options)
         if why is not None:
             raise _Failed("filtered", why)
@@ -505,7 +505,7 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
     from fgdata.producers import transcode
 
     data = _read(item.path)
-    ext = _suffix(item.path)
+    ext = input_suffix(item.path)
     problem = check_member("mp4", data)  # any video extension selects the same container check
     if problem:
         raise _Failed(problem, f"{item.name} does not decode")
@@ -571,6 +571,10 @@ def transform(position: int, item: WorkItem, options: ShardOptions) -> Outcome:
         out.reason = str(e)
     except Exception as e:  # noqa: BLE001 - a strange input must not end a long job; it is reported
         out.reason = f"error: {type(e).__name__}: {_first_line(e)}"
+    # a reason may quote a URL (a redirect's target, a storage error): stored with its credentials redacted
+    if out.reason is not None:
+        out.reason = storage.redact_text(out.reason)
+    out.warnings = [storage.redact_text(w) for w in out.warnings]
     return out
 
 

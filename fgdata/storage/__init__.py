@@ -39,6 +39,7 @@ from fgdata.storage.local import atomic_path, writing_to
 from fgdata.storage.paths import (
     absolute,
     basename,
+    file_url_path,
     is_absolute,
     is_s3,
     is_url,
@@ -48,7 +49,9 @@ from fgdata.storage.paths import (
     relative,
     same_file_key,
     within,
+    without_query,
 )
+from fgdata.storage.redact import redact_text, redact_url
 from fgdata.storage.s5cmd import s5cmd_binary
 
 __all__ = [
@@ -64,6 +67,7 @@ __all__ = [
     "download",
     "exists",
     "fetch_to_cache",
+    "file_url_path",
     "is_absolute",
     "is_dir",
     "is_s3",
@@ -85,6 +89,8 @@ __all__ = [
     "read_bytes",
     "read_range",
     "read_text",
+    "redact_text",
+    "redact_url",
     "relative",
     "remove",
     "remove_tree",
@@ -97,6 +103,7 @@ __all__ = [
     "tree_lister",
     "upload",
     "within",
+    "without_query",
     "write_bytes",
     "writing_to",
 ]
