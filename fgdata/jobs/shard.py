@@ -458,7 +458,7 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
     removes = job.overwrite and rank == 0
     refuse = None if removes else partial(destmod.check_foreign, job.dest)  # before .fgdata/ is created
     with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse, world) as lock:
-        before = destmod.shard_versions(job.dest)
+        before = destmod.shard_versions(job.dest, partial(testhook.hold, "dest-listed", rank))
         # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
         destmod.check_foreign(job.dest, overwrite=removes, notify=notify)
         if job.overwrite:  # then fgdata's own outputs go too, whatever options made them
