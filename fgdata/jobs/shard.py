@@ -619,12 +619,13 @@ def quickstart_videos(outdir: str | os.PathLike[str]) -> dict[str, Any]:
     """Shard the bundled clip (video + audio + caption) into ``outdir/video_shards``; return paths and counts."""
     from pathlib import Path
 
-    examples = Path(__file__).resolve().parents[2] / "examples" / "data"
+    from fgdata.catalog import SAMPLE_DATA
+
     out = Path(outdir)
     src = out / "video-src"
     src.mkdir(parents=True, exist_ok=True)
     for name in ("bigbuckbunny.mp4", "bigbuckbunny.txt"):
-        shutil.copyfile(examples / name, src / name)
+        shutil.copyfile(SAMPLE_DATA / name, src / name)
     dest = out / "video_shards"
     report = run_shard_job(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="videos")))
     return {"shards": report.shards, "samples": report.samples, "seen": report.seen, "written": report.written,
