@@ -450,8 +450,7 @@ def hold_all_then_one(cmd: Sequence[str], *, hold: str, ranks: int, first: int, 
         for line in proc.stdout:
             out.append(line)
             if HELD_MARK in line:
-                rank, pid = re.findall(r"rank (\d+), pid (\d+)", line)[0]
-                held[int(rank)] = int(pid)
+                held.update((int(rank), int(pid)) for rank, pid in re.findall(r"rank (\d+), pid (\d+)", line))
                 if len(held) == ranks:
                     os.kill(held[first], signal.SIGUSR1)
             elif len(held) == ranks and until(line):
