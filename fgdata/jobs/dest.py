@@ -199,9 +199,11 @@ def other_index(name: str) -> str | None:
     return None
 
 
-def shard_versions(dest: str) -> dict[str, tuple[int, str]]:
-    """Each ``.tar`` in ``dest``: its size and version (what changes when it is written again)."""
-    return {info.name: (info.size, info.version) for info in storage.list_dir(dest, ".tar")} \
+def shard_versions(dest: str, listed: Callable[[], None] | None = None) -> dict[str, tuple[int, str]]:
+    """Each ``.tar`` in ``dest``: its size and version (what changes when it is written again). Another rank may
+    rename or remove files meanwhile: one gone before it is looked at is left out (``listed``: see
+    :func:`fgdata.storage.list_dir`)."""
+    return {info.name: (info.size, info.version) for info in storage.list_dir(dest, ".tar", listed)} \
         if storage.is_dir(dest) else {}
 
 

@@ -475,7 +475,7 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
     # before .fgdata/ is created
     refuse = partial(destmod.check_removable if removes else destmod.check_foreign, job.dest)
     with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse, world) as lock:
-        before = destmod.shard_versions(job.dest)
+        before = destmod.shard_versions(job.dest, partial(testhook.hold, "dest-listed", rank))
         # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
         destmod.check_foreign(job.dest, overwrite=removes, notify=notify)
         if job.overwrite:  # then fgdata's own outputs go too, whatever options made them
@@ -630,12 +630,13 @@ def quickstart_videos(outdir: str | os.PathLike[str]) -> dict[str, Any]:
     """Shard the bundled clip (video + audio + caption) into ``outdir/video_shards``; return paths and counts."""
     from pathlib import Path
 
-    examples = Path(__file__).resolve().parents[2] / "examples" / "data"
+    from fgdata.catalog import SAMPLE_DATA
+
     out = Path(outdir)
     src = out / "video-src"
     src.mkdir(parents=True, exist_ok=True)
     for name in ("bigbuckbunny.mp4", "bigbuckbunny.txt"):
-        shutil.copy2(examples / name, src / name)  # its time too, as the class tree: the same stamps
+        shutil.copy2(SAMPLE_DATA / name, src / name)  # its time too, as the class tree: the same stamps
     dest = out / "video_shards"
     report = run_shard_job(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="videos")))
     return {"shards": report.shards, "samples": report.samples, "seen": report.seen, "written": report.written,

@@ -57,6 +57,7 @@ import threading
 import time
 import urllib.parse
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -755,7 +756,7 @@ class HttpBackend(Backend):
         status, body, _ = fetch(path, headers={"Range": f"bytes={offset}-{offset + length - 1}"})
         return body[:length] if status == 206 else body[offset:offset + length]
 
-    def list_files(self, path: str, recursive: bool) -> list[FileInfo]:
+    def list_files(self, path: str, recursive: bool, listed: Callable[[], None] | None = None) -> list[FileInfo]:
         raise StorageError(f"{path}: http(s) URLs cannot be listed; give a manifest of URLs instead")
 
     def list_names(self, path: str) -> list[str]:
