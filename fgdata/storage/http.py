@@ -66,6 +66,7 @@ from fgdata.catalog import RUNTIME
 from fgdata.errors import StorageError
 from fgdata.storage.backend import Backend, FileInfo
 from fgdata.storage.local import atomic_path
+from fgdata.storage.redact import redact_url
 
 OPT_OUT_DIRECTIVES = frozenset({"noai", "noimageai", "noindex", "none"})
 #: ``FGDATA_ALLOW_PRIVATE_NETWORK=1``: the environment's form of ``--allow-private-network``.
@@ -140,7 +141,7 @@ class DownloadFailed(StorageError):
     """One URL that gave no usable body; ``category`` names why (the failure reason's category)."""
 
     def __init__(self, category: str, detail: str, url: str):
-        super().__init__(f"{url}: {detail}")
+        super().__init__(f"{redact_url(url)}: {detail}")  # library callers may log it: never a credential
         self.category = category
         self.detail = detail
 
