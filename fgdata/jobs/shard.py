@@ -41,7 +41,7 @@ from fgdata.jobs import dest as destmod
 from fgdata.jobs import testhook
 from fgdata.jobs.executor import Executor, Pool, Ray, run_units
 from fgdata.jobs.local import ordered_map, threaded_map
-from fgdata.jobs.options import FLATTEN, RUNTIME, byte_options, check_record, fingerprint
+from fgdata.jobs.options import FLATTEN, RUNTIME, WHEN_SET, byte_options, check_record, fingerprint
 from fgdata.jobs.ranks import dist_env, owner, run_launch
 from fgdata.jobs.report import FAILURES_FILE, category
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
@@ -76,6 +76,7 @@ from fgdata.producers.media import Outcome, ShardOptions, mixed_format_warning, 
 from fgdata.shards import ShardWriter, iter_samples
 from fgdata.shards.metadata import FGDATA_FIELD
 from fgdata.sources.folder import Skipped, WorkItem
+from fgdata.sources.selection import Selector
 from fgdata.sources.stamps import InputStamps
 from fgdata.storage.http import DownloadOptions, retryable, stop_fetching
 
@@ -116,6 +117,9 @@ class ShardJob:
     wait_timeout: float | None = field(default=None, metadata=RUNTIME)  # torchrun: rank 0's wait for other ranks
     download: DownloadOptions | None = field(default=None, metadata=RUNTIME)  # http(s) inputs (see with_download)
     retry_failed: bool = field(default=False, metadata=RUNTIME)  # redo units with retryable failures
+    where: str | None = field(default=None, metadata=WHEN_SET)  # --where: manifest rows that pass
+    keep_top: float | None = field(default=None, metadata=WHEN_SET)  # --keep-top F --by FIELD
+    by: str | None = field(default=None, metadata=WHEN_SET)
 
     @property
     def command(self) -> str:
@@ -134,18 +138,40 @@ class ShardJob:
 # -- inputs --------------------------------------------------------------------------------------------------
 
 
-def stream_items(job: ShardJob, skipped: list[Skipped]) -> Iterator[WorkItem]:
+def selector_of(job: ShardJob) -> Selector | None:
+    """The job's row selection (``--where``, ``--keep-top``), parsed and checked; None without one."""
+    from fgdata.sources.manifest import is_manifest, text_cells
+    from fgdata.sources.selection import Selection
+
+    selection = Selection(where=job.where, keep_top=job.keep_top, by=job.by)
+    if not selection:
+        return None
+    selection.check()
+    if not is_manifest(job.src):
+        raise OptionError("--where and --keep-top select the rows of a manifest (.csv, .jsonl, .parquet): "
+                          f"{job.src} is not one")
+    return Selector(selection, (job.path_column, job.caption_column), text_cells(job.src))
+
+
+def stream_items(job: ShardJob, skipped: list[Skipped], selector: Selector | None = None) -> Iterator[WorkItem]:
     """The job's inputs in source order, as a stream (a folder walk, manifest rows or prompt lines); a folder's
-    files that are not inputs are appended to ``skipped`` as the walk meets them."""
+    files that are not inputs are appended to ``skipped`` as the walk meets them; a ``selector`` leaves out the
+    rows it filters (``--keep-top``: after its first pass over the manifest)."""
     from fgdata.media import VIDEO_EXTS
     from fgdata.media.image import SourceImageExtensions, missing_decoder
     from fgdata.sources.folder import walk_folder
     from fgdata.sources.manifest import is_manifest, iter_manifest, iter_prompts
 
-    if job.options.kind == "prompts":
-        return iter_prompts(job.src, job.caption_column)
-    if is_manifest(job.src):
+    def rows() -> Iterator[WorkItem]:
+        if job.options.kind == "prompts":
+            return iter_prompts(job.src, job.caption_column)
         return iter_manifest(job.src, job.path_column, job.caption_column)
+
+    if selector is not None:
+        selector.plan(rows())
+        return selector(rows())
+    if job.options.kind == "prompts" or is_manifest(job.src):
+        return rows()
     if not storage.exists(job.src):
         raise FgdataError(f"{job.src}: no such folder or manifest")
     if not storage.is_dir(job.src):
@@ -450,8 +476,12 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
         what = "--engine ray starts its own workers" if job.engine == "ray" else "shard prompts runs in one process"
         raise FgdataError(f"{what}: launch it once, not under torchrun (WORLD_SIZE={world})")
     skipped: list[Skipped] = []
-    stream = stream_items(job, skipped)
+    selector = selector_of(job)
+    stream = stream_items(job, skipped, selector)
     head = list(islice(stream, job.units_of))  # the first unit: it decides whether the inputs are URLs
+    if not head and selector is not None:
+        raise FgdataError(f"{job.src}: no row is selected ({sum(selector.filtered.values())} filtered: "
+                          f"{', '.join(f'{r} {n}' for r, n in sorted(selector.filtered.items()))})")
     if not head:
         raise FgdataError(f"{job.src}: no inputs")
     job = with_download(job, head)
@@ -474,8 +504,8 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
             on_start(None)
         formats: Counter[str] = Counter()
         lease = (storage.basename(lock.lease.url), lock.lease.job) if lock.lease is not None else None
-        report = _run(job, _counting(chain(head, stream), formats), skipped, (rank, world), progress, notify,
-                      before, lease)
+        report = _run(job, _counting(chain(head, stream), formats), (skipped, selector), (rank, world), progress,
+                      notify, before, lease)
         if report.restarted and notify:  # each rank of its own units
             notify(f"{report.restarted} work unit(s) an earlier run stopped half-way were written again from their "
                    "start")
@@ -496,11 +526,13 @@ def _counting(items: Iterable[WorkItem], formats: Counter[str]) -> Iterator[Work
         yield item
 
 
-def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where: tuple[int, int],
-         progress: ProgressFn | None, notify: Notify | None, present: dict[str, tuple[int, str]],
-         lease: tuple[str, str] | None) -> JobSummary:
-    """Run the units (``present``: the shards DST held when the job started, name -> (size, version);
+def _run(job: ShardJob, items: Iterable[WorkItem], left_out: tuple[list[Skipped], Selector | None],
+         where: tuple[int, int], progress: ProgressFn | None, notify: Notify | None,
+         present: dict[str, tuple[int, str]], lease: tuple[str, str] | None) -> JobSummary:
+    """Run the units (``left_out``: the files below SRC that are not inputs, and the row selection that counts
+    the rows it filters; ``present``: the shards DST held when the job started, name -> (size, version);
     ``lease``: the name and job id of the lease this process holds on DST, which Ray tasks write under)."""
+    skipped, selector = left_out
     rank, world = where
     # Markers of this run carry a launch id when rank 0 could not tell them from an earlier run's otherwise:
     # --no-resume (every unit is redone) and --retry-failed (a unit with a retryable failure is redone).
@@ -532,15 +564,18 @@ def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where
         # Every unit is in: no rank or Ray worker moves a shard any more, so a temporary left now is a dead one's.
         destmod.clear_leftovers(job.dest)
         sweep(job.dest, partial(run.claims, slots=job.slots), run.units, notify)
-        extra = {"skipped": [s.to_json() for s in sorted(skipped, key=lambda s: s.name)]}
+        extra = {"skipped": [s.to_json() for s in sorted(skipped, key=lambda s: s.name)],
+                 **(selector.report() if selector is not None else {})}
         totals = finalize(job.dest, job.command, run.spool, extra, job.options.download is not None, retryable)
         counts = dict(_counts(run))
     finally:
         run.spool.close()
     from fgdata.jobs.stats import STATS_FILE
 
-    return JobSummary(command=job.command, path=job.dest, seen=totals.inputs, written=totals.written,
-                      failed=totals.failed, samples=totals.samples,
+    return JobSummary(command=job.command, path=job.dest, seen=totals.inputs + extra.get("filtered", 0),
+                      written=totals.written, failed=totals.failed, samples=totals.samples,
+                      filtered=extra.get("filtered", 0), filtered_by_reason=extra.get("filtered_by_reason", {}),
+                      selection=extra.get("selection"),
                       failed_by_reason=dict(sorted(totals.failed_by_reason.items())),
                       shards=[storage.join(job.dest, n) for n in counts], counts=counts,
                       failures_path=storage.join(job.dest, FAILURES_FILE), resumed=run.resumed, nbytes=run.nbytes,
