@@ -101,3 +101,17 @@ def test_a_rerun_resumes_and_another_selection_is_refused(cli, scored, tmp_path,
 def test_where_needs_a_manifest(cli, image_folder, tmp_path):
     result = cli("shard", "images", image_folder, tmp_path / "out", "--where", "score > 1", expect=2)
     assert "is not one" in " ".join(result.output.replace("│", " ").split())
+
+
+def test_report_shows_what_the_selection_left_out(cli, scored, tmp_path):
+    manifest, df = scored
+    dest = tmp_path / "out"
+    cli("shard", "images", manifest, dest, "--where", "source != 'c'", "--keep-top", "0.5", "--by", "similarity",
+        "--no-progress", "-q")
+    result = cli("report", dest, "--output", tmp_path / "report.html", "--json")
+    doc = json.loads(result.stdout)["selection"]
+    passed = df[df.source != "c"]
+    k = len(passed) // 2
+    assert (doc["seen"], doc["rows"], doc["kept"]) == (len(df), len(passed), k)
+    assert doc["filtered_by_reason"] == {"keep-top": len(passed) - k, "where": len(df) - len(passed)}
+    assert doc["where"] == "source != 'c'" and "Selection" in (tmp_path / "report.html").read_text()
