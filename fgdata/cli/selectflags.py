@@ -1,5 +1,6 @@
-"""``--where``, ``--keep-top`` and ``--by``: which rows of a source a writing command takes (see "Selecting rows"
-in the README and :mod:`fgdata.sources.selection`)."""
+"""Flags of table sources: ``--where``, ``--keep-top`` and ``--by`` (which rows a writing command takes: "Selecting
+rows" in the README, :mod:`fgdata.sources.selection`), and ``--image-column`` / ``--video-column`` (media inside
+Parquet and Arrow: :mod:`fgdata.sources.tables`)."""
 
 from __future__ import annotations
 
@@ -24,3 +25,24 @@ class SelectFlags:
         None, "--keep-top", help="Keep exactly floor(F x N) of the N rows that pass --where: those with the highest "
                                  "--by (null and NaN never qualify; ties in row order)."))
     by: Optional[str] = flag(typer.Option(None, "--by", help="The numeric field --keep-top ranks by."))
+
+
+_TABLE_HELP = ("column of a Parquet/Arrow source (a file, a datasets save_to_disk folder, a folder of *.parquet) "
+               "holding the {what}: binary, or a struct of bytes and path (datasets' {feature}() layout); default: "
+               "the {feature}() column of a save_to_disk folder, else {name}.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageTableFlags:
+    """``shard images`` from a Parquet or Arrow table with the images inside."""
+
+    image_column: Optional[str] = flag(typer.Option(
+        None, "--image-column", help="The " + _TABLE_HELP.format(what="images", feature="Image", name="image")))
+
+
+@dataclass(frozen=True, kw_only=True)
+class VideoTableFlags:
+    """``shard videos`` from a Parquet or Arrow table with the videos inside."""
+
+    video_column: Optional[str] = flag(typer.Option(
+        None, "--video-column", help="The " + _TABLE_HELP.format(what="videos", feature="Video", name="video")))

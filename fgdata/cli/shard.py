@@ -13,7 +13,7 @@ from fgdata.cli import options
 from fgdata.cli.flaggroups import flag, flag_groups
 from fgdata.cli.options import JobFlags, OutputFlags, TorchrunJobFlags
 from fgdata.cli.render import console, human_bytes
-from fgdata.cli.selectflags import SelectFlags
+from fgdata.cli.selectflags import ImageTableFlags, SelectFlags, VideoTableFlags
 
 shard_app = typer.Typer(
     help="Turn folders or manifests of media into WebDataset shards (atomic, resumable, deterministic).",
@@ -35,7 +35,8 @@ def parse_bytes(text: Optional[str]) -> Optional[int]:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
-SRC = typer.Argument(..., help="A folder (recursive, local or s3://) or a manifest (.csv, .jsonl, .parquet).")
+SRC = typer.Argument(..., help="A folder (recursive, local or s3://), a manifest (.csv, .jsonl, .parquet) or a "
+                                "Parquet/Arrow dataset with the media inside (see --image-column).")
 DST = typer.Argument(..., help="Output folder or s3:// prefix for the shards.")
 MAX_SIDE = typer.Option(None, "--max-side", min=2, help="Re-encode, shrinking the longer side to N px.")
 
@@ -217,7 +218,7 @@ def _clip_rows(clips) -> list[tuple[str, str]]:  # noqa: ANN001 - a ClipTally
 
 def _job(what, src: str, dest: str, sharding: ShardingFlags, job: JobFlags, *,  # noqa: ANN001, ANN202
          source: SourceFlags | None = None, scale: ScaleFlags | None = None, fetch: DownloadFlags | None = None,
-         caption_column: str = "caption", select: SelectFlags | None = None):
+         caption_column: str = "caption", select: SelectFlags | None = None, media_column: str | None = None):
     """The ShardJob from the command's own transform options (``what``, a ShardOptions) and its typed flag groups
     (a group a command lacks keeps the job's defaults)."""
     from fgdata.errors import OptionError
@@ -239,13 +240,13 @@ def _job(what, src: str, dest: str, sharding: ShardingFlags, job: JobFlags, *,  
         wait_timeout=job.wait_timeout if isinstance(job, TorchrunJobFlags) else None,
         download=fetch.options() if fetch else None, retry_failed=fetch.retry_failed if fetch else False,
         where=select.where if select else None, keep_top=select.keep_top if select else None,
-        by=select.by if select else None)
+        by=select.by if select else None, media_column=media_column)
 
 
 @shard_app.command("images")
 @flag_groups
-def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: SourceFlags, select: SelectFlags,
-               sharding: ShardingFlags, scale: ScaleFlags, fetch: DownloadFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
+def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: SourceFlags, table: ImageTableFlags,
+               select: SelectFlags, sharding: ShardingFlags, scale: ScaleFlags, fetch: DownloadFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
     """Shard images with captions (NAME.txt) and metadata (NAME.json), all in one image format (JPEG by default).
 
     Example: fgdata shard images ./photos s3://bucket/photos-wds --maxcount 1000 --workers 8
@@ -265,13 +266,14 @@ def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: Sou
                         max_pixels=image.max_pixels, dedupe=image.dedupe, resize_mode=image.resize_mode,
                         image_size=image.image_size, min_image_size=image.min_image_size,
                         max_image_area=image.max_image_area, max_aspect_ratio=image.max_aspect_ratio)
-    _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch, select=select), out)
+    _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch, select=select,
+              media_column=table.image_column), out)
 
 
 @shard_app.command("videos")
 @flag_groups
-def videos_cmd(src: str = SRC, dst: str = DST, *, video: VideoFlags, source: SourceFlags, select: SelectFlags,
-               sharding: ShardingFlags, scale: ScaleFlags, fetch: DownloadFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
+def videos_cmd(src: str = SRC, dst: str = DST, *, video: VideoFlags, source: SourceFlags, table: VideoTableFlags,
+               select: SelectFlags, sharding: ShardingFlags, scale: ScaleFlags, fetch: DownloadFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
     """Shard videos (audio kept) with probe metadata, captions and camera tracks.
 
     Example: fgdata shard videos ./clips ./clips-wds --clip-seconds 5 --workers 4
@@ -284,7 +286,8 @@ def videos_cmd(src: str = SRC, dst: str = DST, *, video: VideoFlags, source: Sou
 
     what = ShardOptions(kind="videos", clip_seconds=video.clip_seconds, exact_clips=video.exact, fps=video.fps,
                         max_side=video.max_side)
-    _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch, select=select), out)
+    _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch, select=select,
+              media_column=table.video_column), out)
 
 
 @shard_app.command("prompts")

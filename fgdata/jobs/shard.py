@@ -120,6 +120,7 @@ class ShardJob:
     where: str | None = field(default=None, metadata=WHEN_SET)  # --where: manifest rows that pass
     keep_top: float | None = field(default=None, metadata=WHEN_SET)  # --keep-top F --by FIELD
     by: str | None = field(default=None, metadata=WHEN_SET)
+    media_column: str | None = field(default=None, metadata=WHEN_SET)  # --image-column / --video-column
 
     @property
     def command(self) -> str:
@@ -147,10 +148,23 @@ def selector_of(job: ShardJob) -> Selector | None:
     if not selection:
         return None
     selection.check()
+    table = _table(job)
+    if table is not None:
+        return Selector(selection, (table[1], job.caption_column), False)
     if not is_manifest(job.src):
-        raise OptionError("--where and --keep-top select the rows of a manifest (.csv, .jsonl, .parquet): "
-                          f"{job.src} is not one")
+        raise OptionError("--where and --keep-top select the rows of a manifest (.csv, .jsonl, .parquet) or a "
+                          f"Parquet/Arrow dataset: {job.src} is neither")
     return Selector(selection, (job.path_column, job.caption_column), text_cells(job.src))
+
+
+def _table(job: ShardJob) -> tuple[list[str], str] | None:
+    """A media table source's files and media column (:mod:`fgdata.sources.tables`), or None."""
+    from fgdata.sources.tables import media_column, table_files
+
+    if job.options.kind == "prompts":
+        return None
+    files = table_files(job.src, explicit=job.media_column is not None)
+    return (files, media_column(job.src, job.options.kind, job.media_column)) if files is not None else None
 
 
 def stream_items(job: ShardJob, skipped: list[Skipped], selector: Selector | None = None) -> Iterator[WorkItem]:
@@ -162,15 +176,22 @@ def stream_items(job: ShardJob, skipped: list[Skipped], selector: Selector | Non
     from fgdata.sources.folder import walk_folder
     from fgdata.sources.manifest import is_manifest, iter_manifest, iter_prompts
 
+    from fgdata.sources.tables import iter_table
+
+    table = _table(job)
+    flag = "--image-column" if job.options.kind == "images" else "--video-column"
+
     def rows() -> Iterator[WorkItem]:
         if job.options.kind == "prompts":
             return iter_prompts(job.src, job.caption_column)
+        if table is not None:
+            return iter_table(table[0], table[1], job.caption_column, flag)
         return iter_manifest(job.src, job.path_column, job.caption_column)
 
     if selector is not None:
         selector.plan(rows())
         return selector(rows())
-    if job.options.kind == "prompts" or is_manifest(job.src):
+    if job.options.kind == "prompts" or table is not None or is_manifest(job.src):
         return rows()
     if not storage.exists(job.src):
         raise FgdataError(f"{job.src}: no such folder or manifest")

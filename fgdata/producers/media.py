@@ -187,6 +187,14 @@ def _read(path: str) -> bytes:
         raise _Failed("read", _first_line(e)) from None
 
 
+def _media(item: WorkItem) -> tuple[bytes, str]:
+    """The input's media bytes (inline from a table, or read from its path) and the name its extension comes
+    from."""
+    if item.data is not None:
+        return item.data, item.name
+    return _read(item.path), item.path
+
+
 def json_bytes(doc: dict[str, Any]) -> bytes:
     """Canonical JSON (sorted keys, no spaces) so reruns give the same bytes."""
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
@@ -405,13 +413,13 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
     from fgdata.media.errors import MediaError
     from fgdata.media.image import _load, decode_display, jpeg_display_changes, jpeg_header, open_image
 
-    data = _read(item.path)
+    data, media_name = _media(item)
     read = len(data)  # the input's bytes, whatever re-encoding makes of them
     digest = hashlib.sha256(data).hexdigest() if options.download is not None or options.dedupe else None
     try:
         head = jpeg_header(data)  # one walk of a JPEG's markers: its size and what decides its display
         facts = head or describe_image(data)
-        source_ext = _PIL_EXT.get(facts["format"]) or _suffix(item.path)
+        source_ext = _PIL_EXT.get(facts["format"]) or _suffix(media_name)
         why = _filtered(facts["width"], facts["height"], options)
         if why is not None:
             raise _Failed("filtered", why)
@@ -485,14 +493,16 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
                                                                    list[tuple[float, bool]]]:
     """The item's samples, input bytes read, warnings, and for ``--clip-seconds`` each clip's (length, longer
     than asked)."""
-    from fgdata.media import check_member, probe_video
+    from fgdata.media import VIDEO_EXTS, check_member, probe_video
     from fgdata.media.camera import slice_camera, transform_intrinsics
     from fgdata.media.errors import MediaError
 
     from fgdata.producers import transcode
 
-    data = _read(item.path)
-    ext = _suffix(item.path)
+    data, media_name = _media(item)
+    ext = _suffix(media_name)
+    if item.data is not None and ext not in VIDEO_EXTS:  # a table cell without a file name: mp4
+        ext = "mp4"
     problem = check_member("mp4", data)  # any video extension selects the same container check
     if problem:
         raise _Failed(problem, f"{item.name} does not decode")
@@ -570,7 +580,7 @@ def _transform_into(out: Outcome, item: WorkItem, options: ShardOptions) -> None
             raise _Failed("caption", "empty prompt")
         out.samples = [(sample_key(item.index), {"txt": item.caption.encode()})]
         out.nbytes = len(item.caption.encode())
-    elif not item.path:
+    elif not item.path and item.data is None:
         raise _Failed("missing-path", "no media path")
     elif options.kind == "images":
         members, out.nbytes, out.warnings, out.normalised = _image_samples(item, options)

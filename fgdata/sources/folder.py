@@ -80,6 +80,7 @@ class WorkItem:
     intrinsics_path: str | None = None
     refused: str | None = None  # "<category>: <message>" when the source already knows the item fails
     warning: str | None = None  # "<category>: <message>" when the source knows a part is lost (a caption)
+    data: bytes | None = None  # the media bytes themselves (a Parquet or Arrow cell); ``path`` is then ""
 
 
 def printable_name(name: str) -> str:
