@@ -27,6 +27,8 @@ class SelectFlags:
     by: Optional[str] = flag(typer.Option(None, "--by", help="The numeric field --keep-top ranks by."))
 
 
+REKEY = typer.Option(False, "--rekey", help="Existing shards as SRC: number the samples sample_000000... in source "
+                                           "order instead of keeping their keys.")
 _TABLE_HELP = ("column of a Parquet/Arrow source (a file, a datasets save_to_disk folder, a folder of *.parquet) "
                "holding the {what}: binary, or a struct of bytes and path (datasets' {feature}() layout); default: "
                "the {feature}() column of a save_to_disk folder, else {name}.")
@@ -34,15 +36,17 @@ _TABLE_HELP = ("column of a Parquet/Arrow source (a file, a datasets save_to_dis
 
 @dataclass(frozen=True, kw_only=True)
 class ImageTableFlags:
-    """``shard images`` from a Parquet or Arrow table with the images inside."""
+    """``shard images`` from a Parquet or Arrow table with the images inside, or from existing shards."""
 
     image_column: Optional[str] = flag(typer.Option(
         None, "--image-column", help="The " + _TABLE_HELP.format(what="images", feature="Image", name="image")))
+    rekey: bool = flag(REKEY)
 
 
 @dataclass(frozen=True, kw_only=True)
 class VideoTableFlags:
-    """``shard videos`` from a Parquet or Arrow table with the videos inside."""
+    """``shard videos`` from a Parquet or Arrow table with the videos inside, or from existing shards."""
 
     video_column: Optional[str] = flag(typer.Option(
         None, "--video-column", help="The " + _TABLE_HELP.format(what="videos", feature="Video", name="video")))
+    rekey: bool = flag(REKEY)

@@ -36,7 +36,8 @@ def parse_bytes(text: Optional[str]) -> Optional[int]:
 
 
 SRC = typer.Argument(..., help="A folder (recursive, local or s3://), a manifest (.csv, .jsonl, .parquet) or a "
-                                "Parquet/Arrow dataset with the media inside (see --image-column).")
+                                "Parquet/Arrow dataset with the media inside (see --image-column), or existing shards (a .tar, "
+                                "a folder of them, a brace pattern, a .txt listing them).")
 DST = typer.Argument(..., help="Output folder or s3:// prefix for the shards.")
 MAX_SIDE = typer.Option(None, "--max-side", min=2, help="Re-encode, shrinking the longer side to N px.")
 
@@ -218,7 +219,8 @@ def _clip_rows(clips) -> list[tuple[str, str]]:  # noqa: ANN001 - a ClipTally
 
 def _job(what, src: str, dest: str, sharding: ShardingFlags, job: JobFlags, *,  # noqa: ANN001, ANN202
          source: SourceFlags | None = None, scale: ScaleFlags | None = None, fetch: DownloadFlags | None = None,
-         caption_column: str = "caption", select: SelectFlags | None = None, media_column: str | None = None):
+         caption_column: str = "caption", select: SelectFlags | None = None, media_column: str | None = None,
+         rekey: bool = False):
     """The ShardJob from the command's own transform options (``what``, a ShardOptions) and its typed flag groups
     (a group a command lacks keeps the job's defaults)."""
     from fgdata.errors import OptionError
@@ -240,7 +242,7 @@ def _job(what, src: str, dest: str, sharding: ShardingFlags, job: JobFlags, *,  
         wait_timeout=job.wait_timeout if isinstance(job, TorchrunJobFlags) else None,
         download=fetch.options() if fetch else None, retry_failed=fetch.retry_failed if fetch else False,
         where=select.where if select else None, keep_top=select.keep_top if select else None,
-        by=select.by if select else None, media_column=media_column)
+        by=select.by if select else None, media_column=media_column, rekey=rekey)
 
 
 @shard_app.command("images")
@@ -267,7 +269,7 @@ def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: Sou
                         image_size=image.image_size, min_image_size=image.min_image_size,
                         max_image_area=image.max_image_area, max_aspect_ratio=image.max_aspect_ratio)
     _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch, select=select,
-              media_column=table.image_column), out)
+              media_column=table.image_column, rekey=table.rekey), out)
 
 
 @shard_app.command("videos")
@@ -287,7 +289,7 @@ def videos_cmd(src: str = SRC, dst: str = DST, *, video: VideoFlags, source: Sou
     what = ShardOptions(kind="videos", clip_seconds=video.clip_seconds, exact_clips=video.exact, fps=video.fps,
                         max_side=video.max_side)
     _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch, select=select,
-              media_column=table.video_column), out)
+              media_column=table.video_column, rekey=table.rekey), out)
 
 
 @shard_app.command("prompts")

@@ -23,8 +23,8 @@ from fgdata.errors import FgdataError
 RUNTIME = {"runtime": True}
 #: Field metadata: a nested option dataclass whose fields are recorded as the job's own.
 FLATTEN = {"flatten": True}
-#: Field metadata: an option recorded only when it is set (a later option that leaves earlier records, and their
-#: resume fingerprints, as they were when it is not used).
+#: Field metadata: an option recorded only when it is set (not None or False): a later option that leaves earlier
+#: records, and their resume fingerprints, as they were when it is not used.
 WHEN_SET = {"when_set": True}
 
 
@@ -37,7 +37,7 @@ def byte_options(options: Any) -> dict[str, Any]:
         if f.metadata.get("runtime"):
             continue
         value = getattr(options, f.name)
-        if f.metadata.get("when_set") and value is None:
+        if f.metadata.get("when_set") and (value is None or value is False):
             continue
         if f.metadata.get("flatten"):
             record.update(byte_options(value))

@@ -77,6 +77,7 @@ from fgdata.shards import ShardWriter, iter_samples
 from fgdata.shards.metadata import FGDATA_FIELD
 from fgdata.sources.folder import Skipped, WorkItem
 from fgdata.sources.selection import Selector
+from fgdata.sources.shards import SHARD_KEY_FIELD
 from fgdata.sources.stamps import InputStamps
 from fgdata.storage.http import DownloadOptions, retryable, stop_fetching
 
@@ -121,6 +122,7 @@ class ShardJob:
     keep_top: float | None = field(default=None, metadata=WHEN_SET)  # --keep-top F --by FIELD
     by: str | None = field(default=None, metadata=WHEN_SET)
     media_column: str | None = field(default=None, metadata=WHEN_SET)  # --image-column / --video-column
+    rekey: bool = field(default=False, metadata=WHEN_SET)  # shard sources: keys from positions, not kept
 
     @property
     def command(self) -> str:
@@ -145,6 +147,8 @@ def selector_of(job: ShardJob) -> Selector | None:
     from fgdata.sources.selection import Selection
 
     selection = Selection(where=job.where, keep_top=job.keep_top, by=job.by)
+    if job.options.kind != "prompts" and _shards(job) is not None:  # its failed downloads are filtered
+        return Selector(selection, (SHARD_KEY_FIELD, "txt"), False)
     if not selection:
         return None
     selection.check()
@@ -155,6 +159,19 @@ def selector_of(job: ShardJob) -> Selector | None:
         raise OptionError("--where and --keep-top select the rows of a manifest (.csv, .jsonl, .parquet) or a "
                           f"Parquet/Arrow dataset: {job.src} is neither")
     return Selector(selection, (job.path_column, job.caption_column), text_cells(job.src))
+
+
+def _media_exts(job: ShardJob) -> frozenset[str]:
+    from fgdata.media import IMAGE_EXTS, VIDEO_EXTS
+
+    return IMAGE_EXTS if job.options.kind == "images" else VIDEO_EXTS
+
+
+def _shards(job: ShardJob) -> list[str] | None:
+    """A shard source's shards (:mod:`fgdata.sources.shards`), or None."""
+    from fgdata.sources.shards import shard_list
+
+    return shard_list(job.src, _media_exts(job)) if job.options.kind != "prompts" else None
 
 
 def _table(job: ShardJob) -> tuple[list[str], str] | None:
@@ -178,21 +195,26 @@ def stream_items(job: ShardJob, skipped: list[Skipped], selector: Selector | Non
 
     from fgdata.sources.tables import iter_table
 
-    table = _table(job)
+    from fgdata.sources.shards import iter_shard_items
+
+    shards = _shards(job)
+    table = _table(job) if shards is None else None
     flag = "--image-column" if job.options.kind == "images" else "--video-column"
 
-    def rows() -> Iterator[WorkItem]:
+    def rows(filtered: Counter[str]) -> Iterator[WorkItem]:
         if job.options.kind == "prompts":
             return iter_prompts(job.src, job.caption_column)
+        if shards is not None:
+            return iter_shard_items(shards, _media_exts(job), job.rekey, filtered)
         if table is not None:
             return iter_table(table[0], table[1], job.caption_column, flag)
         return iter_manifest(job.src, job.path_column, job.caption_column)
 
     if selector is not None:
-        selector.plan(rows())
-        return selector(rows())
+        selector.plan(rows(Counter()))  # the first pass counts nothing: the second one does
+        return selector(rows(selector.filtered))
     if job.options.kind == "prompts" or table is not None or is_manifest(job.src):
-        return rows()
+        return rows(Counter())
     if not storage.exists(job.src):
         raise FgdataError(f"{job.src}: no such folder or manifest")
     if not storage.is_dir(job.src):

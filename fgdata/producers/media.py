@@ -270,7 +270,7 @@ def _caption_and_metadata(item: WorkItem, options: ShardOptions) -> _Text:
         if not isinstance(doc, dict):
             raise _Failed("metadata", f"{storage.basename(item.metadata_path)} must hold a JSON object")
         text.metadata.update(doc)
-    if FGDATA_FIELD in text.metadata:
+    if FGDATA_FIELD in text.metadata and item.members is None:  # a source shard's json: extended, not refused
         raise _Failed("metadata", f"{item.name}: the field {FGDATA_FIELD!r} is reserved for fgdata's own metadata")
     if text.caption is None and not item.caption_path and not item.warning:
         _caption_from_fields(item, options.caption_field, text)
@@ -513,7 +513,7 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
     camera = _camera(item, info.frame_count)
     text = _caption_and_metadata(item, options)
     nbytes = text.nbytes + len(data) + (camera[2] if camera else 0)
-    key = sample_key(item.index)
+    key = item.key or sample_key(item.index)
     if options.clip_seconds is None and not options.reencode_video:
         members = {ext: data, **_text_members(text, {"source": item.name, **info.to_dict()})}
         if camera:
@@ -578,12 +578,16 @@ def _transform_into(out: Outcome, item: WorkItem, options: ShardOptions) -> None
     elif options.kind == "prompts":
         if not item.caption:
             raise _Failed("caption", "empty prompt")
-        out.samples = [(sample_key(item.index), {"txt": item.caption.encode()})]
+        out.samples = [(item.key or sample_key(item.index), {"txt": item.caption.encode()})]
         out.nbytes = len(item.caption.encode())
     elif not item.path and item.data is None:
         raise _Failed("missing-path", "no media path")
     elif options.kind == "images":
         members, out.nbytes, out.warnings, out.normalised = _image_samples(item, options)
-        out.samples = [(sample_key(item.index), members)]
+        out.samples = [(item.key or sample_key(item.index), members)]
     else:
         out.samples, out.nbytes, out.warnings, out.clips = _video_samples(item, options)
+    if item.members:  # a source sample's other members, carried as they are
+        for _, members in out.samples:
+            for ext, data in item.members.items():
+                members.setdefault(ext, data)
