@@ -156,8 +156,8 @@ def selector_of(job: ShardJob) -> Selector | None:
     if table is not None:
         return Selector(selection, (table[1], job.caption_column), False)
     if not is_manifest(job.src):
-        raise OptionError("--where and --keep-top select the rows of a manifest (.csv, .jsonl, .parquet) or a "
-                          f"Parquet/Arrow dataset: {job.src} is neither")
+        raise OptionError("--where and --keep-top select the rows of a manifest (.csv, .jsonl, .parquet), a "
+                          f"Parquet/Arrow dataset or existing shards: {job.src} is none of them")
     return Selector(selection, (job.path_column, job.caption_column), text_cells(job.src))
 
 

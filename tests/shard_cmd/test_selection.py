@@ -100,7 +100,7 @@ def test_a_rerun_resumes_and_another_selection_is_refused(cli, scored, tmp_path,
 
 def test_where_needs_a_manifest(cli, image_folder, tmp_path):
     result = cli("shard", "images", image_folder, tmp_path / "out", "--where", "score > 1", expect=2)
-    assert "is not one" in " ".join(result.output.replace("│", " ").split())
+    assert "is none of them" in " ".join(result.output.replace("│", " ").split())
 
 
 def test_report_shows_what_the_selection_left_out(cli, scored, tmp_path):
