@@ -26,6 +26,10 @@ class SelectFlags:
                                  "--by (null and NaN never qualify; ties in row order)."))
     by: Optional[str] = flag(typer.Option(None, "--by", help="The numeric field --keep-top ranks by."))
 
+    def media(self) -> tuple[Optional[str], bool]:
+        """The media column of a table source and ``--rekey`` (the commands whose group has them)."""
+        return None, False
+
 
 REKEY = typer.Option(False, "--rekey", help="Existing shards as SRC: number the samples sample_000000... in source "
                                            "order instead of keeping their keys.")
@@ -35,18 +39,24 @@ _TABLE_HELP = ("column of a Parquet/Arrow source (a file, a datasets save_to_dis
 
 
 @dataclass(frozen=True, kw_only=True)
-class ImageTableFlags:
-    """``shard images`` from a Parquet or Arrow table with the images inside, or from existing shards."""
+class ImageTableFlags(SelectFlags):
+    """``shard images``' rows: selection, and a Parquet or Arrow table with the images inside or existing shards."""
 
     image_column: Optional[str] = flag(typer.Option(
         None, "--image-column", help="The " + _TABLE_HELP.format(what="images", feature="Image", name="image")))
     rekey: bool = flag(REKEY)
 
+    def media(self) -> tuple[Optional[str], bool]:
+        return self.image_column, self.rekey
+
 
 @dataclass(frozen=True, kw_only=True)
-class VideoTableFlags:
-    """``shard videos`` from a Parquet or Arrow table with the videos inside, or from existing shards."""
+class VideoTableFlags(SelectFlags):
+    """``shard videos``' rows: selection, and a Parquet or Arrow table with the videos inside or existing shards."""
 
     video_column: Optional[str] = flag(typer.Option(
         None, "--video-column", help="The " + _TABLE_HELP.format(what="videos", feature="Video", name="video")))
     rekey: bool = flag(REKEY)
+
+    def media(self) -> tuple[Optional[str], bool]:
+        return self.video_column, self.rekey

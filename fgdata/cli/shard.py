@@ -219,8 +219,7 @@ def _clip_rows(clips) -> list[tuple[str, str]]:  # noqa: ANN001 - a ClipTally
 
 def _job(what, src: str, dest: str, sharding: ShardingFlags, job: JobFlags, *,  # noqa: ANN001, ANN202
          source: SourceFlags | None = None, scale: ScaleFlags | None = None, fetch: DownloadFlags | None = None,
-         caption_column: str = "caption", select: SelectFlags | None = None, media_column: str | None = None,
-         rekey: bool = False):
+         caption_column: str = "caption", select: SelectFlags | None = None):
     """The ShardJob from the command's own transform options (``what``, a ShardOptions) and its typed flag groups
     (a group a command lacks keeps the job's defaults)."""
     from fgdata.errors import OptionError
@@ -242,13 +241,14 @@ def _job(what, src: str, dest: str, sharding: ShardingFlags, job: JobFlags, *,  
         wait_timeout=job.wait_timeout if isinstance(job, TorchrunJobFlags) else None,
         download=fetch.options() if fetch else None, retry_failed=fetch.retry_failed if fetch else False,
         where=select.where if select else None, keep_top=select.keep_top if select else None,
-        by=select.by if select else None, media_column=media_column, rekey=rekey)
+        by=select.by if select else None, media_column=select.media()[0] if select else None,
+        rekey=select.media()[1] if select else False)
 
 
 @shard_app.command("images")
 @flag_groups
-def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: SourceFlags, table: ImageTableFlags,
-               select: SelectFlags, sharding: ShardingFlags, scale: ScaleFlags, fetch: DownloadFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
+def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: SourceFlags, select: ImageTableFlags,
+               sharding: ShardingFlags, scale: ScaleFlags, fetch: DownloadFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
     """Shard images with captions (NAME.txt) and metadata (NAME.json), all in one image format (JPEG by default).
 
     Example: fgdata shard images ./photos s3://bucket/photos-wds --maxcount 1000 --workers 8
@@ -268,14 +268,13 @@ def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: Sou
                         max_pixels=image.max_pixels, dedupe=image.dedupe, resize_mode=image.resize_mode,
                         image_size=image.image_size, min_image_size=image.min_image_size,
                         max_image_area=image.max_image_area, max_aspect_ratio=image.max_aspect_ratio)
-    _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch, select=select,
-              media_column=table.image_column, rekey=table.rekey), out)
+    _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch, select=select), out)
 
 
 @shard_app.command("videos")
 @flag_groups
-def videos_cmd(src: str = SRC, dst: str = DST, *, video: VideoFlags, source: SourceFlags, table: VideoTableFlags,
-               select: SelectFlags, sharding: ShardingFlags, scale: ScaleFlags, fetch: DownloadFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
+def videos_cmd(src: str = SRC, dst: str = DST, *, video: VideoFlags, source: SourceFlags, select: VideoTableFlags,
+               sharding: ShardingFlags, scale: ScaleFlags, fetch: DownloadFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
     """Shard videos (audio kept) with probe metadata, captions and camera tracks.
 
     Example: fgdata shard videos ./clips ./clips-wds --clip-seconds 5 --workers 4
@@ -288,8 +287,7 @@ def videos_cmd(src: str = SRC, dst: str = DST, *, video: VideoFlags, source: Sou
 
     what = ShardOptions(kind="videos", clip_seconds=video.clip_seconds, exact_clips=video.exact, fps=video.fps,
                         max_side=video.max_side)
-    _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch, select=select,
-              media_column=table.video_column, rekey=table.rekey), out)
+    _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch, select=select), out)
 
 
 @shard_app.command("prompts")
