@@ -226,7 +226,8 @@ def stream_items(job: ShardJob, skipped: list[Skipped], selector: Selector | Non
 def with_download(job: ShardJob, head: list[WorkItem]) -> ShardJob:
     """The job with its download settings in its transform options when an input of the first unit (``head``)
     is an http(s) URL (they then belong to the job record); other jobs keep their options, and their record."""
-    if job.options.kind == "prompts" or not any(i.path and i.path.startswith(("http://", "https://")) for i in head):
+    if job.options.kind == "prompts" or not any(i.path and i.data is None and i.path.startswith(("http://", "https://"))
+                                                for i in head):  # (a sample of a shard read over http is no URL)
         return job
     return replace(job, options=replace(job.options, download=job.download or DownloadOptions()))
 

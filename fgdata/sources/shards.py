@@ -70,6 +70,11 @@ def shard_list(src: str, media_exts: Collection[str]) -> list[str] | None:
         spec = src
     else:
         return None
+    given = [spec] if isinstance(spec, str) else spec
+    if all(p.startswith(("http://", "https://")) for p in given):  # http(s) cannot be listed: the names as given (braces expanded)
+        from fgdata.shards.select import expand_braces
+
+        return [name for p in given for name in (expand_braces(p) if "{" in p else [p])]
     try:
         return resolve_shards(spec).shards
     except ShardError as e:

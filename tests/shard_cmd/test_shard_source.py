@@ -160,3 +160,43 @@ def test_a_sample_without_media_fails_with_its_members_named(cli, tmp_path, samp
     assert (doc["written"], doc["failed"], doc["failed_by_reason"]) == (1, 1, {"missing-media": 1})
     report = json.loads((tmp_path / "out" / "failures.json").read_text())
     assert report["failures"][0]["reason"].endswith("(members: npy, txt)")
+
+
+@pytest.fixture
+def served(laion):
+    """The img2dataset folder over http on loopback."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    folder, _ = laion
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _shards_only(snap: dict[str, bytes]) -> dict[str, bytes]:
+    return {k: v for k, v in snap.items() if k.endswith(".tar") or k == "shard_count.json"}
+
+
+def test_shards_over_http_and_s3_give_the_bytes_of_local_ones(cli, laion, served, s3_bucket, tmp_path, snapshot):
+    from fgdata import storage
+
+    folder, _ = laion
+    cli("shard", "images", folder, tmp_path / "local", "--no-progress", "-q")
+    expected = _shards_only(snapshot(tmp_path / "local"))
+    cli("shard", "images", f"{served}/{{00000..00002}}.tar", tmp_path / "http", "--no-progress", "-q")
+    assert _shards_only(snapshot(tmp_path / "http")) == expected
+    assert not (tmp_path / "http" / "shard_stats.json").exists()  # samples of a shard read over http are no URLs
+    for n in range(3):
+        storage.write_bytes(f"{s3_bucket}/laion/{n:05d}.tar", (folder / f"{n:05d}.tar").read_bytes())
+    storage.write_bytes(f"{s3_bucket}/laion/00000.parquet", (folder / "00000.parquet").read_bytes())
+    cli("shard", "images", f"{s3_bucket}/laion", tmp_path / "s3", "--no-progress", "-q")
+    assert _shards_only(snapshot(tmp_path / "s3")) == expected
