@@ -62,6 +62,13 @@ def download_line(d: dict[str, Any]) -> str:
             + retry)
 
 
+def selection_line(d: dict[str, Any]) -> str:
+    """What the job's --where / --keep-top left out (from its failures.json), in one line."""
+    reasons = ", ".join(f"{reason} {n:,}" for reason, n in d["filtered_by_reason"].items())
+    top = f"; top {d['kept']:,} of {d['rows']:,} by {d['by']} (threshold {d['threshold']})" if "by" in d else ""
+    return f"{d['filtered']:,} of {d['seen']:,} inputs filtered" + (f" ({reasons})" if reasons else "") + top
+
+
 def _summary_table(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -100,6 +107,8 @@ def _summary_table(doc: dict[str, Any]) -> None:
         table.add_row(name, numeric_field_line(f))
     if "downloads" in doc:
         table.add_row("downloads", download_line(doc["downloads"]))
+    if "selection" in doc:
+        table.add_row("selected", selection_line(doc["selection"]))
     for key, n in list(doc.get("tensors", {}).items())[:3]:
         table.add_row("tensors", f"{key} ×{n:,}")
     problems = doc["problems"]

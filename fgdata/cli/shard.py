@@ -13,6 +13,7 @@ from fgdata.cli import options
 from fgdata.cli.flaggroups import flag, flag_groups
 from fgdata.cli.options import JobFlags, OutputFlags, TorchrunJobFlags
 from fgdata.cli.render import console, human_bytes
+from fgdata.cli.selectflags import ImageTableFlags, SelectFlags, VideoTableFlags
 
 shard_app = typer.Typer(
     help="Turn folders or manifests of media into WebDataset shards (atomic, resumable, deterministic).",
@@ -34,7 +35,9 @@ def parse_bytes(text: Optional[str]) -> Optional[int]:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
-SRC = typer.Argument(..., help="A folder (recursive, local or s3://) or a manifest (.csv, .jsonl, .parquet).")
+SRC = typer.Argument(..., help="A folder (recursive, local or s3://), a manifest (.csv, .jsonl, .parquet) or a "
+                                "Parquet/Arrow dataset with the media inside (see --image-column), or existing shards (a .tar, "
+                                "a folder of them, a brace pattern, a .txt listing them).")
 DST = typer.Argument(..., help="Output folder or s3:// prefix for the shards.")
 MAX_SIDE = typer.Option(None, "--max-side", min=2, help="Re-encode, shrinking the longer side to N px.")
 
@@ -174,6 +177,11 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
 
     report = run_job(shard)  # the bar is closed before an interrupt line is printed
     rows = [(f"  {reason}", f"{n:,}") for reason, n in report.failed_by_reason.items()]
+    if report.filtered:
+        rows.append(("filtered", f"{report.filtered:,}: {categories(report.filtered_by_reason)}"))
+    if report.selection and "threshold" in report.selection:
+        cut = report.selection
+        rows.append(("keep-top", f"{cut['kept']:,} of {cut['rows']:,} by {cut['by']} (threshold {cut['threshold']})"))
     if report.samples != report.written:
         rows.append(("samples (clips)", f"{report.samples:,}"))
     if report.clips is not None:
@@ -206,7 +214,10 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
                "removed_inputs": diff.removed.names if diff else [], "rewritten_shards": report.rewritten,
                "normalised": report.normalised, "retried": report.retried, "recovered": report.recovered,
                "restarted_units": report.restarted, "uncaptioned": report.uncaptioned,
-               "image_formats": report.formats}
+               "image_formats": report.formats, "filtered": report.filtered,
+               "filtered_by_reason": report.filtered_by_reason}
+    if report.selection:
+        details["selection"] = report.selection
     if report.clips is not None:
         details["clips"] = report.clips.to_json()
     if report.stats_path:
@@ -227,7 +238,7 @@ def _clip_rows(clips) -> list[tuple[str, str]]:  # noqa: ANN001 - a ClipTally
 
 def _job(what, src: str, dest: str, sharding: ShardingFlags, job: JobFlags, *,  # noqa: ANN001, ANN202
          source: SourceFlags | None = None, scale: ScaleFlags | None = None, fetch: DownloadFlags | None = None,
-         caption_column: str = "caption"):
+         caption_column: str = "caption", select: SelectFlags | None = None):
     """The ShardJob from the command's own transform options (``what``, a ShardOptions) and its typed flag groups
     (a group a command lacks keeps the job's defaults)."""
     from fgdata.errors import OptionError
@@ -249,13 +260,16 @@ def _job(what, src: str, dest: str, sharding: ShardingFlags, job: JobFlags, *,  
         ray_address=scale.ray_address if scale else None, unit_size=scale.unit_size if scale else None,
         resume=job.resume, overwrite=job.overwrite,
         wait_timeout=job.wait_timeout if isinstance(job, TorchrunJobFlags) else None,
-        download=fetch.options() if fetch else None, retry_failed=fetch.retry_failed if fetch else False)
+        download=fetch.options() if fetch else None, retry_failed=fetch.retry_failed if fetch else False,
+        where=select.where if select else None, keep_top=select.keep_top if select else None,
+        by=select.by if select else None, media_column=select.media()[0] if select else None,
+        rekey=select.media()[1] if select else False)
 
 
 @shard_app.command("images")
 @flag_groups
-def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: SourceFlags, sharding: ShardingFlags,
-               scale: ScaleFlags, fetch: DownloadFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
+def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: SourceFlags, select: ImageTableFlags,
+               sharding: ShardingFlags, scale: ScaleFlags, fetch: DownloadFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
     """Shard images with captions (NAME.txt) and metadata (NAME.json), all in one image format (JPEG by default).
 
     Example: fgdata shard images ./photos s3://bucket/photos-wds --maxcount 1000 --workers 8
@@ -275,13 +289,13 @@ def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: Sou
                         max_pixels=image.max_pixels, dedupe=image.dedupe, resize_mode=image.resize_mode,
                         image_size=image.image_size, min_image_size=image.min_image_size,
                         max_image_area=image.max_image_area, max_aspect_ratio=image.max_aspect_ratio)
-    _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch), out)
+    _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch, select=select), out)
 
 
 @shard_app.command("videos")
 @flag_groups
-def videos_cmd(src: str = SRC, dst: str = DST, *, video: VideoFlags, source: SourceFlags, sharding: ShardingFlags,
-               scale: ScaleFlags, fetch: DownloadFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
+def videos_cmd(src: str = SRC, dst: str = DST, *, video: VideoFlags, source: SourceFlags, select: VideoTableFlags,
+               sharding: ShardingFlags, scale: ScaleFlags, fetch: DownloadFlags, job: TorchrunJobFlags, out: OutputFlags) -> None:
     """Shard videos (audio kept) with probe metadata, captions and camera tracks.
 
     Example: fgdata shard videos ./clips ./clips-wds --clip-seconds 5 --workers 4
@@ -294,7 +308,7 @@ def videos_cmd(src: str = SRC, dst: str = DST, *, video: VideoFlags, source: Sou
 
     what = ShardOptions(kind="videos", clip_seconds=video.clip_seconds, exact_clips=video.exact, fps=video.fps,
                         max_side=video.max_side)
-    _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch), out)
+    _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch, select=select), out)
 
 
 @shard_app.command("prompts")
@@ -304,6 +318,7 @@ def prompts_cmd(
     dst: str = DST,
     caption_column: str = typer.Option("caption", "--caption-column", help="Manifest column with the prompt."),
     *,
+    select: SelectFlags,
     sharding: ShardingFlags,
     job: JobFlags,
     out: OutputFlags,
@@ -314,7 +329,8 @@ def prompts_cmd(
     """
     from fgdata.producers.media import ShardOptions
 
-    _run(_job(ShardOptions(kind="prompts"), file, dst, sharding, job, caption_column=caption_column), out)
+    _run(_job(ShardOptions(kind="prompts"), file, dst, sharding, job, caption_column=caption_column, select=select),
+         out)
 
 
 @camera_app.command("estimate")

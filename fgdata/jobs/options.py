@@ -24,6 +24,9 @@ __all__ = ["FLATTEN", "RUNTIME", "byte_options", "check_record", "check_same", "
 
 #: Field metadata: a nested option dataclass whose fields are recorded as the job's own.
 FLATTEN = {"flatten": True}
+#: Field metadata: an option recorded only when it is set (not None or False): a later option that leaves earlier
+#: records, and their resume fingerprints, as they were when it is not used.
+WHEN_SET = {"when_set": True}
 
 
 def byte_options(options: Any) -> dict[str, Any]:
@@ -35,6 +38,8 @@ def byte_options(options: Any) -> dict[str, Any]:
         if f.metadata.get("runtime"):
             continue
         value = getattr(options, f.name)
+        if f.metadata.get("when_set") and (value is None or value is False):
+            continue
         if f.metadata.get("flatten"):
             record.update(byte_options(value))
         else:

@@ -41,7 +41,7 @@ from fgdata.jobs import dest as destmod
 from fgdata.jobs import testhook
 from fgdata.jobs.executor import Executor, Pool, Ray, run_units
 from fgdata.jobs.local import ordered_map, threaded_map
-from fgdata.jobs.options import FLATTEN, RUNTIME, byte_options, check_record, fingerprint
+from fgdata.jobs.options import FLATTEN, RUNTIME, WHEN_SET, byte_options, check_record, fingerprint
 from fgdata.jobs.ranks import dist_env, owner, run_launch
 from fgdata.jobs.report import FAILURES_FILE, category
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
@@ -76,6 +76,8 @@ from fgdata.producers.media import Outcome, ShardOptions, mixed_format_warning, 
 from fgdata.shards import ShardWriter, iter_samples
 from fgdata.shards.metadata import FGDATA_FIELD
 from fgdata.sources.folder import Skipped, WorkItem
+from fgdata.sources.selection import Selector
+from fgdata.sources.shards import SHARD_KEY_FIELD
 from fgdata.sources.stamps import InputStamps
 from fgdata.storage.http import DownloadOptions, configure, read_environment, retryable, stop_fetching
 
@@ -118,6 +120,11 @@ class ShardJob:
     wait_timeout: float | None = field(default=None, metadata=RUNTIME)  # torchrun: rank 0's wait for other ranks
     download: DownloadOptions | None = field(default=None, metadata=RUNTIME)  # http(s) inputs (see with_download)
     retry_failed: bool = field(default=False, metadata=RUNTIME)  # redo units with retryable failures
+    where: str | None = field(default=None, metadata=WHEN_SET)  # --where: manifest rows that pass
+    keep_top: float | None = field(default=None, metadata=WHEN_SET)  # --keep-top F --by FIELD
+    by: str | None = field(default=None, metadata=WHEN_SET)
+    media_column: str | None = field(default=None, metadata=WHEN_SET)  # --image-column / --video-column
+    rekey: bool = field(default=False, metadata=WHEN_SET)  # shard sources: keys from positions, not kept
 
     @property
     def command(self) -> str:
@@ -136,22 +143,84 @@ class ShardJob:
 # -- inputs --------------------------------------------------------------------------------------------------
 
 
-def stream_items(job: ShardJob, skipped: list[Skipped]) -> Iterator[WorkItem]:
+def selector_of(job: ShardJob) -> Selector | None:
+    """The job's row selection (``--where``, ``--keep-top``), parsed and checked; None without one."""
+    from fgdata.sources.manifest import is_manifest, text_cells
+    from fgdata.sources.selection import Selection
+
+    selection = Selection(where=job.where, keep_top=job.keep_top, by=job.by)
+    if job.options.kind != "prompts" and _shards(job) is not None:  # its failed downloads are filtered
+        return Selector(selection, (SHARD_KEY_FIELD, "txt"), False)
+    if not selection:
+        return None
+    selection.check()
+    table = _table(job)
+    if table is not None:
+        return Selector(selection, (table[1], job.caption_column), False)
+    if not is_manifest(job.src):
+        raise OptionError("--where and --keep-top select the rows of a manifest (.csv, .jsonl, .parquet), a "
+                          f"Parquet/Arrow dataset or existing shards: {job.src} is none of them")
+    return Selector(selection, (job.path_column, job.caption_column), text_cells(job.src))
+
+
+def _media_exts(job: ShardJob) -> frozenset[str]:
+    from fgdata.media import IMAGE_EXTS, VIDEO_EXTS
+
+    return IMAGE_EXTS if job.options.kind == "images" else VIDEO_EXTS
+
+
+def _shards(job: ShardJob) -> list[str] | None:
+    """A shard source's shards (:mod:`fgdata.sources.shards`), or None."""
+    from fgdata.sources.shards import shard_list
+
+    return shard_list(job.src, _media_exts(job)) if job.options.kind != "prompts" else None
+
+
+def _table(job: ShardJob) -> tuple[list[str], str] | None:
+    """A media table source's files and media column (:mod:`fgdata.sources.tables`), or None."""
+    from fgdata.sources.tables import media_column, table_files
+
+    if job.options.kind == "prompts":
+        return None
+    files = table_files(job.src, explicit=job.media_column is not None)
+    return (files, media_column(job.src, job.options.kind, job.media_column)) if files is not None else None
+
+
+def stream_items(job: ShardJob, skipped: list[Skipped], selector: Selector | None = None) -> Iterator[WorkItem]:
     """The job's inputs in source order, as a stream (a folder walk, manifest rows or prompt lines); a folder's
-    files that are not inputs are appended to ``skipped`` as the walk meets them. A DST inside the folder is left
-    out of the walk: its shards are not inputs."""
+    files that are not inputs are appended to ``skipped`` as the walk meets them; a ``selector`` leaves out the
+    rows it filters (``--keep-top``: after its first pass over the manifest). A DST inside the folder is left out
+    of the walk: its shards are not inputs."""
     from fgdata.media import VIDEO_EXTS
     from fgdata.media.image import SourceImageExtensions, missing_decoder
     from fgdata.sources.folder import walk_folder
     from fgdata.sources.manifest import is_manifest, iter_manifest, iter_prompts
 
-    if job.options.kind == "prompts":
-        return iter_prompts(job.src, job.caption_column)
-    if is_manifest(job.src):
+    from fgdata.sources.tables import iter_table
+
+    from fgdata.sources.shards import iter_shard_items
+
+    shards = _shards(job)
+    table = _table(job) if shards is None else None
+    flag = "--image-column" if job.options.kind == "images" else "--video-column"
+
+    def rows(filtered: Counter[str]) -> Iterator[WorkItem]:
+        if job.options.kind == "prompts":
+            return iter_prompts(job.src, job.caption_column)
+        if shards is not None:
+            return iter_shard_items(shards, _media_exts(job), job.rekey, filtered)
+        if table is not None:
+            return iter_table(table[0], table[1], job.caption_column, flag)
         if job.download is not None and job.src.startswith(("http://", "https://")):
             configure(replace(job.download, max_bytes=None))  # the manifest's fetch: the job's network settings
             read_environment()
         return iter_manifest(job.src, job.path_column, job.caption_column, job.allow_local_paths)
+
+    if selector is not None:
+        selector.plan(rows(Counter()))  # the first pass counts nothing: the second one does
+        return selector(rows(selector.filtered))
+    if job.options.kind == "prompts" or table is not None or is_manifest(job.src):
+        return rows(Counter())
     if not storage.exists(job.src):
         raise FgdataError(f"{job.src}: no such folder or manifest")
     if not storage.is_dir(job.src):
@@ -163,7 +232,8 @@ def stream_items(job: ShardJob, skipped: list[Skipped]) -> Iterator[WorkItem]:
 def with_download(job: ShardJob, head: list[WorkItem]) -> ShardJob:
     """The job with its download settings in its transform options when an input of the first unit (``head``)
     is an http(s) URL (they then belong to the job record); other jobs keep their options, and their record."""
-    if job.options.kind == "prompts" or not any(i.path and i.path.startswith(("http://", "https://")) for i in head):
+    if job.options.kind == "prompts" or not any(i.path and i.data is None and i.path.startswith(("http://", "https://"))
+                                                for i in head):  # (a sample of a shard read over http is no URL)
         return job
     return replace(job, options=replace(job.options, download=job.download or DownloadOptions()))
 
@@ -466,8 +536,12 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
         raise FgdataError(f"{what}: launch it once, not under torchrun (WORLD_SIZE={world})")
     destmod.check_sources(job.dest, [job.src])
     skipped: list[Skipped] = []
-    stream = stream_items(job, skipped)
+    selector = selector_of(job)
+    stream = stream_items(job, skipped, selector)
     head = list(islice(stream, job.units_of))  # the first unit: it decides whether the inputs are URLs
+    if not head and selector is not None:
+        raise FgdataError(f"{job.src}: no row is selected ({sum(selector.filtered.values())} filtered: "
+                          f"{', '.join(f'{r} {n}' for r, n in sorted(selector.filtered.items()))})")
     if not head:
         raise FgdataError(f"{job.src}: no inputs")
     job = with_download(job, head)
@@ -490,7 +564,7 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
         if on_start:
             on_start(None)
         lease = (storage.basename(lock.lease.url), lock.lease.job) if lock.lease is not None else None
-        report = _run(job, chain(head, stream), skipped, (rank, world), progress, notify, before, lease)
+        report = _run(job, chain(head, stream), (skipped, selector), (rank, world), progress, notify, before, lease)
         if report.restarted and notify:  # each rank of its own units
             notify(f"{report.restarted} work unit(s) an earlier run stopped half-way were written again from their "
                    "start")
@@ -503,11 +577,13 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
         return report
 
 
-def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where: tuple[int, int],
-         progress: ProgressFn | None, notify: Notify | None, present: dict[str, tuple[int, str]],
-         lease: tuple[str, str] | None) -> JobSummary:
-    """Run the units (``present``: the shards DST held when the job started, name -> (size, version);
+def _run(job: ShardJob, items: Iterable[WorkItem], left_out: tuple[list[Skipped], Selector | None],
+         where: tuple[int, int], progress: ProgressFn | None, notify: Notify | None,
+         present: dict[str, tuple[int, str]], lease: tuple[str, str] | None) -> JobSummary:
+    """Run the units (``left_out``: the files below SRC that are not inputs, and the row selection that counts
+    the rows it filters; ``present``: the shards DST held when the job started, name -> (size, version);
     ``lease``: the name and job id of the lease this process holds on DST, which Ray tasks write under)."""
+    skipped, selector = left_out
     rank, world = where
     # Markers of this run carry a launch id when rank 0 could not tell them from an earlier run's otherwise:
     # --no-resume (every unit is redone) and --retry-failed (a unit with a retryable failure is redone).
@@ -539,15 +615,18 @@ def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where
         # Every unit is in: no rank or Ray worker moves a shard any more, so a temporary left now is a dead one's.
         destmod.clear_leftovers(job.dest)
         sweep(job.dest, partial(run.claims, slots=job.slots), run.units, notify)
-        extra = {"skipped": [s.to_json() for s in sorted(skipped, key=lambda s: s.name)]}
+        extra = {"skipped": [s.to_json() for s in sorted(skipped, key=lambda s: s.name)],
+                 **(selector.report() if selector is not None else {})}
         totals = finalize(job.dest, job.command, run.spool, extra, job.options.download is not None, retryable)
         counts = dict(_counts(run))
     finally:
         run.spool.close()
     from fgdata.jobs.stats import STATS_FILE
 
-    return JobSummary(command=job.command, path=job.dest, seen=totals.inputs, written=totals.written,
-                      failed=totals.failed, samples=totals.samples,
+    return JobSummary(command=job.command, path=job.dest, seen=totals.inputs + extra.get("filtered", 0),
+                      written=totals.written, failed=totals.failed, samples=totals.samples,
+                      filtered=extra.get("filtered", 0), filtered_by_reason=extra.get("filtered_by_reason", {}),
+                      selection=extra.get("selection"),
                       failed_by_reason=dict(sorted(totals.failed_by_reason.items())),
                       shards=[storage.join(job.dest, n) for n in counts], counts=counts,
                       failures_path=storage.join(job.dest, FAILURES_FILE), resumed=run.resumed, nbytes=run.nbytes,

@@ -22,7 +22,7 @@ class OutputSummary:
     """What a pass of a writing command did to one output, in the counts every command reports.
 
     ``path`` is the output (a shard folder, a zip, a reference file); ``seen`` every input accounted for
-    (``written + failed``); ``failures_path`` the report that lists the failures (None where this process wrote
+    (``written + failed + filtered``, the last only where a row selection left inputs out); ``failures_path`` the report that lists the failures (None where this process wrote
     none: a torchrun rank's share); ``kept``: the output was already complete with these options and nothing
     ran; ``whole_job`` is False for a rank that reports only its share.
     """
@@ -64,6 +64,9 @@ class JobSummary(OutputSummary):
     rewritten: list[str] = field(default_factory=list)  # shards of the earlier run written again for them
     restarted: int = 0  # work units an earlier run started and did not finish, written again from their start
     stats_path: str | None = None  # URL jobs: shard_stats.json (per-shard successes and failures by reason)
+    filtered: int = 0  # inputs --where / --keep-top left out (counted in seen, neither written nor failed)
+    filtered_by_reason: dict[str, int] = field(default_factory=dict)
+    selection: dict[str, Any] | None = None  # --where and --keep-top's cut (threshold, rows, kept)
     retried: int = 0  # --retry-failed: retryable failures of complete units tried again
     recovered: int = 0  # of those, the ones written now
     uncaptioned: int = 0  # inputs written without a caption, over the whole dataset (images, videos)

@@ -567,7 +567,8 @@ def write_side_file(path: str, build: Callable[[BinaryIO], None]) -> None:
 def finalize(dest: str, command: str, spool: Spool, extra: dict[str, Any], stats: bool,
              retryable: Callable[[str], bool]) -> Totals:
     """Stream ``shard_count.json``, ``failures.json`` (and with ``stats`` ``shard_stats.json``) from the
-    spooled markers in unit order; return the totals. ``extra``: the report's own fields (``skipped``)."""
+    spooled markers in unit order; return the totals. ``extra``: the report's own fields (``skipped``; with
+    ``filtered``, the inputs a row selection left out, which ``seen`` counts too)."""
     from fgdata.shards.index import COUNT_FILE
 
     totals = Totals()
@@ -607,7 +608,8 @@ def finalize(dest: str, command: str, spool: Spool, extra: dict[str, Any], stats
             out.write(b"\n}\n" if n else b"}\n")
 
         def report(out: BinaryIO) -> None:
-            head = {"format": FORMAT, "version": VERSION, "command": command, "seen": totals.inputs,
+            head = {"format": FORMAT, "version": VERSION, "command": command,
+                    "seen": totals.inputs + extra.get("filtered", 0),
                     "written": totals.written, "failed": totals.failed, "samples": totals.samples,
                     "failed_by_reason": dict(sorted(totals.failed_by_reason.items())), **extra}
             out.write(b"{\n")

@@ -190,6 +190,14 @@ def _read(path: str) -> bytes:
         raise _Failed("read", _first_line(e)) from None
 
 
+def _media(item: WorkItem) -> tuple[bytes, str]:
+    """The input's media bytes (inline from a table, or read from its path) and the name its extension comes
+    from."""
+    if item.data is not None:
+        return item.data, item.name
+    return _read(item.path), item.path
+
+
 def json_bytes(doc: dict[str, Any]) -> bytes:
     """Canonical JSON (sorted keys, no spaces) so reruns give the same bytes."""
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
@@ -265,7 +273,7 @@ def _caption_and_metadata(item: WorkItem, options: ShardOptions) -> _Text:
         if not isinstance(doc, dict):
             raise _Failed("metadata", f"{storage.basename(item.metadata_path)} must hold a JSON object")
         text.metadata.update(doc)
-    if FGDATA_FIELD in text.metadata:
+    if FGDATA_FIELD in text.metadata and item.members is None:  # a source shard's json: extended, not refused
         raise _Failed("metadata", f"{item.name}: the field {FGDATA_FIELD!r} is reserved for fgdata's own metadata")
     if text.caption is None and not item.caption_path and not item.warning:
         _caption_from_fields(item, options.caption_field, text)
@@ -418,13 +426,13 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
     from fgdata.media.image import _load, decode_display, jpeg_display_changes, jpeg_header, open_image
 
     text = _text_of(item, options) if options.require_caption else None  # skip the decode of a refused input
-    data = _read(item.path)
+    data, media_name = _media(item)
     read = len(data)  # the input's bytes, whatever re-encoding makes of them
     digest = hashlib.sha256(data).hexdigest() if options.download is not None or options.dedupe else None
     try:
         head = jpeg_header(data)  # one walk of a JPEG's markers: its size and what decides its display
         facts = head or describe_image(data)
-        source_ext = _PIL_EXT.get(facts["format"]) or input_suffix(item.path)
+        source_ext = _PIL_EXT.get(facts["format"]) or input_suffix(media_name)
         why = _filtered(facts["width"], facts["height"], options)
         if why is not None:
             raise _Failed("filtered", why)
@@ -498,14 +506,16 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
                                                                    list[tuple[float, bool]]]:
     """The item's samples, input bytes read, warnings, and for ``--clip-seconds`` each clip's (length, longer
     than asked)."""
-    from fgdata.media import check_member, probe_video
+    from fgdata.media import VIDEO_EXTS, check_member, probe_video
     from fgdata.media.camera import slice_camera, transform_intrinsics
     from fgdata.media.errors import MediaError
 
     from fgdata.producers import transcode
 
-    data = _read(item.path)
-    ext = input_suffix(item.path)
+    data, media_name = _media(item)
+    ext = input_suffix(media_name)
+    if item.data is not None and ext not in VIDEO_EXTS:  # a table cell without a file name: mp4
+        ext = "mp4"
     problem = check_member("mp4", data)  # any video extension selects the same container check
     if problem:
         raise _Failed(problem, f"{item.name} does not decode")
@@ -516,7 +526,7 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
     camera = _camera(item, info.frame_count)
     text = _text_of(item, options)
     nbytes = text.nbytes + len(data) + (camera[2] if camera else 0)
-    key = sample_key(item.index)
+    key = item.key or sample_key(item.index)
     if options.clip_seconds is None and not options.reencode_video:
         members = {ext: data, **_text_members(text, {"source": item.name, **info.to_dict()})}
         if camera:
@@ -585,14 +595,18 @@ def _transform_into(out: Outcome, item: WorkItem, options: ShardOptions) -> None
     elif options.kind == "prompts":
         if not item.caption:
             raise _Failed("caption", "empty prompt")
-        out.samples = [(sample_key(item.index), {"txt": item.caption.encode()})]
+        out.samples = [(item.key or sample_key(item.index), {"txt": item.caption.encode()})]
         out.nbytes = len(item.caption.encode())
-    elif not item.path:
+    elif not item.path and item.data is None:
         raise _Failed("missing-path", "no media path")
     elif options.kind == "images":
         members, out.nbytes, out.warnings, out.normalised = _image_samples(item, options)
-        out.samples = [(sample_key(item.index), members)]
+        out.samples = [(item.key or sample_key(item.index), members)]
         out.image_format = next(ext for ext in members if ext not in ("json", "txt"))
     else:
         out.samples, out.nbytes, out.warnings, out.clips = _video_samples(item, options)
+    if item.members:  # a source sample's other members, carried as they are
+        for _, members in out.samples:
+            for ext, data in item.members.items():
+                members.setdefault(ext, data)
     out.captioned = all(_has_caption(m["txt"].decode()) if "txt" in m else False for _, m in out.samples)

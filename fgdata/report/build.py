@@ -33,6 +33,9 @@ def build_report(shards: Sequence[str] | ShardSet, *, name: str, paths: Sequence
     downloads = download_stats(selection.shards if isinstance(selection, ShardSet) else selection)
     if downloads is not None:
         doc["downloads"] = downloads
+    filtered = selection_stats(selection.shards if isinstance(selection, ShardSet) else selection)
+    if filtered is not None:
+        doc["selection"] = filtered
     return Report(doc, stats, html.render(doc, stats))
 
 
@@ -58,6 +61,32 @@ def download_stats(shards: Sequence[str]) -> dict[str, Any] | None:
         return None
     return {"file": path, "successes": doc.get("successes", 0), "failed": doc.get("failed", 0),
             "failed_by_reason": doc.get("failed_by_reason", {}), "retryable": doc.get("retryable", 0)}
+
+
+def selection_stats(shards: Sequence[str]) -> dict[str, Any] | None:
+    """What a shard job's row selection (``--where``, ``--keep-top``) left out, from the job's ``failures.json`` in
+    the shards' folder (inputs seen, filtered by reason, the ``--keep-top`` cut), or None: shards from several
+    folders, no such file, or a job that selected no rows."""
+    import json
+
+    from fgdata import storage
+    from fgdata.jobs.report import FAILURES_FILE, FORMAT
+
+    folders = {storage.parent(s) for s in shards}
+    if len(folders) != 1:
+        return None
+    path = storage.join(folders.pop(), FAILURES_FILE)
+    if not storage.exists(path):
+        return None
+    try:
+        doc = json.loads(storage.read_bytes(path))
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or "filtered" not in doc:
+        return None
+    return {"file": path, "seen": doc.get("seen", 0), "written": doc.get("written", 0),
+            "failed": doc.get("failed", 0), "filtered": doc["filtered"],
+            "filtered_by_reason": doc.get("filtered_by_reason", {}), **(doc.get("selection") or {})}
 
 
 def write_contact_sheet(tiles: Sequence[Tile], path: str) -> int:

@@ -207,6 +207,17 @@ def render(doc: dict[str, Any], stats: Stats) -> str:
                 + (_table(["failure reason", "URLs", "share"], rows, {1, 2}) if rows else ""))
         sections.append(("downloads", "Downloads", body))
 
+    if "selection" in doc:
+        d = doc["selection"]
+        rows = [[_e(reason), f"{n:,}", _share(n, d["seen"])] for reason, n in d["filtered_by_reason"].items()]
+        where = f' <code>--where {_e(d["where"])}</code>' if "where" in d else ""
+        top = (f' <code>--keep-top {d["keep_top"]} --by {_e(d["by"])}</code> kept {d["kept"]:,} of {d["rows"]:,} '
+               f"(threshold {d['threshold']})" if "by" in d else "")
+        body = (f'<p class="lead">Rows selected from the source ({_e(d["file"])}):{where}{top}; '
+                f"{d['filtered']:,} of {d['seen']:,} inputs filtered.</p>"
+                + (_table(["filtered by", "inputs", "share"], rows, {1, 2}) if rows else ""))
+        sections.append(("selection", "Selection", body))
+
     if stats.tiles:
         figures = []
         for t in stats.tiles:

@@ -80,6 +80,9 @@ class WorkItem:
     intrinsics_path: str | None = None
     refused: str | None = None  # "<category>: <message>" when the source already knows the item fails
     warning: str | None = None  # "<category>: <message>" when the source knows a part is lost (a caption)
+    data: bytes | None = None  # the media bytes themselves (a table cell, a shard's member), not read from ``path``
+    key: str | None = None  # the sample key the source keeps (an existing shard's); else sample_key(index)
+    members: dict[str, bytes] | None = None  # a source sample's other members, carried as they are
 
 
 def printable_name(name: str) -> str:

@@ -79,6 +79,11 @@ def is_manifest(path: str) -> bool:
     return _uncompressed_name(path).endswith(MANIFEST_SUFFIXES)
 
 
+def text_cells(path: str) -> bool:
+    """Whether the manifest's cells are all text (a CSV): an empty one then stands for a missing value."""
+    return _uncompressed_name(path).endswith(".csv")
+
+
 class _GzipStream(io.RawIOBase):
     """A ``.gz`` file (every member) decoded as it is read; damage (a file that ends early) is a one-line error."""
 
@@ -199,7 +204,10 @@ def _cell(value: str) -> Any:
 
 
 def _json_safe(value: Any) -> Any:
-    """Parquet cells can be timestamps, decimals or bytes: make them JSON values, deterministically."""
+    """Parquet cells can be timestamps, decimals or bytes: make them JSON values, deterministically (a NaN
+    cell, which JSON cannot hold, is null: it means a missing value)."""
+    if isinstance(value, float) and value != value:
+        return None
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, dict):
@@ -447,8 +455,7 @@ def iter_manifest(path: str, path_column: str = "path", caption_column: str = "c
     """One work item per row, in row order, streamed (see the module docstring for the memory bound).
 
     ``allow_local_paths``: a manifest read from s3:// or http(s):// may name local files (refused otherwise)."""
-    columns = _Columns(path_column, caption_column, _uncompressed_name(path).endswith(".csv"), storage.is_url(path),
-                       allow_local_paths)
+    columns = _Columns(path_column, caption_column, text_cells(path), storage.is_url(path), allow_local_paths)
     index = -1
     for index, row in enumerate(_with_column(path, iter_rows(path), path_column)):
         yield _media_item(path, index, row, columns)

@@ -66,6 +66,8 @@ class InputStamps:
                 key = storage.same_file_key(path)  # however SRC is spelled (./a, /abs/a, ../x/a, a link)
                 files.append([key, info.size, info.version] if info else [key, None, None])
             text = [item.name, item.caption, item.metadata, item.refused, files]
+            if item.data is not None:  # media inside a table: its bytes are what may change
+                text.append(hashlib.blake2b(item.data, digest_size=16).hexdigest())
             raw = json.dumps(text, sort_keys=True, default=str, ensure_ascii=False).encode("utf-8", "surrogateescape")
             parts.append(hashlib.blake2b(raw, digest_size=STAMP_BYTES).digest())
         self._stamps = b"".join(parts)

@@ -1,0 +1,146 @@
+"""Re-sharding existing shards: ``fgdata shard images SHARDS/ DST`` against a straightforward webdataset loop.
+
+Builds ``--shards`` source shards of ``--per-shard`` JPEG samples each (img2dataset's layout: jpg, txt, json with
+url/caption/status/sha256/width/height), then writes them again in shards of ``--maxcount``, each side as its own
+process, best of ``--repeats`` wall times, alternating:
+
+* copy: ``fgdata shard images SRC DST --maxcount M --workers W`` (JPEGs that need no normalisation are kept byte
+  for byte; the json extended) against ``wds.WebDataset(urls)`` read + ``wds.ShardWriter`` write of the same
+  members, unchanged;
+* normalise: ``--max-side 128`` against the same loop decoding each JPEG with PIL (EXIF orientation, RGB),
+  shrinking the longer side to 128 px and encoding at quality 95.
+
+The peak resident memory of every process of each run (the CLI, its worker processes) is sampled every 20 ms
+with psutil; the largest is printed. The issue's scale is 100 shards of 10,000 samples (1,000,000); the defaults
+are scaled down for a shared 2-core machine (say so when quoting figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from fgdata.catalog import SAMPLE_DATA
+
+REFERENCE = r"""
+import io, sys, webdataset as wds
+from PIL import Image, ImageOps
+urls, dest, maxcount, side = sys.argv[1].split(","), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+with wds.ShardWriter(dest + "/%05d.tar", maxcount=maxcount, verbose=0) as sink:
+    for s in wds.WebDataset(urls, shardshuffle=False):
+        out = {k: v for k, v in s.items() if k != "__url__" and k != "__local_path__"}
+        if side:
+            with Image.open(io.BytesIO(s["jpg"])) as im:
+                im = ImageOps.exif_transpose(im).convert("RGB")
+                im.thumbnail((side, side))
+                buf = io.BytesIO()
+                im.save(buf, "JPEG", quality=95)
+            out["jpg"] = buf.getvalue()
+        sink.write(out)
+"""
+
+
+def build(folder: Path, shards: int, per_shard: int) -> list[str]:
+    """img2dataset-style shards of distinct small JPEGs cut from the bundled photos."""
+    import numpy as np
+    import webdataset as wds
+    from PIL import Image
+
+    photos = sorted(SAMPLE_DATA.glob("*.jpg"))
+    rng = np.random.default_rng(0)
+    tiles = []
+    for i in range(64):
+        with Image.open(photos[i % len(photos)]) as im:
+            im = im.convert("RGB")
+            x, y = int(rng.integers(0, im.width - 256)), int(rng.integers(0, im.height - 256))
+            buf = io.BytesIO()
+            im.crop((x, y, x + 256, y + 256)).save(buf, "JPEG", quality=90)
+            tiles.append(buf.getvalue())
+    folder.mkdir(parents=True, exist_ok=True)
+    with wds.ShardWriter(str(folder / "%05d.tar"), maxcount=per_shard, verbose=0) as sink:
+        for i in range(shards * per_shard):
+            data = tiles[i % len(tiles)]
+            meta = {"url": f"https://example.com/{i}.jpg", "caption": f"photo {i}", "status": "success",
+                    "sha256": hashlib.sha256(data).hexdigest(), "width": 256, "height": 256, "key": f"{i:09d}"}
+            sink.write({"__key__": f"{i:09d}", "jpg": data, "txt": meta["caption"].encode(),
+                        "json": json.dumps(meta).encode()})
+    return sorted(str(p) for p in folder.glob("*.tar"))
+
+
+def run(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
+    """Wall seconds and the largest resident memory (bytes) of any process of the run."""
+    import psutil
+
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        root = psutil.Process(proc.pid)
+        while not done.is_set():
+            try:
+                for p in [root, *root.children(recursive=True)]:
+                    peak[0] = max(peak[0], p.memory_info().rss)
+            except psutil.Error:
+                pass
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
+    rc = proc.wait()
+    done.set()
+    watcher.join()
+    if rc:
+        raise SystemExit(f"{cmd[:4]} failed with {rc}")
+    return time.perf_counter() - start, peak[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shards", type=int, default=20)
+    parser.add_argument("--per-shard", type=int, default=1000)
+    parser.add_argument("--maxcount", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    with tempfile.TemporaryDirectory() as tmp:
+        urls = build(Path(tmp) / "src", args.shards, args.per_shard)
+        n = args.shards * args.per_shard
+        print(f"{args.shards} source shards x {args.per_shard} samples = {n:,} samples -> shards of "
+              f"{args.maxcount}; fgdata --workers {args.workers}")
+        for mode, side in (("copy", 0), ("normalise", 128)):
+            best: dict[str, tuple[float, int]] = {}
+            for _ in range(args.repeats):
+                for side_name in ("fgdata", "webdataset"):
+                    dest = Path(tmp) / f"out-{side_name}"
+                    shutil.rmtree(dest, ignore_errors=True)
+                    dest.mkdir()
+                    if side_name == "fgdata":
+                        cmd = [sys.executable, "-m", "fgdata.cli.main", "shard", "images", str(Path(tmp) / "src"),
+                               str(dest), "--maxcount", str(args.maxcount), "--workers", str(args.workers),
+                               "--no-progress", "-q", *(["--max-side", str(side)] if side else [])]
+                    else:
+                        cmd = [sys.executable, "-c", REFERENCE, ",".join(urls), str(dest), str(args.maxcount),
+                               str(side)]
+                    took, peak = run(cmd, env)
+                    old = best.get(side_name)
+                    best[side_name] = (min(took, old[0]) if old else took, max(peak, old[1]) if old else peak)
+            (f, fm), (w, wm) = best["fgdata"], best["webdataset"]
+            print(f"{mode:>9}: fgdata {n / f:,.0f} samples/s (peak {fm / 2**20:,.0f} MB), webdataset loop "
+                  f"{n / w:,.0f} samples/s (peak {wm / 2**20:,.0f} MB): fgdata {w / f:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
