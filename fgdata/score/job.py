@@ -10,6 +10,7 @@ is only read, never written.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,8 @@ from typing import Any
 from fgdata.errors import OptionError
 from fgdata.score.signals import DESCRIPTIONS, IMAGE_SIGNALS, WEIGHT_FREE
 
+#: An object's address in an error message (Pillow names the BytesIO it read): dropped, so reruns write the same bytes.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
 #: ``--with`` names that stand for several signals.
 GROUPS = {"basic": tuple(WEIGHT_FREE)}
 
@@ -110,7 +113,7 @@ def sample_scores(members: dict[str, bytes], options: ScoreOptions) -> dict[str,
             try:
                 out.update(image_fields(analyse(found[1]), frozenset(wanted)))
             except MediaError as exc:
-                out[ERROR_FIELD] = f".{found[0]}: {exc}"
+                out[ERROR_FIELD] = f".{found[0]}: {_ADDRESS.sub('>', str(exc))}"
     if "caption" in options.signals:
         out.update(caption_fields(caption_text(members, options.text_ext)))
     return out
