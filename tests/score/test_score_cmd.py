@@ -168,3 +168,28 @@ def test_score_on_s3(shards, s3_bucket):
     assert fg("score", str(shards), "--with", "size").returncode == 0
     for p in sorted(shards.glob("*.tar")):
         assert storage.read_bytes(f"{s3_bucket}/ds/{p.name}{SUFFIX}") == (shards / (p.name + SUFFIX)).read_bytes()
+
+
+def test_verify_inspect_report_read_the_scores(shards, tmp_path):
+    assert fg("score", str(shards), "--with", "basic").returncode == 0
+    rows = _rows(shards)
+    ok = fg("verify", str(shards), "--json")
+    assert ok.returncode == 0, ok.stdout
+    inspect = json.loads(fg("inspect", str(shards), "--json", "-n", "0").stdout)
+    assert set(inspect["scores"][str(shards)]) == {"size", "sharpness", "exposure", "uniformity", "caption"}
+    text = fg("inspect", str(shards / "00000.tar"), "-n", "0", env={**os.environ, "COLUMNS": "300"}).stdout
+    assert "variance of the 4-neighbour Laplacian" in text
+    threshold = sorted(r["sharpness"] for r in rows.values() if "sharpness" in r)[2]
+    report = fg("report", str(shards), "-o", str(tmp_path / "r.html"), "--json", "--threshold", f"sharpness={threshold}")
+    assert report.returncode == 1 and "undecodable image" in report.stderr  # the broken sample, found as always
+    sharp = json.loads(report.stdout)["numeric_fields"]["sharpness"]
+    assert sharp["present"] == sum("sharpness" in r for r in rows.values())
+    assert sharp["score_filter"]["kept_with_field"] == sum(r.get("sharpness", -1) >= threshold for r in rows.values())
+    # a score file that no longer matches its shard is a verify finding
+    first = shards / ("00000.tar" + SUFFIX)
+    lines = first.read_text().splitlines()
+    first.write_text("\n".join(lines[:-1]) + "\n")
+    bad = fg("verify", str(shards), "--json")
+    assert bad.returncode == 1 and "scores-mismatch" in bad.stdout
+    first.write_text("not a score file\n")
+    assert "scores-invalid" in fg("verify", str(shards), "--json").stdout
