@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from fgdata.cli.flaggroups import flag, flag_groups
 from fgdata.cli.options import OutputFlags
 from fgdata.cli.render import console, err_console, print_json, progress
+
+if TYPE_CHECKING:
+    from fgdata.jobs.summary import JobSummary
+    from fgdata.score.job import ScoreOptions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -20,6 +24,7 @@ class ScoreFlags:
     text_ext: str = flag(typer.Option("txt", "--text-ext", help="The caption member's extension."))
     image_ext: Optional[str] = flag(typer.Option(None, "--image-ext", help="The image member's extension (default: the sample's first image member)."))
     workers: int = flag(typer.Option(1, "--workers", "-w", min=1, help="Shards scored in parallel (processes)."))
+    into: bool = flag(typer.Option(False, "--into", help="Write the scores into each sample's json member instead (the shards of the one folder given are rewritten in place, resumable; every other member kept)."))
 
 
 @flag_groups
@@ -42,6 +47,9 @@ def score_cmd(
 
     options = ScoreOptions(parse_signals(opts.signals), text_ext=opts.text_ext.lower().lstrip("."),
                            image_ext=opts.image_ext.lower().lstrip(".") if opts.image_ext else None)
+    if opts.into:
+        _into(paths, options, opts.workers, out)
+        return
     with progress(enabled=out.bars) as bar:
         task = bar.add_task("scoring", total=None, rate="")
         summary = score_datasets(paths, options, workers=opts.workers,
@@ -57,6 +65,36 @@ def score_cmd(
         err_console.print(f"[red]error[/]: {s.shard}: {s.error}", highlight=False)
     if summary.failed_shards:
         raise typer.Exit(1)
+
+
+def _into(paths: list[str], options: ScoreOptions, workers: int, out: OutputFlags) -> None:
+    """``--into``: the scores in each sample's json, the shards rewritten in place by the job core."""
+    import time
+
+    from fgdata.cli.jobrun import finish_job, job_progress, notes, run_job
+    from fgdata.errors import OptionError
+    from fgdata.jobs.tasks import RunSettings
+    from fgdata.score.job import score_into
+
+    if len(paths) != 1:
+        raise OptionError("--into rewrites one folder of shards in place: give exactly one")
+    say = notes(out.quiet)
+    started = time.perf_counter()
+
+    def call() -> JobSummary:
+        with job_progress("scoring", enabled=out.bars, total=None) as bar:
+            return score_into(paths[0], options, RunSettings(workers=workers, log=say, notify=say,
+                                                             progress=bar.advance))
+
+    summary = run_job(call)
+    rows = [("output shards written", f"{summary.shards_done:,}"),
+            ("output shards resumed", f"{summary.shards_skipped:,}")]
+    details: dict[str, Any] = {"shards_written": summary.shards_done, "shards_resumed": summary.shards_skipped}
+    if summary.not_updated:
+        rows.insert(0, ("  not updated (kept)", f"{summary.not_updated:,}"))
+        details["not_updated"] = summary.not_updated
+    finish_job(summary, source=paths[0], seconds=time.perf_counter() - started, rows=rows, details=details,
+               quiet=out.quiet, json_out=out.json_out)
 
 
 def register(app: typer.Typer) -> None:

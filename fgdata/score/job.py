@@ -13,10 +13,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fgdata.errors import OptionError
 from fgdata.score.signals import DESCRIPTIONS, IMAGE_SIGNALS, WEIGHT_FREE
+
+if TYPE_CHECKING:
+    from fgdata.jobs.summary import JobSummary
+    from fgdata.jobs.tasks import RunSettings
 
 #: An object's address in an error message (Pillow names the BytesIO it read): dropped, so reruns write the same bytes.
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
@@ -158,7 +162,7 @@ def score_shard(shard: str, options: ScoreOptions) -> ShardScored:
 def score_datasets(paths: list[str], options: ScoreOptions, *, workers: int = 1,
                    progress: Callable[[ShardScored], None] | None = None) -> ScoreSummary:
     """Score every shard named by ``paths`` (folders, shards, brace patterns; local, s3://, http(s)://)."""
-    from fgdata.jobs import testhook
+    from fgdata.jobs import outputs
     from fgdata.jobs.executor import Pool, run_units
     from fgdata.shards.scores import read_meta, write_meta
     from fgdata.shards.select import resolve_shards
@@ -168,14 +172,71 @@ def score_datasets(paths: list[str], options: ScoreOptions, *, workers: int = 1,
     selection = resolve_shards(paths)
     summary = ScoreSummary()
     calls = ({"shard": s} for s in selection.shards)
-    for n, result in enumerate(run_units(score_shard, calls, Pool(workers), shared={"options": options}), start=1):
+    for result in run_units(score_shard, calls, Pool(workers), shared={"options": options}):
         summary.shards.append(result)
         if progress is not None:
             progress(result)
-        testhook.output_done(n)
+        outputs.output_done()
     for folder in selection.folders:
         meta = read_meta(folder)
         new = {name: signal_record(name) for name in options.signals}
         if any(meta.get(k) != v for k, v in new.items()):
             write_meta(folder, dict(sorted({**meta, **new}.items())))
+    return summary
+
+
+def score_into(path: str, options: ScoreOptions, run: RunSettings | None = None) -> JobSummary:
+    """``score --into``: write the scores into each sample's json member instead, for readers that read only the tar.
+
+    The shards of ``path`` are rewritten in place by the job core, as ``encode text --into`` rewrites them (each
+    shard replaced atomically, resumable per shard); every member but the json is kept byte for byte, and the
+    json keeps every field it had, with the scores set at its top level. A sample whose json is not an object, or
+    whose image cannot be scored, keeps every member it had and is reported as not updated. A score file beside
+    a shard would describe the old bytes, so a shard that has one is refused: score it one way only.
+    """
+    import json
+
+    from fgdata import storage
+    from fgdata.encode.jobs import task_samples, user_json
+    from fgdata.errors import FgdataError
+    from fgdata.jobs.tasks import Result, Task, TaskJob, run_tasks, shard_tasks
+    from fgdata.shards.scores import ERROR_FIELD, scores_path, write_meta
+
+    tasks = shard_tasks(path)
+    for t in tasks:
+        if t.source is not None and storage.exists(scores_path(t.source)):
+            raise FgdataError(f"{scores_path(t.source)}: this shard's scores are kept beside it; --into would leave "
+                              "that file describing old bytes (remove it, or score without --into)")
+
+    def produce(task: Task) -> Any:
+        for s in task_samples(task):
+            if isinstance(s, Result):
+                yield s
+                continue
+            try:
+                doc = user_json(s.members.get("json"))
+            except FgdataError as exc:
+                yield Result(s.index, s.key, None, str(exc), original=s.members)
+                continue
+            fields = sample_scores(s.members, options)
+            if ERROR_FIELD in fields:
+                yield Result(s.index, s.key, None, f"score: {fields[ERROR_FIELD]}", original=s.members)
+                continue
+            members = dict(s.members)
+            members["json"] = json.dumps({**doc, **fields}, sort_keys=True, separators=(",", ":"),
+                                         allow_nan=False).encode()
+            yield Result(s.index, s.key, members)
+
+    def provenance() -> dict[str, Any]:
+        return {"signals": {name: signal_record(name) for name in options.signals}}
+
+    # one job (state folder, resume record, provenance entry) per signal set: scoring another signal later is a
+    # job of its own that adds its fields, while a rerun of the same set resumes
+    job = TaskJob(dest=path, command="score " + "+".join(options.signals), tasks=tasks, options=options, produce=produce, provenance=provenance,
+                  in_place=True)
+    summary = run_tasks(job, run)
+    from fgdata.shards.scores import read_meta
+
+    meta = read_meta(path)
+    write_meta(path, dict(sorted({**meta, **provenance()["signals"]}.items())))
     return summary

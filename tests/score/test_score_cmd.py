@@ -193,3 +193,45 @@ def test_verify_inspect_report_read_the_scores(shards, tmp_path):
     assert bad.returncode == 1 and "scores-mismatch" in bad.stdout
     first.write_text("not a score file\n")
     assert "scores-invalid" in fg("verify", str(shards), "--json").stdout
+
+
+def test_into_writes_the_json_in_place_and_the_filter_keeps_the_same_samples(shards, tmp_path):
+    import shutil
+
+    from fgdata.loaders import WDSLoader
+
+    beside = tmp_path / "beside"
+    shutil.copytree(shards, beside)
+    assert fg("score", str(beside), "--with", "basic").returncode == 0
+    rows = _rows(beside)
+    media = {t.name: {s.key: {e: d for e, d in s.members.items() if e != "json"} for s in iter_samples(str(t))}
+             for t in sorted(shards.glob("*.tar"))}
+    not_updated = []
+    for signals in ("size,sharpness", "caption"):  # a second signal adds to the json
+        done = fg("score", str(shards), "--with", signals, "--into", "--json")
+        assert done.returncode == 0, done.stderr
+        not_updated.append(json.loads(done.stdout).get("not_updated", 0))
+    assert not_updated == [1, 0]  # the broken image has no image fields: kept as it was; its caption is scored
+    assert not list(shards.glob("*" + SUFFIX))
+    for t in sorted(shards.glob("*.tar")):
+        for s in iter_samples(str(t)):
+            assert {e: d for e, d in s.members.items() if e != "json"} == media[t.name][s.key]  # media untouched
+            if s.key == "broken":
+                assert json.loads(s.members["json"]) == {"caption_chars": 12, "caption_words": 2}
+                continue
+            doc = json.loads(s.members["json"])
+            for name in ("width", "height", "aspect", "sharpness", "caption_words", "caption_chars"):
+                assert doc[name] == rows[s.key][name], (s.key, name)
+            if s.key.startswith("photo"):
+                assert doc["source"].endswith((".png", ".jpg"))
+    threshold = float(np.median([r["sharpness"] for r in rows.values() if "sharpness" in r]))
+    kept = {}
+    for folder in (shards, beside):
+        loader = WDSLoader(["WDS:" + str(folder)], batch_size=1, num_workers=0, train=False, partial=True,
+                           presets_filter={"score": {"threshold": threshold, "score_key": "sharpness"}},
+                           key_map={"caption": "txt"}, missing_text="empty")
+        kept[folder] = sorted(k for b in loader for k in b["__key__"])
+    assert kept[shards] == kept[beside] == sorted(k for k, r in rows.items() if r.get("sharpness", threshold) >= threshold)
+    # scores beside a shard and --into do not mix
+    refused = fg("score", str(beside), "--with", "size", "--into")
+    assert refused.returncode == 1 and SUFFIX in refused.stderr and "Traceback" not in refused.stderr
