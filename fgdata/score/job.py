@@ -170,6 +170,10 @@ def score_datasets(paths: list[str], options: ScoreOptions, *, workers: int = 1,
     if workers < 1:
         raise OptionError("--workers must be at least 1")
     selection = resolve_shards(paths)
+    read_only = [s for s in selection.shards if s.startswith(("http://", "https://"))]
+    if read_only:
+        raise OptionError(f"{read_only[0]}: score files are written beside the shards, and http(s) is read-only; "
+                          "copy the shards to a local folder or s3:// first")
     summary = ScoreSummary()
     calls = ({"shard": s} for s in selection.shards)
     for result in run_units(score_shard, calls, Pool(workers), shared={"options": options}):
