@@ -103,6 +103,9 @@ LAYER_RULES = [
     ("encode", "fgdata.loaders"),
     ("configs", "fgdata.prepare"),
     ("shards", "fgdata.jobs"),  # the tar format knows nothing of the job that writes it
+    ("shards", "fgdata.score"),  # score files are a format (fgdata.shards.scores); the scoring job sits above
+    ("loaders", "fgdata.score"),  # the loaders join score files through fgdata.shards.scores only
+    ("score", "fgdata.loaders"),
 ]
 
 

@@ -103,9 +103,10 @@ def inspect_cmd(
 
     Members over 64 MiB are summarised from their headers, never loaded whole.
     """
-    from fgdata.verify.inspect import combine, inspect_shards
+    from fgdata.verify.inspect import combine, inspect_shards, score_records
 
     reports, tiles = inspect_shards(paths, limit=limit, key=key, preview=preview is not None)
+    scores = score_records([r.shard for r in reports])
     drawn = 0
     if preview:
         from fgdata.report.build import write_contact_sheet
@@ -119,9 +120,12 @@ def inspect_cmd(
                    **{k: whole[k] for k in ("extension_sets", "bytes_per_extension", "samples_shown")}}
         if preview:
             doc["preview"] = {"path": preview, "tiles": drawn}
+        if scores:
+            doc["scores"] = scores
         print_json(doc)
     else:
         _render_report(reports[0] if len(reports) == 1 else combine(reports))
+        _render_scores(scores)
         if preview and not quiet:
             console.print(f"wrote preview {preview} ({drawn} tiles)")
     damaged = [r for r in reports if r.damage]
@@ -129,6 +133,21 @@ def inspect_cmd(
         err_console.print(f"[red]{report.shard}: damaged after {report.samples} readable samples ({report.damage})[/]")
     if damaged:
         raise typer.Exit(1)
+
+
+def _render_scores(scores: dict[str, dict[str, Any]]) -> None:
+    """What each score of each folder is (FOLDER/scores.json): fields, model and its sha256, preprocessing, scale."""
+    from rich.table import Table
+
+    for folder, signals in scores.items():
+        table = Table(title=f"scores ({folder})")
+        for column in ("signal", "fields", "model", "sha256", "preprocessing", "scale"):
+            table.add_column(column)
+        for name, info in signals.items():
+            sha = info.get("model_sha256")
+            table.add_row(name, ", ".join(info.get("fields", [])), str(info.get("model") or "-"),
+                          sha[:16] if sha else "-", str(info.get("preprocessing", "")), str(info.get("scale", "")))
+        console.print(table)
 
 
 def _render_report(report) -> None:

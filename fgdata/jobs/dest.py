@@ -46,7 +46,9 @@ LOCK_FILE = "lock"
 INDEX_SUFFIX = ".idx.json"
 #: Side files fgdata writes beside its outputs (every writing command).
 SIDE_FILES = frozenset({STATE_DIR, "shard_count.json", "failures.json", "provenance.json", "shard_job.json",
-                        "shard_stats.json"})
+                        "shard_stats.json", "scores.json"})
+#: ``fgdata score``'s file beside a shard (:mod:`fgdata.shards.scores`).
+SCORES_SUFFIX = ".scores.jsonl"
 
 Notify = Callable[[str], None]
 
@@ -301,6 +303,8 @@ def foreign_files(dest: str, keep: Iterable[str] = ()) -> list[str]:
         if name in SIDE_FILES or name in kept or is_temp(name) or other_index(name) is not None:
             continue
         if name.endswith(INDEX_SUFFIX) and name[: -len(INDEX_SUFFIX)].endswith(".tar"):
+            continue
+        if name.endswith(SCORES_SUFFIX) and name[: -len(SCORES_SUFFIX)] in present:
             continue
         if name.endswith(".tar") and name + INDEX_SUFFIX in present:
             continue

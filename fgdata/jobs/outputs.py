@@ -1,7 +1,7 @@
 """The points of a run that producers outside the job core report to it: an output is complete, a
 ``--no-resume`` run is about to redo what an earlier launch left, a model was loaded.
 
-``prepare``'s zip passes and ``fid-refs``' chunks call the first two, every model load (``encode``'s
+``prepare``'s zip passes, ``fid-refs``' chunks and ``score``'s shards call the first two, every model load (``encode``'s
 :func:`~fgdata.encode.models.load_pretrained`) the last; the test hooks of :mod:`fgdata.jobs.testhook`
 hang off them, so no producer knows about tests and kill tests stop every command at the same kind of point.
 """

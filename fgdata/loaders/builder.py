@@ -9,7 +9,9 @@ It owns what the loader keywords say about one sample:
 * ``missing_text``: what a sample without its text member (a caption) becomes: ``"drop"``
   (the sample is unusable) or ``"empty"`` (the empty string);
 * ``presets_filter`` predicates on the raw bytes, before anything is decoded;
-* the per-modality decoders of :mod:`fgdata.loaders.decoders`, which turn members into values.
+* the per-modality decoders of :mod:`fgdata.loaders.decoders`, which turn members into values;
+* scores written by ``fgdata score`` beside a shard (:mod:`fgdata.shards.scores`), joined by key into the
+  sample's json as flat top-level fields before the filters run (:class:`ScoreJoin`).
 
 It also tells a misconfigured loader from damaged data (:class:`KeyAudit`): a mapped key
 that none of the first samples read has, or that no sample of a whole shard has, and clips
@@ -19,9 +21,9 @@ that are all shorter than ``sequence_length``, are errors raised at once, not dr
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -195,6 +197,48 @@ class KeyAudit:
         )
 
 
+class ScoreJoin:
+    """The score files beside the shards, each read once per process (the last ``size`` shards kept)."""
+
+    def __init__(self, size: int = 16):
+        self.size = size
+        self._rows: OrderedDict[str, dict[str, dict[str, Any]]] = OrderedDict()
+
+    def fields(self, shard: str, key: str) -> dict[str, Any]:
+        """The score fields of ``key`` in ``shard`` (empty when the shard has no score file or no row)."""
+        from fgdata.shards.scores import numeric_fields, read_scores
+
+        rows = self._rows.pop(shard, None)
+        if rows is None:
+            found = read_scores(shard)
+            rows = {} if found is None else {k: numeric_fields(r) for k, r in found.rows.items()}
+            if len(self._rows) >= self.size:
+                self._rows.popitem(last=False)
+        self._rows[shard] = rows
+        return rows.get(key, {})
+
+    def join(self, raw: RawSample) -> RawSample:
+        """``raw`` with its scores set in its json member (a new one when it has none)."""
+        fields = self.fields(raw.ref.path, raw.key)
+        if not fields:
+            return raw
+        from fgdata.media.decode import unwrap_gz
+        from fgdata.shards.scores import joined_json
+
+        members = dict(raw.members)
+        doc = members.pop("json", None)
+        packed = members.pop("json.gz", None)
+        if doc is None and packed is not None:
+            try:
+                doc = unwrap_gz("json.gz", packed)[1]
+            except MediaError:
+                members["json.gz"] = packed  # the filters report the damage, as without scores
+                return replace(raw, members=members)
+        members["json"] = joined_json(doc, fields)
+        exts = raw.exts if "json" in raw.exts else (*raw.exts, "json")
+        return replace(raw, members=members, exts=exts)
+
+
 class SampleBuilder:
     """key_map + constants + filters + decoders -> a function from raw samples to sample dicts."""
 
@@ -222,6 +266,9 @@ class SampleBuilder:
                    if k not in self.constants and not (k in self.text_keys and missing_text == "empty")}
         self.audit = KeyAudit(audited, self.text_keys, audit_samples)
         self._warned: set[str] = set()
+        self.scores = ScoreJoin()
+        wanted = self.wanted
+        self.joins_scores = wanted is None or "json" in wanted
 
     @property
     def wanted(self) -> frozenset[str] | None:
@@ -233,6 +280,11 @@ class SampleBuilder:
                 return None
             exts |= f.needs
         return frozenset(exts)
+
+    def joined(self, raw: RawSample) -> RawSample:
+        """``raw`` with its scores joined into its json, when anything reads the json (the readers call this as
+        they read, so the key audit sees the json a score gave to a sample that had none)."""
+        return self.scores.join(raw) if self.joins_scores else raw
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:

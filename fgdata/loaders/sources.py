@@ -31,6 +31,7 @@ from fgdata import storage
 from fgdata.errors import FgdataError, StorageError
 from fgdata.loaders.builder import (
     DROPPABLE,
+    ScoreJoin,
     KeyAudit,
     RawSample,
     SampleBuilder,
@@ -91,8 +92,9 @@ class ShardReaders:
     """
 
     def __init__(self, dataset: Dataset, cache_path: str | None, wanted: frozenset[str] | None,
-                 audit: KeyAudit | None = None, size: int = 8):
+                 audit: KeyAudit | None = None, size: int = 8, scores: ScoreJoin | None = None):
         self.dataset = dataset
+        self.scores = scores  # the samples that scores give a json (the audit counts it)
         self.cache_path = cache_path
         self.wanted = set(wanted) if wanted is not None else None
         self.audit = audit
@@ -118,7 +120,10 @@ class ShardReaders:
                 self._audited.add(ref.path)
                 exts: Counter[str] = Counter()
                 for entry in f.entries:
-                    exts.update(list(entry.members))
+                    members = list(entry.members)
+                    if self.scores is not None and "json" not in members and self.scores.fields(ref.path, entry.key):
+                        members.append("json")
+                    exts.update(members)
                 try:
                     self.audit.shard_read(ref, len(f), exts)
                 except BaseException:
@@ -212,7 +217,7 @@ class Reading:
         try:
             with storage.open_read(ref.path) as f:
                 for entry, data in group_samples(iter_members(f, seekable=False, with_data=keep), problems):
-                    raw = RawSample(entry.key, data, tuple(entry.members), ref, count)
+                    raw = self.builder.joined(RawSample(entry.key, data, tuple(entry.members), ref, count))
                     count += 1
                     exts.update(raw.exts)
                     if raw.key in ignored:
@@ -252,7 +257,8 @@ class DeterministicSource:
     def items(self, start: int, epoch: int, worker: int, num_workers: int) -> Iterator[Delivered]:
         r = self.r
         split = Split(start, r.rank, r.world_size, worker, max(num_workers, 1), r.batch_size)
-        readers = ShardReaders(r.dataset, r.cache_path, r.builder.wanted, r.builder.audit)
+        readers = ShardReaders(r.dataset, r.cache_path, r.builder.wanted, r.builder.audit,
+                               scores=r.builder.scores if r.builder.joins_scores else None)
         try:
             for positions in split.batches(self.total(), self.partial):
                 for p in positions:
@@ -281,7 +287,7 @@ class DeterministicSource:
             ref = r.dataset.shards[planned.shard]
             where = f"{ref.path} sample #{planned.index} (position {q})"
             try:
-                raw = readers.read(planned.shard, planned.index)
+                raw = r.builder.joined(readers.read(planned.shard, planned.index))
                 r.builder.audit.sample_read(raw)
                 where = f"{ref.path} key {raw.key!r} (position {q})"
                 entropy = [r.seed, position] + ([attempt] if attempt else [])

@@ -376,6 +376,14 @@ def _tile(entry: _Entry, ext: str, kind: str, caption: str | None, stats: Stats,
         stats.tiles.append(Tile(entry.key, name, png, tile_caption(caption)))
 
 
+def _score_rows(path: str) -> dict[str, dict[str, Any]]:
+    """key -> the score fields of the shard's score file (``fgdata score``); empty without one."""
+    from fgdata.shards.scores import numeric_fields, read_scores
+
+    found = read_scores(path)
+    return {} if found is None else {k: numeric_fields(r) for k, r in found.rows.items()}
+
+
 def collect_shard(path: str, budget: int, tiles: int, label: str | None = None, thumb: int = 192) -> Stats:
     """Statistics of one shard; ``budget`` samples get their media decoded, ``tiles`` become thumbnails.
     ``label`` names the shard in rows and examples (its path when several datasets are read; default its name)."""
@@ -392,6 +400,7 @@ def collect_shard(path: str, budget: int, tiles: int, label: str | None = None, 
         return stats
     stats.shards[-1]["bytes"] = size
     try:
+        scores = _score_rows(path)
         known, entries = _open(path, stats)
         decode_at = _picks(known, budget) if known is not None else set(range(budget))
         tile_at = _picks(known, tiles) if known is not None else set(range(tiles))
@@ -409,6 +418,8 @@ def collect_shard(path: str, budget: int, tiles: int, label: str | None = None, 
                 if n == 0:
                     stats.problem("empty member", f"{name} {entry.key}.{ext}")
             doc = _json(entry, stats, name)
+            if entry.key in scores:  # scores beside the shard read as json fields, as the loaders join them
+                doc = {**(doc or {}), **scores[entry.key]}
             if doc is not None:
                 _numeric_fields(doc, stats)
             caption = _caption(entry, stats, name)

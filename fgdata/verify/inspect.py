@@ -210,3 +210,16 @@ def inspect_shards(paths: str | list[str], *, limit: int = 5, key: str | None = 
         where = reports[0].shard if len(reports) == 1 else f"{len(reports)} shards"
         raise FgdataError(f"{where}: no sample with key {key!r}")
     return reports, tiles
+
+
+def score_records(shards: list[str]) -> dict[str, dict[str, Any]]:
+    """Folder -> what each of its scores is (``FOLDER/scores.json``, written by ``fgdata score``), for the folders
+    of ``shards`` that have one."""
+    from fgdata.shards.scores import read_meta
+
+    out: dict[str, dict[str, Any]] = {}
+    for folder in dict.fromkeys(storage.parent(s) for s in shards):
+        meta = read_meta(folder)
+        if meta:
+            out[folder] = meta
+    return out

@@ -303,4 +303,34 @@ def check_shard(path: str, *, size: int | None = None, decode: bool = False, req
     result.readable = len(entries)
     result.key_hashes = np.asarray(hashes, dtype=np.uint64)
     _compare_index(result, entries, result.damage is not None)
+    _compare_scores(result, entries)
     return result
+
+
+def _compare_scores(result: ShardResult, entries: list[SampleEntry]) -> None:
+    """Check the shard's score file (``fgdata score``), if it has one: one row per sample, in tar order, for the
+    shard's current bytes."""
+    from fgdata.shards.scores import read_scores, scores_path
+
+    try:
+        scores = read_scores(result.shard)
+    except FgdataError as exc:
+        result.problems.append(Problem("scores-invalid", str(exc).splitlines()[0]))
+        return
+    if scores is None:
+        return
+    name = storage.basename(scores_path(result.shard))
+    if result.size is not None and scores.shard_size != result.size:
+        result.problems.append(Problem("scores-stale", f"{name} was written for {scores.shard_size} bytes, the shard "
+                                       f"has {result.size}; run `fgdata score` again"))
+        return
+    ours, theirs = [e.key for e in entries], list(scores.rows)
+    if ours != theirs:
+        missing = [k for k in ours if k not in scores.rows]
+        extra = [k for k in theirs if k not in set(ours)]
+        detail = f"{name} has {len(theirs)} rows, the shard {len(ours)} samples"
+        if missing or extra:
+            detail += f" ({len(missing)} keys without scores, {len(extra)} rows for unknown keys)"
+        else:
+            detail += " (same keys, another order)"
+        result.problems.append(Problem("scores-mismatch", detail))

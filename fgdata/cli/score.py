@@ -1,0 +1,101 @@
+"""``fgdata score``: per-sample scores written beside each shard, joined by the loaders as flat json fields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+import typer
+
+from fgdata.cli.flaggroups import flag, flag_groups
+from fgdata.cli.options import OutputFlags
+from fgdata.cli.render import console, err_console, print_json, progress
+
+if TYPE_CHECKING:
+    from fgdata.jobs.summary import JobSummary
+    from fgdata.score.job import ScoreOptions
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScoreFlags:
+    """What ``score`` computes and how."""
+
+    signals: str = flag(typer.Option(..., "--with", help="Comma-separated signals: size (width, height, aspect), sharpness, exposure, uniformity, caption; basic = all of them."))
+    text_ext: str = flag(typer.Option("txt", "--text-ext", help="The caption member's extension."))
+    image_ext: Optional[str] = flag(typer.Option(None, "--image-ext", help="The image member's extension (default: the sample's first image member)."))
+    workers: int = flag(typer.Option(1, "--workers", "-w", min=1, help="Shards scored in parallel (processes)."))
+    into: bool = flag(typer.Option(False, "--into", help="Write the scores into each sample's json member instead (the shards of the one folder given are rewritten in place, resumable; every other member kept)."))
+
+
+@flag_groups
+def score_cmd(
+    paths: list[str] = typer.Argument(..., help="Folders or s3:// prefixes of .tar shards, shards, or brace patterns."),
+    *,
+    opts: ScoreFlags,
+    out: OutputFlags,
+) -> None:
+    """Compute per-sample scores and write them beside each shard as SHARD.tar.scores.jsonl (the shard is never
+    rewritten); the loaders join them into each sample's json as flat fields, so presets_filter and key_map see them.
+
+    Example: fgdata score /data/shards --with basic
+
+    Scoring again with another signal adds its fields; a rerun skips shards already scored (resumable).
+    FOLDER/scores.json records what each signal is (preprocessing, scale, model). Exit code 1 when a shard could
+    not be read.
+    """
+    from fgdata.score.job import ScoreOptions, parse_signals, score_datasets
+
+    options = ScoreOptions(parse_signals(opts.signals), text_ext=opts.text_ext.lower().lstrip("."),
+                           image_ext=opts.image_ext.lower().lstrip(".") if opts.image_ext else None)
+    if opts.into:
+        _into(paths, options, opts.workers, out)
+        return
+    with progress(enabled=out.bars) as bar:
+        task = bar.add_task("scoring", total=None, rate="")
+        summary = score_datasets(paths, options, workers=opts.workers,
+                                 progress=lambda _r: bar.update(task, advance=1))
+    if out.json_out:
+        print_json(summary.to_json())
+    elif not out.quiet:
+        skipped = sum(s.skipped for s in summary.shards)
+        console.print(f"scored {summary.samples:,} samples in {len(summary.shards):,} shard(s) "
+                      f"({skipped} already scored) with {', '.join(options.signals)}; "
+                      f"{summary.failed:,} sample(s) could not be scored", highlight=False)
+    for s in summary.failed_shards:
+        err_console.print(f"[red]error[/]: {s.shard}: {s.error}", highlight=False)
+    if summary.failed_shards:
+        raise typer.Exit(1)
+
+
+def _into(paths: list[str], options: ScoreOptions, workers: int, out: OutputFlags) -> None:
+    """``--into``: the scores in each sample's json, the shards rewritten in place by the job core."""
+    import time
+
+    from fgdata.cli.jobrun import finish_job, job_progress, notes, run_job
+    from fgdata.errors import OptionError
+    from fgdata.jobs.tasks import RunSettings
+    from fgdata.score.job import score_into
+
+    if len(paths) != 1:
+        raise OptionError("--into rewrites one folder of shards in place: give exactly one")
+    say = notes(out.quiet)
+    started = time.perf_counter()
+
+    def call() -> JobSummary:
+        with job_progress("scoring", enabled=out.bars, total=None) as bar:
+            return score_into(paths[0], options, RunSettings(workers=workers, log=say, notify=say,
+                                                             progress=bar.advance))
+
+    summary = run_job(call)
+    rows = [("output shards written", f"{summary.shards_done:,}"),
+            ("output shards resumed", f"{summary.shards_skipped:,}")]
+    details: dict[str, Any] = {"shards_written": summary.shards_done, "shards_resumed": summary.shards_skipped}
+    if summary.not_updated:
+        rows.insert(0, ("  not updated (kept)", f"{summary.not_updated:,}"))
+        details["not_updated"] = summary.not_updated
+    finish_job(summary, source=paths[0], seconds=time.perf_counter() - started, rows=rows, details=details,
+               quiet=out.quiet, json_out=out.json_out)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("score")(score_cmd)
