@@ -186,6 +186,14 @@ def _table(job: ShardJob) -> tuple[list[str], str] | None:
     return (files, media_column(job.src, job.options.kind, job.media_column)) if files is not None else None
 
 
+def _fetch_src_with(download: DownloadOptions | None) -> None:
+    """SRC's own fetches over http(s) (a manifest, a list, shards) follow the job's network settings (the
+    private-network policy, proxies), without the per-input body limit."""
+    if download is not None:
+        configure(replace(download, max_bytes=None))
+        read_environment()
+
+
 def stream_items(job: ShardJob, skipped: list[Skipped], selector: Selector | None = None) -> Iterator[WorkItem]:
     """The job's inputs in source order, as a stream (a folder walk, manifest rows or prompt lines); a folder's
     files that are not inputs are appended to ``skipped`` as the walk meets them; a ``selector`` leaves out the
@@ -200,7 +208,12 @@ def stream_items(job: ShardJob, skipped: list[Skipped], selector: Selector | Non
 
     from fgdata.sources.shards import iter_shard_items
 
+    web = ("http://", "https://")
+    if job.src.startswith(web):
+        _fetch_src_with(job.download)
     shards = _shards(job)
+    if shards and any(s.startswith(web) for s in shards):  # a local list of shards on the web
+        _fetch_src_with(job.download)
     table = _table(job) if shards is None else None
     flag = "--image-column" if job.options.kind == "images" else "--video-column"
 
@@ -211,9 +224,6 @@ def stream_items(job: ShardJob, skipped: list[Skipped], selector: Selector | Non
             return iter_shard_items(shards, _media_exts(job), job.rekey, filtered)
         if table is not None:
             return iter_table(table[0], table[1], job.caption_column, flag)
-        if job.download is not None and job.src.startswith(("http://", "https://")):
-            configure(replace(job.download, max_bytes=None))  # the manifest's fetch: the job's network settings
-            read_environment()
         return iter_manifest(job.src, job.path_column, job.caption_column, job.allow_local_paths)
 
     if selector is not None:

@@ -192,7 +192,8 @@ def test_shards_over_http_and_s3_give_the_bytes_of_local_ones(cli, laion, served
     folder, _ = laion
     cli("shard", "images", folder, tmp_path / "local", "--no-progress", "-q")
     expected = _shards_only(snapshot(tmp_path / "local"))
-    cli("shard", "images", f"{served}/{{00000..00002}}.tar", tmp_path / "http", "--no-progress", "-q")
+    cli("shard", "images", f"{served}/{{00000..00002}}.tar", tmp_path / "http", "--no-progress", "-q",
+        "--allow-private-network")  # the test server is on loopback
     assert _shards_only(snapshot(tmp_path / "http")) == expected
     assert not (tmp_path / "http" / "shard_stats.json").exists()  # samples of a shard read over http are no URLs
     for n in range(3):
