@@ -103,6 +103,8 @@ LAYER_RULES = [
     ("encode", "fgdata.loaders"),
     ("configs", "fgdata.prepare"),
     ("shards", "fgdata.jobs"),  # the tar format knows nothing of the job that writes it
+    ("dedup", "fgdata.jobs"),  # hashes and the index are pure: reading shards and writing results are the job's
+    ("dedup", "fgdata.cli"),
 ]
 
 

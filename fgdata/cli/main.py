@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "fgdata.cli.report",
     "fgdata.cli.shard",
     "fgdata.cli.fid",
+    "fgdata.cli.dedup",
 ]
 
 app = typer.Typer(
