@@ -121,7 +121,7 @@ def near_pairs(hashes: np.ndarray, k: int) -> Pairs:
     n, words = hashes.shape
     bits = 64 * words
     m, radius = plan_blocks(bits, k, n)
-    found = []
+    found: list[np.ndarray] = []
     for b in range(m):
         start, end = b * bits // m, (b + 1) * bits // m
         values = _block_values(hashes, start, end - start)
