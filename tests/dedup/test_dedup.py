@@ -197,3 +197,26 @@ def test_keep_rule_never_drops_past_the_distance():
     c = b ^ np.uint64(0b111000)
     got = keep_greedy(np.array([[a], [b], [c]], dtype=np.uint64), 3, np.arange(3))
     assert got.index.tolist() == [1] and got.dup_of.tolist() == [0] and got.distance.tolist() == [3]
+
+
+# imagehash 4.3.2's phash(img) and phash(img, hash_size=16) of the sample photos, computed once where it
+# installs (benchmarks/bench_dedup.py's virtualenv); fgdata's numpy DCT must give the same bits.
+IMAGEHASH_PHASH = {
+    "camera.png": ("bff1c1c0434e8cbc", "bf78f183c102c06743fc4e9c8cd8bc233327787761d3339897888f8f4b172e5c"),
+    "chelsea.png": ("b15fe6465121175e", "b1ac5ffee6df46225131214897e25edba410e16552ca376ab8c93d465d07426f"),
+    "coffee.png": ("bb8320376c0f3637", "bb2483cc209e37f24cf10fc336bc37cf32c29b273241330e60cf9936333c773c"),
+    "grace_hopper.jpg": ("9d8a745883d71ea5", "9de7820174d948668343d7d91e22a4056ddf67e620042637e0c67911f7efce9f"),
+    "horse.png": ("ad7ad2863235b534", "adbe7a4bd2c086b6364d35d0b5d63c3af50acda2c02f27b5334d3dc1345a6d08"),
+    "hubble_deep_field.jpg": ("84cc4b96ba4d333e", "8486cc4e4f659ec1ba124d1d331c3eb0387374e52ba6a3da95a77967332313dc"),
+    "rocket.jpg": ("c0371bec1be51267", "c0d937671396ec201bdfe521127e67a19c7e0381fc7e0381ec7a1387e4f81b0f"),
+}
+
+
+def test_phash_equals_imagehash(sample_images):
+    from fgdata.dedup.hashes import phash
+
+    assert {p.name for p in sample_images} == set(IMAGEHASH_PHASH)
+    for path in sample_images:
+        im = Image.open(path)
+        got = tuple("".join(f"{int(w):016x}" for w in phash(im, bits)) for bits in (64, 256))
+        assert got == IMAGEHASH_PHASH[path.name], path.name
