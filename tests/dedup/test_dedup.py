@@ -220,3 +220,22 @@ def test_phash_equals_imagehash(sample_images):
         im = Image.open(path)
         got = tuple("".join(f"{int(w):016x}" for w in phash(im, bits)) for bits in (64, 256))
         assert got == IMAGEHASH_PHASH[path.name], path.name
+
+
+def test_shards_and_index_on_s3(nearset, s3_bucket, tmp_path):
+    """Shards read from s3://, the index and its failure report written there, the same records as locally."""
+    from fgdata import storage
+
+    items, ds = nearset
+    for p in sorted(ds.iterdir()):
+        storage.upload(str(p), f"{s3_bucket}/ds/{p.name}")
+    local = tmp_path / "local.json"
+    dedup(str(ds), "-o", str(local), "--by", "sha256")
+    dedup(f"{s3_bucket}/ds", "-o", f"{s3_bucket}/dups.json", "--by", "sha256")
+    remote = json.loads(storage.read_bytes(f"{s3_bucket}/dups.json"))
+    assert {k: r["dup_of"]["key"] for keys in remote.values() for k, r in keys.items()} == {
+        k: r["dup_of"]["key"] for (_, k), r in drops(local).items()}
+    assert all(s.startswith(f"{s3_bucket}/ds/") for s in remote)
+    report = json.loads(storage.read_bytes(f"{s3_bucket}/dups.json.failures.json"))
+    assert report["seen"] == report["written"] == len(items)
+    assert not [i.path for i in storage.list_recursive(s3_bucket) if "fgdata-dedup" in i.path]  # markers gone
