@@ -106,6 +106,8 @@ LAYER_RULES = [
     ("shards", "fgdata.score"),  # score files are a format (fgdata.shards.scores); the scoring job sits above
     ("loaders", "fgdata.score"),  # the loaders join score files through fgdata.shards.scores only
     ("score", "fgdata.loaders"),
+    ("dedup", "fgdata.jobs"),  # hashes and the index are pure: reading shards and writing results are the job's
+    ("dedup", "fgdata.cli"),
 ]
 
 

@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "fgdata.cli.shard",
     "fgdata.cli.fid",
     "fgdata.cli.score",
+    "fgdata.cli.dedup",
 ]
 
 app = typer.Typer(

@@ -1,15 +1,26 @@
-"""The ignore index: shard basename -> sample keys to skip."""
+"""The ignore index: shard -> sample keys to skip, as a list of keys or (``fgdata dedup``) an object of key ->
+record saying why (docs/FORMATS.md)."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from fgdata import storage
 from fgdata.errors import FgdataError
 
 
+def _keys_of(value: object) -> list[str] | None:
+    """The keys a shard's entry lists: a list of keys, or the keys of an object of key -> record object."""
+    if isinstance(value, list) and all(isinstance(k, str) for k in value):
+        return value
+    if isinstance(value, dict) and all(isinstance(r, dict) for r in value.values()):
+        return list(value)
+    return None
+
+
 def load_ignore_index(paths: list[str] | tuple[str, ...] | str | None) -> dict[str, set[str]]:
-    """Merge ignore files; each must exist, be readable, non-empty JSON of name -> [keys]."""
+    """Merge ignore files; each must exist, be readable, non-empty JSON of name -> [keys] or {key: record}."""
     if paths is None:
         return {}
     if isinstance(paths, str):
@@ -28,10 +39,12 @@ def load_ignore_index(paths: list[str] | tuple[str, ...] | str | None) -> dict[s
             doc = json.loads(raw)
         except ValueError as exc:
             raise FgdataError(f"ignore index {path}: not valid JSON ({exc})") from exc
-        if not isinstance(doc, dict) or not all(isinstance(v, list) and all(isinstance(k, str) for k in v) for v in doc.values()):
-            raise FgdataError(f"ignore index {path}: expected a JSON object of shard name -> list of keys")
-        for shard, keys in doc.items():
-            merged.setdefault(shard, set()).update(keys)
+        listed = {shard: _keys_of(v) for shard, v in doc.items()} if isinstance(doc, dict) else None
+        if listed is None or any(keys is None for keys in listed.values()):
+            raise FgdataError(f"ignore index {path}: expected a JSON object of shard name -> list of keys "
+                              "(or -> object of key -> record)")
+        for shard, keys in listed.items():
+            merged.setdefault(shard, set()).update(keys or ())
     return merged
 
 
@@ -45,3 +58,12 @@ def ignore_index_bytes(mapping: dict[str, list[str] | set[str]]) -> bytes:
 def write_ignore_index(path: str, mapping: dict[str, list[str] | set[str]]) -> None:
     """Atomically write an ignore index (shards in numeric order, keys sorted)."""
     storage.write_bytes(path, ignore_index_bytes(mapping))
+
+
+def write_ignore_records(path: str, mapping: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """Atomically write an ignore index whose shards map each key to a record (shards in numeric order, keys
+    sorted), as ``fgdata dedup`` writes it."""
+    from fgdata.shards.keys import sort_shards
+
+    doc = {s: {k: mapping[s][k] for k in sorted(mapping[s])} for s in sort_shards(mapping) if mapping[s]}
+    storage.write_bytes(path, (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode())

@@ -1,0 +1,69 @@
+"""``fgdata dedup``: find exact, perceptual or semantic duplicates across datasets and write them as an ignore
+index the loaders honour (nothing is deleted)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import typer
+
+from fgdata.cli import options
+from fgdata.cli.flaggroups import flag, flag_groups
+from fgdata.cli.options import OutputFlags
+
+
+@dataclass(frozen=True, kw_only=True)
+class DedupFlags:
+    """What ``dedup`` compares, how close counts as a copy, and which copy is kept."""
+
+    output: str = flag(typer.Option(..., "--output", "-o", help="The ignore index to write (local or s3://); failures go to OUTPUT.failures.json."))
+    by: str = flag(typer.Option("phash", "--by", help="sha256 (exact bytes, or pixels with --pixels), phash (DCT hash, Hamming distance) or embedding (SemDeDup on a .npy member)."))
+    bits: int = flag(typer.Option(64, "--bits", help="phash size: 64 or 256 bits."))
+    max_distance: Optional[int] = flag(typer.Option(None, "--max-distance", help="phash: most differing bits of a copy (default 10 for 64 bits, 40 for 256)."))
+    pixels: bool = flag(typer.Option(False, "--pixels", help="sha256: hash the decoded pixels, so re-encoded lossless copies match."))
+    member: Optional[str] = flag(typer.Option(None, "--member", help="The member extension to hash (default: the first image member; the first .npy for --by embedding)."))
+    keep: str = flag(typer.Option("first", "--keep", help="Which copy stays: first (input order) or highest:FIELD (a number in the sample's json)."))
+    eps: float = flag(typer.Option(0.01, "--eps", help="embedding: drop at cosine >= 1 - eps to a kept sample of its cluster."))
+    clusters: Optional[int] = flag(typer.Option(None, "--clusters", min=1, help="embedding: k-means clusters (default: one per 1,000 samples)."))
+    workers: int = flag(typer.Option(1, "--workers", "-w", min=1, help="Shards hashed in parallel (processes)."))
+    resume: bool = flag(options.RESUME)
+
+
+@flag_groups
+def dedup_cmd(
+    paths: list[str] = typer.Argument(..., help="Datasets: folders or s3:// / http(s):// prefixes of .tar shards, shards, or brace patterns."),
+    *,
+    dd: DedupFlags,
+    out: OutputFlags,
+) -> None:
+    """Find duplicate samples across datasets and write them as an ignore index (shard -> key -> record naming
+    the kept copy, the method and the distance). Nothing is deleted: loaders skip the listed samples.
+
+    Example: fgdata dedup /data/laion /data/cc12m --by phash -o /data/dups.json
+    """
+    from fgdata.cli.render import console, print_json
+    from fgdata.jobs.dedup import DedupOptions, run_dedup
+
+    opts = DedupOptions(by=dd.by, bits=dd.bits, max_distance=dd.max_distance, pixels=dd.pixels, member=dd.member,
+                        keep=dd.keep, eps=dd.eps, clusters=dd.clusters, workers=dd.workers, resume=dd.resume)
+    started = time.perf_counter()
+    result = run_dedup(paths, dd.output, opts)
+    doc = {"command": "dedup", "method": opts.method(), "seen": result.seen, "hashed": result.hashed,
+           "failed": len(result.failures), "dropped": result.dropped, "kept": result.hashed - result.dropped,
+           "resumed_shards": result.resumed, "output": result.output, "failures_file": result.failures_file,
+           "seconds": round(time.perf_counter() - started, 3)}
+    if out.json_out:
+        print_json(doc)
+    elif not out.quiet:
+        console.print(f"{result.seen:,} samples seen: {result.hashed:,} hashed, {len(result.failures):,} failed; "
+                      f"{result.dropped:,} duplicate(s) listed in {result.output} ({opts.method()})", highlight=False)
+        for f in result.failures[:10]:
+            console.print(f"[red]failed[/] {f['input']}: {f['reason']}", highlight=False)
+    if result.seen and not result.hashed:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("dedup")(dedup_cmd)

@@ -1,0 +1,247 @@
+"""The ``fgdata dedup`` job: hash every sample of every shard (one work unit per shard, in parallel on the
+executor), then find duplicates across all the datasets at once and write them as an ignore index.
+
+A unit writes its hashes to ``<OUTPUT>.fgdata-dedup/<id>.npz`` (atomically; the file is its marker): ``id`` is
+a digest of the shard, its size and the hashing options, so a rerun (after SIGKILL too) hashes only the shards
+without one, and a changed shard or option is hashed again. The search reads the units in input order, so the
+result never depends on which units an earlier run finished. The folder is removed once the index is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fgdata import storage
+from fgdata.errors import DamagedShardError, FgdataError, OptionError
+
+METHODS = ("sha256", "phash", "embedding")
+DEFAULT_DISTANCE = {64: 10, 256: 40}
+COMMAND = "dedup"
+
+
+@dataclass(frozen=True)
+class DedupOptions:
+    """What ``fgdata dedup`` hashes and how it decides."""
+
+    by: str = "phash"
+    bits: int = 64
+    max_distance: int | None = None  # None: DEFAULT_DISTANCE[bits]
+    pixels: bool = False
+    member: str | None = None  # None: the first image member (the first .npy one for --by embedding)
+    keep: str = "first"
+    eps: float = 0.01
+    clusters: int | None = None  # None: one per 1,000 embeddings
+    workers: int = 1
+    resume: bool = True
+
+    def method(self) -> str:
+        """The ``method`` each record names."""
+        if self.by == "phash":
+            return f"phash{self.bits}"
+        if self.by == "sha256":
+            return "sha256-pixels" if self.pixels else "sha256"
+        return "semdedup"
+
+    def distance(self) -> int:
+        return DEFAULT_DISTANCE[self.bits] if self.max_distance is None else self.max_distance
+
+    def keep_field(self) -> str | None:
+        """The json field of ``--keep highest:FIELD`` (None for ``first``)."""
+        if self.keep == "first":
+            return None
+        if self.keep.startswith("highest:") and self.keep[len("highest:"):].strip():
+            return self.keep[len("highest:"):].strip()
+        raise OptionError(f"--keep {self.keep}: expected first or highest:FIELD")
+
+    def check(self) -> None:
+        if self.by not in METHODS:
+            raise OptionError(f"--by {self.by}: expected one of {', '.join(METHODS)}")
+        if self.bits not in DEFAULT_DISTANCE:
+            raise OptionError(f"--bits {self.bits}: expected 64 or 256")
+        if not 0 <= self.distance() < self.bits:
+            raise OptionError(f"--max-distance {self.max_distance}: expected 0 to {self.bits - 1}")
+        if not 0 <= self.eps < 1:
+            raise OptionError(f"--eps {self.eps}: expected 0 <= eps < 1")
+        self.keep_field()
+
+
+@dataclass
+class DedupResult:
+    seen: int
+    hashed: int
+    dropped: int
+    failures: list[dict[str, Any]]
+    output: str
+    failures_file: str
+    resumed: int
+
+
+def _pick_member(members: dict[str, bytes], opts: DedupOptions) -> str | None:
+    from fgdata.media.image import source_image_extensions
+
+    if opts.member is not None:
+        return opts.member if opts.member in members else None
+    if opts.by == "embedding":
+        return next((e for e in members if e.endswith("npy")), None)
+    images = source_image_extensions()
+    return next((e for e in members if e.lower() in images), None)
+
+
+def _field_value(members: dict[str, bytes], field: str | None) -> float:
+    """The sample's flat json ``field`` as a number; NaN (kept last) when absent or not a number."""
+    if field is None or "json" not in members:
+        return math.nan
+    try:
+        value = json.loads(members["json"]).get(field)
+    except (ValueError, AttributeError):
+        return math.nan
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
+def _hash_member(ext: str, data: bytes, opts: DedupOptions) -> np.ndarray:
+    from fgdata.dedup import hashes
+    from fgdata.media.decode import unwrap_gz
+    from fgdata.media.image import open_image
+
+    if opts.by == "embedding":
+        ext, data = unwrap_gz(ext, data)
+        try:
+            vector = np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise FgdataError(f"npy: {exc}") from exc
+        if vector.dtype.kind not in "fiu" or vector.size == 0:
+            raise FgdataError(f"npy: expected a numeric embedding, got {vector.dtype} {vector.shape}")
+        return vector.astype(np.float32).reshape(-1)
+    if opts.by == "sha256" and not opts.pixels:
+        return hashes.digest_words(hashes.sha256_bytes(data))
+    im = open_image(data)
+    try:
+        im.load()
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise FgdataError(f"image-decode: cannot decode image: {exc}") from exc
+    if opts.by == "sha256":
+        return hashes.digest_words(hashes.sha256_pixels(im))
+    return hashes.phash(im, opts.bits)
+
+
+def hash_shard(shard: str, marker: str, opts: DedupOptions) -> int:
+    """One unit: hash every sample of ``shard`` and write keys, hashes, keep-field values and failures to
+    ``marker`` (atomically). Returns the samples seen."""
+    keys: list[str] = []
+    values: list[np.ndarray] = []
+    scores: list[float] = []
+    failures: list[dict[str, Any]] = []
+    field = opts.keep_field()
+    from fgdata.shards import iter_samples
+
+    try:
+        for sample in iter_samples(shard):
+            ext = _pick_member(sample.members, opts)
+            where = f"{shard}#{sample.key}"
+            if ext is None:
+                wanted = opts.member or ("a .npy member" if opts.by == "embedding" else "an image member")
+                failures.append({"input": where, "reason": f"member: no {wanted}"})
+                continue
+            try:
+                vector = _hash_member(ext, sample.members[ext], opts)
+            except FgdataError as exc:
+                reason = str(exc) if ":" in str(exc).split(" ", 1)[0] else f"decode: {exc}"
+                failures.append({"input": where, "reason": reason})
+                continue
+            keys.append(sample.key)
+            values.append(vector)
+            scores.append(_field_value(sample.members, field))
+    except DamagedShardError as exc:
+        failures.append({"input": shard, "reason": f"shard: {exc}"})
+    except (FgdataError, OSError) as exc:
+        failures.append({"input": shard, "reason": f"read: {exc}"})
+    dims = {len(v) for v in values}
+    if len(dims) > 1:
+        raise FgdataError(f"{shard}: embeddings of different lengths {sorted(dims)}")
+    table = np.stack(values) if values else np.zeros((0, 4 if opts.by == "sha256" else opts.bits // 64))
+    buf = io.BytesIO()
+    np.savez(buf, keys=np.array(keys, dtype=str), values=table, scores=np.array(scores, dtype=np.float64),
+             failures=np.array(json.dumps(failures)))
+    storage.write_bytes(marker, buf.getvalue())
+    return len(keys) + len(failures)
+
+
+def _work_dir(output: str) -> str:
+    return storage.join(storage.parent(output), f".{storage.basename(output)}.fgdata-dedup")
+
+
+def _unit_id(shard: str, size: int | None, opts: DedupOptions) -> str:
+    what = [storage.absolute(shard), size, opts.by, opts.bits, opts.pixels, opts.member, opts.keep_field()]
+    return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:24]
+
+
+def _drops(values: np.ndarray, scores: np.ndarray, opts: DedupOptions) -> Any:
+    from fgdata.dedup.index import keep_greedy, priority_order
+
+    order = priority_order(len(values), scores if opts.keep_field() else None)
+    if opts.by == "embedding":
+        from fgdata.dedup.semantic import semdedup
+
+        clusters = opts.clusters or max(1, len(values) // 1000)
+        return semdedup(values, opts.eps, order, clusters)
+    return keep_greedy(values.astype(np.uint64), 0 if opts.by == "sha256" else opts.distance(), order)
+
+
+def run_dedup(paths: list[str], output: str, opts: DedupOptions, on_unit: Any = None) -> DedupResult:
+    """Hash the shards ``paths`` name (several datasets at once), find duplicates and write the ignore index
+    ``output`` and ``<output>.failures.json``. Nothing in the datasets changes."""
+    from fgdata.jobs import testhook
+    from fgdata.jobs.executor import Pool, run_units
+    from fgdata.jobs.report import write_failures
+    from fgdata.shards import resolve_shards
+    from fgdata.shards.ignore import write_ignore_records
+
+    opts.check()
+    selection = resolve_shards(paths)
+    work = _work_dir(output)
+    markers = [storage.join(work, _unit_id(s, selection.sizes.get(s), opts) + ".npz") for s in selection.shards]
+    if not opts.resume and storage.exists(work):
+        storage.remove_tree(work)
+    present = {m for m in markers if opts.resume and storage.exists(m)}
+    calls = [{"shard": s, "marker": m} for s, m in zip(selection.shards, markers) if m not in present]
+    for done, _ in enumerate(run_units(hash_shard, calls, Pool(opts.workers), shared={"opts": opts}), 1):
+        if on_unit is not None:
+            on_unit()
+        testhook.output_done(done)
+    keys: list[tuple[str, str]] = []
+    tables, scores, failures = [], [], []
+    for shard, marker in zip(selection.shards, markers):
+        with np.load(io.BytesIO(storage.read_bytes(marker)), allow_pickle=False) as unit:
+            name = storage.absolute(shard)
+            keys.extend((name, str(k)) for k in unit["keys"])
+            tables.append(unit["values"])
+            scores.append(unit["scores"])
+            failures.extend(json.loads(str(unit["failures"])))
+    dims = {t.shape[1] for t in tables if len(t)}
+    if len(dims) > 1:
+        raise FgdataError(f"{', '.join(paths)}: embeddings of different lengths {sorted(dims)}")
+    values = np.concatenate([t for t in tables if len(t)]) if keys else np.zeros((0, 1))
+    drops = _drops(values, np.concatenate(scores), opts) if keys else None
+    records: dict[str, dict[str, dict[str, Any]]] = {}
+    method = opts.method()
+    if drops is not None:
+        for i, j, d in zip(drops.index.tolist(), drops.dup_of.tolist(), drops.distance.tolist()):
+            shard, key = keys[i]
+            records.setdefault(shard, {})[key] = {"dup_of": {"shard": keys[j][0], "key": keys[j][1]},
+                                                  "method": method,
+                                                  "distance": round(d, 6) if isinstance(d, float) else d}
+    write_ignore_records(output, records)
+    failures_file = f"{output}.failures.json"
+    dropped = 0 if drops is None else len(drops.index)
+    write_failures(failures_file, COMMAND, len(keys) + len(failures), len(keys), failures,
+                   extra={"method": method, "dropped": dropped, "kept": len(keys) - dropped})
+    storage.remove_tree(work)
+    return DedupResult(len(keys) + len(failures), len(keys), dropped, failures, output, failures_file,
+                       len(present))

@@ -1,0 +1,241 @@
+"""``fgdata dedup`` end to end on real shards: the near-duplicate set's recall and precision, what the loaders
+skip, exact and pixel hashes, embeddings, several datasets, resume after SIGKILL, and bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from fgdata.dedup.index import brute_pairs, keep_greedy, near_pairs
+from fgdata.shards import ShardWriter
+from tests.dedup.nearset import near_duplicate_set, score, write_shards
+from tests.faults.faultkit import stop_and_signal
+
+FGDATA = [sys.executable, "-m", "fgdata"]
+
+
+def dedup(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run([*FGDATA, "dedup", *args], capture_output=True, text=True, timeout=600)
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+def drops(path: Path) -> dict[tuple[str, str], dict]:
+    return {(shard, key): rec for shard, keys in json.loads(path.read_text()).items() for key, rec in keys.items()}
+
+
+@pytest.fixture(scope="module")
+def nearset(tmp_path_factory):
+    items = near_duplicate_set()
+    root = tmp_path_factory.mktemp("near")
+    write_shards(items, root / "ds")
+    return items, root / "ds"
+
+
+def test_phash_finds_resized_and_reencoded_copies_and_keeps_distinct_photos(nearset, tmp_path):
+    items, ds = nearset
+    out = tmp_path / "dups.json"
+    r = json.loads(dedup(str(ds), "-o", str(out), "--json").stdout)
+    assert r["seen"] == r["hashed"] == len(items) and r["failed"] == 0
+    found = drops(out)
+    assert {rec["method"] for rec in found.values()} == {"phash64"}
+    assert all(0 <= rec["distance"] <= 10 and rec["dup_of"]["shard"] == str(ds / Path(rec["dup_of"]["shard"]).name)
+               for rec in found.values())
+    kept_named = {(rec["dup_of"]["shard"], rec["dup_of"]["key"]) for rec in found.values()}
+    assert not kept_named & set(found)  # every drop names a kept sample
+    m = score(items, {int(k): int(rec["dup_of"]["key"]) for (_, k), rec in found.items()})
+    assert m["recall_resized"] >= 0.95 and m["recall_jpeg60"] >= 0.95 and m["recall_exact"] == 1.0
+    assert m["precision"] >= 0.99 and m["distinct_dropped"] == 0
+    failures = json.loads((tmp_path / "dups.json.failures.json").read_text())
+    assert failures["seen"] == failures["written"] + failures["failed"] == len(items)
+
+
+def test_loaders_skip_exactly_the_dropped_samples(nearset, tmp_path):
+    from fgdata.loaders import ImageWDSLoader, WDSLoader
+
+    items, ds = nearset
+    out = tmp_path / "dups.json"
+    dedup(str(ds), "-o", str(out), "--keep", "highest:quality")
+    dropped = {k for _, k in drops(out)}
+    assert dropped
+    expected = sorted(f"{n:06d}" for n in range(len(items)) if f"{n:06d}" not in dropped)
+    for cls, kw in ((WDSLoader, {"key_map": {"meta": "json"}}), (ImageWDSLoader, {"input_res": 16, "key_map": {"real": "jpg"}})):
+        loader = cls(["WDS:" + str(ds)], batch_size=1, num_workers=0, deterministic=True, train=False, partial=True,
+                     ignore_index_paths=[str(out)], **kw)
+        assert sorted(k for batch in loader for k in batch["fname"]) == expected
+
+
+def test_keep_highest_field_keeps_the_best_copy(nearset, tmp_path):
+    items, ds = nearset
+    out = tmp_path / "dups.json"
+    dedup(str(ds), "-o", str(out), "--keep", "highest:quality")
+    quality = {f"{n:06d}": n % 7 for n in range(len(items))}
+    for (_, key), rec in drops(out).items():
+        assert quality[rec["dup_of"]["key"]] >= quality[key]
+
+
+def _png(im: Image.Image, level: int) -> bytes:
+    buf = io.BytesIO()
+    im.save(buf, "PNG", compress_level=level)
+    return buf.getvalue()
+
+
+def test_sha256_bytes_and_pixels(sample_images, tmp_path):
+    im = Image.open(sample_images[0]).convert("RGB")
+    w = ShardWriter(str(tmp_path / "ds"))
+    w.write("a", {"png": _png(im, 1)})
+    w.write("b", {"png": _png(im, 9)})  # other bytes, same pixels
+    w.write("c", {"png": _png(im, 1)})  # same bytes
+    w.write("d", {"txt": b"no image"})
+    w.close()
+    r = json.loads(dedup(str(tmp_path / "ds"), "-o", str(tmp_path / "b.json"), "--by", "sha256", "--json").stdout)
+    assert (r["seen"], r["hashed"], r["failed"], r["dropped"]) == (4, 3, 1, 1)
+    assert [(k, rec["dup_of"]["key"], rec["method"]) for (_, k), rec in drops(tmp_path / "b.json").items()] == [
+        ("c", "a", "sha256")]
+    dedup(str(tmp_path / "ds"), "-o", str(tmp_path / "p.json"), "--by", "sha256", "--pixels")
+    assert sorted(k for _, k in drops(tmp_path / "p.json")) == ["b", "c"]
+    report = json.loads((tmp_path / "p.json.failures.json").read_text())
+    assert report["failures"][0]["input"].endswith("#d") and report["failures"][0]["reason"].startswith("member:")
+
+
+def _npy(a: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()
+
+
+def test_embedding_semdedup(tmp_path):
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=(30, 16)).astype(np.float32)
+    w = ShardWriter(str(tmp_path / "ds"), maxcount=20)
+    for n, v in enumerate(base):
+        w.write(f"o{n:02d}", {"npy": _npy(v)})
+    for n in range(0, 30, 3):
+        w.write(f"n{n:02d}", {"npy": _npy(base[n] * 2 + rng.normal(size=16).astype(np.float32) * 1e-3)})
+    w.write("bad", {"npy": _npy(np.array(["x"], dtype=object))})
+    w.close()
+    out = tmp_path / "e.json"
+    r = json.loads(dedup(str(tmp_path / "ds"), "-o", str(out), "--by", "embedding", "--clusters", "3",
+                         "--json").stdout)
+    assert (r["seen"], r["failed"]) == (41, 1)
+    assert {k: rec["dup_of"]["key"] for (_, k), rec in drops(out).items()} == {
+        f"n{n:02d}": f"o{n:02d}" for n in range(0, 30, 3)}
+    assert all(rec["method"] == "semdedup" and rec["distance"] <= 0.01 for rec in drops(out).values())
+
+
+def test_two_datasets_with_colliding_shard_names(nearset, tmp_path):
+    """A copy of a dataset under another folder: every sample of the second is a copy of the first, and the
+    index keys both by path, so the loaders reading both skip exactly the second."""
+    from fgdata.loaders import WDSLoader
+
+    items, ds = nearset
+    other = tmp_path / "other"
+    shutil.copytree(ds, other)
+    out = tmp_path / "both.json"
+    dedup(str(ds), str(other), "-o", str(out), "--by", "sha256")
+    found = drops(out)
+    in_other = {k for s, k in found if Path(s).parent == other}
+    in_first = {k for s, k in found if Path(s).parent == ds}
+    assert in_other == {f"{n:06d}" for n in range(len(items))}  # same shard names, kept apart by path
+    assert in_first == {f"{n:06d}" for n, it in enumerate(items) if it.kind == "exact"}
+    loader = WDSLoader(["WDS:" + str(ds), "WDS:" + str(other)], batch_size=1, num_workers=0, deterministic=True,
+                       train=False, partial=True, ignore_index_paths=[str(out)], key_map={"meta": "json"})
+    assert sum(1 for _ in loader) == 2 * len(items) - len(found)
+
+
+def test_sigkill_after_a_unit_then_rerun_gives_the_same_index(nearset, tmp_path):
+    _, ds = nearset
+    clean = tmp_path / "clean.json"
+    dedup(str(ds), "-o", str(clean))
+    out = tmp_path / "dups.json"
+    stopped = stop_and_signal([*FGDATA, "dedup", str(ds), "-o", str(out)], after=2, sig=signal.SIGKILL)
+    assert stopped.returncode == -signal.SIGKILL and not out.exists()
+    r = json.loads(dedup(str(ds), "-o", str(out), "--json").stdout)
+    assert r["resumed_shards"] == 2
+    assert out.read_bytes() == clean.read_bytes()
+    assert not list(tmp_path.glob(".*fgdata-dedup"))
+
+
+def test_bad_input_is_one_line(tmp_path):
+    r = dedup(str(tmp_path / "missing"), "-o", str(tmp_path / "x.json"), check=False)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "missing" in r.stderr
+    r = dedup(str(tmp_path), "-o", str(tmp_path / "x.json"), "--keep", "best", check=False)
+    assert r.returncode == 2 and "--keep" in r.stderr and "Traceback" not in r.stderr
+
+
+@settings(max_examples=25, deadline=None)
+@given(words=st.sampled_from([1, 4]), k=st.integers(0, 24), seed=st.integers(0, 2**32 - 1))
+def test_multi_index_search_equals_all_pairs(words, k, seed):
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 2**63, size=(40, words), dtype=np.uint64)
+    near = base[rng.integers(0, 40, 120)].copy()
+    for row in near:
+        for bit in rng.integers(0, 64 * words, rng.integers(0, 12)):
+            row[bit // 64] ^= np.uint64(1) << np.uint64(bit % 64)
+    hashes = np.unique(np.concatenate([base, near]), axis=0)
+    got, want = near_pairs(hashes, k), brute_pairs(hashes, k)
+    assert np.array_equal(got.i, want.i) and np.array_equal(got.j, want.j)
+    assert np.array_equal(got.distance, want.distance)
+
+
+def test_keep_rule_never_drops_past_the_distance():
+    """A chain a-b-c, each step 3 bits, a to c 6: at distance 3, b goes (copy of a) and c stays."""
+    a = np.uint64(0)
+    b = a ^ np.uint64(0b111)
+    c = b ^ np.uint64(0b111000)
+    got = keep_greedy(np.array([[a], [b], [c]], dtype=np.uint64), 3, np.arange(3))
+    assert got.index.tolist() == [1] and got.dup_of.tolist() == [0] and got.distance.tolist() == [3]
+
+
+# imagehash 4.3.2's phash(img) and phash(img, hash_size=16) of the sample photos, computed once where it
+# installs (benchmarks/bench_dedup.py's virtualenv); fgdata's numpy DCT must give the same bits.
+IMAGEHASH_PHASH = {
+    "camera.png": ("bff1c1c0434e8cbc", "bf78f183c102c06743fc4e9c8cd8bc233327787761d3339897888f8f4b172e5c"),
+    "chelsea.png": ("b15fe6465121175e", "b1ac5ffee6df46225131214897e25edba410e16552ca376ab8c93d465d07426f"),
+    "coffee.png": ("bb8320376c0f3637", "bb2483cc209e37f24cf10fc336bc37cf32c29b273241330e60cf9936333c773c"),
+    "grace_hopper.jpg": ("9d8a745883d71ea5", "9de7820174d948668343d7d91e22a4056ddf67e620042637e0c67911f7efce9f"),
+    "horse.png": ("ad7ad2863235b534", "adbe7a4bd2c086b6364d35d0b5d63c3af50acda2c02f27b5334d3dc1345a6d08"),
+    "hubble_deep_field.jpg": ("84cc4b96ba4d333e", "8486cc4e4f659ec1ba124d1d331c3eb0387374e52ba6a3da95a77967332313dc"),
+    "rocket.jpg": ("c0371bec1be51267", "c0d937671396ec201bdfe521127e67a19c7e0381fc7e0381ec7a1387e4f81b0f"),
+}
+
+
+def test_phash_equals_imagehash(sample_images):
+    from fgdata.dedup.hashes import phash
+
+    assert {p.name for p in sample_images} == set(IMAGEHASH_PHASH)
+    for path in sample_images:
+        im = Image.open(path)
+        got = tuple("".join(f"{int(w):016x}" for w in phash(im, bits)) for bits in (64, 256))
+        assert got == IMAGEHASH_PHASH[path.name], path.name
+
+
+def test_shards_and_index_on_s3(nearset, s3_bucket, tmp_path):
+    """Shards read from s3://, the index and its failure report written there, the same records as locally."""
+    from fgdata import storage
+
+    items, ds = nearset
+    for p in sorted(ds.iterdir()):
+        storage.upload(str(p), f"{s3_bucket}/ds/{p.name}")
+    local = tmp_path / "local.json"
+    dedup(str(ds), "-o", str(local), "--by", "sha256")
+    dedup(f"{s3_bucket}/ds", "-o", f"{s3_bucket}/dups.json", "--by", "sha256")
+    remote = json.loads(storage.read_bytes(f"{s3_bucket}/dups.json"))
+    assert {k: r["dup_of"]["key"] for keys in remote.values() for k, r in keys.items()} == {
+        k: r["dup_of"]["key"] for (_, k), r in drops(local).items()}
+    assert all(s.startswith(f"{s3_bucket}/ds/") for s in remote)
+    report = json.loads(storage.read_bytes(f"{s3_bucket}/dups.json.failures.json"))
+    assert report["seen"] == report["written"] == len(items)
+    assert not [i.path for i in storage.list_recursive(s3_bucket) if "fgdata-dedup" in i.path]  # markers gone
