@@ -14,7 +14,7 @@ from pathlib import Path
 
 from PIL import Image, ImageEnhance
 
-DATA = Path(__file__).resolve().parents[2] / "examples" / "data"
+from fgdata.catalog import SAMPLE_DATA as DATA
 KINDS = ("original", "resized", "jpeg60", "crop5", "bright10", "exact")
 
 
