@@ -1,0 +1,349 @@
+"""Shots and motion of a video from ONE low-resolution decode: content scores, cuts, fades, dissolves.
+
+:func:`analyse_video` decodes the video once (all threads, the codec's motion vectors exported) and
+keeps, per frame, a ~64 px wide RGB thumbnail (libswscale's area resize) and the frame's motion
+vectors. Everything after is pure numpy over those arrays:
+
+- **content score** (:func:`content_scores`): PySceneDetect's ``content_val``, the mean absolute change
+  of hue, saturation and value between consecutive thumbnails (0-255 scale);
+- **hard cuts** (:func:`detect_transitions`): PySceneDetect's ``AdaptiveDetector`` rule, the score
+  against the mean of its ``window`` neighbours on each side (ratio >= ``adaptive_threshold`` and score
+  >= ``min_content``), cuts closer than ``min_scene_frames`` to the previous one dropped;
+- **flash suppression**: a spike whose content returns within two frames (the frame after the flash
+  is close to the frame before it) is not a cut;
+- **fades**: a run of dark frames with the ramps down to it and up from it is one transition; its frames
+  belong to neither neighbouring shot;
+- **dissolves**: a sustained run of moderate change whose middle frame is the average of its ends (a
+  cross-fade, unlike a pan or zoom, blends the two shots) is one transition with its span;
+- **motion** (:func:`motion_scores`): NeMo Curator's two figures over the codec's motion vectors,
+  or over frame differences at the analysis size for intra-only streams (no motion vectors).
+
+Frame ``i`` is the ``i``-th frame in decode (presentation) order; :class:`Analysis` keeps each frame's
+time so callers cut by seconds.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fgdata.media.errors import VideoDecodeError
+
+#: Analysis thumbnails are this wide (video2dataset's downscale for PySceneDetect: width // 64).
+ANALYSIS_WIDTH = 64
+#: NeMo Curator's patch size for the per-patch motion minimum, in source pixels.
+PATCH = 256
+#: A frame whose 95th-percentile brightness (0-255) is at or below this is black, for fades.
+DARK_LUMA = 24.0
+#: Called with the source each time the analysis opens a decoder (tests count opens through it).
+DECODER_OPEN_HOOK: list[Callable[[str], None]] = []
+
+
+@dataclass(frozen=True)
+class CutSettings:
+    """The detector's settings (PySceneDetect's AdaptiveDetector defaults, its best published mean F1)."""
+
+    adaptive_threshold: float = 3.5
+    window: int = 3
+    min_content: float = 15.0
+    min_scene_seconds: float = 0.6
+
+    def to_json(self) -> dict[str, Any]:
+        return {"adaptive_threshold": self.adaptive_threshold, "window_width": self.window,
+                "min_content_val": self.min_content, "min_scene_seconds": self.min_scene_seconds}
+
+
+@dataclass
+class Analysis:
+    """What one decode says: per-frame times, thumbnails and motion, and the coded size."""
+
+    times: np.ndarray  # float64 [N] seconds from the first frame
+    thumbs: np.ndarray  # uint8 [N, h, w, 3] RGB at ANALYSIS_WIDTH
+    width: int  # coded size
+    height: int
+    fps: float
+    codec: str
+    # per frame: mean and per-256-px-patch mean of |motion vector| / (H + W); NaN where the frame has none
+    mv_mean: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    mv_patches: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    has_mvs: bool = False
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A change of shot between frames: ``first..last`` (inclusive) belong to neither shot; a hard cut has
+    ``first == last + 1`` (no frame in between: the new shot starts at ``first``)."""
+
+    kind: str  # "hard", "fade" or "dissolve"
+    first: int
+    last: int
+
+
+def _open(src: bytes | str | os.PathLike):  # noqa: ANN202 - an av container
+    import av
+
+    for hook in DECODER_OPEN_HOOK:
+        hook("analysis")
+    try:
+        return av.open(io.BytesIO(src) if isinstance(src, (bytes, bytearray)) else str(src))
+    except av.error.FFmpegError as e:
+        raise VideoDecodeError(f"cannot open video: {e}") from e
+
+
+def _patch_grid(width: int, height: int) -> tuple[int, int]:
+    return max(1, -(-height // PATCH)), max(1, -(-width // PATCH))
+
+
+def _mv_field(mvs: np.ndarray, width: int, height: int) -> tuple[float, np.ndarray]:
+    """NeMo's per-frame figures from one frame's motion vectors: mean magnitude over the frame (16x16 grid,
+    blocks without a vector count as still) and the mean of each 256-px patch, normalised by (H + W)."""
+    gh, gw = -(-height // 16), -(-width // 16)
+    grid = np.zeros((gh, gw), np.float32)
+    scale = np.maximum(mvs["motion_scale"].astype(np.float32), 1.0)
+    mag = np.hypot(mvs["motion_x"], mvs["motion_y"]).astype(np.float32) / scale / (height + width)
+    gx = np.clip(mvs["dst_x"].astype(np.int64) // 16, 0, gw - 1)
+    gy = np.clip(mvs["dst_y"].astype(np.int64) // 16, 0, gh - 1)
+    np.maximum.at(grid, (gy, gx), mag)
+    ph, pw = _patch_grid(width, height)
+    patches = np.array([[grid[r * 16 : (r + 1) * 16, c * 16 : (c + 1) * 16].mean() for c in range(pw)]
+                        for r in range(ph)], np.float32)
+    return float(grid.mean()), patches.ravel()
+
+
+def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Analysis:
+    """Decode ``src`` once: thumbnails for the cut detector and, with ``motion``, the codec's motion vectors."""
+    import av
+
+    thumbs: list[np.ndarray] = []
+    pts: list[float] = []
+    mv_mean: list[float] = []
+    mv_patches: list[np.ndarray] = []
+    has_mvs = False
+    with _open(src) as container:
+        if not container.streams.video:
+            raise VideoDecodeError("no video stream")
+        vs = container.streams.video[0]
+        vs.thread_type = "AUTO"
+        if motion:
+            vs.codec_context.options = {"flags2": "+export_mvs"}
+        cc = vs.codec_context
+        width, height = cc.width, cc.height
+        rate = vs.average_rate or vs.guessed_rate
+        tw = ANALYSIS_WIDTH
+        th = max(2, round(height * tw / max(width, 1)) // 2 * 2)
+        ph, pw = _patch_grid(width, height)
+        tb = float(vs.time_base) if vs.time_base else 0.0
+        try:
+            for frame in container.decode(vs):
+                small = frame.reformat(width=tw, height=th, format="rgb24", interpolation="AREA")
+                thumbs.append(small.to_ndarray())
+                pts.append(frame.pts * tb if frame.pts is not None else float("nan"))
+                sd = frame.side_data.get("MOTION_VECTORS") if motion else None
+                if sd is not None:
+                    arr = sd.to_ndarray()
+                    if len(arr):
+                        has_mvs = True
+                        m, p = _mv_field(arr, width, height)
+                        mv_mean.append(m)
+                        mv_patches.append(p)
+                        continue
+                mv_mean.append(float("nan"))
+                mv_patches.append(np.full(ph * pw, np.nan, np.float32))
+        except av.error.FFmpegError as e:
+            raise VideoDecodeError(f"cannot decode video: {e}") from e
+    if not thumbs:
+        raise VideoDecodeError("no video frames")
+    fps = float(rate) if rate else 0.0
+    times = np.array(pts, np.float64)
+    if np.isnan(times).any() or not tb:
+        times = np.arange(len(thumbs)) / (fps or 25.0)
+    times -= times[0]
+    if not fps and len(times) > 1 and times[-1] > 0:
+        fps = (len(times) - 1) / times[-1]
+    return Analysis(times=times, thumbs=np.stack(thumbs), width=width, height=height, fps=fps, codec=cc.name,
+                    mv_mean=np.array(mv_mean, np.float64), mv_patches=np.stack(mv_patches), has_mvs=has_mvs)
+
+
+def _hsv(rgb: np.ndarray) -> np.ndarray:
+    """[..., 3] uint8 RGB -> float32 HSV on OpenCV's 8-bit scales (H 0-179, S and V 0-255), as
+    PySceneDetect's detector sees frames."""
+    x = rgb.astype(np.float32)
+    r, g, b = x[..., 0], x[..., 1], x[..., 2]
+    v = x.max(-1)
+    mn = x.min(-1)
+    delta = v - mn
+    s = np.where(v > 0, 255.0 * delta / np.maximum(v, 1e-6), 0.0)
+    d = np.maximum(delta, 1e-6)
+    h = np.where(v == r, 60.0 * (g - b) / d, np.where(v == g, 120.0 + 60.0 * (b - r) / d, 240.0 + 60.0 * (r - g) / d))
+    h = np.where(delta > 0, np.mod(h, 360.0), 0.0) / 2.0
+    return np.stack([h, s, v], -1)
+
+
+def _content(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Mean |dH|, |dS|, |dV| between HSV stacks ``a`` and ``b`` (one value per frame pair)."""
+    return np.abs(a - b).mean(axis=(1, 2)).mean(-1)
+
+
+def content_scores(thumbs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per frame ``i``: content change against frame ``i-1``, ``i-2`` and ``i-3`` (0 where there is none)."""
+    hsv = _hsv(thumbs)
+    out = []
+    for k in (1, 2, 3):
+        s = np.zeros(len(hsv), np.float64)
+        if len(hsv) > k:
+            s[k:] = _content(hsv[k:], hsv[:-k])
+        out.append(s)
+    return out[0], out[1], out[2]
+
+
+def _fades(luma: np.ndarray, bright: np.ndarray) -> list[Transition]:
+    """Each run of black frames (``bright``: 95th-percentile brightness) with the ramps of mean brightness
+    (``luma``) into and out of it: one fade."""
+    out: list[Transition] = []
+    n = len(luma)
+    dark = bright <= DARK_LUMA
+    i = 0
+    while i < n:
+        if not dark[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and dark[j + 1]:
+            j += 1
+        a, b = i, j
+        while a > 0 and luma[a - 1] > luma[a] + 1.0:  # the ramp down
+            a -= 1
+        while b + 1 < n and luma[b + 1] > luma[b] + 1.0:  # the ramp up
+            b += 1
+        # a ramp's last frame is the first of the next shot once it stops brightening
+        out.append(Transition("fade", a, b))
+        i = j + 1
+    return out
+
+
+def _dissolves(hsv: np.ndarray, d1: np.ndarray, taken: np.ndarray, fps: float) -> list[Transition]:
+    """Cross-fades: runs of at least 4 frames of steady change (each above a quarter of the change over the
+    run divided by its length) where the middle frame is the average of the frames before and after."""
+    out: list[Transition] = []
+    n = len(hsv)
+    base = np.median(d1[1:]) if n > 1 else 0.0
+    active = (d1 > max(2.0 * base, 1.5)) & ~taken
+    i = 1
+    longest = max(6, round(2.0 * (fps or 25.0)))
+    while i < n:
+        if not active[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and active[j + 1] and j + 1 - i < longest:
+            j += 1
+        a, b = i - 1, j  # the last frame of the old shot, the first frame of the new one
+        if b - a >= 4:
+            ends = hsv[[a, b]].astype(np.float32)
+            whole = float(np.abs(ends[1] - ends[0]).mean())
+            mid = hsv[(a + b) // 2]
+            blend = float(np.abs(mid - (ends[0] + ends[1]) / 2).mean())
+            if whole >= 15.0 and blend <= 0.25 * whole:
+                out.append(Transition("dissolve", a + 1, b - 1))
+        i = j + 1
+    return out
+
+
+def detect_transitions(analysis: Analysis, settings: CutSettings) -> list[Transition]:
+    """Hard cuts, fades and dissolves in frame order (see the module docstring for the rules)."""
+    thumbs = analysis.thumbs
+    n = len(thumbs)
+    if n < 2:
+        return []
+    d1, d2, d3 = content_scores(thumbs)
+    grey = thumbs.astype(np.float32).mean(-1)
+    luma = grey.mean(axis=(1, 2))
+    soft = _fades(luma, np.percentile(grey.reshape(n, -1), 95, axis=1))
+    taken = np.zeros(n, bool)
+    for t in soft:
+        taken[max(0, t.first) : min(n, t.last + 2)] = True
+    hsv = _hsv(thumbs)
+    soft += _dissolves(hsv, d1, taken, analysis.fps)
+    for t in soft:
+        taken[max(0, t.first) : min(n, t.last + 2)] = True
+    w = settings.window
+    min_gap = max(1, round(settings.min_scene_seconds * (analysis.fps or 25.0)))
+    hard: list[Transition] = []
+    last_cut = 0
+    for i in range(1, n):
+        if taken[i] or d1[i] < settings.min_content:
+            continue
+        # PySceneDetect averages both sides; the quieter side is used here, so a cut into (or out of) fast
+        # motion still stands out, while motion on both sides (a pan, a zoom) does not
+        before, after = d1[max(1, i - w) : i], d1[i + 1 : i + 1 + w]
+        sides = [float(x.mean()) for x in (before, after) if len(x)]
+        avg = min(sides) if sides else 0.0
+        if d1[i] < settings.adaptive_threshold * max(avg, 1e-3):
+            continue
+        # a flash: the content one or two frames on is back to what it was before the spike (or this frame
+        # is that return)
+        back = 0.5 * settings.min_content
+        if (i + 1 < n and d2[i + 1] < back) or (i + 2 < n and d3[i + 2] < back) or d2[i] < back or d3[i] < back:
+            continue
+        if i - last_cut < min_gap and (hard or last_cut):
+            continue
+        hard.append(Transition("hard", i, i - 1))
+        last_cut = i
+    return sorted(hard + soft, key=lambda t: t.first)
+
+
+@dataclass(frozen=True)
+class Scene:
+    """Frames ``first..last`` (inclusive) of one shot and what bounds it on each side."""
+
+    first: int
+    last: int
+    before: str  # "start", "hard", "fade", "dissolve"
+    after: str  # "end", "hard", "fade", "dissolve"
+
+
+def scenes_from(transitions: list[Transition], n: int) -> list[Scene]:
+    """The shots between transitions (a transition's frames belong to no shot)."""
+    scenes: list[Scene] = []
+    first, before = 0, "start"
+    for t in transitions:
+        if t.first - 1 >= first:
+            scenes.append(Scene(first, t.first - 1, before, t.kind))
+        first, before = t.last + 1, t.kind
+    if first <= n - 1:
+        scenes.append(Scene(first, n - 1, before, "end"))
+    return scenes
+
+
+def motion_scores(analysis: Analysis, first: int, last: int) -> tuple[float, float, str]:
+    """``(motion_mean, motion_min_patch, method)`` over frames ``first..last``: NeMo's ``global_mean`` and
+    ``per_patch_min_256`` from the codec's motion vectors (2 frames per second over the clip, at least 10
+    frames, magnitudes / (H + W)); streams without motion vectors (intra-only) use the mean absolute luma
+    difference between consecutive analysis frames (0-1), method ``frame-diff``."""
+    idx = np.arange(first, last + 1)
+    if len(idx) == 0:
+        return 0.0, 0.0, "none"
+    fps = analysis.fps or 25.0
+    step = max(1, min(round(fps / 2), len(idx) // 10 or 1))
+    pick = idx[::step]
+    if analysis.has_mvs:
+        means = analysis.mv_mean[pick]
+        patches = analysis.mv_patches[pick]
+        ok = ~np.isnan(means)
+        if ok.any():
+            return float(means[ok].mean()), float(np.nanmin(np.nanmean(patches[ok], axis=0))), "motion-vectors"
+    if len(idx) < 2:
+        return 0.0, 0.0, "frame-diff"
+    y = analysis.thumbs[idx].astype(np.float32).mean(-1) / 255.0
+    diff = np.abs(y[1:] - y[:-1])  # [T-1, h, w]
+    # patches of 256 source px on the thumbnail grid
+    ph, pw = _patch_grid(analysis.width, analysis.height)
+    rows = np.array_split(np.arange(diff.shape[1]), ph)
+    cols = np.array_split(np.arange(diff.shape[2]), pw)
+    per = [float(diff[:, r][:, :, c].mean()) for r in rows for c in cols if len(r) and len(c)]
+    return float(diff.mean()), float(min(per)), "frame-diff"
