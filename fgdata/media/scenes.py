@@ -72,6 +72,13 @@ class Analysis:
     mv_mean: np.ndarray = field(default_factory=lambda: np.zeros(0))
     mv_patches: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     has_mvs: bool = False
+    pts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # each frame's pts (stream time_base)
+    time_base: float = 0.0
+    rotation: int = 0  # display rotation, degrees counter-clockwise
+
+    def frame_seconds(self) -> float:
+        """One frame's duration (1 / fps)."""
+        return 1.0 / (self.fps or 25.0)
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,8 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
 
     thumbs: list[np.ndarray] = []
     pts: list[float] = []
+    raw_pts: list[int] = []
+    rotation = 0
     mv_mean: list[float] = []
     mv_patches: list[np.ndarray] = []
     has_mvs = False
@@ -142,7 +151,10 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
             for frame in container.decode(vs):
                 small = frame.reformat(width=tw, height=th, format="rgb24", interpolation="AREA")
                 thumbs.append(small.to_ndarray())
+                if not thumbs[1:]:
+                    rotation = round(frame.rotation) % 360
                 pts.append(frame.pts * tb if frame.pts is not None else float("nan"))
+                raw_pts.append(frame.pts if frame.pts is not None else -1)
                 sd = frame.side_data.get("MOTION_VECTORS") if motion else None
                 if sd is not None:
                     arr = sd.to_ndarray()
@@ -166,7 +178,8 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
     if not fps and len(times) > 1 and times[-1] > 0:
         fps = (len(times) - 1) / times[-1]
     return Analysis(times=times, thumbs=np.stack(thumbs), width=width, height=height, fps=fps, codec=cc.name,
-                    mv_mean=np.array(mv_mean, np.float64), mv_patches=np.stack(mv_patches), has_mvs=has_mvs)
+                    mv_mean=np.array(mv_mean, np.float64), mv_patches=np.stack(mv_patches), has_mvs=has_mvs,
+                    pts=np.array(raw_pts, np.int64), time_base=tb, rotation=rotation)
 
 
 def _hsv(rgb: np.ndarray) -> np.ndarray:
