@@ -113,7 +113,7 @@ def encode(frames: list[np.ndarray], fps: int = 25, codec: str = "libx264", gop:
         tb = Fraction(1, 1000) if times is not None else Fraction(1, fps)
         vs.codec_context.time_base = tb
         if rotate and codec == "libx264":
-            vs.metadata["rotate"] = str(rotate)
+            vs.set_display_rotation(rotate)
         aus = out.add_stream("aac", rate=48000, layout="stereo") if audio else None
         for i, f in enumerate(frames):
             vf = av.VideoFrame.from_ndarray(f, format="rgb24")

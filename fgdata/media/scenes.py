@@ -75,6 +75,7 @@ class Analysis:
     pts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # each frame's pts (stream time_base)
     time_base: float = 0.0
     rotation: int = 0  # display rotation, degrees counter-clockwise
+    declared_frames: int = 0  # the container's frame count (0: not given); fewer decoded means truncation
 
     def frame_seconds(self) -> float:
         """One frame's duration (1 / fps)."""
@@ -147,6 +148,7 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
         th = max(2, round(height * tw / max(width, 1)) // 2 * 2)
         ph, pw = _patch_grid(width, height)
         tb = float(vs.time_base) if vs.time_base else 0.0
+        declared = vs.frames or 0
         try:
             for frame in container.decode(vs):
                 small = frame.reformat(width=tw, height=th, format="rgb24", interpolation="AREA")
@@ -179,7 +181,8 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
         fps = (len(times) - 1) / times[-1]
     return Analysis(times=times, thumbs=np.stack(thumbs), width=width, height=height, fps=fps, codec=cc.name,
                     mv_mean=np.array(mv_mean, np.float64), mv_patches=np.stack(mv_patches), has_mvs=has_mvs,
-                    pts=np.array(raw_pts, np.int64), time_base=tb, rotation=rotation)
+                    pts=np.array(raw_pts, np.int64), time_base=tb, rotation=rotation,
+                    declared_frames=declared)
 
 
 def _hsv(rgb: np.ndarray) -> np.ndarray:

@@ -498,6 +498,8 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
 
     data = _read(item.path)
     ext = _suffix(item.path)
+    if options.scenes is not None:  # its one analysis decode is also the check
+        return (*_scene_samples(item, options, data, ext), [])
     problem = check_member("mp4", data)  # any video extension selects the same container check
     if problem:
         raise _Failed(problem, f"{item.name} does not decode")
@@ -509,8 +511,6 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
     text = _caption_and_metadata(item, options)
     nbytes = text.nbytes + len(data) + (camera[2] if camera else 0)
     key = sample_key(item.index)
-    if options.scenes is not None:
-        return _scene_samples(item, options.scenes, data, ext, text, camera), nbytes, text.warnings, []
     if options.clip_seconds is None and not options.reencode_video:
         members = {ext: data, **_text_members(text, {"source": item.name, **info.to_dict()})}
         if camera:
@@ -548,22 +548,31 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
     return samples, nbytes, text.warnings, [(n, n > options.clip_seconds + frame + 1e-6) for n in lengths]
 
 
-def _scene_samples(item: WorkItem, scenes: SceneOptions, data: bytes, ext: str, text: _Text,
-                   camera: tuple[Any, Any, int] | None) -> list[tuple[str, dict[str, bytes]]]:
+def _scene_samples(item: WorkItem, options: ShardOptions, data: bytes,
+                   ext: str) -> tuple[list[tuple[str, dict[str, bytes]]], int, list[str]]:
     """``--split scenes``: one analysis decode, then the kept clips with their flat fields
     (:mod:`fgdata.producers.scenes`); dropped clips become ``filtered`` warnings, and a video that keeps
-    none fails as ``filtered``."""
+    none fails as ``filtered``. Returns the samples, the input bytes read and the warnings."""
     from fgdata.media.camera import slice_camera
     from fgdata.media.errors import MediaError
     from fgdata.media.scenes import analyse_video
 
     from fgdata.producers import scenes as sc
 
+    scenes = options.scenes
+    assert scenes is not None  # the caller's branch
+    text = _caption_and_metadata(item, options)
     clash = sorted(set(text.metadata) & set(CLIP_FIELDS))
     if clash:
         raise _Failed("metadata", f"{item.name}: the field {clash[0]!r} is a clip field of --split scenes")
     try:
         analysis = analyse_video(data)
+    except MediaError as e:
+        raise _Failed("video-decode", _first_line(e)) from None
+    if analysis.declared_frames and len(analysis.times) < analysis.declared_frames:
+        raise _Failed("video-truncated", f"{item.name}: {len(analysis.times)} of {analysis.declared_frames} frames decode")
+    camera = _camera(item, len(analysis.times))
+    try:
         planned, dropped, method = sc.plan_clips(analysis, scenes)
         if scenes.clip_mode == "exact":
             written = sc.exact_clips(data, analysis, planned, has_audio=True)
@@ -590,7 +599,7 @@ def _scene_samples(item: WorkItem, scenes: SceneOptions, data: bytes, ext: str, 
     text.warnings += [f"filtered: {item.name}: {why}" for why in dropped]
     if not samples:
         raise _Failed("filtered", f"no clip kept: {'; '.join(dropped) or 'no scene'}")
-    return samples
+    return samples, len(data) + text.nbytes + (camera[2] if camera else 0), text.warnings
 
 
 # -- entry point ---------------------------------------------------------------

@@ -255,7 +255,7 @@ def exact_clips(data: bytes, analysis: Any, clips: list[PlannedClip], has_audio:
                     vs.codec_context.thread_count = 1
                     vs.codec_context.time_base = Fraction(1) / rate
                     if analysis.rotation:
-                        vs.metadata["rotate"] = str((360 - analysis.rotation) % 360)
+                        vs.set_display_rotation(analysis.rotation)
                     k = 0
                     for frame in src.decode(vsrc):
                         if frame.pts is None or frame.pts < first_pts:
