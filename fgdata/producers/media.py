@@ -575,7 +575,7 @@ def _scene_samples(item: WorkItem, options: ShardOptions, data: bytes,
     try:
         planned, dropped, method = sc.plan_clips(analysis, scenes)
         if scenes.clip_mode == "exact":
-            written = sc.exact_clips(data, analysis, planned, has_audio=True)
+            written = sc.exact_clips(data, analysis, planned)
         else:
             written = sc.copy_clips(data, analysis, planned, "webm" if ext == "webm" else "mp4")
     except MediaError as e:

@@ -228,7 +228,7 @@ def _mux(vpackets: list[Any], apackets: list[Any], vs: Any, aud: Any, container_
     return buf.getvalue()
 
 
-def exact_clips(data: bytes, analysis: Any, clips: list[PlannedClip], has_audio: bool) -> list[WrittenClip | None]:
+def exact_clips(data: bytes, analysis: Any, clips: list[PlannedClip]) -> list[WrittenClip | None]:
     """Decode only each clip's span (seek to the keyframe before it) and encode it frame-exact with
     ``shard videos --exact``'s settings (libx264 one thread, AAC stereo)."""
     import av
@@ -245,8 +245,12 @@ def exact_clips(data: bytes, analysis: Any, clips: list[PlannedClip], has_audio:
         with av.open(io.BytesIO(data), "r") as src:
             vsrc = src.streams.video[0]
             vsrc.thread_count = 1
+            has_audio = bool(src.streams.audio)
             for clip in clips:
                 first_pts, last_pts = int(analysis.pts[clip.first]), int(analysis.pts[clip.last])
+                t0 = float(analysis.times[clip.first])
+                seconds = float(analysis.times[clip.last]) - t0 + analysis.frame_seconds()
+                sound = decode_audio(data, t0, seconds, AUDIO_RATE) if has_audio else None
                 src.seek(first_pts, stream=vsrc, backward=True, any_frame=False)
                 buf = io.BytesIO()
                 with av.open(buf, "w", format="mp4") as dst:
@@ -256,6 +260,7 @@ def exact_clips(data: bytes, analysis: Any, clips: list[PlannedClip], has_audio:
                     vs.codec_context.time_base = Fraction(1) / rate
                     if analysis.rotation:
                         vs.set_display_rotation(analysis.rotation)
+                    aus = dst.add_stream("aac", rate=AUDIO_RATE, layout="stereo") if sound is not None else None
                     k = 0
                     for frame in src.decode(vsrc):
                         if frame.pts is None or frame.pts < first_pts:
@@ -267,10 +272,7 @@ def exact_clips(data: bytes, analysis: Any, clips: list[PlannedClip], has_audio:
                         dst.mux(vs.encode(small))
                         k += 1
                     dst.mux(vs.encode(None))
-                    t0 = float(analysis.times[clip.first])
-                    sound = decode_audio(data, t0, k / float(rate), AUDIO_RATE) if has_audio and k else None
-                    if sound is not None:
-                        aus = dst.add_stream("aac", rate=AUDIO_RATE, layout="stereo")
+                    if aus is not None and sound is not None:
                         samples = np.ascontiguousarray(sound[0], dtype=np.float32)
                         for off in range(0, samples.shape[1], 1024):
                             af = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples[:, off : off + 1024]),
