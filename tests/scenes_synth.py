@@ -7,6 +7,7 @@ where every hard cut, fade and dissolve is, in frames.
 
 from __future__ import annotations
 
+import functools
 import io
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -18,6 +19,7 @@ DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
 PHOTOS = ("chelsea.png", "coffee.png", "horse.png", "rocket.jpg", "grace_hopper.jpg", "camera.png")
 
 
+@functools.lru_cache(maxsize=16)
 def photo(k: int, size: tuple[int, int]) -> np.ndarray:
     """Sample photo ``k`` (cycled) as RGB, resized so that it covers ``size`` = (W, H) twice over (room to pan)."""
     from PIL import Image
@@ -31,6 +33,8 @@ def photo(k: int, size: tuple[int, int]) -> np.ndarray:
 def view(img: np.ndarray, size: tuple[int, int], x: float, y: float, zoom: float = 1.0) -> np.ndarray:
     """A W x H window of ``img`` at (x, y), ``zoom`` > 1 magnifying (nearest neighbour: cheap, sharp)."""
     w, h = size
+    if zoom == 1.0 and 0 <= x and x + w <= img.shape[1] and 0 <= y and y + h <= img.shape[0]:
+        return img[int(y) : int(y) + h, int(x) : int(x) + w].copy()  # the same pixels, without an index pass
     xs = np.clip((x + np.arange(w) / zoom).astype(int), 0, img.shape[1] - 1)
     ys = np.clip((y + np.arange(h) / zoom).astype(int), 0, img.shape[0] - 1)
     return img[ys][:, xs]
@@ -97,7 +101,7 @@ def build(size: tuple[int, int], plan: list[tuple], seed: int = 0) -> Truth:
 
 
 def encode(frames: list[np.ndarray], fps: int = 25, codec: str = "libx264", gop: int = 50,
-           rotate: int = 0, times: list[float] | None = None, audio: bool = False) -> bytes:
+           rotate: int = 0, times: list[float] | None = None, audio: bool = False, preset: str = "medium") -> bytes:
     """An mp4 (or MJPEG .avi for ``codec="mjpeg"``) of ``frames``; ``times``: per-frame seconds (variable
     frame rate); ``rotate``: display rotation written in the stream's metadata."""
     import av
@@ -106,7 +110,7 @@ def encode(frames: list[np.ndarray], fps: int = 25, codec: str = "libx264", gop:
     h, w = frames[0].shape[:2]
     fmt = "avi" if codec == "mjpeg" else "mp4"
     with av.open(buf, "w", format=fmt) as out:
-        vs = out.add_stream(codec, rate=fps, options={"g": str(gop)} if codec == "libx264" else {})
+        vs = out.add_stream(codec, rate=fps, options={"g": str(gop), "preset": preset} if codec == "libx264" else {})
         vs.width, vs.height = w, h
         vs.pix_fmt = "yuvj420p" if codec == "mjpeg" else "yuv420p"
         vs.codec_context.thread_count = 1

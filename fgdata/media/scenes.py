@@ -1,8 +1,9 @@
 """Shots and motion of a video from ONE low-resolution decode: content scores, cuts, fades, dissolves.
 
 :func:`analyse_video` decodes the video once (all threads, the codec's motion vectors exported) and
-keeps, per frame, a ~64 px wide RGB thumbnail (libswscale's area resize) and the frame's motion
-vectors. Everything after is pure numpy over those arrays:
+keeps, per frame, a ~64 px wide YUV thumbnail (every ``width // 64``-th pixel of the decoded planes, as
+video2dataset downscales for PySceneDetect; no scaler pass over the full frame) and, about 8 times a
+second, the frame's motion vectors. Everything after is pure numpy over those arrays:
 
 - **content score** (:func:`content_scores`): PySceneDetect's ``content_val``, the mean absolute change
   of hue, saturation and value between consecutive thumbnails (0-255 scale);
@@ -38,8 +39,10 @@ from fgdata.media.errors import VideoDecodeError
 ANALYSIS_WIDTH = 64
 #: NeMo Curator's patch size for the per-patch motion minimum, in source pixels.
 PATCH = 256
-#: A frame whose 95th-percentile brightness (0-255) is at or below this is black, for fades.
-DARK_LUMA = 24.0
+#: A frame with at most 5 % of its pixels' luma (Y, 16-235) above this is black, for fades.
+DARK_LUMA = 36.0
+#: Motion vectors are read from about this many frames per second.
+MV_RATE = 8.0
 #: Called with the source each time the analysis opens a decoder (tests count opens through it).
 DECODER_OPEN_HOOK: list[Callable[[str], None]] = []
 
@@ -63,7 +66,7 @@ class Analysis:
     """What one decode says: per-frame times, thumbnails and motion, and the coded size."""
 
     times: np.ndarray  # float64 [N] seconds from the first frame
-    thumbs: np.ndarray  # uint8 [N, h, w, 3] RGB at ANALYSIS_WIDTH
+    thumbs: np.ndarray  # uint8 [N, h, w, 3] YUV, every (width // ANALYSIS_WIDTH)-th pixel
     width: int  # coded size
     height: int
     fps: float
@@ -118,8 +121,11 @@ def _mv_field(mvs: np.ndarray, width: int, height: int) -> tuple[float, np.ndarr
     gy = np.clip(mvs["dst_y"].astype(np.int64) // 16, 0, gh - 1)
     np.maximum.at(grid, (gy, gx), mag)
     ph, pw = _patch_grid(width, height)
-    patches = np.array([[grid[r * 16 : (r + 1) * 16, c * 16 : (c + 1) * 16].mean() for c in range(pw)]
-                        for r in range(ph)], np.float32)
+    sums = np.zeros((ph * 16, pw * 16), np.float32)
+    sums[:gh, :gw] = grid
+    counts = np.zeros_like(sums)
+    counts[:gh, :gw] = 1.0
+    patches = sums.reshape(ph, 16, pw, 16).sum((1, 3)) / counts.reshape(ph, 16, pw, 16).sum((1, 3))
     return float(grid.mean()), patches.ravel()
 
 
@@ -140,24 +146,26 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
         vs = container.streams.video[0]
         vs.thread_type = "AUTO"
         if motion:
-            vs.codec_context.options = {"flags2": "+export_mvs"}
+            vs.codec_context.options = {"flags2": "+export_mvs", "skip_loop_filter": "all"}
+        else:
+            vs.codec_context.options = {"skip_loop_filter": "all"}
         cc = vs.codec_context
         width, height = cc.width, cc.height
         rate = vs.average_rate or vs.guessed_rate
-        tw = ANALYSIS_WIDTH
-        th = max(2, round(height * tw / max(width, 1)) // 2 * 2)
+        step = max(1, width // ANALYSIS_WIDTH)  # video2dataset's downscale factor for PySceneDetect
+        tw, th = -(-width // step), -(-height // step)
         ph, pw = _patch_grid(width, height)
+        mv_every = max(1, round((float(rate) if rate else 25.0) / MV_RATE))
         tb = float(vs.time_base) if vs.time_base else 0.0
         declared = vs.frames or 0
         try:
             for frame in container.decode(vs):
-                small = frame.reformat(width=tw, height=th, format="rgb24", interpolation="AREA")
-                thumbs.append(small.to_ndarray())
+                thumbs.append(_thumbnail(frame, step, tw, th))
                 if not thumbs[1:]:
                     rotation = round(frame.rotation) % 360
                 pts.append(frame.pts * tb if frame.pts is not None else float("nan"))
                 raw_pts.append(frame.pts if frame.pts is not None else -1)
-                sd = frame.side_data.get("MOTION_VECTORS") if motion else None
+                sd = frame.side_data.get("MOTION_VECTORS") if motion and (len(pts) - 1) % mv_every == 0 else None
                 if sd is not None:
                     arr = sd.to_ndarray()
                     if len(arr):
@@ -185,8 +193,34 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
                     declared_frames=declared)
 
 
+def _thumbnail(frame: Any, step: int, tw: int, th: int) -> np.ndarray:
+    """Every ``step``-th pixel of each plane (the chroma planes of 4:2:0 at half the step) as an [h, w, 3]
+    uint8 YUV thumbnail: no scaler pass over the full frame."""
+    if frame.format.name not in ("yuv420p", "yuvj420p") or step % 2:
+        small = frame.reformat(width=tw, height=th, format="yuv444p", interpolation="POINT")
+        return np.stack([_plane(small, k) for k in range(3)], -1)
+    y = _plane(frame, 0)[::step, ::step]
+    u = _plane(frame, 1)[:: step // 2, :: step // 2][: y.shape[0], : y.shape[1]]
+    v = _plane(frame, 2)[:: step // 2, :: step // 2][: y.shape[0], : y.shape[1]]
+    return np.stack([y, u, v], -1)
+
+
+def _plane(frame: Any, k: int) -> np.ndarray:
+    p = frame.planes[k]
+    return np.frombuffer(memoryview(p), np.uint8).reshape(p.height, p.line_size)[:, : p.width]
+
+
+def _rgb(yuv: np.ndarray) -> np.ndarray:
+    """BT.601 limited-range YUV thumbnails -> float32 RGB 0-255."""
+    x = yuv.astype(np.float32)
+    y = (x[..., 0] - 16.0) * 1.164
+    u, v = x[..., 1] - 128.0, x[..., 2] - 128.0
+    rgb = np.stack([y + 1.596 * v, y - 0.392 * u - 0.813 * v, y + 2.017 * u], -1)
+    return np.clip(rgb, 0.0, 255.0)
+
+
 def _hsv(rgb: np.ndarray) -> np.ndarray:
-    """[..., 3] uint8 RGB -> float32 HSV on OpenCV's 8-bit scales (H 0-179, S and V 0-255), as
+    """[..., 3] RGB (0-255) -> float32 HSV on OpenCV's 8-bit scales (H 0-179, S and V 0-255), as
     PySceneDetect's detector sees frames."""
     x = rgb.astype(np.float32)
     r, g, b = x[..., 0], x[..., 1], x[..., 2]
@@ -205,9 +239,9 @@ def _content(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.abs(a - b).mean(axis=(1, 2)).mean(-1)
 
 
-def content_scores(thumbs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per frame ``i``: content change against frame ``i-1``, ``i-2`` and ``i-3`` (0 where there is none)."""
-    hsv = _hsv(thumbs)
+def content_scores(hsv: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per frame ``i`` of HSV thumbnails: content change against frame ``i-1``, ``i-2`` and ``i-3`` (0 where
+    there is none)."""
     out = []
     for k in (1, 2, 3):
         s = np.zeros(len(hsv), np.float64)
@@ -217,12 +251,11 @@ def content_scores(thumbs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return out[0], out[1], out[2]
 
 
-def _fades(luma: np.ndarray, bright: np.ndarray) -> list[Transition]:
-    """Each run of black frames (``bright``: 95th-percentile brightness) with the ramps of mean brightness
-    (``luma``) into and out of it: one fade."""
+def _fades(luma: np.ndarray, dark: np.ndarray) -> list[Transition]:
+    """Each run of ``dark`` (black) frames with the ramps of mean brightness (``luma``) into and out of it:
+    one fade."""
     out: list[Transition] = []
     n = len(luma)
-    dark = bright <= DARK_LUMA
     i = 0
     while i < n:
         if not dark[i]:
@@ -276,14 +309,14 @@ def detect_transitions(analysis: Analysis, settings: CutSettings) -> list[Transi
     n = len(thumbs)
     if n < 2:
         return []
-    d1, d2, d3 = content_scores(thumbs)
-    grey = thumbs.astype(np.float32).mean(-1)
+    hsv = _hsv(_rgb(thumbs))
+    d1, d2, d3 = content_scores(hsv)
+    grey = thumbs[..., 0].astype(np.float32)
     luma = grey.mean(axis=(1, 2))
-    soft = _fades(luma, np.percentile(grey.reshape(n, -1), 95, axis=1))
+    soft = _fades(luma, (grey > DARK_LUMA).mean(axis=(1, 2)) <= 0.05)
     taken = np.zeros(n, bool)
     for t in soft:
         taken[max(0, t.first) : min(n, t.last + 2)] = True
-    hsv = _hsv(thumbs)
     soft += _dissolves(hsv, d1, taken, analysis.fps)
     for t in soft:
         taken[max(0, t.first) : min(n, t.last + 2)] = True
@@ -338,24 +371,21 @@ def scenes_from(transitions: list[Transition], n: int) -> list[Scene]:
 
 def motion_scores(analysis: Analysis, first: int, last: int) -> tuple[float, float, str]:
     """``(motion_mean, motion_min_patch, method)`` over frames ``first..last``: NeMo's ``global_mean`` and
-    ``per_patch_min_256`` from the codec's motion vectors (2 frames per second over the clip, at least 10
-    frames, magnitudes / (H + W)); streams without motion vectors (intra-only) use the mean absolute luma
+    ``per_patch_min_256`` from the codec's motion vectors (the frames of the clip read at MV_RATE per second,
+    magnitudes / (H + W)); streams without motion vectors (intra-only) use the mean absolute luma
     difference between consecutive analysis frames (0-1), method ``frame-diff``."""
     idx = np.arange(first, last + 1)
     if len(idx) == 0:
         return 0.0, 0.0, "none"
-    fps = analysis.fps or 25.0
-    step = max(1, min(round(fps / 2), len(idx) // 10 or 1))
-    pick = idx[::step]
     if analysis.has_mvs:
-        means = analysis.mv_mean[pick]
-        patches = analysis.mv_patches[pick]
+        means = analysis.mv_mean[idx]
+        patches = analysis.mv_patches[idx]
         ok = ~np.isnan(means)
         if ok.any():
             return float(means[ok].mean()), float(np.nanmin(np.nanmean(patches[ok], axis=0))), "motion-vectors"
     if len(idx) < 2:
         return 0.0, 0.0, "frame-diff"
-    y = analysis.thumbs[idx].astype(np.float32).mean(-1) / 255.0
+    y = analysis.thumbs[idx][..., 0].astype(np.float32) / 255.0
     diff = np.abs(y[1:] - y[:-1])  # [T-1, h, w]
     # patches of 256 source px on the thumbnail grid
     ph, pw = _patch_grid(analysis.width, analysis.height)

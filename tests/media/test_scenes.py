@@ -93,7 +93,7 @@ def test_motion_orders_static_talking_slow_fast():
     assert len(clips) == 4 and not dropped and method == "motion-vectors"
     means = [c.motion_mean for c in clips]
     assert means == sorted(means) and len(set(means)) == 4, means
-    assert all(c.motion_min_patch <= c.motion_mean + 1e-9 for c in clips)
+    assert all(c.motion_min_patch <= c.motion_mean * (1 + 1e-5) for c in clips)  # float32 sums
 
 
 def test_variable_frame_rate_times_and_cut():
