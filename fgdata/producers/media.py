@@ -598,7 +598,9 @@ def _scene_samples(item: WorkItem, options: ShardOptions, data: bytes,
         samples.append((f"{sample_key(item.index)}_{j:04d}", members))
     text.warnings += [f"filtered: {item.name}: {why}" for why in dropped]
     if not samples:
-        raise _Failed("filtered", f"no clip kept: {'; '.join(dropped) or 'no scene'}")
+        kinds = Counter(why.split(":")[0] for why in dropped)
+        raise _Failed("filtered", f"no clip kept: {', '.join(f'{n} {k}' for k, n in kinds.items()) or 'no scene'}"
+                                  + (f"; first: {dropped[0]}" if dropped else ""))
     return samples, len(data) + text.nbytes + (camera[2] if camera else 0), text.warnings
 
 

@@ -106,16 +106,15 @@ def plan_clips(analysis: Any, options: SceneOptions) -> tuple[list[PlannedClip],
             dropped.append(f"too-short: {max(length, 0.0):.2f} s at {times[scene.first]:.2f} s "
                            f"(--min-clip-seconds {options.min_clip_seconds:g})")
             continue
-        pieces = 1
-        if options.max_clip_seconds is not None:
-            pieces = max(1, math.ceil(length / options.max_clip_seconds - _EPS))
-        count = last - first + 1
-        pieces = min(pieces, count)
-        for k in range(pieces):
-            a = first + k * count // pieces
-            b = first + (k + 1) * count // pieces - 1
-            if pieces > 1 and times[b] - times[a] + frame < options.min_clip_seconds - _EPS:
-                dropped.append(f"too-short: {times[b] - times[a] + frame:.2f} s at {times[a]:.2f} s "
+        spans = _pieces(first, last, length, frame, options)
+        if spans[-1][1] < last:  # the rest after pieces of the maximum length
+            rest = times[last] - times[spans[-1][1] + 1] + frame
+            dropped.append(f"too-short: {rest:.2f} s at {times[spans[-1][1] + 1]:.2f} s (the rest of a shot cut into "
+                           f"--max-clip-seconds pieces)")
+        for k, (a, b) in enumerate(spans):
+            piece = times[b] - times[a] + frame
+            if piece < options.min_clip_seconds - _EPS:
+                dropped.append(f"too-short: {piece:.2f} s at {times[a]:.2f} s "
                                f"(--min-clip-seconds {options.min_clip_seconds:g})")
                 continue
             mean, low, method = motion_scores(analysis, a, b)
@@ -124,8 +123,22 @@ def plan_clips(analysis: Any, options: SceneOptions) -> tuple[list[PlannedClip],
                 dropped.append(f"{why} at {times[a]:.2f} s")
                 continue
             kept.append(PlannedClip(a, b, scene.before if k == 0 else "split",
-                                    scene.after if k == pieces - 1 else "split", mean, low))
+                                    scene.after if b == last else "split", mean, low))
     return kept, dropped, method
+
+
+def _pieces(first: int, last: int, length: float, frame: float, options: SceneOptions) -> list[tuple[int, int]]:
+    """A shot's frames cut into equal pieces no longer than ``max_clip_seconds``; when equal pieces would be
+    shorter than ``min_clip_seconds``, as many pieces of the maximum length as fit, from the start."""
+    count = last - first + 1
+    top = options.max_clip_seconds
+    if top is None or length <= top + _EPS:
+        return [(first, last)]
+    pieces = min(count, math.ceil(length / top - _EPS))
+    if length / pieces < options.min_clip_seconds - _EPS:
+        size = max(1, math.floor(top / frame + _EPS))
+        return [(first + k * size, first + (k + 1) * size - 1) for k in range(count // size)]
+    return [(first + k * count // pieces, first + (k + 1) * count // pieces - 1) for k in range(pieces)]
 
 
 def _motion_filtered(mean: float, options: SceneOptions) -> str | None:
