@@ -177,16 +177,23 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--venv", default="/tmp/scenes-bench-venv")
+    parser.add_argument("--videos-dir", help="keep the generated videos here and reuse them on the next run")
     args = parser.parse_args()
     python = ensure_venv(Path(args.venv))
     work = Path(tempfile.mkdtemp(prefix="bench-scenes-"))
     try:
-        src = work / "src"
-        src.mkdir()
-        t = time.perf_counter()
-        truths = make_videos(src, args.videos, args.seconds, args.seed)
+        src = Path(args.videos_dir) if args.videos_dir else work / "src"
+        record = src.parent / f"{src.name}.truth.json"
+        wanted = {"videos": args.videos, "seconds": args.seconds, "seed": args.seed}
+        if record.exists() and json.loads(record.read_text())["wanted"] == wanted:
+            truths = {k: [tuple(t) for t in v] for k, v in json.loads(record.read_text())["truths"].items()}
+        else:
+            src.mkdir(parents=True, exist_ok=True)
+            t = time.perf_counter()
+            truths = make_videos(src, args.videos, args.seconds, args.seed)
+            print(f"generated {len(truths)} videos of {SIZE[0]}x{SIZE[1]} in {time.perf_counter() - t:.0f} s")
+            record.write_text(json.dumps({"wanted": wanted, "truths": truths}))
         paths = sorted(truths)
-        print(f"generated {len(paths)} videos of {SIZE[0]}x{SIZE[1]} in {time.perf_counter() - t:.0f} s")
 
         t = time.perf_counter()
         with Pool(args.processes) as pool:

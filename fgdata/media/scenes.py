@@ -210,43 +210,43 @@ def _plane(frame: Any, k: int) -> np.ndarray:
     return np.frombuffer(memoryview(p), np.uint8).reshape(p.height, p.line_size)[:, : p.width]
 
 
-def _rgb(yuv: np.ndarray) -> np.ndarray:
-    """BT.601 limited-range YUV thumbnails -> float32 RGB 0-255."""
-    x = yuv.astype(np.float32)
-    y = (x[..., 0] - 16.0) * 1.164
-    u, v = x[..., 1] - 128.0, x[..., 2] - 128.0
-    rgb = np.stack([y + 1.596 * v, y - 0.392 * u - 0.813 * v, y + 2.017 * u], -1)
-    return np.clip(rgb, 0.0, 255.0)
+def _rgb(yuv: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """BT.601 limited-range YUV thumbnails [N, h, w, 3] -> float32 R, G, B planes [N, h*w] (0-255).
+    Channel planes keep every numpy pass elementwise and contiguous."""
+    n = len(yuv)
+    planes = yuv.reshape(n, -1, 3).transpose(2, 0, 1).astype(np.float32)
+    y = (planes[0] - 16.0) * 1.164
+    u, v = planes[1] - 128.0, planes[2] - 128.0
+    return (np.clip(y + 1.596 * v, 0, 255), np.clip(y - 0.392 * u - 0.813 * v, 0, 255), np.clip(y + 2.017 * u, 0, 255))
 
 
-def _hsv(rgb: np.ndarray) -> np.ndarray:
-    """[..., 3] RGB (0-255) -> float32 HSV on OpenCV's 8-bit scales (H 0-179, S and V 0-255), as
+def _hsv(rgb: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """R, G, B planes (0-255) -> float32 HSV [3, N, P] on OpenCV's 8-bit scales (H 0-179, S and V 0-255), as
     PySceneDetect's detector sees frames."""
-    x = rgb.astype(np.float32)
-    r, g, b = x[..., 0], x[..., 1], x[..., 2]
-    v = x.max(-1)
-    mn = x.min(-1)
-    delta = v - mn
-    s = np.where(v > 0, 255.0 * delta / np.maximum(v, 1e-6), 0.0)
+    r, g, b = rgb
+    v = np.maximum(np.maximum(r, g), b)
+    delta = v - np.minimum(np.minimum(r, g), b)
+    s = 255.0 * delta / np.maximum(v, 1e-6)
     d = np.maximum(delta, 1e-6)
     h = np.where(v == r, 60.0 * (g - b) / d, np.where(v == g, 120.0 + 60.0 * (b - r) / d, 240.0 + 60.0 * (r - g) / d))
     h = np.where(delta > 0, np.mod(h, 360.0), 0.0) / 2.0
-    return np.stack([h, s, v], -1)
+    return np.stack([h.astype(np.float32), s, v])
 
 
 def _content(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Mean |dH|, |dS|, |dV| between HSV stacks ``a`` and ``b`` (one value per frame pair)."""
-    return np.abs(a - b).mean(axis=(1, 2)).mean(-1)
+    """Mean |dH|, |dS|, |dV| between HSV stacks ``a`` and ``b`` ([3, N, P]; one value per frame pair)."""
+    return np.abs(a - b).mean(axis=2).mean(axis=0)
 
 
 def content_scores(hsv: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per frame ``i`` of HSV thumbnails: content change against frame ``i-1``, ``i-2`` and ``i-3`` (0 where
     there is none)."""
     out = []
+    n = hsv.shape[1]
     for k in (1, 2, 3):
-        s = np.zeros(len(hsv), np.float64)
-        if len(hsv) > k:
-            s[k:] = _content(hsv[k:], hsv[:-k])
+        s = np.zeros(n, np.float64)
+        if n > k:
+            s[k:] = _content(hsv[:, k:], hsv[:, :-k])
         out.append(s)
     return out[0], out[1], out[2]
 
@@ -276,10 +276,11 @@ def _fades(luma: np.ndarray, dark: np.ndarray) -> list[Transition]:
 
 
 def _dissolves(hsv: np.ndarray, d1: np.ndarray, taken: np.ndarray, fps: float) -> list[Transition]:
-    """Cross-fades: runs of at least 4 frames of steady change (each above a quarter of the change over the
-    run divided by its length) where the middle frame is the average of the frames before and after."""
+    """Cross-fades: runs (at most 2 s) of frames changing more than twice the video's median change, whose
+    ends differ as a cut does (>= 15) and whose middle frame is within a quarter of that of the average of
+    the ends (a blend; a pan's or zoom's middle frame is not)."""
     out: list[Transition] = []
-    n = len(hsv)
+    n = hsv.shape[1]
     base = np.median(d1[1:]) if n > 1 else 0.0
     active = (d1 > max(2.0 * base, 1.5)) & ~taken
     i = 1
@@ -293,10 +294,9 @@ def _dissolves(hsv: np.ndarray, d1: np.ndarray, taken: np.ndarray, fps: float) -
             j += 1
         a, b = i - 1, j  # the last frame of the old shot, the first frame of the new one
         if b - a >= 4:
-            ends = hsv[[a, b]].astype(np.float32)
-            whole = float(np.abs(ends[1] - ends[0]).mean())
-            mid = hsv[(a + b) // 2]
-            blend = float(np.abs(mid - (ends[0] + ends[1]) / 2).mean())
+            first, after = hsv[:, a], hsv[:, b]
+            whole = float(np.abs(after - first).mean())
+            blend = float(np.abs(hsv[:, (a + b) // 2] - (first + after) / 2).mean())
             if whole >= 15.0 and blend <= 0.25 * whole:
                 out.append(Transition("dissolve", a + 1, b - 1))
         i = j + 1
