@@ -1,15 +1,17 @@
 """Shots and motion of a video from ONE low-resolution decode: content scores, cuts, fades, dissolves.
 
-:func:`analyse_video` decodes the video once (all threads, the codec's motion vectors exported) and
+:func:`analyse_video` decodes the video once (all threads, loop filter skipped, the codec's motion vectors
+exported) and
 keeps, per frame, a ~64 px wide YUV thumbnail (every ``width // 64``-th pixel of the decoded planes, as
 video2dataset downscales for PySceneDetect; no scaler pass over the full frame) and, about 8 times a
 second, the frame's motion vectors. Everything after is pure numpy over those arrays:
 
 - **content score** (:func:`content_scores`): PySceneDetect's ``content_val``, the mean absolute change
   of hue, saturation and value between consecutive thumbnails (0-255 scale);
-- **hard cuts** (:func:`detect_transitions`): PySceneDetect's ``AdaptiveDetector`` rule, the score
-  against the mean of its ``window`` neighbours on each side (ratio >= ``adaptive_threshold`` and score
-  >= ``min_content``), cuts closer than ``min_scene_frames`` to the previous one dropped;
+- **hard cuts** (:func:`detect_transitions`): PySceneDetect's ``AdaptiveDetector`` rule (ratio >=
+  ``adaptive_threshold`` and score >= ``min_content``), but against the mean of the quieter side's
+  ``window`` neighbours rather than both sides' (so a cut into or out of fast motion is found); a cut
+  closer than ``min_scene_seconds`` to the previous one is dropped;
 - **flash suppression**: a spike whose content returns within two frames (the frame after the flash
   is close to the frame before it) is not a cut;
 - **fades**: a run of dark frames with the ramps down to it and up from it is one transition; its frames
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,8 +44,6 @@ PATCH = 256
 DARK_LUMA = 36.0
 #: Motion vectors are read from about this many frames per second.
 MV_RATE = 8.0
-#: Called with the source each time the analysis opens a decoder (tests count opens through it).
-DECODER_OPEN_HOOK: list[Callable[[str], None]] = []
 
 
 @dataclass(frozen=True)
@@ -98,8 +97,6 @@ class Transition:
 def _open(src: bytes | str | os.PathLike):  # noqa: ANN202 - an av container
     import av
 
-    for hook in DECODER_OPEN_HOOK:
-        hook("analysis")
     try:
         return av.open(io.BytesIO(src) if isinstance(src, (bytes, bytearray)) else str(src))
     except av.error.FFmpegError as e:

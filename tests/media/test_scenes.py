@@ -113,3 +113,18 @@ def test_intra_only_mjpeg_motion_from_frame_differences():
     clips, _, method = plan_clips(analysis, SceneOptions())
     assert method == "frame-diff" and len(clips) == 2 and abs(clips[1].first - 30) <= 1
     assert clips[0].motion_mean < clips[1].motion_mean
+
+
+def test_trim_and_pieces_of_the_maximum_length(edited):
+    truth, analysis = edited
+    frame = 1 / analysis.fps
+    scenes = scenes_from(detect_transitions(analysis, CutSettings()), len(analysis.times))
+    clips, _, _ = plan_clips(analysis, SceneOptions(trim_seconds=0.2))
+    assert len(clips) == len(scenes)
+    for c, s in zip(clips, scenes):  # 0.2 s (5 frames) off both ends of every shot
+        assert (c.first - s.first, s.last - c.last) == (5, 5)
+    # 1.6 s shots with pieces of 1.0-1.5 s: equal halves (0.8 s) would be too short, so one 1.48 s piece each
+    clips, dropped, _ = plan_clips(analysis, SceneOptions(min_clip_seconds=1.0, max_clip_seconds=1.5))
+    for c in clips:
+        assert 1.0 - 1e-6 <= analysis.times[c.last] - analysis.times[c.first] + frame <= 1.5 + 1e-6
+    assert any("the rest of a shot" in d for d in dropped)
