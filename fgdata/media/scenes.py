@@ -383,7 +383,7 @@ def motion_scores(analysis: Analysis, first: int, last: int) -> tuple[float, flo
     if len(idx) < 2:
         return 0.0, 0.0, "frame-diff"
     y = analysis.thumbs[idx][..., 0].astype(np.float32) / 255.0
-    diff = np.abs(y[1:] - y[:-1])  # [T-1, h, w]
+    diff = np.abs(y[1:] - y[:-1])  # one fewer than the frames, h, w
     # patches of 256 source px on the thumbnail grid
     ph, pw = _patch_grid(analysis.width, analysis.height)
     rows = np.array_split(np.arange(diff.shape[1]), ph)
