@@ -52,7 +52,7 @@ def build_vae(name: str, path: Path) -> Path:
 def build_inputs(n: int, dest: Path) -> Path:
     from fgdata.shards import ShardWriter
 
-    images = sorted(p for p in (REPO / "examples" / "data").iterdir() if p.suffix.lower() in (".jpg", ".png"))
+    images = sorted(p for p in (REPO / "fgdata" / "sample_data").iterdir() if p.suffix.lower() in (".jpg", ".png"))
     with ShardWriter(str(dest), maxcount=max(1, n // 4)) as w:
         for i in range(n):
             img = images[i % len(images)]

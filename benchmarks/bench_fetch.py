@@ -1,13 +1,16 @@
-"""Threads or asyncio for the downloader: fgdata's threaded fetch against an aiohttp client, one process each.
+"""The downloader's HTTP client: fgdata's own fetch against urllib3 2.x and aiohttp, one process each.
 
-Both fetch the same URLs from bench_download.py's loopback server (a separate asyncio process serving
+All fetch the same URLs from bench_download.py's loopback server (a separate asyncio process serving
 ~30 KB JPEGs, with a latency drawn per URL), with the same number of requests in flight, kept-alive
 connections and the whole body read into memory; each client runs in its own process and reports
 requests/s and CPU per request (user + system of that process). fgdata's row is the code a worker runs
-(:func:`fgdata.storage.http.fetch` on a thread pool); aiohttp's is the alternative the downloader could
-have been written on. aiohttp is not a dependency of fgdata: install it in the environment that runs this.
+(:func:`fgdata.storage.http.fetch` on a thread pool, the network policy on: the server is reached with
+``FGDATA_ALLOW_PRIVATE_NETWORK=1`` but every address is still classified); urllib3's is a ``PoolManager``
+on the same thread pool (the library the client could be built on); aiohttp's is an asyncio client.
+``--baseline PATH`` adds a row for fgdata's fetch from another checkout (e.g. before a change).
+aiohttp is not a dependency of fgdata: its row runs only where it is installed.
 
-    python benchmarks/bench_fetch.py --urls 5000 --in-flight 32,64 --latency-ms 0,20-50
+    python benchmarks/bench_fetch.py --urls 5000 --in-flight 64 --latency-ms 0,20-50 --baseline /work/main
 """
 
 from __future__ import annotations
@@ -33,6 +36,24 @@ urls = [f"{base}/img/{i}.jpg" for i in range(n)]
 c0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
 with ThreadPoolExecutor(k) as pool:
     size = sum(len(body) for _, body, _ in pool.map(http.fetch, urls))
+c1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - t0
+print(json.dumps({"wall": wall, "cpu": c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime, "bytes": size}))
+"""
+
+_URLLIB3 = r"""
+import json, resource, sys, time
+from concurrent.futures import ThreadPoolExecutor
+import urllib3
+base, n, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+pool = urllib3.PoolManager(maxsize=k, block=True, retries=False, timeout=urllib3.Timeout(connect=10, read=10))
+urls = [f"{base}/img/{i}.jpg" for i in range(n)]
+
+def get(url):
+    return pool.request("GET", url, headers={"User-Agent": "bench"}).data
+
+c0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+with ThreadPoolExecutor(k) as workers:
+    size = sum(len(body) for body in workers.map(get, urls))
 c1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - t0
 print(json.dumps({"wall": wall, "cpu": c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime, "bytes": size}))
 """
@@ -64,8 +85,8 @@ print(json.dumps({"wall": wall, "cpu": c1.ru_utime + c1.ru_stime - c0.ru_utime -
 """
 
 
-def _client(code: str, base: str, urls: int, in_flight: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+def _client(code: str, base: str, urls: int, in_flight: int, path: Path = HERE.parent) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(path), "FGDATA_ALLOW_PRIVATE_NETWORK": "1"}
     done = subprocess.run([sys.executable, "-c", code, base, str(urls), str(in_flight)], capture_output=True,
                           text=True, env=env, check=False)
     if done.returncode != 0:
@@ -79,11 +100,16 @@ def main() -> None:
     ap.add_argument("--in-flight", default="32,64", help="requests in flight, comma-separated")
     ap.add_argument("--latency-ms", default="0,20-50", help="server latency cases, comma-separated")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--baseline", type=Path, help="another fgdata checkout whose fetch gets a row too")
     args = ap.parse_args()
+    clients = {"fgdata": (_THREADS, HERE.parent), "urllib3": (_URLLIB3, HERE.parent)}
+    if args.baseline:
+        clients[f"fgdata ({args.baseline})"] = (_THREADS, args.baseline.resolve())
     try:
-        import aiohttp  # noqa: F401 - only to say early that it is missing
+        import aiohttp  # noqa: F401 - its row only where it is installed
+        clients["aiohttp"] = (_AIOHTTP, HERE.parent)
     except ImportError:
-        raise SystemExit("bench_fetch.py compares with aiohttp: pip install aiohttp first") from None
+        print("aiohttp is not installed: no aiohttp row")
     print(f"{args.urls:,} URLs per run, {args.repeats} rounds (median), load average {os.getloadavg()[0]:.1f}")
     print("| latency | in flight | client | requests/s | CPU ms / request |")
     print("|---|---:|---|---:|---:|")
@@ -98,10 +124,11 @@ def main() -> None:
                 time.sleep(0.05)
             base = f"http://127.0.0.1:{port_file.read_text()}"
             for k in (int(x) for x in args.in_flight.split(",")):
-                rows: dict[str, list[dict]] = {"fgdata threads": [], "aiohttp": []}
-                for _ in range(args.repeats):  # alternate which goes first
-                    for name, code in (("fgdata threads", _THREADS), ("aiohttp", _AIOHTTP)):
-                        rows[name].append(_client(code, base, args.urls, k))
+                rows: dict[str, list[dict]] = {name: [] for name in clients}
+                for round_no in range(args.repeats):  # alternate which goes first
+                    order = list(clients.items())
+                    for name, (code, path) in order if round_no % 2 == 0 else order[::-1]:
+                        rows[name].append(_client(code, base, args.urls, k, path))
                 for name, runs in rows.items():
                     rate = statistics.median(args.urls / r["wall"] for r in runs)
                     cpu = statistics.median(r["cpu"] / args.urls * 1e3 for r in runs)

@@ -54,7 +54,7 @@ class DecodeBound(torch.nn.Module):
 
 def build_zip(path: Path, n: int, size: int) -> None:
     """An EDM zip of ``n`` PNGs cut from the bundled photos (real image content, so PNG decode costs what it does)."""
-    photos = [Image.open(p).convert("RGB") for p in sorted((REPO / "examples" / "data").iterdir())
+    photos = [Image.open(p).convert("RGB") for p in sorted((REPO / "fgdata" / "sample_data").iterdir())
               if p.suffix.lower() in (".jpg", ".png")]
     rng = np.random.default_rng(0)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:

@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO / "examples" / "data"
+DATA = REPO / "fgdata" / "sample_data"
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from fgdata.media import decode_clip, load_image_for_training, probe_video
 
-DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
+DATA = Path(__file__).resolve().parents[1] / "fgdata" / "sample_data"
 
 
 def rate(fn: Callable[[int], object], items: int, seconds: float) -> float:

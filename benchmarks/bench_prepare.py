@@ -29,7 +29,7 @@ from conftest import build_cifar_tarball  # noqa: E402
 
 from fgdata.prepare import Cifar10Options, ImagenetOptions, ZipRun, prepare_cifar10, prepare_imagenet64  # noqa: E402
 
-PHOTOS = sorted(p for p in (REPO / "examples" / "data").iterdir() if p.suffix.lower() in (".jpg", ".png"))
+PHOTOS = sorted(p for p in (REPO / "fgdata" / "sample_data").iterdir() if p.suffix.lower() in (".jpg", ".png"))
 
 
 def build_tree(root: Path, count: int) -> None:

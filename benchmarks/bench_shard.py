@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "data"
+EXAMPLES = Path(__file__).resolve().parents[1] / "fgdata" / "sample_data"
 # The bundled sRGB JPEGs: shard images keeps them byte for byte. (rocket.jpg carries an Adobe RGB profile,
 # which it converts to sRGB: a re-encode, not a copy.)
 JPEGS = ("hubble_deep_field.jpg", "grace_hopper.jpg")

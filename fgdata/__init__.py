@@ -1,3 +1,3 @@
 """fgdata: prepare, shard, precompute and load data for fast diffusion generators."""
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"

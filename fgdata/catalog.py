@@ -1,5 +1,5 @@
 """Names that the preparing, loading and reporting sides of fgdata share: preset texts, the ``score`` filter's
-rule, dataset locations.
+rule, dataset locations, the bundled sample media, and the mark of an option that does not change output bytes.
 
 Kept apart from all sides so that none imports another: ``fgdata.encode`` embeds the same negative prompts
 that ``presets_map`` delivers, ``fgdata report`` counts what the loaders' ``score`` filter keeps by the
@@ -14,6 +14,15 @@ import os
 from pathlib import Path
 
 from fgdata.errors import FgdataError
+
+#: Field metadata of an options dataclass: this option does not change the output bytes, so it stays out of a
+#: job's resume record (:mod:`fgdata.jobs.options`); here because option classes below the job core (a URL job's
+#: download settings, in ``fgdata.storage.http``) declare it too.
+RUNTIME = {"runtime": True}
+
+#: The sample media that ships inside the package (photos, a clip, captions, their licences in ATTRIBUTION.md):
+#: ``fgdata quickstart`` runs on it from an installed wheel, and the tests use it.
+SAMPLE_DATA = Path(__file__).resolve().parent / "sample_data"
 
 #: Wan's English negative prompt, byte-exact (sha256 e488b060...2fac, pinned by a test).
 NEG_PROMPT_WAN = (

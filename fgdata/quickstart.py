@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fgdata.catalog import SAMPLE_DATA
 from fgdata.errors import FgdataError
-
-SAMPLE_DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
 
 #: What a quickstart run writes under its folder; ``--overwrite`` removes exactly these.
 OUTPUTS = ("image_shards", "video_shards", "video-src", "class_conditional", "report.html", "contact_sheet.png")
@@ -55,7 +54,7 @@ def steps(outdir: str) -> list[Step]:
     from fgdata.verify.inspect import inspect_shard
 
     if not SAMPLE_DATA.is_dir():
-        raise FgdataError(f"{SAMPLE_DATA}: bundled sample media not found (run from a source checkout)")
+        raise FgdataError(f"{SAMPLE_DATA}: bundled sample media not found (reinstall fgdata)")
     out = Path(outdir)
     images = str(out / "image_shards")
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE_DATA = REPO / "examples" / "data"
+from fgdata.catalog import SAMPLE_DATA  # inside the package, so an installed wheel has it too
+
 SAMPLE_IMAGES = sorted(
     p for p in SAMPLE_DATA.iterdir() if p.suffix.lower() in {".jpg", ".png"}
 )

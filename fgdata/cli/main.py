@@ -80,9 +80,9 @@ def run() -> None:
         message = text.splitlines()[0] if text else type(exc).__name__
         if not isinstance(exc, (FgdataError, OSError)):
             message = f"{type(exc).__name__}: {message}"
-        from fgdata.report.format import terminal_safe
+        from fgdata.cli.render import printable
 
-        typer.secho(f"error: {terminal_safe(message)}", fg="red", err=True)
+        typer.secho(f"error: {printable(message)}", fg="red", err=True)
         sys.exit(1)
 
 

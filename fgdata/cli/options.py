@@ -68,8 +68,8 @@ FOLLOW_SYMLINKS = typer.Option(
 )
 MAX_PIXELS = typer.Option(
     None, "--max-pixels", min=1, envvar="FGDATA_MAX_PIXELS",
-    help="Decode images up to N pixels (default: FGDATA_MAX_PIXELS, else Pillow's decompression-bomb limit, "
-         "about 179 million).",
+    help="Decode images up to N pixels; a larger one fails as a possible decompression bomb (default: "
+         "FGDATA_MAX_PIXELS, else Pillow's MAX_IMAGE_PIXELS: 89,478,485 unless your code changed it).",
 )
 WAIT_TIMEOUT = typer.Option(None, "--wait-timeout",
                             help="Under torchrun: seconds rank 0 waits for the other ranks' outputs (default 3600).")

@@ -31,7 +31,7 @@ def quickstart_cmd(
 
     Example: fgdata quickstart /tmp/fgdata-demo
 
-    Needs no network: it uses the sample media under examples/data. Ends with a table of what each step did and
+    Needs no network: it uses the sample media that ships inside the package. Ends with a table of what each step did and
     the paths of the contact sheet and the report page it wrote.
     """
     from fgdata.errors import FgdataError

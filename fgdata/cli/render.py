@@ -12,21 +12,32 @@ from rich.console import Console
 
 from fgdata.report.format import human_bytes, terminal_safe
 
-__all__ = ["console", "err_console", "human_bytes", "phase_progress", "print_json", "progress", "terminal_safe",
-           "wrap_tokens"]
+__all__ = ["console", "err_console", "human_bytes", "phase_progress", "print_json", "printable", "progress",
+           "terminal_safe", "wrap_tokens"]
 
 if TYPE_CHECKING:
     from rich.progress import Progress
     from rich.text import Text
 
 
+def printable(text: str) -> str:
+    """``text`` as fgdata prints it: the credentials of every URL in it redacted
+    (:func:`fgdata.storage.redact_text`), then :func:`terminal_safe`."""
+    if "://" in text:
+        from fgdata.storage.redact import redact_text  # imported on the first URL: --help stays fast
+
+        text = redact_text(text)
+    return terminal_safe(text)
+
+
 class SafeConsole(Console):
-    """A console that prints every string through :func:`terminal_safe`: whatever a command prints (table cells and
-    titles, messages), a key or file name from the data cannot send the terminal a control sequence. Rich turns
-    every ``str`` into text here, before measuring it, so tables stay aligned."""
+    """A console that prints every string through :func:`printable`: whatever a command prints (table cells and
+    titles, messages), a key or file name from the data cannot send the terminal a control sequence, and a URL
+    never shows its credentials. Rich turns every ``str`` into text here, before measuring it, so tables stay
+    aligned."""
 
     def render_str(self, text: str, **kwargs: Any) -> "Text":
-        return super().render_str(terminal_safe(text), **kwargs)
+        return super().render_str(printable(text), **kwargs)
 
 
 console = SafeConsole()
@@ -34,8 +45,13 @@ err_console = SafeConsole(stderr=True)
 
 
 def print_json(doc: Any) -> None:
-    """Machine-readable output on stdout, nothing else."""
-    sys.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
+    """Machine-readable output on stdout, nothing else (the credentials of its URLs redacted)."""
+    text = json.dumps(doc, indent=1, default=str)
+    if "://" in text:
+        from fgdata.storage.redact import redact_text
+
+        text = redact_text(text)
+    sys.stdout.write(text + "\n")
 
 
 def progress(*, enabled: bool = True) -> "Progress":

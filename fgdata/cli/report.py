@@ -176,10 +176,14 @@ def report_cmd(
                               tiles=flags.tiles, workers=flags.workers, thresholds=wanted, progress=tick)
     doc = report.doc
     say_removed(existing, quiet=out.quiet)
+    from fgdata.jobs.dest import note_output
+
     storage.write_bytes(flags.output, report.html.encode())
+    note_output(flags.output, "report")  # written into a job's DST: the job's reruns take it as fgdata's
     doc["html"] = flags.output
     if flags.contact_sheet:
         write_contact_sheet(report.stats.tiles, flags.contact_sheet)
+        note_output(flags.contact_sheet, "report")
         doc["contact_sheet_png"] = flags.contact_sheet
     doc["seconds"] = round(time.perf_counter() - started, 3)
     if out.json_out:

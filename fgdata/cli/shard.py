@@ -48,7 +48,13 @@ class SourceFlags:
     caption_field: str = flag(typer.Option(
         "caption,text,prompt", "--caption-field",
         help="Fields of NAME.json (or manifest columns) tried in order for the caption when there is no NAME.txt."))
+    require_caption: bool = flag(typer.Option(
+        False, "--require-caption",
+        help="Fail inputs without a caption (reason 'caption', in failures.json) instead of writing them uncaptioned."))
     follow_symlinks: bool = flag(options.FOLLOW_SYMLINKS)
+    allow_local_paths: bool = flag(typer.Option(
+        False, "--allow-local-paths",
+        help="Let a manifest read from s3:// or http(s):// name local files (its rows must be URLs otherwise)."))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,12 +159,17 @@ class DownloadFlags:
     per_host: int = flag(typer.Option(16, "--per-host", min=1, help="URL inputs: requests in flight to one host, per worker."))
     connect_timeout: float = flag(typer.Option(10.0, "--connect-timeout", help="Seconds to connect (DNS included)."))
     stall_timeout: float = flag(typer.Option(20.0, "--stall-timeout", help="Seconds without a byte before a request times out."))
-    timeout: float = flag(typer.Option(60.0, "--timeout", help="Seconds for one whole request, redirects included."))
+    timeout: float = flag(typer.Option(60.0, "--timeout", help="Seconds for one whole try of a URL: connect, headers and body, redirects included."))
     retries: int = flag(typer.Option(2, "--retries", min=0, help="Extra tries after a timeout, a dropped connection, 429 or 5xx (with backoff, honouring Retry-After up to 30 s)."))
     max_download_size: str = flag(typer.Option("50MB", "--max-download-size", help="Largest body accepted (e.g. 20MB)."))
     max_redirects: int = flag(typer.Option(5, "--max-redirects", min=0, help="Redirects followed at most."))
     user_agent_token: Optional[str] = flag(typer.Option(None, "--user-agent-token", help="Appended to fgdata's User-Agent: a contact (email or URL) for site owners."))
     honour_opt_out: bool = flag(typer.Option(True, "--honour-opt-out/--ignore-opt-out", help="Skip URLs whose X-Robots-Tag says noai, noimageai, noindex or none (default), or fetch them anyway."))
+    allow_private_network: bool = flag(typer.Option(
+        False, "--allow-private-network",
+        help="Let URLs (and their redirects) reach loopback, private, link-local and other non-public addresses, "
+             "for an internal mirror (refused by default: a URL list is untrusted input; also "
+             "FGDATA_ALLOW_PRIVATE_NETWORK=1)."))
     retry_failed: bool = flag(typer.Option(False, "--retry-failed", help="Rerun of a URL job: fetch again the inputs that failed for a retryable reason (timeout, dropped connection, 429, 5xx), rewriting the work units that hold one; ends as a fresh run in which they answered."))
 
     def options(self) -> Any:  # a DownloadOptions
@@ -168,7 +179,8 @@ class DownloadFlags:
                                timeout=self.timeout, retries=self.retries,
                                max_bytes=parse_bytes(self.max_download_size), max_redirects=self.max_redirects,
                                per_host=self.per_host, threads=self.fetch_threads,
-                               user_agent_token=self.user_agent_token, honour_opt_out=self.honour_opt_out)
+                               user_agent_token=self.user_agent_token, honour_opt_out=self.honour_opt_out,
+                               allow_private_network=self.allow_private_network)
 
 
 def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
@@ -197,6 +209,9 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
         rows += _clip_rows(report.clips)
     if report.normalised:
         rows.append(("normalised", ", ".join(f"{change} {n:,}" for change, n in report.normalised.items())))
+    if report.uncaptioned:
+        rows.append(("no caption", f"[yellow]{report.uncaptioned:,} of {report.written:,} written "
+                     "(--require-caption skips them)[/]"))
     rows.append(("shards", f"{len(report.shards):,}"))
     if report.resumed:
         rows.append(("resumed after", f"{report.resumed:,} inputs"))
@@ -204,8 +219,10 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
         rows.append(("restarted", f"{report.restarted:,} work unit(s) an earlier run stopped half-way"))
     if report.retried:
         rows.append(("retried", f"{report.retried:,} retryable failure(s): {report.recovered:,} now written"))
-    if report.changed:
-        rows.append(("changed inputs", f"{report.changed:,}: wrote {len(report.rewritten):,} shard(s) again"))
+    diff = report.inputs
+    if diff is not None and (diff.added.count or diff.removed.count or diff.changed.count):
+        rows.append(("since the earlier run", f"{diff.added.count:,} added, {diff.removed.count:,} removed, "
+                     f"{diff.changed.count:,} changed inputs: wrote {len(report.rewritten):,} shard(s) again"))
     rows.append(("read", human_bytes(report.nbytes)))
     if report.warned:
         rows.append(("warnings", f"{report.warned:,}: {categories(report.warned_by_reason)} (in failures.json)"))
@@ -214,9 +231,11 @@ def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
     details = {"samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
                "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes,
                "warnings": report.warned, "skipped": len(report.skipped),
-               "changed_inputs": report.changed_names, "rewritten_shards": report.rewritten,
+               "changed_inputs": diff.changed.names if diff else [], "added_inputs": diff.added.names if diff else [],
+               "removed_inputs": diff.removed.names if diff else [], "rewritten_shards": report.rewritten,
                "normalised": report.normalised, "retried": report.retried, "recovered": report.recovered,
-               "restarted_units": report.restarted}
+               "restarted_units": report.restarted, "uncaptioned": report.uncaptioned,
+               "image_formats": report.formats}
     if report.clips is not None:
         details["clips"] = report.clips.to_json()
     if report.stats_path:
@@ -244,7 +263,8 @@ def _job(what, src: str, dest: str, sharding: ShardingFlags, job: JobFlags, *,  
     from fgdata.jobs.shard import ShardJob
 
     if source is not None:  # the transform reads NAME.json, so the caption's fields are a transform option
-        what = replace(what, caption_field=tuple(name.strip() for name in source.caption_field.split(",")))
+        what = replace(what, caption_field=tuple(name.strip() for name in source.caption_field.split(",")),
+                       require_caption=True if source.require_caption else None)
     if scale is not None and scale.engine not in ("local", "ray"):
         raise OptionError(f"--engine must be 'local' or 'ray', not {scale.engine!r}")
     return ShardJob(
@@ -252,6 +272,7 @@ def _job(what, src: str, dest: str, sharding: ShardingFlags, job: JobFlags, *,  
         path_column=source.path_column if source else "path",
         caption_column=source.caption_column if source else caption_column,
         follow_symlinks=source.follow_symlinks if source else False,
+        allow_local_paths=source.allow_local_paths if source else False,
         maxcount=sharding.maxcount, maxsize=parse_bytes(sharding.maxsize), shuffle_seed=sharding.shuffle_seed,
         workers=scale.workers if scale else 1, engine="ray" if scale and scale.engine == "ray" else "local",
         ray_address=scale.ray_address if scale else None, unit_size=scale.unit_size if scale else None,
@@ -272,9 +293,9 @@ def images_cmd(src: str = SRC, dst: str = DST, *, image: ImageFlags, source: Sou
 
     Many processes or nodes: torchrun --nproc-per-node 8 -m fgdata.cli.main shard images SRC DST --unit-size 10000 (each rank writes the work units u with u mod WORLD_SIZE == rank under names fixed by the unit; rank 0 waits for the others and writes the counts and reports: the same files as one process or --engine ray).
 
-    Each sample holds the image, a json (your metadata as given, with fgdata's source, width, height and mode under its "fgdata" key) and a txt caption (NAME.txt, else the --caption-field of NAME.json or the manifest row). Undecodable images, names that are not UTF-8 and symlinks out of SRC go to DST/failures.json, with captions that cannot be read (warnings: the image is still written) and the files of SRC that are not inputs (skipped).
+    Each sample holds the image, a json (your metadata as given, with fgdata's source, width, height and mode under its "fgdata" key) and a txt caption (NAME.txt, else the --caption-field of NAME.json or the manifest row). Undecodable images, names that are not UTF-8 and symlinks out of SRC go to DST/failures.json, with captions that cannot be read (warnings: the image is still written) and the files of SRC that are not inputs (skipped). The summary counts the samples written without a caption ("no caption"); --require-caption fails those inputs instead.
 
-    Images are stored as a viewer shows them: EXIF orientation applied, 16-bit and float scaled to 8 bits, CMYK to RGB, transparency on --background, wide-gamut ICC to sRGB; each change is listed under "normalised" in the json and counted in the summary. JPEGs that need none of it are kept byte for byte.
+    Images are stored as a viewer shows them: EXIF orientation applied, 16-bit and float scaled to 8 bits, CMYK to RGB, transparency on --background, wide-gamut ICC to sRGB, an animation (GIF, APNG, WebP) to its first frame; each change is listed under "normalised" in the json and counted in the summary. JPEGs that need none of it are kept byte for byte.
     """
     from fgdata.producers.media import ShardOptions
 

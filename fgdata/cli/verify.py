@@ -93,6 +93,7 @@ def verify_cmd(
     Each folder is its own dataset (keys unique within it, its own shard_count.json); with several, rows name shards by path and the ignore index keys them by absolute path.
     Exit code 1 when problems were found.
     """
+    from fgdata.jobs.dest import note_output
     from fgdata.verify import verify_dataset, write_counts, write_ignore
 
     exts = [e for e in (check.require or "").split(",") if e.strip()]
@@ -111,6 +112,7 @@ def verify_cmd(
     written: dict[str, str] = {}
     if check.write_ignore:
         write_ignore(report, check.write_ignore)
+        note_output(check.write_ignore, "verify")  # written into a job's DST: the job's reruns take it as fgdata's
         written["ignore"] = check.write_ignore
     if check.write_counts or check.counts_output:
         written["counts"] = write_counts(report, check.counts_output)

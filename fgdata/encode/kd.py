@@ -326,5 +326,5 @@ def kd_run(prompts: str, dst: str, options: KdOptions, *, device: str = "cpu",
                 "noise": "unit Gaussian; the sampler starts from noise * init_noise_sigma", "save_dtype": save_dtype}
 
     job = TaskJob(dest=dst, command=f"kd {mode}", tasks=tasks, options=o, produce=produce, provenance=provenance,
-                  in_place=same_place(prompts, dst))
+                  in_place=same_place(prompts, dst), sources=(prompts,))
     return run_tasks(job, run)

@@ -240,7 +240,7 @@ def encode_latents(src: str, dst: str, options: LatentOptions, *, device: str = 
         yield from _encode_batches(enc, decoded, options.batch_size, options.keep_media)
 
     job = TaskJob(dest=dst, command="encode latents", tasks=shard_tasks(src), options=options, produce=produce,
-                  provenance=lambda: encoder().info(), in_place=same_place(src, dst))
+                  provenance=lambda: encoder().info(), in_place=same_place(src, dst), sources=(src,))
     return run_tasks(job, run)
 
 

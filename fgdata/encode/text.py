@@ -257,7 +257,7 @@ def encode_text(src: str, dst: str, options: TextOptions, *, batch_size: int = 3
     samples_from = into or src
     job = TaskJob(dest=dst, command="encode text", tasks=shard_tasks(samples_from), options=o, produce=produce,
                   provenance=provenance, base=into if into and not same_place(into, dst) else None,
-                  in_place=same_place(samples_from, dst))
+                  in_place=same_place(samples_from, dst), sources=(src, into))
     return run_tasks(job, run)
 
 
@@ -307,6 +307,6 @@ def encode_neg_prompt(out: str, *, encoder: str, preset: str | None = None, text
     import hashlib
 
     record = {**enc.info(), "source": source, "text_sha256": hashlib.sha256(prompt.encode()).hexdigest(),
-              "shape": list(emb.shape), "dtype": "float32", "path": out}
+              "shape": list(emb.shape), "dtype": "float32"}  # not its own path: the same bytes wherever written
     storage.write_bytes(out + ".json", (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
     return record

@@ -349,11 +349,13 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     other than 0 the result covers only that rank's chunks.
     """
     from fgdata.encode.models import resolve_device
+    from fgdata.jobs.dest import check_sources
     from fgdata.jobs.outputs import output_done, redoing
     from fgdata.jobs.ranks import dist_env, owned, run_launch
     from fgdata.workers import default_workers
 
     options = options or RefOptions()
+    check_sources(out, [source_path])  # --overwrite replaces OUT: never the images it reads
     metrics = metrics_for(out)
     env_rank, env_world = dist_env()
     rank = env_rank if rank is None else rank
@@ -468,9 +470,8 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
         "detectors": {m: d.provenance for m, d in dets.items()}, "accumulation": ACCUMULATION,
         "batch_size": options.batch_size, "device": device, "world_size": world, "chunk_size": options.chunk_size,
         "chunks": len(chunks), "fingerprint": fp, "sha256": hashlib.sha256(data).hexdigest(),
-        "fgdata_version": __version__, "seconds_rank0": round(share.seconds, 3),
-        "images_per_s_rank0": share.images_per_s,
-    }
+        "fgdata_version": __version__,
+    }  # no timings: the same inputs and options give the same bytes (the summary says how long it took)
     storage.write_bytes(provenance_path(out), json.dumps(provenance, indent=1, sort_keys=True).encode())
     _clean(work)
     return replace(share, seen=source.count, written=written, failed=len(failures), failures_path=report,

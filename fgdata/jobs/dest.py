@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import socket
@@ -90,6 +91,25 @@ def _state_dir(folder: str) -> int:
         raise FgdataError(f"{folder}: cannot open the job state folder ({exc.strerror})") from None
 
 
+def refuse_links(folder: str) -> None:
+    """Refuse a job state folder (``DST/.fgdata``, or an s3:// DST's local staging copy) holding a symbolic link at
+    any depth: the job writes and removes below it, and a link would carry those writes and removals out of DST.
+    Each entry's own type is read (never following it) before the job changes anything there."""
+    stack = [folder]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        with entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    raise FgdataError(f"{entry.path}: a symbolic link inside fgdata's job state folder; fgdata never "
+                                      "follows one there (its writes and removals would leave DST): remove it")
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+
+
 class DestLock:
     """An exclusive, crash-safe lock on one destination (see the module docstring)."""
 
@@ -102,6 +122,11 @@ class DestLock:
 
     def acquire(self) -> None:
         folder = _state_dir(os.path.dirname(self.path))
+        try:
+            refuse_links(os.path.dirname(self.path))
+        except FgdataError:
+            os.close(folder)
+            raise
         try:
             fd = os.open(os.path.basename(self.path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
                          dir_fd=folder)
@@ -124,9 +149,13 @@ class DestLock:
             os.close(fd)
             raise FgdataError(f"{self.dest}: locked by a job on host {owner['host']} (pid {owner.get('pid')}); "
                               f"if that job is gone, remove {self.path}")
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, json.dumps({"host": host, "pid": os.getpid()}).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, json.dumps({"host": host, "pid": os.getpid()}).encode())
+        except OSError as exc:  # a full disk fails here first: name the file
+            os.close(fd)
+            raise FgdataError(f"{self.path}: cannot write the lock file ({exc.strerror})") from None
         self._fd = fd
 
     def release(self) -> None:
@@ -170,9 +199,11 @@ def other_index(name: str) -> str | None:
     return None
 
 
-def shard_versions(dest: str) -> dict[str, tuple[int, str]]:
-    """Each ``.tar`` in ``dest``: its size and version (what changes when it is written again)."""
-    return {info.name: (info.size, info.version) for info in storage.list_dir(dest, ".tar")} \
+def shard_versions(dest: str, listed: Callable[[], None] | None = None) -> dict[str, tuple[int, str]]:
+    """Each ``.tar`` in ``dest``: its size and version (what changes when it is written again). Another rank may
+    rename or remove files meanwhile: one gone before it is looked at is left out (``listed``: see
+    :func:`fgdata.storage.list_dir`)."""
+    return {info.name: (info.size, info.version) for info in storage.list_dir(dest, ".tar", listed)} \
         if storage.is_dir(dest) else {}
 
 
@@ -191,20 +222,80 @@ def drop_stale_indexes(dest: str, before: dict[str, tuple[int, str]], notify: No
                "regenerate it with the tool that wrote it (e.g. energon prepare)")
 
 
+#: Files other fgdata commands wrote into a job's DST (``verify --write-ignore``, ``report -o``), by name.
+OUTPUTS_FILE = "outputs.json"
+OUTPUTS_FORMAT = "fgdata.outputs"
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _noted_record(folder: str) -> str | None:
+    """``folder``'s record of the files other fgdata commands wrote there; None when ``folder`` holds no job
+    state folder (or a local one that is not a plain folder: never read or written through a link)."""
+    state = storage.join(folder, STATE_DIR)
+    if not storage.is_url(state) and os.path.islink(state) or not storage.is_dir(state):
+        return None
+    return storage.join(state, OUTPUTS_FILE)
+
+
+def _noted(dest: str) -> dict[str, dict[str, Any]]:
+    record = _noted_record(dest)
+    if record is None or not storage.exists(record):
+        return {}
+    try:
+        doc = json.loads(storage.read_bytes(record))
+    except ValueError:
+        return {}
+    files = doc.get("files") if isinstance(doc, dict) and doc.get("format") == OUTPUTS_FORMAT else None
+    return {k: v for k, v in files.items() if isinstance(v, dict)} if isinstance(files, dict) else {}
+
+
+def note_output(path: str, command: str) -> None:
+    """Record a file another command wrote directly into a job's DST (``verify --write-ignore``, ``report -o`` and
+    its contact sheet) in ``DST/.fgdata/outputs.json``, with its size and SHA-256: while it still holds those
+    bytes, a rerun of the job takes it as fgdata's (neither foreign nor the job's own: left in place). A folder
+    without a job state folder is not a job's DST: nothing is recorded."""
+    folder, name = storage.parent(path), storage.basename(path)
+    record = _noted_record(folder)
+    if record is None:
+        return
+    data = storage.read_bytes(path)
+    files = _noted(folder)
+    files[name] = {"command": command, "size": len(data), "sha256": _digest(data)}
+    doc = {"format": OUTPUTS_FORMAT, "version": 1, "files": dict(sorted(files.items()))}
+    storage.write_bytes(record, (json.dumps(doc, indent=1) + "\n").encode())
+
+
+def _still_noted(dest: str, name: str, noted: dict[str, dict[str, Any]]) -> bool:
+    """Whether ``name`` is a file another fgdata command wrote into ``dest`` and still holds the bytes it wrote."""
+    entry = noted.get(name)
+    if entry is None:
+        return False
+    info = storage.stat(storage.join(dest, name))
+    return (info is not None and info.size == entry.get("size")
+            and _digest(storage.read_bytes(storage.join(dest, name))) == entry.get("sha256"))
+
+
 def own_outputs(dest: str, keep: Iterable[str] = ()) -> list[str]:
-    """Names in ``dest`` that fgdata wrote (its state folder and temporaries aside; ``keep``: names to leave)."""
+    """Names in ``dest`` that the job's command wrote (its state folder, temporaries and the files other fgdata
+    commands wrote there aside; ``keep``: names to leave)."""
     foreign = set(foreign_files(dest))
     kept = set(keep)
+    noted = _noted(dest)
     return [n for n in _entries(dest) if n not in foreign and n not in kept and n != STATE_DIR and not is_temp(n)
-            and other_index(n) is None]
+            and other_index(n) is None and n not in noted]
 
 
 def foreign_files(dest: str, keep: Iterable[str] = ()) -> list[str]:
     """Names in ``dest`` that fgdata did not write (``keep``: inputs of an in-place job); other tools' index
-    files (:func:`other_index`) are not counted."""
+    files (:func:`other_index`) and files other fgdata commands wrote there (:func:`note_output`) are not
+    counted."""
     names = _entries(dest)
     present = set(names)
     kept = set(keep)
+    noted = _noted(dest) if STATE_DIR in present else {}
     foreign = []
     for name in names:
         if name in SIDE_FILES or name in kept or is_temp(name) or other_index(name) is not None:
@@ -212,6 +303,8 @@ def foreign_files(dest: str, keep: Iterable[str] = ()) -> list[str]:
         if name.endswith(INDEX_SUFFIX) and name[: -len(INDEX_SUFFIX)].endswith(".tar"):
             continue
         if name.endswith(".tar") and name + INDEX_SUFFIX in present:
+            continue
+        if _still_noted(dest, name, noted):
             continue
         foreign.append(name)
     return foreign
@@ -226,12 +319,59 @@ def _listing(names: list[str], most: int = 5) -> str:
     return ", ".join(names[:most]) + more
 
 
+#: Folders of version-control systems: a DST holding one (at any depth of what would go) is someone's working
+#: copy, and fgdata never removes it, ``--overwrite`` or not.
+VCS_DIRS = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs", "CVS", ".jj", ".pijul", ".fslckout", "_FOSSIL_"})
+
+
+def _vcs_below(name: str, path: str, below: list[storage.FileInfo]) -> str | None:
+    """The first version-control folder below the folder ``name`` (``path``; ``below``: its files), as a name
+    relative to DST."""
+    for info in below:
+        parts = storage.relative(path, info.path).split("/")[:-1]
+        for depth, part in enumerate(parts):
+            if part in VCS_DIRS:
+                return "/".join([name, *parts[: depth + 1]])
+    return None
+
+
+def _removal(dest: str, names: list[str]) -> tuple[list[str], list[str], int]:
+    """What removing ``names`` from ``dest`` takes, described: the files (``name (size)``), the folders
+    (``name/ (N files, size)``) and the bytes in all. A version-control folder among them, or below one of the
+    folders, is refused before anything is removed."""
+    from fgdata.report.format import human_bytes
+
+    sizes = {info.name: info.size for info in storage.list_dir(dest)} if storage.is_dir(dest) else {}
+    files, folders, total = [], [], 0
+    for name in names:
+        if name in sizes:
+            files.append(f"{name} ({human_bytes(sizes[name])})")
+            total += sizes[name]
+            continue
+        path = storage.join(dest, name)
+        below = storage.list_tree(path)[0] if storage.is_dir(path) else []
+        vcs = name if name in VCS_DIRS else _vcs_below(name, path, below)
+        if vcs is not None:
+            raise FgdataError(f"{storage.join(dest, vcs)}: a version-control folder would go; fgdata never removes "
+                              "one, even with --overwrite: choose another DST, or move it away yourself")
+        size = sum(info.size for info in below)
+        folders.append(f"{name}/ ({len(below)} file(s), {human_bytes(size)})")
+        total += size
+    return files, folders, total
+
+
 def remove_files(dest: str, names: list[str], why: str, notify: Notify | None) -> None:
-    """Delete ``names`` from ``dest``, saying what goes first."""
+    """Delete ``names`` (files or folders) from ``dest``, saying first what goes, by kind and size; refused whole,
+    before anything goes, when a version-control folder would go (:data:`VCS_DIRS`)."""
     if not names:
         return
+    from fgdata.report.format import human_bytes
+
+    files, folders, total = _removal(dest, names)
     if notify:
-        notify(f"{why}: removing {len(names)} file(s) from {dest}: {_listing(names)}")
+        kinds = " and ".join(k for k in (f"{len(files)} file(s)" if files else "",
+                                          f"{len(folders)} folder(s)" if folders else "") if k)
+        notify(f"{why}: removing {kinds} from {dest} ({human_bytes(total)}): {_listing(files + folders)}")
     for name in names:
         _remove(dest, name)
 
@@ -245,6 +385,27 @@ def check_foreign(dest: str, keep: Iterable[str] = (), overwrite: bool = False, 
         raise FgdataError(f"{dest} holds files fgdata did not write ({_listing(foreign, 3)}); "
                           "choose an empty folder, or pass --overwrite to remove them")
     remove_files(dest, foreign, "--overwrite", notify)
+
+
+def check_removable(dest: str, keep: Iterable[str] = ()) -> None:
+    """``--overwrite``'s check before anything is created: what it would remove holds no version-control folder."""
+    foreign = foreign_files(dest, keep)
+    if foreign:
+        _removal(dest, foreign)
+
+
+def check_sources(dest: str, sources: Iterable[str | None], in_place: bool = False) -> None:
+    """Refuse a DST that is a source of the job or holds one (whatever either's spelling: links followed, s3://
+    compared as bucket and prefix), before anything is created or removed: ``--overwrite`` and a rerun's sweep
+    would remove the inputs. A DST inside SRC is fine (the folder walk leaves it out). ``in_place``: an
+    ``encode``/``kd`` job that adds members to its input shards may write into that source itself."""
+    for src in sources:
+        where = storage.within(src, dest) if src else None
+        if where is None or where == "" and in_place:
+            continue
+        what = f"is SRC ({src})" if where == "" else f"holds SRC {src} (as {where})"
+        raise FgdataError(f"{dest}: DST {what}; fgdata never writes where its inputs are (--overwrite or a rerun "
+                          "would remove them): choose another DST (a folder inside SRC is fine)")
 
 
 def rank_lock(rank: int) -> str:

@@ -15,15 +15,27 @@ thread from one pipe all workers share, and a worker killed half-way through sen
 thread blocked forever on the rest of the message (Python 3.11: a stopped job hung at exit). Here each worker
 sends its results on its own pipe, read by the job itself: a worker that dies mid-message closes its pipe,
 so the read ends with an error instead of waiting.
+
+multiprocessing keeps the forkserver's socket in a ``pymp-*`` folder of the temporary directory and removes
+it at a normal exit only; a job killed with SIGKILL would leave one per run. The process that starts a pool
+therefore holds a lock file in its folder while it lives (:func:`_own_temp_folder`), and each first pool of a
+process removes the folders whose lock no live process holds: those of killed jobs. Folders without that lock
+file (other programs' pools) are never touched.
 """
 
 from __future__ import annotations
 
 import copy
+import fcntl
+import glob
 import multiprocessing
+import multiprocessing.util
 import os
 import pickle
+import shutil
+import stat
 import sys
+import tempfile
 import threading
 import traceback
 import types
@@ -41,6 +53,9 @@ from fgdata.jobs.signals import RESUME_HINT, ignore_in_worker
 T = TypeVar("T")
 R = TypeVar("R")
 WINDOW_PER_WORKER = 4
+#: The lock file in a pool's multiprocessing folder, held (``flock``) by the process the folder belongs to.
+POOL_LOCK = ".fgdata-pool.lock"
+_held_lock: int | None = None  # this process's lock on its own folder, kept open until it exits
 _DIED = (f"a worker process died (killed by the system, out of memory, or a crash in a decoder); the outputs "
          f"completed before it are kept; {RESUME_HINT}")
 
@@ -94,6 +109,7 @@ class _Pool(Generic[R]):
 
     def __init__(self, fn: Callable[[Any], R], workers: int, initializer: Callable[..., None] | None,
                  initargs: tuple[Any, ...], preload: Sequence[str]):
+        _own_temp_folder()
         ctx = pool_context(preload)
         self.tasks = ctx.Queue()  # its feeder thread writes: a put never waits for a busy worker
         self.alive_reader, self.alive_writer = ctx.Pipe(duplex=False)  # workers exit when the job's end closes
@@ -149,6 +165,44 @@ class _Pool(Generic[R]):
         self.tasks.close()
         for end in (*self.answers, self.alive_reader, self.alive_writer):
             end.close()
+
+
+def _lock(path: str, create: bool) -> int | None:
+    """An open descriptor of ``path`` holding its exclusive ``flock``; None when another process holds it, or when
+    ``path`` is missing (``create`` False) or a link. A killed process's lock goes with it."""
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_CREAT if create else 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _own_temp_folder() -> None:
+    """Mark this process's multiprocessing folder as a pool's (its lock, held while the process lives), then
+    remove the marked folders of this user whose lock nobody holds: left by jobs that were killed (module
+    docstring). Runs once per process, before its first pool starts."""
+    global _held_lock
+    if _held_lock is not None:
+        return
+    own = multiprocessing.util.get_temp_dir()
+    _held_lock = _lock(os.path.join(own, POOL_LOCK), create=True)
+    for folder in glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), "pymp-*")):
+        try:
+            st = os.lstat(folder)
+        except OSError:
+            continue
+        if folder == own or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            continue
+        fd = _lock(os.path.join(folder, POOL_LOCK), create=False)
+        if fd is not None:  # marked, and its process is gone
+            shutil.rmtree(folder, ignore_errors=True)
+            os.close(fd)
 
 
 def pool_context(preload: Sequence[str] = ()) -> Any:

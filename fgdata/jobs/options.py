@@ -16,11 +16,12 @@ from collections.abc import Collection
 from typing import Any
 
 from fgdata import storage
+from fgdata.catalog import RUNTIME
 from fgdata.errors import FgdataError
 
+__all__ = ["FLATTEN", "RUNTIME", "byte_options", "check_record", "check_same", "fingerprint", "flag"]
 
-#: Field metadata: this option does not change the output bytes (it stays out of the job record).
-RUNTIME = {"runtime": True}
+
 #: Field metadata: a nested option dataclass whose fields are recorded as the job's own.
 FLATTEN = {"flatten": True}
 
@@ -52,8 +53,9 @@ def fingerprint(record: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-#: Option fields whose flag is not their name spelled with dashes.
-_FLAG_NAMES = {"image_format": "--format"}
+#: Option fields whose flag is not their name spelled with dashes (a URL job's download settings among them).
+_FLAG_NAMES = {"image_format": "--format", "threads": "--fetch-threads", "max_bytes": "--max-download-size",
+               "honour_opt_out": "--honour-opt-out/--ignore-opt-out"}
 
 
 def flag(name: str) -> str:
@@ -66,6 +68,23 @@ def _shown(value: Any) -> str:
     return "not set" if value is None else repr(value)
 
 
+def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(field, old value, new value)`` for each recorded option that differs; a nested option record (a URL
+    job's download settings) by its own fields, so each is named by its flag. A field the new record lacks is one
+    this fgdata does not record (declared RUNTIME since, as ``--fetch-threads``): what an earlier run recorded
+    for it is not compared."""
+    out: list[tuple[str, Any, Any]] = []
+    for k in sorted(new.keys() | old.keys()):
+        if k not in new:
+            continue
+        a, b = old.get(k), new[k]
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b)
+        elif a != b:
+            out.append((k, a, b))
+    return out
+
+
 def check_same(where: str, old: dict[str, Any], new: dict[str, Any], restart: str = "--no-resume",
                facts: Collection[str] = ()) -> None:
     """Refuse to continue ``where`` when an option that changes bytes differs from the earlier run.
@@ -73,12 +92,12 @@ def check_same(where: str, old: dict[str, Any], new: dict[str, Any], restart: st
     Keys in ``facts`` are not options but facts about the inputs (a count, a checksum); they are named only
     when no option differs, since a changed option usually changes them too.
     """
-    changed = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    changed = _differences(old, new)
     if not changed:
         return
-    options = [k for k in changed if k not in facts]
+    options = [c for c in changed if c[0] not in facts]
     keys, names, why = (options, flag, "with other options") if options else (changed, str, "from other inputs")
-    what = "; ".join(f"{names(k)} was {_shown(old.get(k))}, now {_shown(new.get(k))}" for k in keys[:3])
+    what = "; ".join(f"{names(k)} was {_shown(a)}, now {_shown(b)}" for k, a, b in keys[:3])
     more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
     raise FgdataError(f"{where}: an earlier run wrote it {why} ({what}{more}); "
                       f"rerun with the same options, with {restart} to start over, or with --overwrite to "

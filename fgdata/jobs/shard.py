@@ -54,7 +54,7 @@ from fgdata.jobs.units import (
     ShardDone,
     Spool,
     Unit,
-    changed_names,
+    InputDiff,
     existing_markers,
     finalize,
     is_final,
@@ -77,7 +77,7 @@ from fgdata.shards import ShardWriter, iter_samples
 from fgdata.shards.metadata import FGDATA_FIELD
 from fgdata.sources.folder import Skipped, WorkItem
 from fgdata.sources.stamps import InputStamps
-from fgdata.storage.http import DownloadOptions, retryable, stop_fetching
+from fgdata.storage.http import DownloadOptions, configure, read_environment, retryable, stop_fetching
 
 JOB_FILE = "shard_job.json"
 RECORD_VERSION = 3
@@ -90,7 +90,6 @@ URLS_AHEAD_PER_THREAD = 64
 ProgressFn = Callable[[int, int], None]
 Notify = Callable[[str], None]
 #: Inputs named in the "changed since the earlier run" line (the count is always given).
-NAMED = 5
 
 
 @dataclass(frozen=True)
@@ -113,6 +112,9 @@ class ShardJob:
     ray_address: str | None = field(default=None, metadata=RUNTIME)
     unit_size: int | None = None  # inputs per work unit (default: maxcount)
     follow_symlinks: bool = False  # read links that point outside a source folder (they are refused otherwise)
+    # a manifest read from s3:// or http(s):// may name local files (refused otherwise); a rerun that changes it
+    # rewrites the units holding such rows (their stamps change), so it stays out of the job record
+    allow_local_paths: bool = field(default=False, metadata=RUNTIME)
     wait_timeout: float | None = field(default=None, metadata=RUNTIME)  # torchrun: rank 0's wait for other ranks
     download: DownloadOptions | None = field(default=None, metadata=RUNTIME)  # http(s) inputs (see with_download)
     retry_failed: bool = field(default=False, metadata=RUNTIME)  # redo units with retryable failures
@@ -136,7 +138,8 @@ class ShardJob:
 
 def stream_items(job: ShardJob, skipped: list[Skipped]) -> Iterator[WorkItem]:
     """The job's inputs in source order, as a stream (a folder walk, manifest rows or prompt lines); a folder's
-    files that are not inputs are appended to ``skipped`` as the walk meets them."""
+    files that are not inputs are appended to ``skipped`` as the walk meets them. A DST inside the folder is left
+    out of the walk: its shards are not inputs."""
     from fgdata.media import VIDEO_EXTS
     from fgdata.media.image import SourceImageExtensions, missing_decoder
     from fgdata.sources.folder import walk_folder
@@ -145,13 +148,16 @@ def stream_items(job: ShardJob, skipped: list[Skipped]) -> Iterator[WorkItem]:
     if job.options.kind == "prompts":
         return iter_prompts(job.src, job.caption_column)
     if is_manifest(job.src):
-        return iter_manifest(job.src, job.path_column, job.caption_column)
+        if job.download is not None and job.src.startswith(("http://", "https://")):
+            configure(replace(job.download, max_bytes=None))  # the manifest's fetch: the job's network settings
+            read_environment()
+        return iter_manifest(job.src, job.path_column, job.caption_column, job.allow_local_paths)
     if not storage.exists(job.src):
         raise FgdataError(f"{job.src}: no such folder or manifest")
     if not storage.is_dir(job.src):
         raise FgdataError(f"{job.src}: is a file; expected a folder or a manifest (.csv, .jsonl, .parquet)")
     exts = SourceImageExtensions() if job.options.kind == "images" else VIDEO_EXTS
-    return walk_folder(job.src, exts, job.follow_symlinks, missing_decoder, skipped)
+    return walk_folder(job.src, exts, job.follow_symlinks, missing_decoder, skipped, leave_out=job.dest)
 
 
 def with_download(job: ShardJob, head: list[WorkItem]) -> ShardJob:
@@ -217,6 +223,8 @@ class UnitSink:
         self.written = 0
         self.nbytes = 0
         self.normalised: Counter[str] = Counter()
+        self.uncaptioned = 0
+        self.formats: Counter[str] = Counter()
         self.clips = _clip_tally(job.options)
 
     def _shard_in_place(self, name: str, samples: int, size: int) -> None:
@@ -242,6 +250,9 @@ class UnitSink:
                     self.clips.add(*out.clips[j])
             self.written += 1
             self.normalised.update(out.normalised)
+            self.uncaptioned += not out.captioned
+            if out.image_format:
+                self.formats[out.image_format] += 1
             self.warnings.extend(Entry(out.name, reason, out.index) for reason in out.warnings)
         self.nbytes += out.nbytes
 
@@ -258,7 +269,8 @@ class UnitSink:
                         inputs=unit.inputs, stamps=list(unit.stamps), names=[i.name for i in unit.items],
                         shards=self._shards, written=self.written, failures=self.failures, warnings=self.warnings,
                         nbytes=self.nbytes, normalised=dict(sorted(self.normalised.items())),
-                        clips=self.clips, launch=self.launch)
+                        clips=self.clips, launch=self.launch, uncaptioned=self.uncaptioned,
+                        formats=dict(sorted(self.formats.items())))
         with critical():
             storage.write_bytes(marker_path(self.job.dest, unit.number), marker.to_bytes())
         shutil.rmtree(self._stage, ignore_errors=True)
@@ -352,8 +364,7 @@ class _Run:
     done: int = 0  # inputs of units finished or found complete: what a stop reports
     normalised: Counter[str] = field(default_factory=Counter)
     clips: ClipTally | None = None
-    changed: int = 0
-    changed_names: list[str] = field(default_factory=list)
+    diff: InputDiff = field(default_factory=InputDiff)
     rewritten: list[str] = field(default_factory=list)
     restarted: int = 0  # units an earlier run started and did not finish
     retried: dict[int, set[int | None]] = field(default_factory=dict)  # unit -> indices of retryable failures
@@ -392,6 +403,7 @@ def _pending(job: ShardJob, units: Iterable[Unit], run: _Run, stamp: tuple[str, 
     redone."""
     options_fp, _ = stamp
     markers = existing_markers(job.dest) if job.resume else set()  # --no-resume: every unit is redone
+    last = max(markers, default=-1)
     for unit in units:
         run.units = unit.number + 1
         if not mine(unit.number):
@@ -401,6 +413,9 @@ def _pending(job: ShardJob, units: Iterable[Unit], run: _Run, stamp: tuple[str, 
         if isinstance(found, Plan):
             run.restarted += 1
         old = found if isinstance(found, Marker) else None
+        compared = old if old is not None and old.options == options_fp else None
+        if markers and (compared is None or compared.inputs != unit.inputs):
+            run.diff.compare(compared, unit, appended=unit.number > last)
         if old is not None and not resumable(old, options_fp, listed_sizes(present)):
             old = None
         if old is not None and old.inputs == unit.inputs and not _redone(job, old):
@@ -413,13 +428,13 @@ def _pending(job: ShardJob, units: Iterable[Unit], run: _Run, stamp: tuple[str, 
                 progress(old.count, 0)
             continue
         if old is not None and old.inputs != unit.inputs:
-            names = changed_names(old, unit)
-            run.changed += len(names)
-            run.changed_names += names[: max(0, NAMED - len(run.changed_names))]
             run.rewritten += [s.name for s in old.shards]
         elif old is not None:  # --retry-failed
             run.retried[unit.number] = {f.index for f in old.failures if retryable(f.reason)}
         yield unit
+    if markers:  # the earlier run's units beyond this run's last one hold inputs removed (or moved up)
+        tail = (read_unit(job.dest, n) for n in sorted(markers) if n >= run.units and mine(n))
+        run.diff.end(m for m in tail if isinstance(m, Marker) and m.options == options_fp)
 
 
 def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
@@ -449,6 +464,7 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
     if world > 1 and (job.engine == "ray" or job.options.kind == "prompts"):
         what = "--engine ray starts its own workers" if job.engine == "ray" else "shard prompts runs in one process"
         raise FgdataError(f"{what}: launch it once, not under torchrun (WORLD_SIZE={world})")
+    destmod.check_sources(job.dest, [job.src])
     skipped: list[Skipped] = []
     stream = stream_items(job, skipped)
     head = list(islice(stream, job.units_of))  # the first unit: it decides whether the inputs are URLs
@@ -456,9 +472,10 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
         raise FgdataError(f"{job.src}: no inputs")
     job = with_download(job, head)
     removes = job.overwrite and rank == 0
-    refuse = None if removes else partial(destmod.check_foreign, job.dest)  # before .fgdata/ is created
+    # before .fgdata/ is created
+    refuse = partial(destmod.check_removable if removes else destmod.check_foreign, job.dest)
     with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse, world) as lock:
-        before = destmod.shard_versions(job.dest)
+        before = destmod.shard_versions(job.dest, partial(testhook.hold, "dest-listed", rank))
         # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
         destmod.check_foreign(job.dest, overwrite=removes, notify=notify)
         if job.overwrite:  # then fgdata's own outputs go too, whatever options made them
@@ -472,28 +489,18 @@ def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
         _check_record(job, write=rank == 0)
         if on_start:
             on_start(None)
-        formats: Counter[str] = Counter()
         lease = (storage.basename(lock.lease.url), lock.lease.job) if lock.lease is not None else None
-        report = _run(job, _counting(chain(head, stream), formats), skipped, (rank, world), progress, notify,
-                      before, lease)
+        report = _run(job, chain(head, stream), skipped, (rank, world), progress, notify, before, lease)
         if report.restarted and notify:  # each rank of its own units
             notify(f"{report.restarted} work unit(s) an earlier run stopped half-way were written again from their "
                    "start")
         if report.whole_job:
             _said(report, notify)
-            warning = mixed_format_warning(formats, job.options)
+            warning = mixed_format_warning(Counter(report.formats), job.options)
             if warning and notify:
                 notify(warning)
             destmod.drop_stale_indexes(job.dest, before, notify)
         return report
-
-
-def _counting(items: Iterable[WorkItem], formats: Counter[str]) -> Iterator[WorkItem]:
-    """The stream, counting its inputs' file extensions on the way (for the ``--format keep`` warning)."""
-    for item in items:
-        if item.path:
-            formats[item.path.rpartition("/")[2].rpartition(".")[2].lower()] += 1
-        yield item
 
 
 def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where: tuple[int, int],
@@ -546,10 +553,12 @@ def _run(job: ShardJob, items: Iterable[WorkItem], skipped: list[Skipped], where
                       failures_path=storage.join(job.dest, FAILURES_FILE), resumed=run.resumed, nbytes=run.nbytes,
                       normalised=dict(sorted(run.normalised.items())), warned=totals.warned,
                       warned_by_reason=dict(sorted(totals.warned_by_reason.items())), skipped=extra["skipped"],
-                      clips=run.clips, rank=rank, world=world, changed=run.changed, changed_names=run.changed_names,
+                      clips=run.clips, rank=rank, world=world, inputs=run.diff,
                       rewritten=run.rewritten, restarted=run.restarted,
                       stats_path=storage.join(job.dest, STATS_FILE) if job.options.download is not None else None,
-                      retried=sum(len(v) for v in run.retried.values()), recovered=run.recovered)
+                      retried=sum(len(v) for v in run.retried.values()), recovered=run.recovered,
+                      uncaptioned=totals.uncaptioned if job.options.kind != "prompts" else 0,
+                      formats=dict(totals.formats.most_common()))
 
 
 def _counts(run: _Run) -> Iterator[tuple[str, int]]:
@@ -606,25 +615,28 @@ def _share_report(job: ShardJob, run: _Run, rank: int, world: int) -> JobSummary
 
 
 def _said(report: JobSummary, notify: Notify | None) -> None:
-    """Say which inputs changed since the earlier run and which shards were written again for them."""
-    if notify and report.changed:
-        more = f" and {report.changed - len(report.changed_names)} more" if report.changed > len(report.changed_names) \
-            else ""
-        notify(f"{report.changed} input(s) changed since the earlier run ({', '.join(report.changed_names)}{more}): "
-               f"wrote {len(report.rewritten)} shard(s) again ({', '.join(report.rewritten[:5])}"
-               f"{' and more' if len(report.rewritten) > 5 else ''})")
+    """Say which inputs were added, removed or replaced since the earlier run and which shards were written again
+    for them."""
+    diff = report.inputs
+    told = [] if diff is None else [
+        f"{n.count} input(s) {what} ({', '.join(n.names)}{' and more' if n.count > len(n.names) else ''})"
+        for what, n in (("added", diff.added), ("removed", diff.removed), ("changed", diff.changed)) if n.count]
+    if notify and (told or report.rewritten):
+        notify(f"since the earlier run: {'; '.join(told) or 'inputs moved'}: wrote {len(report.rewritten)} shard(s) "
+               f"again ({', '.join(report.rewritten[:5])}{' and more' if len(report.rewritten) > 5 else ''})")
 
 
 def quickstart_videos(outdir: str | os.PathLike[str]) -> dict[str, Any]:
     """Shard the bundled clip (video + audio + caption) into ``outdir/video_shards``; return paths and counts."""
     from pathlib import Path
 
-    examples = Path(__file__).resolve().parents[2] / "examples" / "data"
+    from fgdata.catalog import SAMPLE_DATA
+
     out = Path(outdir)
     src = out / "video-src"
     src.mkdir(parents=True, exist_ok=True)
     for name in ("bigbuckbunny.mp4", "bigbuckbunny.txt"):
-        shutil.copyfile(examples / name, src / name)
+        shutil.copy2(SAMPLE_DATA / name, src / name)  # its time too, as the class tree: the same stamps
     dest = out / "video_shards"
     report = run_shard_job(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="videos")))
     return {"shards": report.shards, "samples": report.samples, "seen": report.seen, "written": report.written,

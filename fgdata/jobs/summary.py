@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fgdata.jobs.units import ClipTally
+    from fgdata.jobs.units import ClipTally, InputDiff
 
 
 @dataclass(kw_only=True)
@@ -60,13 +60,14 @@ class JobSummary(OutputSummary):
     warned_by_reason: dict[str, int] = field(default_factory=dict)
     skipped: list[dict[str, Any]] = field(default_factory=list)  # files below SRC that are not inputs
     clips: ClipTally | None = None  # --clip-seconds: the clips written in this run
-    changed: int = 0  # inputs replaced since the earlier run
-    changed_names: list[str] = field(default_factory=list)  # the first of them
+    inputs: InputDiff | None = None  # inputs added, removed and replaced since the earlier run
     rewritten: list[str] = field(default_factory=list)  # shards of the earlier run written again for them
     restarted: int = 0  # work units an earlier run started and did not finish, written again from their start
     stats_path: str | None = None  # URL jobs: shard_stats.json (per-shard successes and failures by reason)
     retried: int = 0  # --retry-failed: retryable failures of complete units tried again
     recovered: int = 0  # of those, the ones written now
+    uncaptioned: int = 0  # inputs written without a caption, over the whole dataset (images, videos)
+    formats: dict[str, int] = field(default_factory=dict)  # image member -> inputs written with it, whole dataset
 
     @property
     def rate(self) -> float:

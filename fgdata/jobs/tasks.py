@@ -32,7 +32,6 @@ import contextlib
 import hashlib
 import itertools
 import json
-import os
 import shutil
 import time
 import uuid
@@ -154,6 +153,7 @@ class TaskJob:
     provenance: Callable[[], dict[str, Any]] | None = None
     base: str | None = None  # where the samples come from, for provenance
     in_place: bool = False
+    sources: tuple[str | None, ...] = ()  # what the job reads: DST may not be or hold one (in place: be one)
 
     @property
     def key(self) -> str:
@@ -295,7 +295,9 @@ def write_provenance(dest: str, command: str, record: dict[str, Any], base: str 
             except ValueError:
                 pass
     doc["jobs"][command] = record
-    storage.write_bytes(path, (json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n").encode())
+    # the records of several producers (model sources, input folders): a URL among them without its credentials
+    text = storage.redact_text(json.dumps(doc, indent=1, sort_keys=True, default=str))
+    storage.write_bytes(path, (text + "\n").encode())
     return path
 
 
@@ -346,6 +348,7 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
     ``produce(task)`` yields one :class:`Result` per input. ``provenance()`` is called after the work, so it
     can report the loaded model. SIGINT/SIGTERM raise :class:`Interrupted` with the inputs done so far.
     """
+    destmod.check_sources(job.dest, job.sources, job.in_place)
     run = run or RunSettings()
     if run.overwrite:  # a fresh run: fgdata's earlier outputs go, whatever options made them
         run = replace(run, resume=False)
@@ -363,7 +366,8 @@ def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
     mine = [i for i in range(len(job.tasks)) if run.engine == "ray" or owner(i, world) == rank]
     stamp = (fingerprint(byte_options(job.options)), run_launch(run.resume, run.wait_timeout))
     summary = JobSummary(command=job.command, path=job.dest, rank=rank, world=world, whole_job=False)
-    refuse = None if run.overwrite and rank == 0 else partial(destmod.check_foreign, job.dest, _inputs_kept(job))
+    removes = run.overwrite and rank == 0
+    refuse = partial(destmod.check_removable if removes else destmod.check_foreign, job.dest, _inputs_kept(job))
     share = _Share()
     try:
         with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse, world) as lock:
@@ -575,8 +579,4 @@ def shard_tasks(src: str) -> list[Task]:
 
 def same_place(a: str | None, b: str) -> bool:
     """Whether two folders or prefixes are the same place (an in-place update)."""
-    if a is None:
-        return False
-    if storage.is_url(a) or storage.is_url(b):
-        return a.rstrip("/") == b.rstrip("/")
-    return os.path.realpath(a) == os.path.realpath(b)
+    return a is not None and storage.within(a, b) == ""

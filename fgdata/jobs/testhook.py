@@ -28,12 +28,19 @@ HELD = "fgdata-test-hook: held"
 LOADS_ENV = "FGDATA_TEST_LOADS"
 
 
+def _say(line: str) -> None:
+    """One line on stderr in one write: ranks share torchrun's stderr, and ``print`` writes the line and its end
+    apart, so two ranks' lines could run together and a test reading line by line would miss one."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def output_done(done: int) -> None:
     """Called by the job after each finished output, with the number finished so far in this run."""
     limit = os.environ.get(STOP_ENV)
     if not limit or done != int(limit):
         return
-    print(f"{MARK} after {done} outputs", file=sys.stderr, flush=True)
+    _say(f"{MARK} after {done} outputs")
     while True:  # until the test's signal arrives (a handler raises, or the process dies)
         time.sleep(3600)
 
@@ -46,7 +53,7 @@ def hold(point: str, rank: int) -> None:
     release = {signal.SIGUSR1}
     old = signal.pthread_sigmask(signal.SIG_BLOCK, release)  # blocked first, so a quick signal is not lost
     try:
-        print(f"{HELD} at {point} (rank {rank}, pid {os.getpid()})", file=sys.stderr, flush=True)
+        _say(f"{HELD} at {point} (rank {rank}, pid {os.getpid()})")
         signal.sigwait(release)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)

@@ -173,6 +173,8 @@ class Marker:
     normalised: dict[str, int] = field(default_factory=dict)
     clips: ClipTally | None = None
     launch: str | None = None
+    uncaptioned: int = 0  # inputs written without a caption (shard images and videos)
+    formats: dict[str, int] = field(default_factory=dict)  # image member extension -> inputs written with it
 
     def to_bytes(self) -> bytes:
         doc = {"format": MARKER_FORMAT, "version": MARKER_VERSION, **asdict(self),
@@ -194,7 +196,8 @@ class Marker:
                        written=int(doc["written"]), failures=[Entry.from_json(f) for f in doc["failures"]],
                        warnings=[Entry.from_json(w) for w in doc["warnings"]], nbytes=int(doc["nbytes"]),
                        normalised=dict(doc["normalised"]),
-                       clips=None if doc["clips"] is None else ClipTally.from_json(doc["clips"]), launch=doc.get("launch"))
+                       clips=None if doc["clips"] is None else ClipTally.from_json(doc["clips"]), launch=doc.get("launch"),
+                       uncaptioned=int(doc.get("uncaptioned", 0)), formats=dict(doc.get("formats", {})))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -285,9 +288,15 @@ def existing_markers(dest: str, folder: str = UNITS_DIR) -> set[int]:
 
 
 def unit_stage(dest: str, unit: int) -> str:
-    """The unit's own local folder where its shards are built (emptied here: only this unit writes there)."""
+    """The unit's own local folder where its shards are built (emptied here: only this unit writes there). The
+    job refused links in its state folder when it took DST (:func:`fgdata.jobs.dest.refuse_links`); one planted
+    since is refused here, before anything below it is emptied."""
     root = storage.staging_dir(dest)
     path = os.path.join(root, WORK_DIR, "%06d" % unit)
+    for step in (os.path.dirname(os.path.join(root, WORK_DIR)), os.path.join(root, WORK_DIR), path):
+        if os.path.islink(step):
+            raise FgdataError(f"{step}: a symbolic link inside fgdata's job state folder; fgdata never follows one "
+                              "there (its writes and removals would leave DST): remove it")
     if os.path.isdir(path):
         for name in os.listdir(path):
             os.unlink(os.path.join(path, name))
@@ -325,13 +334,69 @@ def plan_units(items: Iterable[WorkItem], unit_size: int, shuffle_seed: int | No
         yield unit()
 
 
-def changed_names(old: Marker, unit: Unit) -> list[str]:
-    """The inputs of ``unit`` whose content changed since ``old`` was written (all of them when the unit's
-    inputs are not the same list)."""
-    names = [i.name for i in unit.items]
-    if old.names != names:
-        return [n for n in names if n not in set(old.names)] or names
-    return [n for n, a, b in zip(names, old.stamps, unit.stamps, strict=True) if a != b]
+#: How many names of added, removed or changed inputs a report lists.
+NAMED = 5
+
+
+@dataclass
+class Named:
+    """A count of inputs and the first few of their names."""
+
+    count: int = 0
+    names: list[str] = field(default_factory=list)
+
+    def add(self, name: str) -> None:
+        self.count += 1
+        if len(self.names) < NAMED:
+            self.names.append(name)
+
+
+@dataclass
+class InputDiff:
+    """What changed in the inputs since an earlier run, told from the markers of the units whose inputs differ,
+    met in unit order: inputs added, removed, and replaced (same name, another stamp). An input that only moved
+    to another unit (one added before it) is none of these. Memory holds the names not matched yet: those that
+    moved (as many as were added or removed before them) and those truly added or removed."""
+
+    added: Named = field(default_factory=Named)
+    removed: Named = field(default_factory=Named)
+    changed: Named = field(default_factory=Named)
+    came: dict[str, str] = field(default_factory=dict)  # in a new unit, not yet met in an earlier run's marker
+    gone: dict[str, str] = field(default_factory=dict)  # in an earlier run's marker, not yet met in a new unit
+
+    def _meet(self, name: str, stamp: str, other: dict[str, str], mine: dict[str, str]) -> None:
+        if name not in other:
+            mine[name] = stamp
+        elif other.pop(name) != stamp:
+            self.changed.add(name)
+
+    def compare(self, old: Marker | None, unit: Unit, appended: bool) -> None:
+        """``unit`` against the earlier run's marker of the same number (None: none to compare; ``appended``:
+        the unit lies after every unit of the earlier run)."""
+        if old is None:
+            if appended:  # every earlier unit came before: an input not met yet is new
+                for item, stamp in zip(unit.items, unit.stamps, strict=True):
+                    was = self.gone.pop(item.name, None)
+                    if was is None:
+                        self.added.add(item.name)
+                    elif was != stamp:
+                        self.changed.add(item.name)
+            return
+        for name, stamp in zip(old.names, old.stamps, strict=True):
+            self._meet(name, stamp, self.came, self.gone)
+        for item, stamp in zip(unit.items, unit.stamps, strict=True):
+            self._meet(item.name, stamp, self.gone, self.came)
+
+    def end(self, tail: Iterable[Marker]) -> None:
+        """Close the comparison with the earlier run's markers beyond this run's last unit."""
+        for old in tail:
+            for name, stamp in zip(old.names, old.stamps, strict=True):
+                self._meet(name, stamp, self.came, self.gone)
+        for name in self.came:
+            self.added.add(name)
+        for name in self.gone:
+            self.removed.add(name)
+        self.came, self.gone = {}, {}
 
 
 # -- resuming and waiting -----------------------------------------------------------------------------------
@@ -465,6 +530,8 @@ class Totals:
     failed_by_reason: Counter[str] = field(default_factory=Counter)
     warned_by_reason: Counter[str] = field(default_factory=Counter)
     retryable: int = 0
+    uncaptioned: int = 0
+    formats: Counter[str] = field(default_factory=Counter)
 
 
 def _json_lines(out: BinaryIO, key: str, lines: BinaryIO, last: bool = False) -> None:
@@ -511,6 +578,8 @@ def finalize(dest: str, command: str, spool: Spool, extra: dict[str, Any], stats
             totals.written += marker.written
             totals.failed += len(marker.failures)
             totals.warned += len(marker.warnings)
+            totals.uncaptioned += marker.uncaptioned
+            totals.formats.update(marker.formats)
             for s in marker.shards:
                 counts.write(json.dumps([s.name, s.samples]).encode() + b"\n")
                 per_shard.write(json.dumps([s.name, {"samples": s.samples, "failed_by_reason": dict(sorted(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from fgdata.catalog import FGDATA_DEFINED_PRESETS, PRESET_CONSTANTS, SCORE_THRESHOLD, score_verdict
 from fgdata.errors import FgdataError
-from fgdata.media.decode import inflate_gz
+from fgdata.media.decode import unwrap_gz
 from fgdata.media.errors import MemberDecodeError
 
 __all__ = ["FGDATA_DEFINED_PRESETS", "PRESET_CONSTANTS", "PRESET_FILTERS", "MemberFilter", "build_filters", "resolve_presets"]
@@ -40,7 +40,7 @@ def _json_member(members: Mapping[str, bytes]) -> bytes | None:
     if "json" in members:
         return members["json"]
     if "json.gz" in members:
-        return inflate_gz(members["json.gz"], name="json.gz")
+        return unwrap_gz("json.gz", members["json.gz"])[1]
     return None
 
 

@@ -181,8 +181,10 @@ class SideFileLookup:
 
 
 def _scan(ref: ShardRef, cache_path: str | None):
-    """Entries of a shard: its index when its recorded size matches, else a header scan (S3 shards are cached locally first)."""
-    scan = load_index(ref.path, expected_size=ref.size)
+    """Entries of a shard, to place its ignored keys: a local shard's index when it matches the shard, else a header
+    scan. A remote shard is scanned from its cached copy (the workers read that copy): without ranged reads its index
+    is checked at the first sample only (docs/FORMATS.md), too little to trust it with positions."""
+    scan = load_index(ref.path, expected_size=ref.size) if storage.random_access(ref.path) else None
     if scan is None:
         scan = scan_shard(storage.fetch_to_cache(ref.path, cache_path))
     return scan

@@ -20,12 +20,14 @@ from fgdata.media.errors import MediaError, MemberDecodeError
 __all__ = [
     "DECODE_LIMIT",
     "IMAGE_EXTS",
+    "TEXT_LIMIT",
     "TENSOR_EXTS",
     "VIDEO_EXTS",
     "check_member",
     "decode_member",
     "describe_member",
     "inflate_gz",
+    "inflate_limit",
     "member_kind",
     "mixed_image_formats",
     "unwrap_gz",
@@ -41,6 +43,10 @@ _VIDEO_FRAMES_CHECKED = 3
 #: The most bytes a member is loaded as, whole: ``verify --decode`` does not load a larger stored member,
 #: and no reader inflates a ``.gz`` member past it (docs/FORMATS.md, Limits).
 DECODE_LIMIT = 1 << 30
+#: The most bytes a ``.gz`` text, json or integer member inflates to in every reader: a caption or a
+#: metadata record is kilobytes, and one that inflates to gigabytes is a decompression bomb that would
+#: cost several times its size as bytes, ``str`` and parsed values (docs/FORMATS.md, Limits).
+TEXT_LIMIT = 64 << 20
 _INFLATE_STEP = 1 << 20
 
 
@@ -91,12 +97,19 @@ def inflate_gz(data: bytes, limit: int = DECODE_LIMIT, *, name: str = "gz") -> b
     return b"".join(parts)
 
 
-def unwrap_gz(ext: str, data: bytes, limit: int = DECODE_LIMIT) -> tuple[str, bytes]:
-    """Lower-case the extension and un-gzip a ``.gz`` member first, inflating at most ``limit`` bytes;
-    bad gzip data or more than ``limit`` bytes raise MemberDecodeError."""
+def inflate_limit(ext: str, txt_extensions: Sequence[str] = ("txt",)) -> int:
+    """The most bytes a ``.gz`` member of this extension inflates to: :data:`TEXT_LIMIT` for what decodes as text
+    (text, json, integers), :data:`DECODE_LIMIT` for images, videos, tensors and raw bytes."""
+    return TEXT_LIMIT if member_kind(ext, txt_extensions) in ("text", "json", "int") else DECODE_LIMIT
+
+
+def unwrap_gz(ext: str, data: bytes, limit: int | None = None, txt_extensions: Sequence[str] = ("txt",)) -> tuple[str, bytes]:
+    """Lower-case the extension and un-gzip a ``.gz`` member first, inflating at most the extension's
+    :func:`inflate_limit` (or the caller's smaller ``limit``); bad gzip data or more raise MemberDecodeError."""
     ext = ext.lower()
     if ext.endswith(".gz") or ext == "gz":
-        data = inflate_gz(data, limit, name=ext)
+        cap = inflate_limit(ext, txt_extensions)
+        data = inflate_gz(data, cap if limit is None else min(limit, cap), name=ext)
         ext = ext[:-3].rstrip(".")
     return ext, data
 
@@ -166,7 +179,7 @@ def decode_member(ext: str, data: bytes, *, txt_extensions: Sequence[str] = ("tx
     npy -> array, npz -> dict of arrays, pth -> tensors, cls -> int, video/other -> raw bytes
     (videos are decoded by :func:`fgdata.media.video.decode_clip`, which needs the sampling
     parameters). Raises MemberDecodeError / ImageDecodeError (both FgdataError)."""
-    ext, data = unwrap_gz(ext, data)
+    ext, data = unwrap_gz(ext, data, txt_extensions=txt_extensions)
     kind = member_kind(ext, txt_extensions)
     if kind == "image":
         from fgdata.media.image import open_image
@@ -212,9 +225,10 @@ def _tensor_summary(x: Any) -> Any:
     return out
 
 
-def describe_member(ext: str, data: bytes, limit: int = DECODE_LIMIT) -> dict:
+def describe_member(ext: str, data: bytes, limit: int | None = None) -> dict:
     """A decoded one-screen summary for ``fgdata inspect``; failures become ``{'error': reason}``.
-    A ``.gz`` member is inflated up to ``limit`` bytes (the caller's limit for loading a member)."""
+    A ``.gz`` member is inflated up to ``limit`` bytes (the caller's limit for loading a member) or its
+    extension's :func:`inflate_limit`, whichever is smaller."""
     try:
         ext, data = unwrap_gz(ext, data, limit)
         kind = member_kind(ext)

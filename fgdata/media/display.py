@@ -6,6 +6,8 @@ viewer shows, 8-bit RGB or greyscale, and names each change it made (the keys of
 :data:`CHANGES`):
 
 - ``orientation``: the EXIF Orientation tag is applied (the pixels are turned; the tag is gone);
+- ``animation``: an animated image (GIF, APNG, WebP, AVIF) is its first frame, as every loader reads
+  it; the detail is its frame count (a camera's multi-picture JPEG is not an animation);
 - ``8-bit``: 16-bit and 32-bit integer images are scaled to 8 bits (``round(x * 255 / 65535)``;
   32-bit values outside 0..65535 by their own range), floating-point images from 0..1 (or their
   own range when wider), never clipped as Pillow's ``convert`` does;
@@ -14,7 +16,8 @@ viewer shows, 8-bit RGB or greyscale, and names each change it made (the keys of
   composited on the background (white unless chosen); a fully opaque alpha channel is dropped
   without counting as a change;
 - ``icc``: an RGB ICC profile whose primaries are not sRGB's (Display P3, Adobe RGB, ...) is
-  converted to sRGB (perceptual intent), unless ``keep_icc``.
+  converted to sRGB (perceptual intent), unless ``keep_icc``; the result carries no profile (sRGB is
+  implied), so its bytes never depend on when the conversion ran.
 
 Docs: docs/FORMATS.md (what ``shard images`` writes) and docs/DIFFERENCES.md (``resize="reference"``
 keeps the reference loaders' plain decode instead).
@@ -35,7 +38,7 @@ from fgdata.media.errors import ImageDecodeError
 __all__ = ["BACKGROUNDS", "CHANGES", "Display", "display_image", "parse_background", "wide_gamut_profile"]
 
 #: The changes :func:`display_image` can make, in the order it makes them.
-CHANGES = ("8-bit", "cmyk", "alpha", "icc", "orientation")
+CHANGES = ("animation", "8-bit", "cmyk", "alpha", "icc", "orientation")
 #: Named backgrounds for compositing transparency; ``#rrggbb`` is accepted too.
 BACKGROUNDS = {"white": (255, 255, 255), "black": (0, 0, 0), "gray": (128, 128, 128)}
 
@@ -86,10 +89,16 @@ def exif_orientation(im: Image.Image) -> int:
 
 
 @functools.lru_cache(maxsize=1)
-def _srgb_chromaticities() -> tuple[tuple[float, float], ...]:
+def _srgb_profile() -> Any:
+    """lcms's built-in sRGB profile, the target of every conversion; built once per process."""
     from PIL import ImageCms
 
-    p = ImageCms.createProfile("sRGB")
+    return ImageCms.createProfile("sRGB")
+
+
+@functools.lru_cache(maxsize=1)
+def _srgb_chromaticities() -> tuple[tuple[float, float], ...]:
+    p = _srgb_profile()
     colorants = (p.red_colorant, p.green_colorant, p.blue_colorant)
     return tuple((c[1][0], c[1][1]) for c in colorants if c is not None)
 
@@ -136,14 +145,15 @@ def _srgb(im: Image.Image, icc: bytes, mode: str) -> Image.Image:
 
     try:
         source = ImageCms.ImageCmsProfile(io.BytesIO(icc))
-        out = ImageCms.profileToProfile(im, source, ImageCms.createProfile("sRGB"),
-                                        renderingIntent=ImageCms.Intent.PERCEPTUAL, outputMode=mode)
+        out = ImageCms.profileToProfile(im, source, _srgb_profile(), renderingIntent=ImageCms.Intent.PERCEPTUAL,
+                                        outputMode=mode)
     except (OSError, ValueError, ImageCms.PyCMSError) as e:
         raise ImageDecodeError(f"cannot convert the image's ICC profile to sRGB: {e}") from e
     assert out is not None  # not in place, so a new image
+    # No profile goes with the result: sRGB is implied (docs/FORMATS.md), as for every JPEG and WebP fgdata
+    # encodes. Pillow would embed lcms's profile in a PNG, and lcms stamps the time it made it into its header.
+    out.info.pop("icc_profile", None)
     return out
-
-
 
 
 def _cmyk_profile(icc: bytes | None) -> bool:
@@ -176,6 +186,9 @@ def display_image(im: Image.Image, display: Display = Display()) -> tuple[Image.
     to RGB (other modes, e.g. 1-bit, YCbCr) with an empty dict.
     """
     changes: dict[str, Any] = {}
+    frames = getattr(im, "n_frames", 1) if im.format != "MPO" else 1
+    if frames > 1:
+        changes["animation"] = frames
     orientation = exif_orientation(im)
     icc = im.info.get("icc_profile") or None
     if im.mode in _HIGH_DEPTH:

@@ -79,6 +79,7 @@ class ShardOptions:
     min_image_size: int | None = None  # the smaller side below it: filtered
     max_image_area: int | None = None  # width x height above it: filtered
     max_aspect_ratio: float | None = None  # longer side / shorter side above it: filtered
+    require_caption: bool | None = None  # True: an input without a caption fails ("caption"); None: not set
     scenes: SceneOptions | None = None  # --split scenes (videos): single-shot clips, fgdata.producers.scenes
 
     def __post_init__(self) -> None:
@@ -163,6 +164,8 @@ class Outcome:
     warnings: list[str] = field(default_factory=list)  # "<category>: <message>" for inputs written without a part
     clips: list[tuple[float, bool]] = field(default_factory=list)
     normalised: tuple[str, ...] = ()  # the display changes made to an image (fgdata.media.display.CHANGES)
+    image_format: str | None = None  # the image member written (images)
+    captioned: bool = True  # False: written without a caption (no txt member, or an empty one)
 
 
 class _Failed(Exception):
@@ -176,7 +179,7 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def _suffix(path: str) -> str:
+def input_suffix(path: str) -> str:
     """The file extension of a path or URL (a URL's query and fragment are not part of it)."""
     if storage.is_url(path):
         path = path.split("?", 1)[0].split("#", 1)[0]
@@ -289,6 +292,21 @@ def _caption_from_fields(item: WorkItem, names: tuple[str, ...], text: _Text) ->
         text.warnings.append(f"caption: the field {present[0]!r} of {where} is not text; written without a caption")
 
 
+def _has_caption(caption: str | None) -> bool:
+    """Whether a sample carries a caption a loader can use (not absent, not blank)."""
+    return bool(caption and caption.strip())
+
+
+def _text_of(item: WorkItem, options: ShardOptions) -> _Text:
+    """:func:`_caption_and_metadata`; an input without a caption fails here under ``--require-caption``."""
+    text = _caption_and_metadata(item, options)
+    if options.require_caption and not _has_caption(text.caption):
+        said = [w.removeprefix("caption: ") for w in text.warnings if w.startswith("caption: ")]
+        why = said[-1] if said else "a blank one" if text.caption is not None else "none found"
+        raise _Failed("caption", f"no caption ({why}); --require-caption skips it")
+    return text
+
+
 def _text_members(text: _Text, fields: dict[str, Any]) -> dict[str, bytes]:
     """``txt`` and ``json``: the user's metadata with fgdata's ``fields`` (and the caption's) under its own key."""
     members = {"json": json_bytes(with_fgdata_fields(text.metadata, {**fields, **text.fields}))}
@@ -300,21 +318,14 @@ def _text_members(text: _Text, fields: dict[str, Any]) -> dict[str, bytes]:
 # -- images ------------------------------------------------------------------
 
 
-_SAME_FORMAT = {"jpeg": "jpg", "jpe": "jpg", "jfif": "jpg", "tif": "tiff"}
-
-
-def mixed_format_warning(extensions: Counter[str], options: ShardOptions) -> str | None:
-    """The one warning of ``--format keep`` on inputs of several formats (``extensions``: the inputs' file
-    extensions, lower-case, counted): what each reader will miss."""
+def mixed_format_warning(written: Counter[str], options: ShardOptions) -> str | None:
+    """The one warning of ``--format keep`` when the dataset holds several image formats (``written``: the
+    image members written, by extension, over the whole dataset): what each reader will miss."""
     from fgdata.media.decode import mixed_image_formats
 
     if options.kind != "images" or options.image_format != "keep":
         return None
-    exts: Counter[str] = Counter()
-    for ext, n in extensions.items():
-        if ext:
-            exts[_SAME_FORMAT.get(ext, ext)] += n
-    mixed = mixed_image_formats(exts)
+    mixed = mixed_image_formats(written)
     return f"--format keep: the samples will carry {mixed[0]}" if mixed else None
 
 
@@ -325,10 +336,11 @@ def _png_16bit(data: bytes) -> bool:
 
 
 def _encode(im: Any, ext: str, options: ShardOptions, icc: bytes | None) -> bytes:
-    """Encode a displayed image (RGB or L) as ``ext``; ``icc``: a kept profile to embed."""
+    """Encode a displayed image (RGB or L) as ``ext``; ``icc``: a kept profile to embed (else none: sRGB is implied,
+    in every format; Pillow would otherwise copy the input's own profile into a PNG)."""
     if ext == "webp" and im.mode != "RGB":
         im = im.convert("RGB")
-    extra = {"icc_profile": icc} if icc else {}
+    extra = {"icc_profile": icc}
     buf = io.BytesIO()
     if ext == "jpg":
         im.save(buf, "JPEG", quality=options.quality, **extra)
@@ -410,13 +422,14 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
     from fgdata.media.errors import MediaError
     from fgdata.media.image import _load, decode_display, jpeg_display_changes, jpeg_header, open_image
 
+    text = _text_of(item, options) if options.require_caption else None  # skip the decode of a refused input
     data = _read(item.path)
     read = len(data)  # the input's bytes, whatever re-encoding makes of them
     digest = hashlib.sha256(data).hexdigest() if options.download is not None or options.dedupe else None
     try:
         head = jpeg_header(data)  # one walk of a JPEG's markers: its size and what decides its display
         facts = head or describe_image(data)
-        source_ext = _PIL_EXT.get(facts["format"]) or _suffix(item.path)
+        source_ext = _PIL_EXT.get(facts["format"]) or input_suffix(item.path)
         why = _filtered(facts["width"], facts["height"], options)
         if why is not None:
             raise _Failed("filtered", why)
@@ -439,7 +452,7 @@ def _image_samples(item: WorkItem, options: ShardOptions) -> tuple[dict[str, byt
             facts = describe_image(data)
     except MediaError as e:
         raise _Failed("image-decode", _first_line(e)) from None
-    text = _caption_and_metadata(item, options)
+    text = text or _text_of(item, options)
     fields: dict[str, Any] = {"source": item.name, "width": facts["width"], "height": facts["height"],
                               "mode": facts["mode"]}
     if changes:
@@ -497,7 +510,7 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
     from fgdata.producers import transcode
 
     data = _read(item.path)
-    ext = _suffix(item.path)
+    ext = input_suffix(item.path)
     if options.scenes is not None:  # its one analysis decode is also the check
         return (*_scene_samples(item, options, data, ext), [])
     problem = check_member("mp4", data)  # any video extension selects the same container check
@@ -508,7 +521,7 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
     except MediaError as e:
         raise _Failed("video-decode", _first_line(e)) from None
     camera = _camera(item, info.frame_count)
-    text = _caption_and_metadata(item, options)
+    text = _text_of(item, options)
     nbytes = text.nbytes + len(data) + (camera[2] if camera else 0)
     key = sample_key(item.index)
     if options.clip_seconds is None and not options.reencode_video:
@@ -621,6 +634,10 @@ def transform(position: int, item: WorkItem, options: ShardOptions) -> Outcome:
         out.reason = str(e)
     except Exception as e:  # noqa: BLE001 - a strange input must not end a long job; it is reported
         out.reason = f"error: {type(e).__name__}: {_first_line(e)}"
+    # a reason may quote a URL (a redirect's target, a storage error): stored with its credentials redacted
+    if out.reason is not None:
+        out.reason = storage.redact_text(out.reason)
+    out.warnings = [storage.redact_text(w) for w in out.warnings]
     return out
 
 
@@ -638,5 +655,7 @@ def _transform_into(out: Outcome, item: WorkItem, options: ShardOptions) -> None
     elif options.kind == "images":
         members, out.nbytes, out.warnings, out.normalised = _image_samples(item, options)
         out.samples = [(sample_key(item.index), members)]
+        out.image_format = next(ext for ext in members if ext not in ("json", "txt"))
     else:
         out.samples, out.nbytes, out.warnings, out.clips = _video_samples(item, options)
+    out.captioned = all(_has_caption(m["txt"].decode()) if "txt" in m else False for _, m in out.samples)

@@ -383,7 +383,7 @@ def collect_shard(path: str, budget: int, tiles: int, label: str | None = None, 
 
     stats = Stats()
     name = label or storage.basename(path)
-    stats.shards.append({"shard": name, "path": path, "samples": 0, "bytes": 0, "damage": None})
+    stats.shards.append({"shard": name, "path": path, "samples": 0, "bytes": 0, "damage": None, "image_exts": {}})
     try:
         size = storage.size(path)
     except FgdataError as exc:
@@ -400,6 +400,10 @@ def collect_shard(path: str, budget: int, tiles: int, label: str | None = None, 
             stats.ext_sets[exts] += 1
             stats.ext_examples.setdefault(exts, f"{name} {entry.key}")
             stats.ext_counts.update(entry.sizes.keys())
+            images = stats.shards[-1]["image_exts"]  # per shard, so the one-format rule is judged per dataset
+            for ext in entry.sizes:
+                if member_kind(ext) == "image":
+                    images[ext] = images.get(ext, 0) + 1
             for ext, n in entry.sizes.items():
                 stats.ext_bytes[ext] += n
                 if n == 0:

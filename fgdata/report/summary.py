@@ -150,12 +150,17 @@ def _problems(stats: Stats) -> list[dict[str, Any]]:
         for role in {_role(e) for e in ext_set.split(",") if e}:
             roles[role] = roles.get(role, 0) + n
             sets_with.setdefault(role, set()).add(ext_set)
-    from fgdata.media.decode import member_kind, mixed_image_formats
+    from fgdata.media.decode import mixed_image_formats
 
-    mixed = mixed_image_formats(Counter({e: n for ext_set, n in stats.ext_sets.items() for e in ext_set.split(",")
-                                         if e and member_kind(e) == "image"}))
-    if mixed:
-        out.append({"kind": "mixed image formats", "count": mixed[1], "examples": [mixed[0]]})
+    per_dataset: dict[str, Counter[str]] = {}  # the one-format rule is per dataset (docs/FORMATS.md)
+    for row in stats.shards:
+        per_dataset.setdefault(row.get("dataset", ""), Counter()).update(row.get("image_exts", {}))
+    several = len(per_dataset) > 1
+    for folder, exts in per_dataset.items():
+        mixed = mixed_image_formats(exts)
+        if mixed:
+            out.append({"kind": "mixed image formats", "count": mixed[1],
+                        "examples": [f"{folder}: {mixed[0]}" if several else mixed[0]]})
     for role, n in sorted(roles.items(), key=lambda kv: -kv[1]):
         if total and total / 2 < n < total:
             lacking = [s for s in stats.ext_sets if s not in sets_with[role]]

@@ -7,8 +7,18 @@ Index format, ``<shard>.idx.json`` beside each shard (one JSON object, UTF-8)::
      "job": {...}}                       # optional: the writer's resume record
 
 ``start``/``end`` bound every byte of the sample (headers included), so a sample
-is one ranged read; ``size`` is the shard's byte size and lets a reader reject a
-stale index. ``job`` is ignored by readers.
+is one ranged read. ``job`` is ignored by readers.
+
+An index is tied to its shard by what the shard itself holds, so a rewritten shard of the
+same size is not read through its old index: ``size`` must equal the shard's byte size,
+and where the index says the first and the last sample begin, the shard must hold the
+header bytes fgdata's writer writes for their first members (its headers are a pure
+function of name and size). That costs two ranged reads (where the storage has none,
+s3:// and http(s)://, the first header is read from the start of a stream), needs no field
+the index does not already have (so indexes of every fgdata version are checked alike), and
+rejects any shard another tool rewrote, whose headers carry other owners, modes or times.
+A shard rewritten by fgdata with its first and last samples in place is not told apart:
+``fgdata verify`` compares the whole index.
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ import json
 from typing import Any
 
 from fgdata import storage
-from fgdata.errors import ShardError
+from fgdata.errors import FgdataError, ShardError
 from fgdata.shards.scan import SampleEntry, ShardScan
 
 INDEX_SUFFIX = ".idx.json"
@@ -74,8 +84,35 @@ def write_index(scan: ShardScan, dest_shard: str, job: dict[str, Any] | None = N
     storage.write_bytes(index_path(dest_shard), index_bytes(scan, job))
 
 
+def _first_headers(entry: SampleEntry) -> tuple[int, bytes]:
+    """Where a sample's first member's data begins, and the header bytes fgdata's writer puts before it."""
+    from fgdata.shards.writer import member_header  # the writer imports this module
+
+    ext, (offset, size) = min(entry.members.items(), key=lambda item: item[1][0])
+    return offset, member_header(f"{entry.key}.{ext}", size)
+
+
+def _matches_shard(shard: str, scan: ShardScan) -> bool:
+    """Whether the shard holds the headers ``scan`` (its index) names at its first and last samples (module docstring)."""
+    if not scan.samples:
+        return True  # nothing to read through it; the size alone decides
+    ends = [scan.samples[0]] if len(scan.samples) == 1 else [scan.samples[0], scan.samples[-1]]
+    expected = [(e.start, *_first_headers(e)) for e in ends]
+    if expected[0][0] != 0 or any(off - start != len(want) for start, off, want in expected):
+        return False  # fgdata's first sample starts at byte 0, and its headers fill the gap before the data
+    try:
+        if not storage.random_access(shard):
+            _, off, want = expected[0]
+            with storage.open_read(shard) as f:
+                return f.read(off) == want
+        return all(storage.read_range(shard, start, len(want)) == want for start, _, want in expected)
+    except (FgdataError, OSError):
+        return False  # unreadable here: the scan that replaces the index says why
+
+
 def load_index(shard: str, expected_size: int | None = None) -> ShardScan | None:
-    """The shard's index, or None when it is missing, invalid or stale (size mismatch)."""
+    """The shard's index, or None when it is missing, invalid or stale: its size differs
+    from ``expected_size`` (when given) or its first and last headers differ from the shard's."""
     path = index_path(shard)
     try:
         data = storage.read_bytes(path)
@@ -87,7 +124,7 @@ def load_index(shard: str, expected_size: int | None = None) -> ShardScan | None
         return None
     if expected_size is not None and scan.size != expected_size:
         return None
-    return scan
+    return scan if _matches_shard(shard, scan) else None
 
 
 def read_shard_counts(path: str) -> dict[str, int]:

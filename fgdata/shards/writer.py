@@ -45,7 +45,7 @@ class WriteSummary:
 _USTAR_LIMIT = 0o77777777777  # the largest size an 11-digit octal field holds
 
 
-def _member_header(name: str, size: int) -> bytes:
+def member_header(name: str, size: int) -> bytes:
     """The tar header of one member, identical to ``TarInfo.tobuf(PAX_FORMAT)`` for our fixed fields.
 
     Short ASCII names (the common case) are packed directly, several times faster than
@@ -142,6 +142,7 @@ class ShardWriter:
         self.maxsize = maxsize
         self._stage = stage or storage.staging_dir(self.dest)
         os.makedirs(self._stage, exist_ok=True)
+        self._builds_in_dest = storage.within(self._stage, self.dest) is not None
         self._count_file = count_file
         self._on_shard = on_shard
         self._publishing = publishing
@@ -160,8 +161,17 @@ class ShardWriter:
         """The number of the shard the next sample goes to (or opens)."""
         return self._shard_no
 
+    def _where(self) -> str:
+        """The file being written, for an error (a full disk): the shard's own path when it is built in DST,
+        else the local file it is built in (a node's cache, for an s3:// DST), with the shard it becomes."""
+        final = storage.join(self.dest, self._name(self._shard_no))
+        if self._builds_in_dest:
+            return final
+        return f"{self._tmp or self._stage} (the local build of {final})"
+
     def _open(self) -> None:
-        fd, self._tmp = open_temp(self._stage, self._name(self._shard_no))
+        with storage.writing_to(self._where()):
+            fd, self._tmp = open_temp(self._stage, self._name(self._shard_no))
         self._file = os.fdopen(fd, "wb", buffering=0)  # whole samples go out in one writev
         self._entries = []
         self._bytes = 0
@@ -183,7 +193,7 @@ class ShardWriter:
             exts[low] = bytes(data)
         if key in self._keys:
             raise ShardError(f"sample key {key!r} is not unique in {self.dest}")
-        headers = [(ext, _member_header(f"{key}.{ext}", len(exts[ext]))) for ext in sorted(exts)]
+        headers = [(ext, member_header(f"{key}.{ext}", len(exts[ext]))) for ext in sorted(exts)]
         size = sum(len(h) + (len(exts[e]) + BLOCK - 1) // BLOCK * BLOCK for e, h in headers)
         if self._file is not None and self._full(size):
             self._close_shard()
@@ -201,7 +211,7 @@ class ShardWriter:
             pad = -len(data) % BLOCK
             parts += (header, data, _ZEROS[:pad]) if pad else (header, data)
             pos += len(data) + pad
-        with storage.writing_to(storage.join(self.dest, self._name(self._shard_no))):
+        with storage.writing_to(self._where()):
             _write_all(self._file.fileno(), parts)
         self._bytes = pos
         self._entries.append(SampleEntry(key, start, pos, offsets))
@@ -223,7 +233,7 @@ class ShardWriter:
             self._tmp = None
         with self._publishing():  # ... but not while it is moved into place
             # The index first: a shard never sits under its final name without one; a stale index is told apart
-            # by its size.
+            # by its size and the headers of its first and last samples (fgdata.shards.index.load_index).
             write_index(ShardScan(shard=final, size=total, samples=self._entries), final)
             storage.publish(staged, final)
         self._tmp = None
@@ -240,7 +250,7 @@ class ShardWriter:
         assert self._file is not None and self._tmp is not None
         end = self._bytes + 2 * BLOCK
         total = (end + RECORD - 1) // RECORD * RECORD
-        with storage.writing_to(storage.join(self.dest, self._name(self._shard_no))):
+        with storage.writing_to(self._where()):
             _write_all(self._file.fileno(), [bytes(total - self._bytes)])
         self._file.close()  # no fsync: the rename is atomic against a crashed process, which is what resume relies on
         self._file = None

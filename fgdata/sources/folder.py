@@ -173,11 +173,13 @@ class _FolderPart:
 
 
 def _folder_part(root: str, listed: storage.Folder, extensions: Collection[str],
-                 missing_decoder: Callable[[str], str | None], skipped: list[Skipped]) -> _FolderPart:
+                 missing_decoder: Callable[[str], str | None], skipped: list[Skipped],
+                 left_out: str | None = None) -> _FolderPart:
     """The media files and sub-folders of one listed folder as ``(relative path, FileInfo)`` and
     ``(relative path + "/", folder path)`` pairs sorted by that key. Every path below a sub-folder starts with its
     key, so sorting each folder so, depth first, gives the sorted relative paths of the whole tree. What the
-    folder holds that is not an input is appended to ``skipped``."""
+    folder holds that is not an input is appended to ``skipped``; the sub-folder at ``left_out`` (relative to
+    ``root``) is passed over."""
     rels = {info.name: (rel, info) for info in listed.files if not _hidden(rel := storage.relative(root, info.path))}
     media = [(rel, info) for rel, info in rels.values() if _extension(info.name) in extensions]
     taken = {info.name for _, info in media}
@@ -189,7 +191,8 @@ def _folder_part(root: str, listed: storage.Folder, extensions: Collection[str],
         if not _hidden(rel := storage.relative(root, entry.path)):
             skipped.append(Skipped(printable_name(rel), f"{entry.kind}: {entry.detail}"))
     entries: list[tuple[str, Any]] = list(media)
-    entries += [(rel + "/", folder) for folder in listed.folders if not _hidden(rel := storage.relative(root, folder))]
+    entries += [(rel + "/", folder) for folder in listed.folders
+                if not _hidden(rel := storage.relative(root, folder)) and rel != left_out]
     entries.sort(key=lambda entry: entry[0])
     return _FolderPart(iter(entries), {name: info for name, (_, info) in rels.items()})
 
@@ -215,18 +218,21 @@ def _media_item(index: int, rel: str, info: storage.FileInfo, siblings: dict[str
 
 def walk_folder(root: str, extensions: Collection[str], follow_symlinks: bool = False,
                 missing_decoder: Callable[[str], str | None] = lambda ext: None,
-                skipped: list[Skipped] | None = None) -> Iterator[WorkItem]:
+                skipped: list[Skipped] | None = None, leave_out: str | None = None) -> Iterator[WorkItem]:
     """Media files below ``root`` whose extension is in ``extensions``, with their sidecars located, in source
     order, streamed (see the module docstring for the memory bound). The files that are neither
     (``missing_decoder(ext)``: why a known extension cannot be read here) are appended to ``skipped`` as the walk
-    finds them, and sorted by name when it ends; a walk that ends without a media file is an error."""
+    finds them, and sorted by name when it ends; a walk that ends without a media file is an error.
+    ``leave_out``: a folder (the job's DST) whose files are neither inputs nor skipped when it lies below ``root``,
+    however either is spelled."""
     found: list[Skipped] = [] if skipped is None else skipped
     lister = storage.tree_lister(root, follow_links=follow_symlinks)
     real_root = None if storage.is_url(root) or follow_symlinks else os.path.realpath(root)
+    left_out = (storage.within(leave_out, root) or None) if leave_out else None
     index = 0
 
     def enter(folder: str) -> _FolderPart:
-        return _folder_part(root, lister(folder), extensions, missing_decoder, found)
+        return _folder_part(root, lister(folder), extensions, missing_decoder, found, left_out)
 
     stack = [enter(root)]
     while stack:

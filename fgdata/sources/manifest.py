@@ -2,7 +2,13 @@
 
 Each row is one input, in row order (its ``index`` gives the key, see
 :mod:`fgdata.sources.folder`). The path column holds a local path or a URL; a relative
-path is taken relative to the manifest's folder. The caption column (optional) becomes the
+path is taken relative to the manifest's folder (an http(s) manifest's URL without its query), and a
+``file://`` URL names a local file. A manifest read from s3:// or http(s):// came from elsewhere: its rows
+must be URLs (a relative path resolves to one), and a row naming a local file is a refused item
+(``local-path``) unless ``allow_local_paths``. A row whose URL scheme fgdata cannot read is refused alone.
+The item's name (the sample's ``fgdata.source``, and what reports call it) is the row's path with the
+credentials of a URL redacted (:mod:`fgdata.storage.redact`); only the fetch uses it as given. The caption
+column (optional) becomes the
 ``txt`` member; every other column is kept as JSON metadata (where ``--caption-field`` may find the
 caption of a row without one, see :mod:`fgdata.producers.media`). CSV cells are text: a metadata cell
 that reads as a plain number (``3``, ``-0.5``, ``1e-3``, but not ``007``) is stored as a JSON
@@ -41,7 +47,7 @@ import io
 import re
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, BinaryIO, Union
 
 from fgdata import storage
@@ -62,7 +68,7 @@ _NUMBER = re.compile(r"-?(0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?")
 
 
 def _uncompressed_name(path: str) -> str:
-    lower = path.lower()
+    lower = storage.without_query(path).lower()
     for suffix in COMPRESSED_SUFFIXES:
         if lower.endswith(suffix):
             return lower[: -len(suffix)]
@@ -171,7 +177,7 @@ def _local(path: str) -> Iterator[str]:
 @contextlib.contextmanager
 def _open_uncompressed(path: str) -> Iterator[BinaryIO]:
     """A binary stream of the manifest's table bytes: ``.gz`` and ``.zst`` undone as they are read."""
-    lower = path.lower()
+    lower = storage.without_query(path).lower()
     with _local(path) as local, storage.open_read(local) as source:
         if lower.endswith(".gz"):
             yield io.BufferedReader(_GzipStream(path, source), _READ_BYTES)
@@ -247,7 +253,7 @@ def _csv_rows(path: str, stream: BinaryIO) -> Iterator[Row]:
 
 
 def _jsonl_rows(path: str, stream: BinaryIO) -> Iterator[Row]:
-    base = storage.basename(path)
+    base = _base(path)
     n = 0
     for chunk in stream:  # lines as bytes.splitlines cuts the whole file (a lone "\r" ends a line too)
         for line in chunk.splitlines():
@@ -314,10 +320,54 @@ def iter_rows(path: str) -> Iterator[Row]:
             yield from _jsonl_rows(path, stream)
 
 
+def _base(path: str) -> str:
+    """The manifest's name as rows and reasons show it (an http(s) URL's query, which may sign it, left out)."""
+    return storage.basename(storage.without_query(path))
+
+
 def _resolve(manifest: str, value: str) -> str:
     if storage.is_absolute(value):
         return value
     return storage.join(storage.parent(manifest), value)
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """How a manifest's rows are read: its path and caption columns, whether CSV cells may be numbers, and
+    whether a remote manifest may name local files."""
+
+    path: str
+    caption: str
+    numbers: bool
+    remote: bool  # the manifest was read from s3:// or http(s)://
+    allow_local_paths: bool
+    readable: set[str] = field(default_factory=set)  # URL schemes of its rows found readable (checked once)
+
+
+def _locate(manifest: str, index: int, value: str, columns: _Columns) -> tuple[str, str | None]:
+    """Where a row's file is (a local path or a URL), or why the row is refused: an unknown URL scheme, or a
+    local file (a path, or a ``file://`` URL) named by a manifest that was itself read from s3:// or
+    http(s):// (a list from elsewhere must not pick files off this machine) unless ``allow_local_paths``."""
+    if value.startswith("file://"):
+        try:
+            location = storage.file_url_path(value)
+        except FgdataError:
+            return "", f"path: row {index} of {_base(manifest)}: a file:// URL of another host"
+    elif storage.is_url(value):
+        scheme = value.partition(":")[0]
+        if scheme not in columns.readable:
+            try:
+                storage.backend_for(value)
+            except FgdataError:
+                return "", f"path: row {index} of {_base(manifest)}: {scheme}:// is not a scheme fgdata reads"
+            columns.readable.add(scheme)
+        return value, None
+    else:
+        location = _resolve(manifest, value)
+    if not columns.remote or columns.allow_local_paths or storage.is_url(location):
+        return location, None
+    return "", (f"local-path: row {index} of {_base(manifest)} names a local file, but the manifest was read from "
+                f"{manifest.partition(':')[0]}://: its rows must be URLs (--allow-local-paths reads local files)")
 
 
 def _with_column(path: str, rows: Iterator[Row], column: str) -> Iterator[Row]:
@@ -334,7 +384,7 @@ def _with_column(path: str, rows: Iterator[Row], column: str) -> Iterator[Row]:
 
 
 def _row_name(path: str, index: int) -> str:
-    return f"{storage.basename(path)}:row {index}"
+    return f"{_base(path)}:row {index}"
 
 
 def _not_text(path: str, index: int, row: dict[str, Any], columns: dict[str, str]) -> str | None:
@@ -343,12 +393,12 @@ def _not_text(path: str, index: int, row: dict[str, Any], columns: dict[str, str
     ``columns`` maps what a column is for (``path``, ``caption``) to its name.
     """
     if None in row:
-        return f"manifest: row {index} of {storage.basename(path)} has more cells than the header"
+        return f"manifest: row {index} of {_base(path)} has more cells than the header"
     for what, column in columns.items():
         value = row.get(column)
         if value is None or (isinstance(value, str) and value.isascii()):
             continue
-        where = f"column {column!r} in row {index} of {storage.basename(path)}"
+        where = f"column {column!r} in row {index} of {_base(path)}"
         if isinstance(value, str):
             try:
                 value.encode("utf-8")
@@ -369,35 +419,47 @@ def _type_name(value: Any) -> str:
     return "an object" if isinstance(value, dict) else f"a {type(value).__name__}"
 
 
-def _media_item(path: str, index: int, row: Row, path_column: str, caption_column: str, numbers: bool) -> WorkItem:
-    """The work item of one manifest row; a row with an empty or unusable path still becomes one (it fails)."""
+def _media_item(path: str, index: int, row: Row, columns: _Columns) -> WorkItem:
+    """The work item of one manifest row; a row with an empty or unusable path still becomes one (it fails).
+    The item's name (what the sample's json and every report call it) is the row's path with the credentials
+    of a URL redacted; its ``path`` is what is read."""
     if isinstance(row, BadRow):
         return WorkItem(index=index, name=row.name, refused=row.reason)
-    refused = _not_text(path, index, row, {"path": path_column})
-    bad_caption = None if refused else _not_text(path, index, row, {"caption": caption_column})
-    value = row.get(path_column)
+    refused = _not_text(path, index, row, {"path": columns.path})
+    bad_caption = None if refused else _not_text(path, index, row, {"caption": columns.caption})
+    value = row.get(columns.path)
+    location = ""
+    if not refused and value:
+        location, refused = _locate(path, index, value, columns)
     if refused or not value:
-        name = printable_name(value) if isinstance(value, str) and value else _row_name(path, index)
+        name = printable_name(storage.redact_url(value)) if isinstance(value, str) and value else _row_name(path, index)
         return WorkItem(index=index, name=name, refused=refused)
-    metadata = {k: _cell(v) if numbers else v for k, v in row.items() if k not in (path_column, caption_column)}
-    return WorkItem(index=index, name=value, path=_resolve(path, value),
-                    caption=None if bad_caption else row.get(caption_column), metadata=metadata,
+    metadata = {k: _cell(v) if columns.numbers else v for k, v in row.items() if k not in (columns.path, columns.caption)}
+    # a remote manifest's relative row is a URL too ("img.png?token=…")
+    name = storage.redact_url(value, relative=True) if columns.remote or "://" in value else value
+    return WorkItem(index=index, name=name, path=location,
+                    caption=None if bad_caption else row.get(columns.caption), metadata=metadata,
                     warning=f"{bad_caption}; written without a caption" if bad_caption else None)
 
 
-def iter_manifest(path: str, path_column: str = "path", caption_column: str = "caption") -> Iterator[WorkItem]:
-    """One work item per row, in row order, streamed (see the module docstring for the memory bound)."""
-    numbers = _uncompressed_name(path).endswith(".csv")
+def iter_manifest(path: str, path_column: str = "path", caption_column: str = "caption",
+                  allow_local_paths: bool = False) -> Iterator[WorkItem]:
+    """One work item per row, in row order, streamed (see the module docstring for the memory bound).
+
+    ``allow_local_paths``: a manifest read from s3:// or http(s):// may name local files (refused otherwise)."""
+    columns = _Columns(path_column, caption_column, _uncompressed_name(path).endswith(".csv"), storage.is_url(path),
+                       allow_local_paths)
     index = -1
     for index, row in enumerate(_with_column(path, iter_rows(path), path_column)):
-        yield _media_item(path, index, row, path_column, caption_column, numbers)
+        yield _media_item(path, index, row, columns)
     if index < 0:
         raise FgdataError(f"{path}: the manifest has no rows")
 
 
-def read_manifest(path: str, path_column: str = "path", caption_column: str = "caption") -> list[WorkItem]:
+def read_manifest(path: str, path_column: str = "path", caption_column: str = "caption",
+                  allow_local_paths: bool = False) -> list[WorkItem]:
     """All of :func:`iter_manifest` in a list."""
-    return list(iter_manifest(path, path_column, caption_column))
+    return list(iter_manifest(path, path_column, caption_column, allow_local_paths))
 
 
 def iter_prompts(path: str, caption_column: str = "caption") -> Iterator[WorkItem]:
@@ -411,7 +473,7 @@ def iter_prompts(path: str, caption_column: str = "caption") -> Iterator[WorkIte
             yield WorkItem(index=i, name=_row_name(path, i), refused=refused,
                            caption=None if refused else row.get(caption_column))
         return
-    base = storage.basename(path)
+    base = _base(path)
     count = 0
     with _local(path) as local, storage.open_read(local) as stream:
         for n, line in enumerate(_text_lines(path, stream), 1):

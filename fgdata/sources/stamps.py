@@ -1,7 +1,8 @@
 """What a rerun compares to tell that an input changed: one short stamp per work item.
 
 A stamp is a digest of the item's files (media and sidecars: size and version, i.e. the modification time of a
-local file or the ETag of an S3 object) and of its inline text (a manifest row's caption and metadata). Stamps are
+local file or the ETag of an S3 object, each file named by one spelling of its path, so that rerunning with SRC
+spelled another way finds every input unchanged) and of its inline text (a manifest row's caption and metadata). Stamps are
 kept as 8 bytes each, so a million inputs cost 8 MB.
 
 The job core stamps its inputs one unit at a time, so a batch is a unit's inputs, not the whole source. Remote
@@ -62,7 +63,8 @@ class InputStamps:
             files = []
             for path in item_paths:
                 info = listed.get(path) or storage.stat(path)  # not listed under that spelling: ask for it
-                files.append([path, info.size, info.version] if info else [path, None, None])
+                key = storage.same_file_key(path)  # however SRC is spelled (./a, /abs/a, ../x/a, a link)
+                files.append([key, info.size, info.version] if info else [key, None, None])
             text = [item.name, item.caption, item.metadata, item.refused, files]
             raw = json.dumps(text, sort_keys=True, default=str, ensure_ascii=False).encode("utf-8", "surrogateescape")
             parts.append(hashlib.blake2b(raw, digest_size=STAMP_BYTES).digest())

@@ -39,14 +39,19 @@ from fgdata.storage.local import atomic_path, writing_to
 from fgdata.storage.paths import (
     absolute,
     basename,
+    file_url_path,
     is_absolute,
     is_s3,
     is_url,
     join,
     parent,
+    place_key,
     relative,
     same_file_key,
+    within,
+    without_query,
 )
+from fgdata.storage.redact import redact_text, redact_url
 from fgdata.storage.s5cmd import s5cmd_binary
 
 __all__ = [
@@ -62,6 +67,7 @@ __all__ = [
     "download",
     "exists",
     "fetch_to_cache",
+    "file_url_path",
     "is_absolute",
     "is_dir",
     "is_s3",
@@ -77,11 +83,14 @@ __all__ = [
     "move",
     "open_read",
     "parent",
+    "place_key",
     "publish",
     "random_access",
     "read_bytes",
     "read_range",
     "read_text",
+    "redact_text",
+    "redact_url",
     "relative",
     "remove",
     "remove_tree",
@@ -93,6 +102,8 @@ __all__ = [
     "stat",
     "tree_lister",
     "upload",
+    "within",
+    "without_query",
     "write_bytes",
     "writing_to",
 ]

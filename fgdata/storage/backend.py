@@ -124,8 +124,13 @@ class Backend(abc.ABC):
         raise StorageError(f"{path}: this storage has no ranged reads; stream it with open_read")
 
     @abc.abstractmethod
-    def list_files(self, path: str, recursive: bool) -> list[FileInfo]:
-        """Files directly under (``recursive``: anywhere below) a directory or prefix, unsorted."""
+    def list_files(self, path: str, recursive: bool, listed: Callable[[], None] | None = None) -> list[FileInfo]:
+        """Files directly under (``recursive``: anywhere below) a directory or prefix, unsorted.
+
+        A file that goes while it is listed (another process renames its temporary into place or removes it) is
+        left out, as a listing a moment later would. ``listed`` (not recursive): called once the names are read and
+        before each file is looked at, where the storage does the two apart (a local folder); a test holds a job
+        there to remove a file in between. Object stores answer names and sizes together and ignore it."""
 
     def tree_lister(self, path: str, follow_links: bool) -> FolderLister:
         """A lister of the folders below ``path``, one folder at a time (see :class:`Folder`). Here the tree is

@@ -7,7 +7,7 @@ Each function hands its path to the backend of the path's scheme
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from fgdata.storage.backend import FileInfo, FolderLister, Unlisted, backend_for, walk_whole
@@ -45,9 +45,10 @@ def read_text(path: str) -> str:
     return read_bytes(path).decode("utf-8")
 
 
-def list_dir(path: str, suffix: str | None = None) -> list[FileInfo]:
-    """Direct children that are files, sorted by name; ``suffix`` matches in any case."""
-    infos = backend_for(path).list_files(path, recursive=False)
+def list_dir(path: str, suffix: str | None = None, listed: Callable[[], None] | None = None) -> list[FileInfo]:
+    """Direct children that are files, sorted by name; ``suffix`` matches in any case. A file that goes while the
+    folder is listed is left out; ``listed``: see :meth:`fgdata.storage.backend.Backend.list_files`."""
+    infos = backend_for(path).list_files(path, recursive=False, listed=listed)
     if suffix is not None:
         infos = [i for i in infos if i.name.lower().endswith(suffix.lower())]
     return sorted(infos, key=lambda i: i.name)

@@ -1,61 +1,98 @@
 """``http://`` and ``https://`` URLs, read-only, through a downloader fit for the open web.
 
-Every GET goes through :func:`fetch`: a connect timeout, a read-stall timeout (each ``recv``)
-and a total deadline; bounded retries with exponential backoff for timeouts, dropped
-connections, 429 and 5xx (honouring ``Retry-After``, capped); redirects followed by hand
-(http and https only, a loop or too many is a failure); a body limit checked while reading;
-a ``User-Agent`` that names fgdata; ``X-Robots-Tag`` opt-outs (``noai``, ``noimageai``,
-``noindex``, ``none``) honoured unless turned off. Per process, host names are resolved once
-(a DNS cache), a semaphore per host bounds the requests in flight to one host, and a connection whose
-response was read to its end is kept open for the next request to that host (HTTP keep-alive; a kept
-connection the server has closed meanwhile is replaced at once, not counted as a try). Settings are
-per process (:func:`configure`): a shard job sets them in each worker before its first fetch.
+Every GET goes through :func:`fetch`: a connect timeout, a read-stall timeout (each ``recv``) and a total
+deadline over the whole exchange (connect, headers and body; a watchdog thread shuts the socket down when it
+passes, so a server that sends its headers a byte at a time cannot hold a request past it); bounded retries
+with exponential backoff for timeouts, dropped connections, 429 and 5xx (honouring ``Retry-After``, capped);
+redirects followed by hand (http and https only, a loop or too many is a failure); a body limit checked while
+reading; a ``User-Agent`` that names fgdata; ``X-Robots-Tag`` opt-outs (``noai``, ``noimageai``, ``noindex``,
+``none``) honoured unless turned off.
 
-A failed fetch raises :class:`DownloadFailed` whose ``category`` (``timeout``, ``connection``,
-``dns``, ``tls``, ``http``, ``too-large``, ``redirect``, ``opt-out``) becomes the failure reason's category;
-:func:`retryable` says which reasons ``--retry-failed`` tries again.
+The network policy: a URL list from the web is untrusted input, so no connection goes to a loopback,
+private, link-local, multicast, reserved or unspecified address (IPv4 or IPv6, mapped and embedded IPv4
+forms included) unless ``allow_private_network`` or ``FGDATA_ALLOW_PRIVATE_NETWORK=1`` allows it. A host
+name is resolved once; every address it resolves to is checked (one private answer refuses the host), and
+the connection goes to a checked address, never to a second lookup. Each hop, redirect and retry opens its
+connections through the same check.
+
+Proxies are read from the environment as curl and requests read them: ``http_proxy``, ``https_proxy``
+(through ``CONNECT``), ``all_proxy`` and ``no_proxy`` (host suffixes, addresses, CIDR ranges, ``*``), lower
+case first, then upper case (``HTTP_PROXY`` not under CGI, where a request header could set it). A proxy's
+credentials (``http://user:pass@proxy:3128``) are sent as ``Proxy-Authorization`` and never printed. The proxy
+is the user's own infrastructure and may be private; through a proxy the policy applies to the addresses this
+machine resolves for the URL's host (a name it cannot resolve is left to the proxy to resolve).
+
+``http://user:pass@host/...``: the credentials are sent as HTTP Basic authentication to that host (as curl
+does), not to a host a redirect leads to.
+
+Per process, host names are resolved once (a DNS cache), a semaphore per host bounds the requests in flight to
+one host, and a connection whose response was read to its end is kept open for the next request to that host
+(HTTP keep-alive). A kept connection is reused only when nothing is waiting to be read on it: bytes a server
+sent past its response's end (a short ``Content-Length`` with a smuggled second response) or a close it sent
+meanwhile make it be replaced, not read as the next response. Settings are per process (:func:`configure`): a
+shard job sets them in each worker before its first fetch; :func:`stop_fetching` ends every fetch of the
+process at once (their sockets shut down), so a stopped job is not held by its threads.
+
+A failed fetch raises :class:`DownloadFailed` whose ``category`` (``timeout``, ``connection``, ``dns``,
+``tls``, ``http``, ``too-large``, ``redirect``, ``opt-out``, ``network-policy``, ``proxy``) becomes the failure
+reason's category; :func:`retryable` says which reasons ``--retry-failed`` tries again.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import email.utils
+import functools
 import http.client
 import io
+import ipaddress
+import math
+import os
+import re
+import select
 import socket
 import ssl
 import threading
 import time
 import urllib.parse
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from fgdata import __version__
+from fgdata.catalog import RUNTIME
 from fgdata.errors import StorageError
 from fgdata.storage.backend import Backend, FileInfo
 from fgdata.storage.local import atomic_path
 
 OPT_OUT_DIRECTIVES = frozenset({"noai", "noimageai", "noindex", "none"})
+#: ``FGDATA_ALLOW_PRIVATE_NETWORK=1``: the environment's form of ``--allow-private-network``.
+ALLOW_PRIVATE_ENV = "FGDATA_ALLOW_PRIVATE_NETWORK"
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 1 << 16
 
 
 @dataclass(frozen=True)
 class DownloadOptions:
-    """How URLs are fetched. Part of a URL job's record: a rerun uses the same settings."""
+    """How URLs are fetched. Part of a URL job's record: a rerun uses the same settings, but for how many requests
+    are in flight (``threads``, ``per_host``: RUNTIME), which changes when a body arrives, never which body."""
 
     connect_timeout: float = 10.0
     stall_timeout: float = 20.0  # seconds without a byte from the server
-    timeout: float = 60.0  # the whole request, redirects included, per try
+    timeout: float = 60.0  # the whole request (connect, headers, body), redirects included, per try
     retries: int = 2  # extra tries after a timeout, a dropped connection, 429 or 5xx
     retry_after_cap: float = 30.0  # the longest Retry-After (and backoff) waited for
     max_bytes: int | None = 50_000_000  # body limit; None: no limit
     max_redirects: int = 5
-    per_host: int = 16  # requests in flight to one host, per worker process
-    threads: int = 32  # requests in flight per worker process
+    per_host: int = field(default=16, metadata=RUNTIME)  # requests in flight to one host, per worker process
+    threads: int = field(default=32, metadata=RUNTIME)  # requests in flight per worker process
     user_agent_token: str | None = None  # appended to the User-Agent (a contact: email or URL)
     honour_opt_out: bool = True
+    # Where the job may connect, not how its bytes are made: outside the job record's fingerprint, like the
+    # proxy settings (the "runtime" mark of fgdata.jobs.options), so a rerun may add or drop it.
+    allow_private_network: bool = field(default=False, metadata={"runtime": True})
 
     def __post_init__(self) -> None:
         from fgdata.errors import FgdataError
@@ -72,10 +109,31 @@ class DownloadOptions:
         if self.user_agent_token is not None and not self.user_agent_token.isprintable():
             raise FgdataError("--user-agent-token must be printable text on one line")
 
-    @property
+    @functools.cached_property
     def user_agent(self) -> str:
-        extra = f"; {self.user_agent_token}" if self.user_agent_token else ""
-        return f"fgdata/{__version__} (+https://github.com/fgdata/fgdata{extra})"
+        """``fgdata/VERSION (+HOMEPAGE; TOKEN)``: who fetches, where to read about it, whom to ask."""
+        about = "; ".join(p for p in (f"+{_homepage()}" if _homepage() else "", self.user_agent_token or "") if p)
+        return f"fgdata/{__version__}" + (f" ({about})" if about else "")
+
+    @property
+    def private_allowed(self) -> bool:
+        return self.allow_private_network or os.environ.get(ALLOW_PRIVATE_ENV, "") in ("1", "true", "yes")
+
+
+@functools.cache
+def _homepage() -> str | None:
+    """The ``Homepage`` of ``[project.urls]`` in fgdata's installed metadata (None when not installed so)."""
+    import importlib.metadata
+
+    try:
+        entries = importlib.metadata.metadata("fgdata").get_all("Project-URL") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for entry in entries:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() == "homepage" and url.strip():
+            return url.strip()
+    return None
 
 
 class DownloadFailed(StorageError):
@@ -95,25 +153,53 @@ def retryable(reason: str) -> bool:
     return reason.startswith(_RETRYABLE)
 
 
-# -- per-process state: settings, DNS cache, per-host limits ------------------------------------------------
+# -- per-process state: settings, DNS cache, per-host limits, kept connections, the watchdog -----------------
 
 _lock = threading.Lock()
 _settings = DownloadOptions(max_bytes=None)  # until configured: no body limit (a manifest read in the main process)
-_dns: dict[tuple[str, int], tuple[int, int, int, str, tuple]] = {}
+_dns: dict[tuple[str, int], list[tuple]] = {}
+_unresolved: set[tuple[str, int]] = set()  # names this machine cannot resolve, left to a proxy
 _hosts: dict[str, threading.BoundedSemaphore] = {}
 _tls: ssl.SSLContext | None = None
-#: Kept-alive connections by (scheme, host, port), the least recently used first; at most ``threads`` in all.
-_idle: OrderedDict[tuple[str, str, int], list[http.client.HTTPConnection]] = OrderedDict()
-_stopping = threading.Event()  # set when the job stops: no new try, no backoff wait
+#: Kept-alive connections by route (see :class:`_Route`), the least recently used first; ``threads`` in all.
+_idle: OrderedDict[tuple, list[http.client.HTTPConnection]] = OrderedDict()
+_stopping = threading.Event()  # set when the job stops: no new try, no backoff wait, sockets shut down
 
 
 def stop_fetching(stop: bool = True) -> None:
-    """Let this process's fetches end soon (no new try or backoff wait; a request in flight ends within its
-    timeouts), so a stopped job is not held by its threads; ``stop=False`` lets fetching start again."""
+    """Let this process's fetches end now: no new try or backoff wait, and every request in flight has its
+    socket shut down (it ends as ``interrupted``), so a stopped job is not held by its threads;
+    ``stop=False`` lets fetching start again (a job's start: the environment is read again)."""
     if stop:
         _stopping.set()
+        with _watch_cv:
+            _watch_cv.notify()
     else:
         _stopping.clear()
+        read_environment()
+
+
+@dataclass(frozen=True)
+class _ProxyEnvironment:
+    http_proxy: str
+    https_proxy: str
+    all_proxy: str
+    no_proxy: str
+
+
+_env_now: list[_ProxyEnvironment] = []  # read at first use and at each job's start (a lookup costs microseconds)
+
+
+def read_environment() -> None:
+    """Read the proxy variables again (a job's start does; at first use otherwise), so a change of the
+    environment between jobs of one process applies to the next."""
+    _env_now[:] = [_ProxyEnvironment(_env("http_proxy"), _env("https_proxy"), _env("all_proxy"), _env("no_proxy"))]
+
+
+def _environment() -> _ProxyEnvironment:
+    if not _env_now:
+        read_environment()
+    return _env_now[0]
 
 
 def configure(options: DownloadOptions) -> None:
@@ -130,27 +216,6 @@ def settings() -> DownloadOptions:
     return _settings
 
 
-def _resolve(host: str, port: int) -> tuple[int, int, int, str, tuple]:
-    """The first address of ``host`` (cached per process: one lookup per host, not per URL)."""
-    key = (host, port)
-    found = _dns.get(key)
-    if found is None:
-        try:
-            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        except (socket.gaierror, UnicodeError) as e:
-            raise _Attempt("dns", f"cannot resolve {host} ({e})", retry=False) from None
-        _dns[key] = found
-    return found
-
-
-def _host_slot(host: str) -> threading.BoundedSemaphore:
-    with _lock:
-        slot = _hosts.get(host)
-        if slot is None:
-            slot = _hosts[host] = threading.BoundedSemaphore(_settings.per_host)
-        return slot
-
-
 class _Attempt(Exception):
     """One try failed; ``retry``: worth another (after ``wait`` seconds when the server said so)."""
 
@@ -159,21 +224,191 @@ class _Attempt(Exception):
         self.category, self.detail, self.retry, self.wait = category, detail, retry, wait
 
 
-def _connect(options: DownloadOptions, deadline: float):  # noqa: ANN202 - the socket factory http.client calls
-    def create(address: tuple[str, int], *_: object) -> socket.socket:
-        family, kind, proto, _name, sockaddr = _resolve(*address)
-        sock = socket.socket(family, kind, proto)
+# -- the network policy --------------------------------------------------------------------------------------
+
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def _not_public(address: str) -> str | None:
+    """What makes ``address`` (a resolved IP) one fgdata does not connect to by default, or None."""
+    ip = ipaddress.ip_address(address.partition("%")[0])
+    checked: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+    if isinstance(ip, ipaddress.IPv6Address):  # the IPv4 address a mapped or embedding form reaches
+        embedded = ip.ipv4_mapped or ip.sixtofour or (
+            ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in _NAT64 else None)
+        if embedded is not None:
+            checked.append(embedded)
+    checked.append(ip)
+    for one in checked:
+        for kind in ("unspecified", "loopback", "link_local", "multicast", "private", "reserved"):
+            if getattr(one, f"is_{kind}"):
+                return f"{'an' if kind == 'unspecified' else 'a'} {kind.replace('_', '-')} address"
+        if not one.is_global:
+            return "not a public address"
+    return None
+
+
+def _check_addresses(host: str, infos: list[tuple]) -> None:
+    """Refuse ``host`` when any address it resolved to is not public (one private answer is enough: a
+    resolver that mixes them would otherwise choose for the attacker)."""
+    for info in infos:
+        address = info[4][0]
+        why = _not_public(address)
+        if why is not None:
+            named = f"{address} is" if host.strip("[]") == address else f"{host} resolves to {address},"
+            raise _Attempt("network-policy", f"{named} {why}; not fetched (--allow-private-network allows it)",
+                           retry=False)
+
+
+def _resolve(host: str, port: int) -> list[tuple]:
+    """Every address of ``host`` (cached per process: one lookup per host, not per URL)."""
+    key = (host, port)
+    found = _dns.get(key)
+    if found is None:
         try:
-            sock.settimeout(max(0.001, min(options.connect_timeout, deadline - time.monotonic())))
+            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError) as e:
+            raise _Attempt("dns", f"cannot resolve {host} ({e})", retry=False) from None
+        _dns[key] = found
+    return found
+
+
+def _check_proxied(host: str, port: int) -> None:
+    """Through a proxy: check the addresses this machine resolves ``host`` to; a name it cannot resolve is
+    the proxy's to resolve (a cluster whose only way out is a proxy often has no outside DNS)."""
+    if (host, port) in _unresolved:
+        return
+    try:
+        infos = _resolve(host, port)
+    except _Attempt:
+        _unresolved.add((host, port))
+        return
+    _check_addresses(host, infos)
+
+
+# -- proxies from the environment ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Proxy:
+    host: str
+    port: int
+    authorization: str | None = field(default=None, repr=False)  # the Proxy-Authorization value; never printed
+
+    def __str__(self) -> str:
+        return f"proxy {self.host}:{self.port}"
+
+
+def _env(name: str) -> str:
+    """``name`` from the environment, lower case first (curl's order); ``HTTP_PROXY`` is not read under CGI."""
+    value = os.environ.get(name)
+    if value is None and not (name == "http_proxy" and "REQUEST_METHOD" in os.environ):
+        value = os.environ.get(name.upper())
+    return (value or "").strip()
+
+
+def _bypassed(host: str, port: int, rules: str) -> bool:
+    """``no_proxy``: ``*``, a host or domain suffix (``example.org``, ``.example.org``, ``*.example.org``), an
+    address, a CIDR range (``10.0.0.0/8``), each with an optional ``:port``."""
+    host = host.strip("[]").rstrip(".").lower()
+    try:
+        ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
+    except ValueError:
+        ip = None
+    for rule in re.split(r"[,\s]+", rules.lower()):
+        if rule == "*":
+            return True
+        name, rule_port = rule, None
+        if m := re.fullmatch(r"\[?([^\[\]]+?)\]?:(\d+)", rule):
+            if rule.startswith("[") or m.group(1).count(":") == 0:  # not the last group of a bare IPv6 address
+                name, rule_port = m.group(1), int(m.group(2))
+        name = name.strip("[]")
+        if not name or (rule_port is not None and rule_port != port):
+            continue
+        if "/" in name:
+            with contextlib.suppress(ValueError):
+                if ip is not None and ip in ipaddress.ip_network(name, strict=False):
+                    return True
+            continue
+        name = name.removeprefix("*").lstrip(".").rstrip(".")
+        if host == name or (ip is None and host.endswith("." + name)):
+            return True
+        with contextlib.suppress(ValueError):
+            if ip is not None and ip == ipaddress.ip_address(name):
+                return True
+    return False
+
+
+def _proxy_for(scheme: str, host: str, port: int) -> _Proxy | None:
+    """The proxy the environment names for this URL, or None; a proxy fgdata cannot use fails the URL."""
+    env = _environment()
+    url = (env.https_proxy if scheme == "https" else env.http_proxy) or env.all_proxy
+    if not url or _bypassed(host, port, env.no_proxy):
+        return None
+    return _parse_proxy(url)
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_proxy(url: str) -> _Proxy:
+    parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+    if parts.scheme.lower() != "http" or not parts.hostname:
+        what = f"a {parts.scheme}:// proxy" if parts.hostname else "a proxy setting that names no host"
+        raise _Attempt("proxy", f"{what} is not supported (http:// proxies only, https through CONNECT)",
+                       retry=False)
+    auth = None
+    if parts.username is not None:
+        pair = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+        auth = "Basic " + base64.b64encode(pair.encode()).decode()
+    return _Proxy(parts.hostname, parts.port or 80, auth)
+
+
+# -- connections ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Route:
+    """Where a request goes: straight to ``host``, or through ``proxy`` (plain http: to the proxy, which any
+    host's requests share; https: a CONNECT tunnel to ``host``)."""
+
+    scheme: str
+    host: str
+    port: int
+    proxy: _Proxy | None
+
+    @property
+    def key(self) -> tuple:
+        """Connections of equal keys are interchangeable (the pool's key)."""
+        if self.proxy is not None and self.scheme == "http":
+            return ("proxy", self.proxy)
+        return (self.scheme, self.host, self.port, self.proxy)
+
+
+def _connect(options: DownloadOptions, deadline: float, checked: bool):  # noqa: ANN202 - http.client's factory
+    """The socket factory http.client calls: one lookup (cached), the policy on its addresses when ``checked``
+    (not for a proxy), then a connection to exactly those addresses, in order, within the connect timeout."""
+    def create(address: tuple[str, int], *_: object) -> socket.socket:
+        host, port = address
+        infos = _resolve(host, port)
+        if checked and not options.private_allowed:
+            _check_addresses(host, infos)
+        failure: OSError | None = None
+        for family, kind, proto, _name, sockaddr in infos:
+            sock = socket.socket(family, kind, proto)
             try:
+                sock.settimeout(max(0.001, min(options.connect_timeout, deadline - time.monotonic())))
                 sock.connect(sockaddr)
+                sock.settimeout(options.stall_timeout)
+                return sock
             except socket.timeout:  # said apart from a server that connects and then stays silent
+                sock.close()
                 raise _Attempt("timeout", "no connection in time", retry=True) from None
-            sock.settimeout(options.stall_timeout)
-        except BaseException:
-            sock.close()
-            raise
-        return sock
+            except OSError as e:
+                sock.close()
+                failure = e
+            except BaseException:
+                sock.close()
+                raise
+        raise failure or OSError(f"no address for {host}")
 
     return create
 
@@ -186,23 +421,23 @@ def _drop_idle() -> None:
     _idle.clear()
 
 
-def _kept(origin: tuple[str, str, int]) -> http.client.HTTPConnection | None:
-    """A kept-alive connection to ``origin``, or None."""
+def _kept(key: tuple) -> http.client.HTTPConnection | None:
+    """A kept-alive connection for ``key``, or None."""
     with _lock:
-        conns = _idle.get(origin)
+        conns = _idle.get(key)
         if not conns:
             return None
         conn = conns.pop()
         if not conns:
-            del _idle[origin]
+            del _idle[key]
         return conn
 
 
-def _keep(origin: tuple[str, str, int], conn: http.client.HTTPConnection) -> None:
-    """Keep ``conn`` open for the next request to ``origin``; past the cap, the least recently used goes."""
+def _keep(key: tuple, conn: http.client.HTTPConnection) -> None:
+    """Keep ``conn`` open for the next request of ``key``; past the cap, the least recently used goes."""
     with _lock:
-        _idle.setdefault(origin, []).append(conn)
-        _idle.move_to_end(origin)
+        _idle.setdefault(key, []).append(conn)
+        _idle.move_to_end(key)
         if sum(map(len, _idle.values())) > _settings.threads:
             oldest = next(iter(_idle))
             _idle[oldest].pop(0).close()
@@ -210,16 +445,34 @@ def _keep(origin: tuple[str, str, int], conn: http.client.HTTPConnection) -> Non
                 del _idle[oldest]
 
 
-def _new_connection(origin: tuple[str, str, int], options: DownloadOptions,
-                    deadline: float) -> http.client.HTTPConnection:
-    scheme, host, port = origin
+def _quiet(sock: socket.socket | None) -> bool:
+    """True when nothing waits to be read on a kept connection: no bytes (a server that sent more than its
+    response's length, or a smuggled response) and no close. Anything else and it is not reused."""
+    if sock is None or sock.fileno() < 0:
+        return False
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return False
+    poller = select.poll()
+    poller.register(sock, select.POLLIN | select.POLLPRI)
+    try:
+        return not poller.poll(0)
+    except OSError:
+        return False
+
+
+def _new_connection(route: _Route, options: DownloadOptions, deadline: float) -> http.client.HTTPConnection:
+    proxy = route.proxy
+    host, port = (route.host, route.port) if proxy is None else (proxy.host, proxy.port)
     conn: http.client.HTTPConnection
-    if scheme == "https":
+    if route.scheme == "https":
         conn = http.client.HTTPSConnection(host, port, timeout=options.stall_timeout, context=_tls_context())
+        if proxy is not None:  # CONNECT, then TLS to the URL's host (its name for SNI and the certificate)
+            conn.set_tunnel(route.host, route.port,
+                            headers={"Proxy-Authorization": proxy.authorization} if proxy.authorization else None)
     else:
         conn = http.client.HTTPConnection(host, port, timeout=options.stall_timeout)
-    # http.client's own hook: every connection goes through the DNS cache and the connect timeout
-    conn._create_connection = _connect(options, deadline)  # type: ignore[attr-defined]
+    # http.client's own hook: every connection goes through the DNS cache, the policy and the connect timeout
+    conn._create_connection = _connect(options, deadline, checked=proxy is None)  # type: ignore[attr-defined]
     return conn
 
 
@@ -233,27 +486,42 @@ def _ack_at_once(sock: socket.socket) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, quickack, 1)
 
 
-def _send(origin: tuple[str, str, int], options: DownloadOptions, deadline: float, method: str, target: str,
-          headers: dict[str, str]) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-    """Send one request on a kept connection to ``origin`` (a new one when none is kept, or when the kept one
-    turns out closed by the server before it answered); returns the connection and its response."""
-    kept = _kept(origin)
-    if kept is not None and kept.sock is not None:
+def _send(route: _Route, options: DownloadOptions, deadline: float, method: str, target: str,
+          headers: dict[str, str], watched: list[socket.socket]) -> tuple[http.client.HTTPConnection,
+                                                                          http.client.HTTPResponse]:
+    """Send one request on a kept connection of ``route`` (a new one when none is kept, when the kept one has
+    unread bytes, or when it turns out closed by the server before it answered); returns the connection and its
+    response. Every socket used is watched until ``deadline`` (``watched`` lists them for the caller)."""
+    if _stopping.is_set():
+        raise _Attempt("interrupted", "the job is stopping", retry=False)
+    kept = _kept(route.key)
+    if kept is not None and _quiet(kept.sock):
+        sock = kept.sock
+        _watch(sock, deadline, watched)
         try:
             kept.request(method, target, headers=headers)
-            _ack_at_once(kept.sock)
+            _ack_at_once(sock)
             return kept, kept.getresponse()
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
                 http.client.CannotSendRequest, http.client.ResponseNotReady):
+            _unwatch(watched)
             kept.close()  # closed by the server while idle: not this URL's fault
+            if _stopping.is_set() or time.monotonic() >= deadline:  # shut down by the watchdog: it is
+                raise
         except BaseException:
+            _unwatch(watched)
             kept.close()
             raise
-    conn = _new_connection(origin, options, deadline)
+    elif kept is not None:
+        kept.close()
+    conn = _new_connection(route, options, deadline)
     try:
+        conn.connect()
+        _watch(conn.sock, deadline, watched)
         conn.request(method, target, headers=headers)
         return conn, conn.getresponse()
     except BaseException:
+        _unwatch(watched)
         conn.close()
         raise
 
@@ -265,6 +533,69 @@ def _tls_context() -> ssl.SSLContext:
         if _tls is None:
             _tls = ssl.create_default_context()
         return _tls
+
+
+# -- the watchdog: total deadlines and stops -----------------------------------------------------------------
+
+_watch_cv = threading.Condition(threading.Lock())
+_watched: dict[int, tuple[socket.socket, float]] = {}
+_watcher: list[threading.Thread] = []  # the one watchdog thread of this process, once started
+_wake = [math.inf]  # when the watchdog wakes next
+
+
+def _watch(sock: socket.socket, deadline: float, watched: list[socket.socket]) -> None:
+    """Shut ``sock`` down at ``deadline`` or when the job stops, whatever its thread is blocked in."""
+    with _watch_cv:
+        _watched[id(sock)] = (sock, deadline)
+        watched.append(sock)
+        if not _watcher or not _watcher[0].is_alive():
+            _watcher[:] = [threading.Thread(target=_watchdog, name="fgdata-fetch-deadlines", daemon=True)]
+            _watcher[0].start()
+        elif deadline < _wake[0]:
+            _watch_cv.notify()
+
+
+def _unwatch(watched: list[socket.socket]) -> None:
+    """Stop watching the sockets of one request (before they are closed or kept: the watchdog shuts a socket
+    down under the same lock, so it never touches a closed one)."""
+    with _watch_cv:
+        for sock in watched:
+            _watched.pop(id(sock), None)
+        watched.clear()
+
+
+def _watchdog() -> None:
+    with _watch_cv:
+        while True:
+            now, stopping, nearest = time.monotonic(), _stopping.is_set(), math.inf
+            for key, (sock, deadline) in list(_watched.items()):
+                if stopping or deadline <= now:
+                    del _watched[key]
+                    with contextlib.suppress(OSError):  # the socket level, under TLS too
+                        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                else:
+                    nearest = min(nearest, deadline)
+            _wake[0] = nearest
+            _watch_cv.wait(min(nearest - now, 3600.0))
+
+
+def _failure(e: BaseException, options: DownloadOptions, deadline: float) -> _Attempt:
+    """The failed try an exception of the transport stands for (a stop and a passed deadline first: the
+    watchdog's shutdown reads as a dropped connection)."""
+    if _stopping.is_set():
+        return _Attempt("interrupted", "the job is stopping", retry=False)
+    if time.monotonic() >= deadline:
+        return _Attempt("timeout", f"over {options.timeout:g} s in all", retry=True)
+    if isinstance(e, socket.timeout):
+        return _Attempt("timeout", "no answer in time", retry=True)
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return _Attempt("tls", f"certificate not verified: {e.reason}", retry=False)
+    if isinstance(e, OSError) and str(e).startswith("Tunnel connection failed"):
+        return _Attempt("proxy", f"CONNECT refused: {str(e).partition(':')[2].strip()}"[:200], retry=False)
+    return _Attempt("connection", f"{type(e).__name__}: {e}"[:200], retry=True)
+
+
+# -- one request ---------------------------------------------------------------------------------------------
 
 
 def _opted_out(headers: http.client.HTTPMessage) -> str | None:
@@ -293,22 +624,43 @@ def _retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def _basic(parts: urllib.parse.SplitResult) -> dict[str, str]:
+    """``user:pass@`` of this hop's URL as HTTP Basic authentication (curl's rule), or nothing."""
+    if parts.username is None:
+        return {}
+    pair = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+    return {"Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
+
+
 def _once(url: str, options: DownloadOptions, method: str, headers: dict[str, str]) -> tuple[int, bytes, dict]:
     """One try: follow redirects, read the body within the limits; returns (status, body, headers)."""
     deadline = time.monotonic() + options.timeout
     seen = {url}
     for _hop in range(options.max_redirects + 1):
         parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise _Attempt("redirect", f"not an http(s) URL: {url[:200]}", retry=False)
-        origin = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+        scheme = parts.scheme.lower()
+        try:
+            hostname, port = parts.hostname, parts.port
+        except ValueError:  # a port that is not a number
+            hostname = port = None
+        if scheme not in ("http", "https") or not hostname:
+            raise _Attempt("redirect", f"not an http(s) URL ({scheme or 'no'} scheme)", retry=False)
+        port = port or (443 if scheme == "https" else 80)
+        route = _Route(scheme, hostname, port, _proxy_for(scheme, hostname, port))
+        if route.proxy is not None and not options.private_allowed:
+            _check_proxied(hostname, port)
         target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        if route.proxy is not None and scheme == "http":  # the absolute form a proxy is asked with
+            target = f"http://{parts.netloc.rpartition('@')[2]}{target}"
+        sent = {"User-Agent": options.user_agent, **_basic(parts), **headers}
+        if route.proxy is not None and scheme == "http" and route.proxy.authorization:
+            sent["Proxy-Authorization"] = route.proxy.authorization
         conn: http.client.HTTPConnection | None = None
+        watched: list[socket.socket] = []
         reusable = False
         try:
-            with _host_slot(parts.hostname):
-                conn, response = _send(origin, options, deadline, method, target,
-                                       {"User-Agent": options.user_agent, **headers})
+            with _host_slot(hostname):
+                conn, response = _send(route, options, deadline, method, target, sent, watched)
                 if response.status in _REDIRECTS and response.getheader("Location"):
                     url = urllib.parse.urljoin(url, response.getheader("Location", ""))
                     if url in seen:
@@ -317,6 +669,8 @@ def _once(url: str, options: DownloadOptions, method: str, headers: dict[str, st
                     continue
                 if options.honour_opt_out and (directive := _opted_out(response.msg)):
                     raise _Attempt("opt-out", f"X-Robots-Tag: {directive}", retry=False)
+                if response.status == 407 and route.proxy is not None:
+                    raise _Attempt("proxy", f"{route.proxy} asks for credentials (status 407)", retry=False)
                 if response.status == 429 or response.status >= 500:
                     wait = _retry_after(response.getheader("Retry-After"))
                     raise _Attempt("http", f"status {response.status}", retry=True, wait=wait)
@@ -325,21 +679,24 @@ def _once(url: str, options: DownloadOptions, method: str, headers: dict[str, st
                 body = response.read() if method == "HEAD" else _body(response, options, deadline)
                 reusable = not response.will_close
                 return response.status, body, dict(response.getheaders())
-        except socket.timeout:
-            left = deadline - time.monotonic()
-            what = "no answer in time" if left > 0 else f"over {options.timeout:g} s in all"
-            raise _Attempt("timeout", what, retry=True) from None
-        except (ConnectionError, http.client.HTTPException, ssl.SSLError, OSError) as e:
-            if isinstance(e, ssl.SSLCertVerificationError):
-                raise _Attempt("tls", f"certificate not verified: {e.reason}", retry=False) from None
-            raise _Attempt("connection", f"{type(e).__name__}: {e}"[:200], retry=True) from None
+        except (OSError, http.client.HTTPException) as e:
+            raise _failure(e, options, deadline) from None
         finally:
+            _unwatch(watched)
             if conn is not None:
                 if reusable:
-                    _keep(origin, conn)
+                    _keep(route.key, conn)
                 else:  # a redirect, an error status or a failure: its body was not read to the end
                     conn.close()
     raise _Attempt("redirect", f"more than {options.max_redirects} redirects", retry=False)
+
+
+def _host_slot(host: str) -> threading.BoundedSemaphore:
+    with _lock:
+        slot = _hosts.get(host)
+        if slot is None:
+            slot = _hosts[host] = threading.BoundedSemaphore(_settings.per_host)
+        return slot
 
 
 def _body(response: http.client.HTTPResponse, options: DownloadOptions, deadline: float) -> bytes:
@@ -350,10 +707,10 @@ def _body(response: http.client.HTTPResponse, options: DownloadOptions, deadline
     chunks: list[bytes] = []
     size = 0
     while True:
-        if time.monotonic() > deadline:
-            raise socket.timeout()
         chunk = response.read1(_CHUNK)
         if not chunk:
+            if _stopping.is_set() or time.monotonic() >= deadline:  # cut by the watchdog, not the body's end
+                raise TimeoutError()
             response.close()  # the end of the body: the connection may carry the next request
             break
         size += len(chunk)
@@ -399,7 +756,7 @@ class HttpBackend(Backend):
         status, body, _ = fetch(path, headers={"Range": f"bytes={offset}-{offset + length - 1}"})
         return body[:length] if status == 206 else body[offset:offset + length]
 
-    def list_files(self, path: str, recursive: bool) -> list[FileInfo]:
+    def list_files(self, path: str, recursive: bool, listed: Callable[[], None] | None = None) -> list[FileInfo]:
         raise StorageError(f"{path}: http(s) URLs cannot be listed; give a manifest of URLs instead")
 
     def list_names(self, path: str) -> list[str]:

@@ -7,7 +7,7 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from fgdata.errors import StorageError
@@ -197,18 +197,29 @@ class LocalBackend(Backend):
         finally:
             os.close(fd)
 
-    def list_files(self, path: str, recursive: bool) -> list[FileInfo]:
-        if not recursive:
+    def list_files(self, path: str, recursive: bool, listed: Callable[[], None] | None = None) -> list[FileInfo]:
+        if recursive:
+            return walk_whole(self.tree_lister(path, follow_links=False), path)[0]
+        try:
+            with os.scandir(path) as it:
+                entries = [e for e in it if e.is_file()]
+        except FileNotFoundError:
+            raise StorageError(f"{path}: directory not found") from None
+        except NotADirectoryError:
+            raise StorageError(f"{path}: not a directory") from None
+        except OSError as exc:
+            raise _os_error(path, exc) from None
+        if listed is not None:
+            listed()
+        infos = []
+        for entry in entries:  # an entry gone since the folder was read (renamed into place, removed) is left out
             try:
-                with os.scandir(path) as it:
-                    return [_info(e.path, e.name, e.stat()) for e in it if e.is_file()]
+                infos.append(_info(entry.path, entry.name, entry.stat()))
             except FileNotFoundError:
-                raise StorageError(f"{path}: directory not found") from None
-            except NotADirectoryError:
-                raise StorageError(f"{path}: not a directory") from None
+                continue
             except OSError as exc:
-                raise _os_error(path, exc) from None
-        return walk_whole(self.tree_lister(path, follow_links=False), path)[0]
+                raise _os_error(entry.path, exc) from None
+        return infos
 
     def tree_lister(self, path: str, follow_links: bool) -> FolderLister:
         if not os.path.isdir(path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import urllib.parse
 
 from fgdata.errors import StorageError
 
@@ -58,6 +59,23 @@ def same_file_key(path: str) -> str:
     return head + re.sub("/+", "/", path[len(head):]).rstrip("/")
 
 
+def place_key(path: str) -> str:
+    """One spelling of a folder, file or prefix, for telling whether two are the same place or one holds the other:
+    a local path with every link resolved (its own included), a URL as its bucket and prefix."""
+    return same_file_key(path) if is_url(path) else os.path.realpath(path)
+
+
+def within(path: str, folder: str) -> str | None:
+    """Where ``path`` lies below ``folder`` (``/``-separated, ``""`` for the same place), however either is
+    spelled (:func:`place_key`); None when it lies elsewhere."""
+    inner, outer = place_key(path), place_key(folder).rstrip("/")
+    if inner == outer or not outer:
+        return "" if inner == outer else inner.lstrip("/")
+    if not inner.startswith(outer + ("/" if is_url(outer) else os.sep)):
+        return None
+    return inner[len(outer) + 1:].replace(os.sep, "/")
+
+
 @functools.lru_cache(maxsize=1024)
 def _real_folder(folder: str) -> str:
     """A folder with its symlinks resolved (cached: a dataset's shards share a handful of folders)."""
@@ -85,10 +103,20 @@ def join(base: str, *parts: str) -> str:
     return "/".join(pieces)
 
 
+def without_query(path: str) -> str:
+    """An http(s) URL without its query and fragment (what names the file, and its extension); any other path
+    as given (``?`` and ``#`` are part of an S3 key or a file name)."""
+    if path.startswith(("http://", "https://")):
+        return path.split("#", 1)[0].split("?", 1)[0]
+    return path
+
+
 def parent(path: str) -> str:
-    """The containing directory or prefix; the bucket root has no parent inside the bucket."""
+    """The containing directory or prefix; the bucket root has no parent inside the bucket. An http(s) URL's
+    query and fragment are not part of its path (a presigned URL's signature holds ``/`` too)."""
     if not is_url(path):
         return os.path.dirname(path.rstrip("/") or "/") or "."
+    path = without_query(path)
     bucket, key = split_url(path)
     key = key.rstrip("/")
     if not key:
@@ -110,3 +138,12 @@ def relative(root: str, path: str) -> str:
     if is_url(root):
         return path[len(root.rstrip("/")) + 1:]
     return os.path.relpath(path, root).replace(os.sep, "/")
+
+
+def file_url_path(url: str) -> str:
+    """The local path a ``file://`` URL names (``file:///data/a%20b.png`` -> ``/data/a b.png``); a file URL
+    of another host names no file here."""
+    host, _, rest = url[len("file://"):].partition("/")
+    if host not in ("", "localhost"):
+        raise StorageError(f"{url}: a file:// URL of another host ({host})")
+    return urllib.parse.unquote("/" + rest.split("#", 1)[0].split("?", 1)[0])

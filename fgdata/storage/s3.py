@@ -14,7 +14,7 @@ import hashlib
 import io
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from fgdata.errors import StorageError
@@ -63,7 +63,7 @@ class S3Backend(Backend):
         finally:
             raw.close()
 
-    def list_files(self, path: str, recursive: bool) -> list[FileInfo]:
+    def list_files(self, path: str, recursive: bool, listed: Callable[[], None] | None = None) -> list[FileInfo]:
         prefix = _prefix(path)
         infos = []
         for entry in s5cmd.list_entries(prefix, recursive=recursive):

@@ -84,14 +84,32 @@ class VerifyReport:
 
     @property
     def warnings(self) -> list[str]:
-        """Findings about the whole dataset that are not damage (verify still passes): mixed image formats."""
+        """Findings that are not damage (verify still passes): a dataset whose samples carry several image
+        formats (the one-format rule is per dataset: what HF datasets reads as one, and what ``shard images``
+        writes); and datasets checked together that each hold one format but not the same one, which only a
+        loader reading them together with a one-extension key_map would trip on."""
         from fgdata.media.decode import mixed_image_formats
 
-        exts: Counter = Counter()
-        for s in self.shards:
-            exts.update(s.image_exts)
-        mixed = mixed_image_formats(exts)
-        return [f"mixed image formats: {mixed[0]}"] if mixed else []
+        by_shard = {s.shard: s for s in self.shards}
+        per_dataset: dict[str, Counter] = {}
+        for folder, shards in self.selection.datasets.items():
+            exts = per_dataset.setdefault(folder, Counter())
+            for shard in shards:
+                if shard in by_shard:
+                    exts.update(by_shard[shard].image_exts)
+        out = []
+        for folder, exts in per_dataset.items():
+            mixed = mixed_image_formats(exts)
+            if mixed:
+                out.append(f"mixed image formats{f' in {folder}' if self.several else ''}: {mixed[0]}")
+        single = {folder: next(iter(exts)) for folder, exts in per_dataset.items() if len(exts) == 1}
+        if len(set(single.values())) > 1:
+            formats = "; ".join(f"{folder}: {ext}" for folder, ext in single.items())
+            joined = ";".join(sorted(set(single.values())))
+            out.append(f"the datasets hold different image formats ({formats}): each is one format, but a loader "
+                       f"that reads them together needs every extension in its key_map (e.g. {{'real': '{joined}'}}, "
+                       "as fgdata's configs list them)")
+        return out
 
     def ignore_mapping(self) -> dict[str, list[str]]:
         """Shard (see :meth:`side_file_key`) -> bad keys; every key listed is among the shard's readable samples."""

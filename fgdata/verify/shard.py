@@ -18,7 +18,7 @@ import numpy as np
 
 from fgdata import storage
 from fgdata.errors import FgdataError, ShardError
-from fgdata.media.decode import DECODE_LIMIT
+from fgdata.media.decode import DECODE_LIMIT, inflate_limit
 from fgdata.shards.index import index_path, parse_index
 from fgdata.shards.keys import split_member_name, validate_key
 from fgdata.shards.scan import BLOCK, MemberEntry, SampleEntry, TarDamage, group_samples, iter_members
@@ -193,7 +193,7 @@ def _check_sample(entry: SampleEntry, data: dict[str, bytes], require: Sequence[
         found.append(Problem("missing-member", "missing " + ", ".join(f".{e}" for e in missing), key))
     if decode:
         for reason, ext in _check_members(data):
-            detail = (f".{ext} inflates past the {DECODE_LIMIT:,}-byte decode limit" if reason == "gzip-too-large"
+            detail = (f".{ext} inflates past the {inflate_limit(ext):,}-byte limit for its kind" if reason == "gzip-too-large"
                       else f".{ext} does not decode")
             found.append(Problem(reason, detail, key))
     return found

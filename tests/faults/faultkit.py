@@ -435,6 +435,42 @@ def hold_and_release(cmd: Sequence[str], *, hold: str, until: Callable[[str], bo
     return Held(proc.returncode, "".join(out), holds, seen)
 
 
+def hold_all_then_one(cmd: Sequence[str], *, hold: str, ranks: int, first: int, until: Callable[[str], bool],
+                      env: dict | None = None, cwd: Path | None = None, timeout: float = 240) -> Held:
+    """Run ``cmd`` (a torchrun launch of ``ranks`` ranks) with ``FGDATA_TEST_HOLD=hold`` (a point every rank
+    reaches). Once every rank is held there, release rank ``first`` alone; once ``until`` accepts a line (what
+    that rank did on its own), release the others; then wait for the launch to end."""
+    proc = subprocess.Popen(list(cmd), cwd=cwd, env={**os.environ, **(env or {}), "FGDATA_TEST_HOLD": hold},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    out: list[str] = []
+    held: dict[int, int] = {}  # rank -> pid
+    seen: str | None = None
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.append(line)
+            if HELD_MARK in line:
+                held.update((int(rank), int(pid)) for rank, pid in re.findall(r"rank (\d+), pid (\d+)", line))
+                if len(held) == ranks:
+                    os.kill(held[first], signal.SIGUSR1)
+            elif len(held) == ranks and until(line):
+                seen = line
+                for rank, pid in held.items():
+                    if rank != first:
+                        os.kill(pid, signal.SIGUSR1)
+                break
+        else:
+            raise AssertionError(f"the launch ended before its holds and the awaited line: {''.join(out)[-3000:]}")
+        out.append(proc.stdout.read())  # the stream's own buffer first (communicate() would skip it)
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:  # torchrun starts each rank in its own session: kill them by pid
+            for pid in [proc.pid, *descendants(proc.pid)]:
+                os.kill(pid, signal.SIGKILL)
+            proc.wait()
+    return Held(proc.returncode, "".join(out), [line for line in out if HELD_MARK in line], seen or "")
+
+
 # -- S3 endpoints that misbehave ------------------------------------------------
 
 

@@ -86,6 +86,18 @@ def test_a_reference_fgdata_did_not_write_is_kept_unless_overwrite(edm_zip, tmp_
     assert done.seen == len(images) and out.read_bytes() != before
 
 
+def test_an_output_that_is_the_source_is_refused_even_with_overwrite(edm_zip, tmp_path, tiny_net,
+                                                                      tiny_inception_weights):
+    zip_path, _ = edm_zip
+    before = zip_path.read_bytes()
+    det = {"fid": _fid(tiny_net, tiny_inception_weights)}
+    (tmp_path / "link.npz").symlink_to(zip_path)
+    for out in (zip_path, tmp_path / "link.npz"):
+        with pytest.raises(FgdataError, match="DST is SRC"):
+            compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, overwrite=True, **CPU), detectors=det)
+    assert zip_path.read_bytes() == before
+
+
 def test_edm2_pickle_is_a_dict_of_dicts(edm_zip, tmp_path, tiny_net, tiny_inception_weights, tiny_dinov2):
     import torch
     import torch.nn.functional as F

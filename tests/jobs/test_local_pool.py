@@ -109,3 +109,32 @@ def test_workers_exit_when_the_job_is_killed(tmp_path):
     while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(pid) for pid in workers), "a worker outlived the killed job"
+
+
+def test_a_killed_job_s_multiprocessing_folder_is_removed_by_the_next_run(tmp_path):
+    """SIGKILL of ``shard images --workers 2`` at a point the job signals leaves its ``pymp-*`` folder (the
+    forkserver's socket) in a private TMPDIR; the rerun removes it, and its own at its normal end."""
+    import signal
+    import subprocess
+
+    from faultkit import FGDATA, png_bytes, stop_and_signal
+
+    from fgdata.jobs.local import POOL_LOCK
+
+    src, tmp = tmp_path / "src", tmp_path / "tmp"
+    src.mkdir()
+    tmp.mkdir()
+    for i in range(12):
+        (src / f"img{i:03d}.png").write_bytes(png_bytes(i, size=24))
+    foreign = tmp / "pymp-other"  # another program's pool folder: not fgdata's to remove
+    foreign.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    cmd = [*FGDATA, "shard", "images", str(src), str(tmp_path / "out"), "--maxcount", "2", "--no-progress",
+           "--workers", "2"]
+    stopped = stop_and_signal(cmd, after=1, sig=signal.SIGKILL, env=env)
+    assert stopped.returncode == -signal.SIGKILL
+    left = [p for p in tmp.glob("pymp-*") if p != foreign]
+    assert left and all((p / POOL_LOCK).exists() for p in left), sorted(tmp.iterdir())
+    again = subprocess.run(cmd, env={**env, "FGDATA_TEST_STOP_AFTER": ""}, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert sorted(tmp.glob("pymp-*")) == [foreign]

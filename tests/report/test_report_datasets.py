@@ -83,3 +83,20 @@ def test_a_duplicate_and_a_wrong_count_inside_one_dataset_are_named_by_path(tmp_
     alone, res = report(tmp_path / "b", ".")
     assert res.returncode == 1
     assert examples(alone, "duplicate-key") == ["00002.tar sample_000000: key also in 00000.tar"]
+
+
+def test_datasets_of_one_format_each_are_not_mixed_but_a_mixed_one_is_named(tmp_path):
+    """The one-format rule is per dataset: all-png A beside all-jpg B is no problem; C, holding both, is named with
+    its own counts (not A's and B's)."""
+    dataset(tmp_path / "a", 4)
+    for name, exts in (("b", ["jpg"] * 3), ("c", ["png", "png", "jpg"])):
+        with ShardWriter(str(tmp_path / name), maxcount=3) as w:
+            for i, ext in enumerate(exts):
+                buf = io.BytesIO()
+                Image.open(io.BytesIO(png(10 * i))).save(buf, "JPEG" if ext == "jpg" else "PNG")
+                w.write(f"sample_{i:06d}", {ext: buf.getvalue(), "txt": f"photo {i}".encode()})
+    two = fg("report", "a", "b", "-o", "two.html", "--json", "--no-progress", cwd=tmp_path)
+    assert not [p for p in json.loads(two.stdout)["problems"] if p["kind"] == "mixed image formats"], two.stdout
+    three = fg("report", "a", "b", "c", "-o", "three.html", "--json", "--no-progress", cwd=tmp_path)
+    (mixed,) = [p for p in json.loads(three.stdout)["problems"] if p["kind"] == "mixed image formats"]
+    assert mixed["count"] == 1 and mixed["examples"][0].startswith("c: 2 image extensions (png 2, jpg 1)"), mixed

@@ -229,6 +229,7 @@ KEY_ID = "AKIAFGDATATESTKEYID9"
     ["verify", "s3://no-such-bucket-fgdata/x"],
     ["count-shards", "s3://no-such-bucket-fgdata/x"],
     ["inspect", "s3://no-such-bucket-fgdata/x/00000.tar"],
+    ["report", "s3://no-such-bucket-fgdata/x", "-o", "report.html"],
     ["--debug", "verify", "s3://no-such-bucket-fgdata/x"],
 ])
 def test_aws_credentials_never_appear(args, tmp_path):

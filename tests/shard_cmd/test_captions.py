@@ -115,3 +115,29 @@ def test_work_units_report_the_same_warnings_and_skipped_files(cli, caption_fold
     doc = _shard(cli, "images", caption_folder, units, "--maxcount", "2", "--unit-size", "3", "--engine", "ray")
     assert (doc["warnings"], doc["skipped"]) == (4, 1)
     assert (units / "failures.json").read_bytes() == (local / "failures.json").read_bytes()
+
+
+def test_the_summary_counts_samples_without_a_caption_and_require_caption_fails_them(cli, caption_folder, tmp_path):
+    """2 of the 9 inputs end without a caption (a binary NAME.txt, a caption field that is a list) and one more has
+    a blank NAME.txt: the summary says 3, in the table and the json, and counts them over the whole dataset on a
+    rerun; ``--require-caption`` fails exactly those 3 (reason "caption", with why) and writes the other 6."""
+    _photo(caption_folder / "blank.jpg")
+    (caption_folder / "blank.txt").write_text("  \n")
+    doc = _shard(cli, "images", caption_folder, tmp_path / "out")
+    assert (doc["written"], doc["uncaptioned"]) == (10, 3)
+    assert _shard(cli, "images", caption_folder, tmp_path / "out")["uncaptioned"] == 3  # resumed: still counted
+    table = cli("shard", "images", caption_folder, tmp_path / "table", "--no-progress").output
+    assert "no caption" in table and "3 of 10 written" in table and "--require-caption" in table
+
+    strict = json.loads(cli("shard", "images", caption_folder, tmp_path / "strict", "--require-caption", "--no-progress",
+                            "--json").stdout)
+    assert (strict["seen"], strict["written"], strict["failed"], strict["uncaptioned"]) == (10, 7, 3, 0)
+    assert strict["failed_by_reason"] == {"caption": 3}
+    failures = {f["input"]: f["reason"] for f in json.loads((tmp_path / "strict" / "failures.json").read_text())["failures"]}
+    assert set(failures) == {"binary.jpg", "no_caption.jpg", "blank.jpg"}
+    assert all(r.startswith("caption: no caption") and r.endswith("--require-caption skips it") for r in failures.values())
+    assert "binary.txt is not text" in failures["binary.jpg"]
+    assert set(_samples(tmp_path / "strict")) == {f"{s}.jpg" for s in ("utf8", "latin", "windows", "utf16", "utf32",
+                                                                        "field", "text_field")}
+    again = cli("shard", "images", caption_folder, tmp_path / "strict", "--no-progress", expect=1)
+    assert "require-caption was True, now not set" in str(again.exception)  # a byte option: a rerun must repeat it

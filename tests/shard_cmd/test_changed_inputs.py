@@ -67,7 +67,7 @@ def test_the_rerun_says_which_input_changed(cli, bmp_folder, tmp_path):
     _run(cli, bmp_folder, dest)
     _replace(bmp_folder / "img_7.bmp", (1, 2, 3))
     result = cli("shard", "images", bmp_folder, dest, "--maxcount", "3", "--no-progress")
-    assert "1 input(s) changed since the earlier run (img_7.bmp): wrote 1 shard(s) again (00002.tar)" in result.stderr
+    assert "since the earlier run: 1 input(s) changed (img_7.bmp): wrote 1 shard(s) again (00002.tar)" in result.stderr
     assert "changed inputs" in result.stdout
 
 
@@ -96,6 +96,7 @@ def test_added_or_removed_inputs_end_as_a_fresh_run(cli, bmp_folder, tmp_path, s
     _bmp(bmp_folder / "img_9.bmp", (9, 9, 9))  # sorts last: a new unit after the others, which are kept
     doc = _run(cli, bmp_folder, dest)
     assert doc["written"] == 10 and doc["resumed"] == 9
+    assert doc["added_inputs"] == ["img_9.bmp"] and doc["removed_inputs"] == doc["changed_inputs"] == []
     assert {k: v for k, v in _identities(dest).items() if k in before} == before
     fresh = tmp_path / "fresh"
     _run(cli, bmp_folder, fresh)
@@ -105,6 +106,7 @@ def test_added_or_removed_inputs_end_as_a_fresh_run(cli, bmp_folder, tmp_path, s
     doc = _run(cli, bmp_folder, dest)
     assert doc["written"] == 8 and doc["resumed"] == 0 and sorted(doc["shards"]) == [
         str(dest / n) for n in ("00000.tar", "00001.tar", "00002.tar")]
+    assert doc["removed_inputs"] == ["img_0.bmp", "img_9.bmp"] and doc["added_inputs"] == doc["changed_inputs"] == []
     fresh = tmp_path / "fresh2"
     _run(cli, bmp_folder, fresh)
     assert snapshot(dest) == snapshot(fresh)
@@ -145,3 +147,37 @@ def test_size_limited_shards_end_as_a_fresh_run_draws_them(cli, bmp_folder, tmp_
     assert doc["changed_inputs"] == ["img_1.bmp"] and "00000.tar" in doc["rewritten_shards"]
     _run(cli, bmp_folder, fresh, *limit)
     assert snapshot(dest) == snapshot(fresh)
+
+
+def test_one_input_added_in_front_is_named_alone(cli, bmp_folder, tmp_path, snapshot):
+    """Every later input moves one place (and across unit boundaries): only the new one is named."""
+    dest = tmp_path / "out"
+    _run(cli, bmp_folder, dest)
+    _bmp(bmp_folder / "aaa_new.bmp", (7, 7, 7))
+    _replace(bmp_folder / "img_5.bmp", (0, 0, 0))
+    result = cli("shard", "images", bmp_folder, dest, "--maxcount", "3", "--no-progress")
+    assert ("since the earlier run: 1 input(s) added (aaa_new.bmp); 1 input(s) changed (img_5.bmp): wrote 3 shard(s) "
+            "again") in result.stderr
+    (bmp_folder / "img_3.bmp").unlink()
+    doc = _run(cli, bmp_folder, dest)
+    assert doc["added_inputs"] == doc["changed_inputs"] == [] and doc["removed_inputs"] == ["img_3.bmp"]
+    fresh = tmp_path / "fresh"
+    _run(cli, bmp_folder, fresh)
+    assert snapshot(dest) == snapshot(fresh)
+
+
+def test_src_spelled_three_ways_keeps_every_shard(cli, bmp_folder, tmp_path, monkeypatch):
+    """The stamps name each file however SRC was spelled: ``./src``, an absolute path, ``../x/src`` from another
+    folder, and a link to it, all find every input unchanged and write nothing."""
+    dest = tmp_path / "out"
+    monkeypatch.chdir(tmp_path)
+    _run(cli, "src", "out")
+    before = _identities(dest)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(bmp_folder)
+    for cwd, src in ((tmp_path, "./src"), (tmp_path, str(bmp_folder)), (tmp_path / "elsewhere", "../src"),
+                     (tmp_path, "link")):
+        monkeypatch.chdir(cwd)
+        doc = _run(cli, src, dest)
+        assert doc["resumed"] == 9 and doc["rewritten_shards"] == [] and doc["changed_inputs"] == [], src
+        assert _identities(dest) == before, src

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from display_photos import BLUE, CHANGES, GREEN, P3_COLOUR, PHOTOS, RED, png, rgb16_png
 from iccprofile import DISPLAY_P3, rgb_profile
 from PIL import Image, ImageCms
 from reference_transforms import reference_image
@@ -21,56 +22,6 @@ from reference_transforms import reference_image
 from fgdata.media.image import decode_display, load_image_for_training
 from fgdata.media.preview import thumbnail
 from fgdata.shards import ShardWriter, discover_shards, iter_samples
-
-RED, BLUE, GREEN = (255, 0, 0), (0, 0, 255), (0, 255, 0)
-P3_COLOUR = (40, 180, 90)  # inside both gamuts, so the sRGB values differ without clipping
-
-
-def _jpeg(im: Image.Image, **save) -> bytes:
-    buf = io.BytesIO()
-    im.save(buf, "JPEG", quality=95, **save)
-    return buf.getvalue()
-
-
-def _png(im: Image.Image, **save) -> bytes:
-    buf = io.BytesIO()
-    im.save(buf, "PNG", **save)
-    return buf.getvalue()
-
-
-def _sideways() -> bytes:
-    """Stored 64 wide x 32 high, red on the left; EXIF Orientation 6 turns it upright (red on top)."""
-    im = Image.new("RGB", (64, 32), BLUE)
-    im.paste(RED, (0, 0, 32, 32))
-    exif = Image.Exif()
-    exif[0x0112] = 6
-    return _jpeg(im, exif=exif.tobytes())
-
-
-def _half_transparent(mode: str) -> bytes:
-    """Left half opaque green, right half fully transparent red (RGBA), or the palette equivalent."""
-    if mode == "RGBA":
-        im = Image.new("RGBA", (32, 32), (*RED, 0))
-        im.paste((*GREEN, 255), (0, 0, 16, 32))
-        return _png(im)
-    im = Image.new("P", (32, 32), 0)
-    im.putpalette([*RED, *GREEN] + [0] * 762)
-    im.paste(1, (0, 0, 16, 32))
-    return _png(im, transparency=0)
-
-
-PHOTOS = {
-    "grey16.png": lambda: _png(Image.fromarray(np.linspace(0, 65535, 48 * 64).reshape(48, 64).astype(np.uint16))),
-    "sideways.jpg": _sideways,
-    "cmyk.jpg": lambda: _jpeg(Image.new("RGB", (40, 30), (200, 30, 30)).convert("CMYK")),
-    "rgba.png": lambda: _half_transparent("RGBA"),
-    "palette.png": lambda: _half_transparent("P"),
-    "p3.jpg": lambda: _jpeg(Image.new("RGB", (24, 24), P3_COLOUR), icc_profile=rgb_profile(DISPLAY_P3, "Display P3 (test)")),
-    "plain.jpg": lambda: _jpeg(Image.new("RGB", (24, 16), (10, 200, 10))),
-}
-CHANGES = {"grey16.png": {"8-bit": "I;16"}, "sideways.jpg": {"orientation": 6}, "cmyk.jpg": {"cmyk": "CMYK"},
-           "rgba.png": {"alpha": "#ffffff"}, "palette.png": {"alpha": "#ffffff"}, "p3.jpg": {"icc": "Display P3 (test)"}}
-
 
 @pytest.fixture
 def photos(tmp_path: Path) -> Path:
@@ -157,11 +108,57 @@ def test_keep_icc_keeps_a_wide_gamut_jpeg_byte_for_byte(cli, photos: Path, tmp_p
     assert "normalised" not in json.loads(samples["p3.jpg"]["json"])["fgdata"]
 
 
-def test_format_keep_warns_once_naming_the_extensions(cli, photos: Path, tmp_path: Path):
-    (photos / "extra.webp").write_bytes(_png(Image.new("RGB", (8, 8))))  # a PNG named .webp counts as webp
-    result = cli("shard", "images", photos, tmp_path / "out", "--format", "keep", "--no-progress")
+def _animation(fmt: str, frames: int = 3) -> bytes:
+    """``frames`` frames of 20 x 20, frame i grey level 80 * i (the first is black)."""
+    images = [Image.new("RGB", (20, 20), (80 * i,) * 3) for i in range(frames)]
+    buf = io.BytesIO()
+    images[0].save(buf, fmt, save_all=True, append_images=images[1:], duration=100, loop=0)
+    return buf.getvalue()
+
+
+def test_format_keep_warns_once_counting_the_formats_written(cli, photos: Path, tmp_path: Path):
+    """The warning counts what the dataset holds, not the inputs' names: a PNG named .webp is written as png, a
+    GIF (which the loaders do not read) is encoded as PNG, a BMP is kept."""
+    (photos / "extra.webp").write_bytes(png(Image.new("RGB", (8, 8))))
+    (photos / "moving.gif").write_bytes(_animation("GIF"))
+    Image.new("RGB", (8, 8), RED).save(photos / "still.bmp")
+    result = cli("shard", "images", photos, tmp_path / "out", "--format", "keep", "--no-progress", "--json")
+    doc = json.loads(result.stdout)
+    assert doc["image_formats"] == {"png": 5, "jpg": 4, "bmp": 1} and doc["written"] == 10
     assert result.output.count("--format keep") == 1
-    assert "3 image extensions (jpg 4, png 3, webp 1)" in result.output and "HF datasets" in result.output
+    assert "3 image extensions (png 5, jpg 4, bmp 1)" in result.output and "misses 5 samples" in result.output
+    formats = {name: set(m) - {"json", "txt"} for name, m in _by_source(tmp_path / "out").items()}
+    assert formats["extra.webp"] == formats["moving.gif"] == {"png"} and formats["still.bmp"] == {"bmp"}
+    one = tmp_path / "one"
+    (one / "src").mkdir(parents=True)
+    (one / "src" / "a.gif").write_bytes(_animation("GIF"))
+    (one / "src" / "b.png").write_bytes(png(Image.new("RGB", (8, 8))))
+    result = cli("shard", "images", one / "src", one / "out", "--format", "keep", "--no-progress")
+    assert "--format keep" not in result.output  # a GIF written as png: one format, nothing to warn about
+
+
+@pytest.mark.parametrize("image_format", ["jpg", "png", "webp", "keep"])
+def test_an_animation_is_its_first_frame_in_every_format_and_is_counted(cli, tmp_path: Path, image_format: str):
+    """Animated GIF, PNG (APNG) and WebP: every output format stores the first frame (what every loader reads),
+    listed under "normalised" as ``animation: <frames>`` and counted in the summary; a still image is not."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, fmt in (("a.gif", "GIF"), ("a.png", "PNG"), ("a.webp", "WEBP")):
+        (src / name).write_bytes(_animation(fmt))
+    (src / "still.png").write_bytes(png(Image.new("RGB", (20, 20), RED)))
+    doc = json.loads(cli("shard", "images", src, tmp_path / "out", "--format", image_format, "--no-progress",
+                         "--json").stdout)
+    assert doc["written"] == 4 and doc["normalised"] == {"animation": 3}
+    for name, members in _by_source(tmp_path / "out").items():
+        (ext,) = set(members) - {"json", "txt"}
+        stored = Image.open(io.BytesIO(members[ext]))
+        assert getattr(stored, "n_frames", 1) == 1, (name, ext)
+        normalised = json.loads(members["json"])["fgdata"].get("normalised")
+        if name == "still.png":
+            assert normalised is None and np.abs(_pixels(members[ext])[0, 0] - RED).max() < 8
+        else:
+            assert normalised == {"animation": 3}, name
+            assert np.abs(_pixels(members[ext])[10, 10]).max() < 8, name  # the first frame: black
 
 
 def test_a_changed_background_or_format_is_refused_on_resume(cli, photos: Path, tmp_path: Path):
@@ -245,28 +242,36 @@ def test_max_side_shrinks_the_upright_image(cli, photos: Path, tmp_path: Path):
     assert np.abs(rgb[1, 4] - RED).max() < 40 and np.abs(rgb[14, 4] - BLUE).max() < 40
 
 
-def _rgb16_png(rgb: np.ndarray) -> bytes:
-    """A 16-bit RGB PNG written by hand (Pillow writes none): IHDR bit depth 16, colour type 2."""
-    import struct
-    import zlib
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    h, w, _ = rgb.shape
-    rows = b"".join(b"\0" + rgb[y].astype(">u2").tobytes() for y in range(h))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
-
-
 def test_a_16bit_rgb_png_is_stored_as_8bit_even_in_its_own_format(cli, tmp_path: Path):
     src = tmp_path / "src"
     src.mkdir()
     rgb = np.zeros((8, 8, 3), np.uint16)
     rgb[..., 0], rgb[..., 1] = 65535, 32896  # 32896 = 128 * 257
-    (src / "deep.png").write_bytes(_rgb16_png(rgb))
+    (src / "deep.png").write_bytes(rgb16_png(rgb))
     dest = tmp_path / "out"
     cli("shard", "images", src, dest, "--format", "png", "--no-progress")
     members = _by_source(dest)["deep.png"]
     assert json.loads(members["json"])["fgdata"]["normalised"] == {"8-bit": "16-bit PNG"}
     assert members["png"][24] == 8 and np.array_equal(_pixels(members["png"])[0, 0], (255, 128, 0))
+
+
+@pytest.mark.parametrize("image_format", ["png", "jpg", "webp"])
+def test_a_converted_photo_carries_no_profile_and_lcms_pixels(cli, tmp_path: Path, image_format: str):
+    """lcms stamps the time into the sRGB profile it makes, which Pillow would embed in a PNG: a converted image
+    carries no profile in any format (sRGB is implied), and its pixels are exactly lcms's conversion."""
+    rng = np.random.default_rng(0)
+    src = Image.fromarray(rng.integers(0, 256, (16, 24, 3), dtype=np.uint8))
+    p3 = rgb_profile(DISPLAY_P3, "Display P3 (test)")
+    shown, changes = decode_display(png(src, icc_profile=p3))
+    assert changes == {"icc": "Display P3 (test)"} and "icc_profile" not in shown.info
+    lcms = ImageCms.profileToProfile(src, ImageCms.ImageCmsProfile(io.BytesIO(p3)), ImageCms.createProfile("sRGB"),
+                                     renderingIntent=ImageCms.Intent.PERCEPTUAL)
+    assert np.array_equal(np.asarray(shown), np.asarray(lcms))
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "p3.png").write_bytes(png(src, icc_profile=p3))
+    cli("shard", "images", tmp_path / "src", tmp_path / "out", "--format", image_format, "--no-progress")
+    members = _by_source(tmp_path / "out")["p3.png"]
+    stored = Image.open(io.BytesIO(members[image_format]))
+    assert "icc_profile" not in stored.info and json.loads(members["json"])["fgdata"]["normalised"] == changes
+    if image_format == "png":
+        assert np.array_equal(np.asarray(stored), np.asarray(lcms))

@@ -110,3 +110,23 @@ def test_overwrite_keeps_other_tools_indexes_only_for_shards_that_stay(cli, phot
     assert sorted(os.listdir(dest)) == [".fgdata", ".nv-meta", "00000.tar", "00000.tar.idx.json", "00001.tar",
                                         "00001.tar.idx.json", "failures.json", "shard_count.json", "shard_job.json",
                                         "train.shardindex.json"]
+
+
+def test_verify_and_report_outputs_in_dst_are_fgdatas(cli, photos, tmp_path):
+    """``verify --write-ignore DST/ignore.json`` and ``report -o DST/report.html`` (with its contact sheet): a rerun
+    resumes and keeps them, ``--no-resume`` and ``--overwrite`` leave them too; edited afterwards, one is someone
+    else's file again."""
+    dest = tmp_path / "out"
+    _shard(cli, photos, dest, "--maxcount", "3")
+    cli("verify", dest, "--write-ignore", dest / "ignore.json", "-q")
+    cli("report", dest, "-o", dest / "report.html", "--contact-sheet", dest / "sheet.png", "-q")
+    mine = {n: (dest / n).read_bytes() for n in ("ignore.json", "report.html", "sheet.png")}
+    doc = json.loads(_shard(cli, photos, dest, "--maxcount", "3", "--json").stdout)
+    assert doc["resumed"] == 9 and doc["rewritten_shards"] == []
+    for flag in ("--no-resume", "--overwrite"):
+        result = _shard(cli, photos, dest, "--maxcount", "3", flag)
+        assert not any(n in result.stderr for n in mine)
+        assert {n: (dest / n).read_bytes() for n in mine} == mine
+    (dest / "ignore.json").write_text('{"00000.tar": ["img_0"]}\n')  # the user's now
+    refused = _shard(cli, photos, dest, "--maxcount", "3", expect=1)
+    assert "did not write (ignore.json)" in str(refused.exception)

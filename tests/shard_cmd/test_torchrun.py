@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from faultkit import STOP_MARK, descendants, hold_and_release
+from faultkit import STOP_MARK, descendants, hold_all_then_one, hold_and_release
 from fgdata.jobs.units import Plan
 from fgdata.shards import discover_shards, iter_samples
 
@@ -278,3 +278,26 @@ def test_no_resume_never_merges_a_unit_an_earlier_launch_left(photos, two_ranks,
     assert tree(dest) == tree(two)
     markers = [json.loads(p.read_text()) for p in (dest / ".fgdata" / "units").glob("*.json")]
     assert len(markers) == 3 and len({m["launch"] for m in markers}) == 1 and markers[0]["launch"]  # this launch's
+
+
+def test_a_file_gone_while_another_rank_lists_dst_is_left_out(photos, two_ranks, tmp_path):
+    """The ranks' first checks of DST interleave: both are held where they have read DST's names and not yet
+    looked at the files (the job signals the point), with a killed run's temporary among them. Rank 0 goes on
+    alone: it writes the one unit (all 9 inputs), removes the temporary with the other leftovers and finishes. Rank
+    1, released, then finds a listed file gone, as when rank 0 renames its job record into place meanwhile; it
+    stopped with "DST: directory not found" and must go on instead."""
+    two, _ = two_ranks
+    dest = tmp_path / "out"
+    dest.mkdir()
+    leftover = dest / ".00000.tar.fgtmp-0123456789abcdef"
+    leftover.write_bytes(b"the first half of a shard")
+    cmd = launch(2, "shard", "images", photos, dest, "--maxcount", "2", "--unit-size", "9", "--no-progress", "--json")
+    run = hold_all_then_one(cmd, hold="dest-listed", ranks=2, first=0, until=lambda line: line.startswith("{"),
+                            env=ENV, cwd=REPO)
+    assert len(run.holds) == 2 and run.seen == "{\n", run.output[-3000:]
+    assert run.returncode == 0, run.output[-3000:]
+    assert not leftover.exists() and "Traceback" not in run.output
+    docs = documents("".join(line for line in run.output.splitlines(keepends=True)
+                             if line.startswith(("{", "}", " "))))
+    assert (docs[0]["seen"], docs[0]["written"], docs[1]["seen"]) == (9, 7, 0)  # rank 1 owns no unit
+    assert members(dest) == members(two)

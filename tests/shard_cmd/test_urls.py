@@ -140,7 +140,10 @@ class FaultServer:
 
 
 @pytest.fixture
-def server() -> Iterator[FaultServer]:
+def server(monkeypatch) -> Iterator[FaultServer]:
+    """The fault server, on loopback: the documented setting that lets fgdata reach it (an internal mirror) is
+    set for the test and the commands it starts."""
+    monkeypatch.setenv("FGDATA_ALLOW_PRIVATE_NETWORK", "1")
     s = FaultServer()
     s.thread.start()
     try:
@@ -276,6 +279,22 @@ def test_same_bytes_for_one_or_two_workers(cli, server, tmp_path):
             "--fetch-threads", "2", "--max-download-size", "2000", "-q")
         runs[workers] = _tree(dest)
     assert runs[1] == runs[2] and len([n for n in runs[1] if n.endswith(".tar")]) == 9  # 50 inputs, units of 6
+
+
+def test_rerun_with_other_fetch_concurrency_resumes_and_a_changed_download_flag_is_named(cli, server, tmp_path):
+    """How many requests are in flight never changes which body a URL gives: ``--fetch-threads`` and ``--per-host``
+    stay out of the job record. A setting that does change outcomes is refused by its flag, not its field."""
+    manifest = _manifest(tmp_path, server.url, [f"/img/{i}.png" for i in range(6)])
+    dest = tmp_path / "out"
+    flags = ["--path-column", "url", "--maxcount", "3", "--max-download-size", "2000", "-q"]
+    cli("shard", "images", manifest, dest, *flags, "--fetch-threads", "2", "--per-host", "2")
+    before = {p.name: p.stat().st_mtime_ns for p in dest.glob("*.tar")}
+    cli("shard", "images", manifest, dest, *flags, "--fetch-threads", "5", "--per-host", "1")
+    assert {p.name: p.stat().st_mtime_ns for p in dest.glob("*.tar")} == before and len(before) == 2  # nothing redone
+    refused = cli("shard", "images", manifest, dest, *flags[:-3], "--max-download-size", "3000", "-q", expect=1)
+    message = str(refused.exception)
+    assert "(--max-download-size was 2000, now 3000)" in message, message
+    assert "download" not in message.replace("--max-download-size", "") and "max_bytes" not in message
 
 
 def test_sigkill_and_rerun_give_the_bytes_of_an_uninterrupted_run(server, tmp_path):

@@ -121,3 +121,21 @@ def test_camera_estimate_without_vipe_says_how_to_install(cli, sample_video, mon
     monkeypatch.setenv("PATH", "/nonexistent")
     result = cli("camera", "estimate", sample_video, expect=1)
     assert "pip install" in str(result.exception) and "vipe" in str(result.exception)
+
+
+def test_clips_without_a_caption_are_counted_per_input_and_require_caption_fails_them(cli, sample_video: Path,
+                                                                                       sample_data: Path, tmp_path: Path):
+    """One captioned and one uncaptioned copy of the clip: "no caption" counts the uncaptioned input; with
+    --require-caption it fails with reason caption and the other is written."""
+    src = tmp_path / "videos"
+    src.mkdir()
+    for name in ("a.mp4", "b.mp4"):
+        shutil.copyfile(sample_video, src / name)
+    shutil.copyfile(sample_data / "bigbuckbunny.txt", src / "a.txt")
+    doc = json.loads(cli("shard", "videos", src, tmp_path / "out", "--no-progress", "--json").stdout)
+    assert (doc["written"], doc["uncaptioned"]) == (2, 1)
+    strict = json.loads(cli("shard", "videos", src, tmp_path / "strict", "--require-caption", "--no-progress",
+                            "--json").stdout)
+    assert (strict["written"], strict["failed"], strict["failed_by_reason"], strict["uncaptioned"]) == \
+        (1, 1, {"caption": 1}, 0)
+    assert {json.loads(s.members["json"])["fgdata"]["source"] for s in _samples(tmp_path / "strict")} == {"a.mp4"}

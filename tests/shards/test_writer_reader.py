@@ -247,11 +247,11 @@ def test_discovery_sorts_by_integer_stem_and_falls_back(tmp_path):
     [("sample_000000.jpg", 0), ("a/b/c.txt", 511), ("x" * 99, 10**10), ("x" * 100, 5), ("é/k.txt", 3), ("k.jpg", 2**40)],
 )
 def test_packed_headers_equal_tarfile(name, size):
-    from fgdata.shards.writer import _member_header
+    from fgdata.shards.writer import member_header
 
     info = tarfile.TarInfo(name)
     info.size, info.mtime, info.mode, info.uid, info.gid, info.uname, info.gname = size, 0, 0o644, 0, 0, "", ""
-    assert _member_header(name, size) == info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+    assert member_header(name, size) == info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
 
 
 def test_stale_side_file_temporaries_are_cleaned(tmp_path):

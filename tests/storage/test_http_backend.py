@@ -22,6 +22,12 @@ class _Quiet(SimpleHTTPRequestHandler):
         pass
 
 
+@pytest.fixture(autouse=True)
+def _loopback_allowed(monkeypatch) -> None:
+    """The servers here are on loopback, which fgdata reaches only when allowed (an internal mirror)."""
+    monkeypatch.setenv("FGDATA_ALLOW_PRIVATE_NETWORK", "1")
+
+
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     root = tmp_path / "site"

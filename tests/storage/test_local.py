@@ -49,6 +49,20 @@ def test_list_missing_directory(tmp_path):
         list_recursive(str(tmp_path / "nope"))
 
 
+def test_a_file_gone_while_its_folder_is_listed_is_left_out(tmp_path):
+    """Another process renames its temporary into place, or removes a file, between the reading of the names and
+    the look at each file: the listing is the folder as it is afterwards, not an error about the folder."""
+    for name in ["00000.tar", ".00001.tar.fgtmp-0123456789abcdef", "shard_job.json"]:
+        (tmp_path / name).write_bytes(b"x")
+
+    def meanwhile() -> None:
+        (tmp_path / ".00001.tar.fgtmp-0123456789abcdef").rename(tmp_path / "00001.tar")
+        (tmp_path / "shard_job.json").unlink()
+
+    assert [i.name for i in list_dir(str(tmp_path), listed=meanwhile)] == ["00000.tar"]
+    assert [i.name for i in list_dir(str(tmp_path))] == ["00000.tar", "00001.tar"]
+
+
 def test_write_read_round_trip_creates_parents(tmp_path):
     path = str(tmp_path / "a" / "b" / "f.bin")
     write_bytes(path, b"\x00hello")

@@ -311,3 +311,26 @@ def test_one_folder_spelled_several_ways_is_one_dataset_read_once(tmp_path, monk
     assert proc.stderr.count("named more than once") == 1 and "a: " not in proc.stdout
     rows = [line for line in proc.stdout.splitlines() if ".tar" in line and "│" in line]
     assert len(rows) == 2 and "a/0000" not in proc.stdout
+
+
+def test_the_one_format_rule_is_per_dataset(tmp_path):
+    """Two datasets of one format each (all png, all jpg) are not "mixed": each is what HF datasets reads as one and
+    what shard images writes; verify says only that a loader reading both together needs both extensions in its
+    key_map. A dataset that is itself mixed is named, with its own counts."""
+    write_dataset(tmp_path / "a", n=6, kinds=("png", "txt"))
+    write_dataset(tmp_path / "b", n=4, kinds=("jpg", "txt"))
+    report = verify_dataset([str(tmp_path / "a"), str(tmp_path / "b")], workers=1)
+    assert report.ok and len(report.warnings) == 1, report.warnings
+    (line,) = report.warnings
+    assert "mixed" not in line and "misses" not in line
+    assert f"{tmp_path / 'a'}: png; {tmp_path / 'b'}: jpg" in line and "{'real': 'jpg;png'}" in line
+    assert verify_dataset(str(tmp_path / "a"), workers=1).warnings == []
+
+    write_dataset(tmp_path / "c", n=5, kinds=("png", "txt"), override={0: {"png": None, "jpg": jpg_bytes(0)}})
+    report = verify_dataset([str(tmp_path / "a"), str(tmp_path / "c")], workers=1)
+    assert report.warnings == [f"mixed image formats in {tmp_path / 'c'}: 2 image extensions (png 4, jpg 1): "
+                               "HF datasets refuses such shards and a single-key loader config such as "
+                               "{'real': 'png'} misses 1 samples; shard with --format jpg (the default), png or "
+                               "webp for one format"]
+    proc = run_cli("verify", str(tmp_path / "a"), str(tmp_path / "b"), "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["warnings"] == [line]
