@@ -11,11 +11,9 @@ import functools
 import io
 from dataclasses import dataclass, field
 from fractions import Fraction
-from pathlib import Path
-
 import numpy as np
 
-DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
+from fgdata.catalog import SAMPLE_DATA as DATA
 PHOTOS = ("chelsea.png", "coffee.png", "horse.png", "rocket.jpg", "grace_hopper.jpg", "camera.png")
 
 
