@@ -1,6 +1,6 @@
 """Shots and motion of a video from ONE low-resolution decode: content scores, cuts, fades, dissolves.
 
-:func:`analyse_video` decodes the video once (all threads, loop filter skipped, the codec's motion vectors
+:func:`analyse_video` decodes the video once (slice threads, loop filter skipped, the codec's motion vectors
 exported) and
 keeps, per frame, a ~64 px wide YUV thumbnail (every ``width // 64``-th pixel of the decoded planes, as
 video2dataset downscales for PySceneDetect; no scaler pass over the full frame) and, about 8 times a
@@ -141,7 +141,9 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
         if not container.streams.video:
             raise VideoDecodeError("no video stream")
         vs = container.streams.video[0]
-        vs.thread_type = "AUTO"
+        # FFmpeg's frame threads export motion vectors racily (a rerun gives other vectors for a few frames, so
+        # other motion fields and other bytes): with motion, the decoder's slice threads only
+        vs.thread_type = "SLICE" if motion else "AUTO"
         if motion:
             vs.codec_context.options = {"flags2": "+export_mvs", "skip_loop_filter": "all"}
         else:

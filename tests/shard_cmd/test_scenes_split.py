@@ -78,11 +78,16 @@ def test_clips_fields_typed_and_sized(cli, videos: Path, tmp_path: Path, mode: s
     assert "too-short" in report["warnings"][0]["reason"]
 
 
-def test_same_bytes_on_rerun(cli, videos: Path, tmp_path: Path, snapshot):
-    for name in ("a", "b"):
-        cli("shard", "videos", videos, tmp_path / name, "--split", "scenes", "--no-progress")
-    a, b = snapshot(tmp_path / "a"), snapshot(tmp_path / "b")
-    assert [k for k in a if k.endswith(".tar")] and all(a[k] == b[k] for k in a if k.endswith(".tar"))
+def test_same_bytes_on_rerun_and_with_two_workers(cli, videos: Path, tmp_path: Path, snapshot):
+    # --maxcount 2: several clips per video spill over several shards of one unit (a unit's shard slots are
+    # not sized by its inputs, as for --clip-seconds)
+    for name, workers in (("a", "1"), ("b", "1"), ("c", "2")):
+        cli("shard", "videos", videos, tmp_path / name, "--split", "scenes", "--no-progress", "--maxcount", "2",
+            "--unit-size", "1", "--workers", workers)
+    a, b, c = (snapshot(tmp_path / name) for name in "abc")
+    written = [k for k in a if not k.startswith(".fgdata/") and k != "shard_job.json"]
+    assert len([k for k in written if k.endswith(".tar")]) >= 3, written
+    assert all(a[k] == b[k] == c[k] for k in written), [k for k in written if not a[k] == b[k] == c[k]]
 
 
 def test_motion_filters_counted(cli, videos: Path, tmp_path: Path):
