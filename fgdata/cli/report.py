@@ -100,6 +100,9 @@ def _summary_table(doc: dict[str, Any]) -> None:
         table.add_row(name, numeric_field_line(f))
     if "downloads" in doc:
         table.add_row("downloads", download_line(doc["downloads"]))
+    if "filtered" in doc:
+        table.add_row("filtered", ", ".join(f"{reason} {n:,}" for reason, n in doc["filtered"].items())
+                      + " (outputs the job's filters dropped, failures.json)")
     for key, n in list(doc.get("tensors", {}).items())[:3]:
         table.add_row("tensors", f"{key} ×{n:,}")
     problems = doc["problems"]

@@ -99,6 +99,11 @@ def test_motion_filters_counted(cli, videos: Path, tmp_path: Path):
     report = json.loads((dest / "failures.json").read_text())
     reasons = " ".join(w["reason"] for w in report["warnings"])
     assert "motion-below-min" in reasons and "motion-above-max" in reasons  # the still shot, the fast pan
+    page = tmp_path / "report.html"
+    out = cli("report", dest, "-o", page, "--json", "-w", "1", expect=1).stdout  # 1: phone.mp4 has no caption
+    shown = json.loads(out[out.index("{"):])["filtered"]
+    assert shown == {r: reasons.count(f": {r}: ") for r in ("motion-above-max", "motion-below-min")}, reasons
+    assert "motion-below-min" in page.read_text()
     everything = tmp_path / "none"
     cli("shard", "videos", videos, everything, "--split", "scenes", "--min-motion", "1", "--no-progress", expect=1)
     report = json.loads((everything / "failures.json").read_text())
