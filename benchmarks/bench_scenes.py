@@ -1,8 +1,8 @@
 """Raw videos -> single-shot clips: fgdata ``--split scenes`` vs PySceneDetect 0.7 and video2dataset's two steps.
 
-The test set is generated (tests/scenes_synth.py): ``--videos`` 720p h264 mp4s (x264 ultrafast, keyframe every
-second, AAC audio), each ``--seconds`` long, cut into shots of 0.8-2 s over the sample photos, panning at
-0-6 px/frame, with hard cuts and, in a quarter of the videos each, a 12-frame dissolve, a fade to black and
+The test set is generated (tests/scenes_synth.py): ``--videos`` 720p h264 mp4s (x264's default preset, medium:
+B-frames and CABAC as in real x264 output; a keyframe every second, AAC audio), each ``--seconds`` long, cut
+into shots of 0.8-2 s over the sample photos, panning at 0-6 px/frame, with hard cuts and, in a quarter of the videos each, a 12-frame dissolve, a fade to black and
 back, and a one-frame white flash. The truth is every transition's frame span.
 
 (a) Cut detection, same files, same number of processes (``--processes``, a pool over the videos on both
@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 SIZE = (1280, 720)
 FPS = 25
+PRESET = "medium"  # x264's default: B-frames, as the videos users bring (ultrafast has none)
 
 PEER = r'''
 import json, os, subprocess, sys, tarfile, time
@@ -120,7 +121,7 @@ def make_videos(folder: Path, n: int, seconds: float, seed: int) -> dict[str, li
             frames += length
         truth = build(SIZE, plan, seed=v)
         path = folder / f"v{v:03d}.mp4"
-        path.write_bytes(encode(truth.frames, fps=FPS, gop=FPS, audio=True, preset="ultrafast"))
+        path.write_bytes(encode(truth.frames, fps=FPS, gop=FPS, audio=True, preset=PRESET))
         truths[str(path)] = [("hard", c, c) for c in truth.hard] + list(truth.soft)
     return truths
 
@@ -184,7 +185,7 @@ def main() -> None:
     try:
         src = Path(args.videos_dir) if args.videos_dir else work / "src"
         record = src.parent / f"{src.name}.truth.json"
-        wanted = {"videos": args.videos, "seconds": args.seconds, "seed": args.seed}
+        wanted = {"videos": args.videos, "seconds": args.seconds, "seed": args.seed, "preset": PRESET}
         if record.exists() and json.loads(record.read_text())["wanted"] == wanted:
             truths = {k: [tuple(t) for t in v] for k, v in json.loads(record.read_text())["truths"].items()}
         else:
