@@ -171,6 +171,42 @@ def peer(python: Path, mode: str, procs: int, paths: list[str], out: str) -> dic
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+DECODE_MODES = (  # (label, thread type, decoder options, skip_frame)
+    ("analysis now: slice threads, motion vectors", "SLICE", {"flags2": "+export_mvs", "skip_loop_filter": "all"}, None),
+    ("slice threads, no motion vectors", "SLICE", {"skip_loop_filter": "all"}, None),
+    ("frame threads, motion vectors (racy)", "AUTO", {"flags2": "+export_mvs", "skip_loop_filter": "all"}, None),
+    ("frame threads, no motion vectors", "AUTO", {"skip_loop_filter": "all"}, None),
+    ("slice threads, motion vectors, skip non-ref", "SLICE", {"flags2": "+export_mvs", "skip_loop_filter": "all"},
+     "NONREF"),
+    ("frame threads, no motion vectors, skip non-ref", "AUTO", {"skip_loop_filter": "all"}, "NONREF"),
+)
+
+
+def decode_modes(paths: list[str]) -> None:
+    """What a reduced analysis decode would save: decoder frames/s of the videos in one process (best of 2),
+    per thread type, with and without exported motion vectors, and skipping non-reference frames."""
+    import av
+
+    print(f"decode modes, {len(paths)} videos, one process, best of 2")
+    for label, threads, options, skip in DECODE_MODES:
+        best, frames, kinds = float("inf"), 0, {}
+        for _ in range(2):
+            t, frames, kinds = time.perf_counter(), 0, {}
+            for path in paths:
+                with av.open(path) as c:
+                    vs = c.streams.video[0]
+                    vs.thread_type = threads
+                    vs.codec_context.options = dict(options)
+                    if skip:
+                        vs.codec_context.skip_frame = skip
+                    for f in c.decode(vs):
+                        frames += 1
+                        kind = {1: "I", 2: "P", 3: "B"}.get(int(f.pict_type), str(f.pict_type))
+                        kinds[kind] = kinds.get(kind, 0) + 1
+            best = min(best, time.perf_counter() - t)
+        print(f"{label:50s} {frames:6d} frames {frames / best:7.0f} frames/s  {dict(sorted(kinds.items()))}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--videos", type=int, default=50)
@@ -179,6 +215,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--venv", default="/tmp/scenes-bench-venv")
     parser.add_argument("--videos-dir", help="keep the generated videos here and reuse them on the next run")
+    parser.add_argument("--decode-modes", type=int, metavar="K",
+                        help="only time the decoder's modes on the first K videos (see decode_modes), then stop")
     args = parser.parse_args()
     python = ensure_venv(Path(args.venv))
     work = Path(tempfile.mkdtemp(prefix="bench-scenes-"))
@@ -195,6 +233,9 @@ def main() -> None:
             print(f"generated {len(truths)} videos of {SIZE[0]}x{SIZE[1]} in {time.perf_counter() - t:.0f} s")
             record.write_text(json.dumps({"wanted": wanted, "truths": truths}))
         paths = sorted(truths)
+        if args.decode_modes:
+            decode_modes(paths[: args.decode_modes])
+            return
 
         t = time.perf_counter()
         with Pool(args.processes) as pool:
