@@ -204,7 +204,7 @@ def decode_modes(paths: list[str]) -> None:
                         kind = {1: "I", 2: "P", 3: "B"}.get(int(f.pict_type), str(f.pict_type))
                         kinds[kind] = kinds.get(kind, 0) + 1
             best = min(best, time.perf_counter() - t)
-        print(f"{label:50s} {frames:6d} frames {frames / best:7.0f} frames/s  {dict(sorted(kinds.items()))}")
+        print(f"{label:50s} {best:6.2f} s {frames:6d} frames decoded {frames / best:5.0f}/s  {dict(sorted(kinds.items()))}")
 
 
 def main() -> None:
