@@ -109,6 +109,9 @@ def _summary_table(doc: dict[str, Any]) -> None:
         table.add_row("downloads", download_line(doc["downloads"]))
     if "selection" in doc:
         table.add_row("selected", selection_line(doc["selection"]))
+    if "filtered" in doc:
+        table.add_row("filtered", ", ".join(f"{reason} {n:,}" for reason, n in doc["filtered"].items())
+                      + " (outputs the job's filters dropped, failures.json)")
     for key, n in list(doc.get("tensors", {}).items())[:3]:
         table.add_row("tensors", f"{key} ×{n:,}")
     problems = doc["problems"]

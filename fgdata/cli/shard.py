@@ -117,12 +117,37 @@ class ImageFlags:
 
 @dataclass(frozen=True, kw_only=True)
 class VideoFlags:
-    """``shard videos``: clipping and re-encoding (the container bytes are kept by default)."""
+    """``shard videos``: clipping (fixed lengths, or single shots) and re-encoding (the container bytes are kept by
+    default)."""
 
     clip_seconds: Optional[float] = flag(typer.Option(None, "--clip-seconds", help="Cut each video into clips of S seconds."))
     exact: bool = flag(typer.Option(False, "--exact", help="Exact clip bounds (re-encodes); default cuts at keyframes."))
     fps: Optional[float] = flag(typer.Option(None, "--fps", help="Re-encode at this frame rate."))
     max_side: Optional[int] = flag(MAX_SIDE)
+    # --split scenes: single-shot clips from one analysis decode per video
+    split: str = flag(typer.Option("fixed", "--split", help="fixed (--clip-seconds, or whole videos) or scenes (one clip per shot: hard cuts, fades and dissolves found in one low-resolution decode)."))
+    cut_detector: str = flag(typer.Option("adaptive", "--cut-detector", help="--split scenes: adaptive (content change against its quieter neighbours, flashes suppressed)."))
+    cut_threshold: float = flag(typer.Option(3.5, "--cut-threshold", help="--split scenes: a cut is a change this many times its neighbours' mean."))
+    min_scene_seconds: float = flag(typer.Option(0.6, "--min-scene-seconds", help="--split scenes: no cut closer than this to the previous one."))
+    min_clip_seconds: float = flag(typer.Option(0.0, "--min-clip-seconds", help="--split scenes: shorter clips are dropped, counted as filtered (too-short)."))
+    max_clip_seconds: Optional[float] = flag(typer.Option(None, "--max-clip-seconds", help="--split scenes: longer shots are cut into equal pieces no longer than this."))
+    trim_seconds: float = flag(typer.Option(0.0, "--trim-seconds", help="--split scenes: margin removed at both ends of each shot."))
+    clip_mode: str = flag(typer.Option("copy", "--clip-mode", help="--split scenes: copy (stream copy from the first keyframe in the shot; the span written is recorded) or exact (frame-exact re-encode)."))
+    min_motion: Optional[float] = flag(typer.Option(None, "--min-motion", help="--split scenes: drop clips whose motion_mean is below this (filtered)."))
+    max_motion: Optional[float] = flag(typer.Option(None, "--max-motion", help="--split scenes: drop clips whose motion_mean is above this (filtered)."))
+
+    def scene_options(self) -> Any:  # a SceneOptions, or None for --split fixed
+        from fgdata.errors import OptionError
+        from fgdata.producers.scenes import SPLITS, SceneOptions
+
+        if self.split not in SPLITS:
+            raise OptionError(f"--split must be one of {', '.join(SPLITS)}, not {self.split!r}")
+        if self.split == "fixed":
+            return None
+        return SceneOptions(cut_detector=self.cut_detector, cut_threshold=self.cut_threshold,
+                            min_scene_seconds=self.min_scene_seconds, min_clip_seconds=self.min_clip_seconds,
+                            max_clip_seconds=self.max_clip_seconds, trim_seconds=self.trim_seconds,
+                            clip_mode=self.clip_mode, min_motion=self.min_motion, max_motion=self.max_motion)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -303,11 +328,13 @@ def videos_cmd(src: str = SRC, dst: str = DST, *, video: VideoFlags, source: Sou
     The container bytes are kept unless --clip-seconds, --fps or --max-side is given. The json member records duration, fps, frame_count, size, codec, keyframe_times and the audio track under its "fgdata" key, beside your own metadata.
 
     NAME.poses.npy [T,4,4] and NAME.intrinsics.npy [T,4] are checked against the frame count and stored as poses.npy / intrinsics.npy (sliced and rescaled with each clip).
+
+    Training clips: fgdata shard videos ./raw ./clips-wds --split scenes --min-clip-seconds 2 --max-clip-seconds 10 --min-motion 0.001 (one clip per shot, with clip_start_s, cut_before, motion_mean... flat in the json).
     """
     from fgdata.producers.media import ShardOptions
 
     what = ShardOptions(kind="videos", clip_seconds=video.clip_seconds, exact_clips=video.exact, fps=video.fps,
-                        max_side=video.max_side)
+                        max_side=video.max_side, scenes=video.scene_options())
     _run(_job(what, src, dst, sharding, job, source=source, scale=scale, fetch=fetch, select=select), out)
 
 

@@ -136,7 +136,8 @@ class ShardJob:
 
     @property
     def slots(self) -> int:
-        one = self.maxsize is None and not (self.options.kind == "videos" and self.options.clip_seconds is not None)
+        clips = self.options.kind == "videos" and (self.options.clip_seconds is not None or self.options.scenes is not None)
+        one = self.maxsize is None and not clips
         return slots_per_unit(self.units_of, self.maxcount, one)
 
 

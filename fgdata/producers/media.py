@@ -34,6 +34,7 @@ from typing import Any, Literal
 from fgdata import storage
 from fgdata.errors import FgdataError, OptionError
 from fgdata.media.display import Display, parse_background
+from fgdata.producers.scenes import CLIP_FIELDS, SceneOptions
 from fgdata.shards.metadata import FGDATA_FIELD, parse_json, with_fgdata_fields
 from fgdata.sources.folder import WorkItem, sample_key
 from fgdata.storage.http import DownloadFailed, DownloadOptions, configure
@@ -79,6 +80,7 @@ class ShardOptions:
     max_image_area: int | None = None  # width x height above it: filtered
     max_aspect_ratio: float | None = None  # longer side / shorter side above it: filtered
     require_caption: bool | None = None  # True: an input without a caption fails ("caption"); None: not set
+    scenes: SceneOptions | None = None  # --split scenes (videos): single-shot clips, fgdata.producers.scenes
 
     def __post_init__(self) -> None:
         if self.image_format not in FORMAT_CHOICES:
@@ -101,6 +103,9 @@ class ShardOptions:
             raise OptionError("--max-pixels must be at least 1")
         if self.dedupe not in (None, "sha256"):
             raise OptionError(f"--dedupe must be sha256, not {self.dedupe!r}")
+        if self.scenes is not None and (self.clip_seconds is not None or self.reencode_video):
+            raise OptionError("--split scenes cuts clips itself: give --clip-mode exact instead of --clip-seconds, "
+                              "--exact, --fps or --max-side")
         self._check_resize()
 
     def _check_resize(self) -> None:
@@ -516,6 +521,8 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
     ext = input_suffix(media_name)
     if item.data is not None and ext not in VIDEO_EXTS:  # a table cell without a file name: mp4
         ext = "mp4"
+    if options.scenes is not None:  # its one analysis decode is also the check
+        return (*_scene_samples(item, options, data, ext), [])
     problem = check_member("mp4", data)  # any video extension selects the same container check
     if problem:
         raise _Failed(problem, f"{item.name} does not decode")
@@ -562,6 +569,62 @@ def _video_samples(item: WorkItem, options: ShardOptions) -> tuple[list[tuple[st
     frame = 1 / info.fps if info.fps else 0.0
     lengths = [clip.end - clip.start for clip in clips]
     return samples, nbytes, text.warnings, [(n, n > options.clip_seconds + frame + 1e-6) for n in lengths]
+
+
+def _scene_samples(item: WorkItem, options: ShardOptions, data: bytes,
+                   ext: str) -> tuple[list[tuple[str, dict[str, bytes]]], int, list[str]]:
+    """``--split scenes``: one analysis decode, then the kept clips with their flat fields
+    (:mod:`fgdata.producers.scenes`); dropped clips become ``filtered`` warnings, and a video that keeps
+    none fails as ``filtered``. Returns the samples, the input bytes read and the warnings."""
+    from fgdata.media.camera import slice_camera
+    from fgdata.media.errors import MediaError
+    from fgdata.media.scenes import analyse_video
+
+    from fgdata.producers import scenes as sc
+
+    scenes = options.scenes
+    assert scenes is not None  # the caller's branch
+    text = _caption_and_metadata(item, options)
+    clash = sorted(set(text.metadata) & set(CLIP_FIELDS))
+    if clash:
+        raise _Failed("metadata", f"{item.name}: the field {clash[0]!r} is a clip field of --split scenes")
+    try:
+        analysis = analyse_video(data)
+    except MediaError as e:
+        raise _Failed("video-decode", _first_line(e)) from None
+    if analysis.declared_frames and len(analysis.times) < analysis.declared_frames:
+        raise _Failed("video-truncated", f"{item.name}: {len(analysis.times)} of {analysis.declared_frames} frames decode")
+    camera = _camera(item, len(analysis.times))
+    try:
+        planned, dropped, method = sc.plan_clips(analysis, scenes)
+        if scenes.clip_mode == "exact":
+            written = sc.exact_clips(data, analysis, planned)
+        else:
+            written = sc.copy_clips(data, analysis, planned, "webm" if ext == "webm" else "mp4")
+    except MediaError as e:
+        raise _Failed("video-decode", _first_line(e)) from None
+    samples: list[tuple[str, dict[str, bytes]]] = []
+    for clip, out in zip(planned, written):
+        if out is None:
+            dropped.append(f"too-short: no keyframe between {analysis.times[clip.first]:.2f} s and "
+                           f"{analysis.times[clip.last]:.2f} s to start a stream copy (--clip-mode exact cuts anywhere)")
+            continue
+        j = len(samples)
+        doc = {**text.metadata, **sc.clip_fields(item.name, j, analysis, clip, out, scenes, method)}
+        members = {("mp4" if scenes.clip_mode == "exact" or ext != "webm" else "webm"): out.data,
+                   "json": json_bytes(with_fgdata_fields(doc, {"source": item.name, **text.fields}))}
+        if text.caption is not None:
+            members["txt"] = text.caption.encode()
+        if camera:
+            poses, intrinsics = slice_camera(camera[0], camera[1], list(range(out.first, out.last + 1)))
+            members["poses.npy"], members["intrinsics.npy"] = _npy(poses), _npy(intrinsics)
+        samples.append((f"{sample_key(item.index)}_{j:04d}", members))
+    text.warnings += [f"filtered: {item.name}: {why}" for why in dropped]
+    if not samples:
+        kinds = Counter(why.split(":")[0] for why in dropped)
+        raise _Failed("filtered", f"no clip kept: {', '.join(f'{n} {k}' for k, n in kinds.items()) or 'no scene'}"
+                                  + (f"; first: {dropped[0]}" if dropped else ""))
+    return samples, len(data) + text.nbytes + (camera[2] if camera else 0), text.warnings
 
 
 # -- entry point ---------------------------------------------------------------

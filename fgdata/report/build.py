@@ -30,35 +30,64 @@ def build_report(shards: Sequence[str] | ShardSet, *, name: str, paths: Sequence
     selection = shards if isinstance(shards, ShardSet) else list(shards)
     stats = collect(selection, sample=sample, tiles=tiles, workers=workers, progress=progress)
     doc = summarise(stats, name=name, paths=paths, thresholds=thresholds, sample=sample)
-    downloads = download_stats(selection.shards if isinstance(selection, ShardSet) else selection)
+    paths_ = selection.shards if isinstance(selection, ShardSet) else selection
+    downloads = download_stats(paths_)
     if downloads is not None:
         doc["downloads"] = downloads
-    filtered = selection_stats(selection.shards if isinstance(selection, ShardSet) else selection)
-    if filtered is not None:
-        doc["selection"] = filtered
+    selected = selection_stats(paths_)
+    if selected is not None:
+        doc["selection"] = selected
+    filtered = filtered_counts(paths_)
+    if filtered:
+        doc["filtered"] = filtered
     return Report(doc, stats, html.render(doc, stats))
 
 
-def download_stats(shards: Sequence[str]) -> dict[str, Any] | None:
-    """The totals of a URL job's ``shard_stats.json`` in the shards' folder (successes, failures by reason,
-    retryable), or None: shards from several folders, no such file, or one that is not fgdata's."""
+def _job_file(shards: Sequence[str], name: str, form: str) -> tuple[str, dict[str, Any]] | None:
+    """The path and document of the job file ``name`` (format ``form``) in the shards' one folder, or None:
+    shards from several folders, no such file, or one that is not fgdata's."""
     import json
 
     from fgdata import storage
-    from fgdata.jobs.stats import STATS_FILE
 
     folders = {storage.parent(s) for s in shards}
     if len(folders) != 1:
         return None
-    path = storage.join(folders.pop(), STATS_FILE)
+    path = storage.join(folders.pop(), name)
     if not storage.exists(path):
         return None
     try:
         doc = json.loads(storage.read_bytes(path))
     except ValueError:
         return None
-    if not isinstance(doc, dict) or doc.get("format") != "fgdata.shard-stats":
+    return (path, doc) if isinstance(doc, dict) and doc.get("format") == form else None
+
+
+def filtered_counts(shards: Sequence[str]) -> dict[str, int]:
+    """Outputs a filter dropped, by reason (``too-short``, ``motion-below-min``...), from the warnings of the
+    job's ``failures.json`` (``filtered: INPUT: REASON: details``); empty when there is none."""
+    from collections import Counter
+
+    from fgdata.jobs.report import FAILURES_FILE, FORMAT
+
+    found = _job_file(shards, FAILURES_FILE, FORMAT)
+    counts: Counter[str] = Counter()
+    for w in found[1].get("warnings", []) if found else []:
+        prefix = f"filtered: {w.get('input')}: " if isinstance(w, dict) else ""
+        if prefix and str(w.get("reason", "")).startswith(prefix):
+            counts[w["reason"][len(prefix):].split(":")[0]] += 1
+    return dict(sorted(counts.items()))
+
+
+def download_stats(shards: Sequence[str]) -> dict[str, Any] | None:
+    """The totals of a URL job's ``shard_stats.json`` in the shards' folder (successes, failures by reason,
+    retryable), or None: shards from several folders, no such file, or one that is not fgdata's."""
+    from fgdata.jobs.stats import STATS_FILE
+
+    found = _job_file(shards, STATS_FILE, "fgdata.shard-stats")
+    if found is None:
         return None
+    path, doc = found
     return {"file": path, "successes": doc.get("successes", 0), "failed": doc.get("failed", 0),
             "failed_by_reason": doc.get("failed_by_reason", {}), "retryable": doc.get("retryable", 0)}
 
@@ -67,23 +96,12 @@ def selection_stats(shards: Sequence[str]) -> dict[str, Any] | None:
     """What a shard job's row selection (``--where``, ``--keep-top``) left out, from the job's ``failures.json`` in
     the shards' folder (inputs seen, filtered by reason, the ``--keep-top`` cut), or None: shards from several
     folders, no such file, or a job that selected no rows."""
-    import json
-
-    from fgdata import storage
     from fgdata.jobs.report import FAILURES_FILE, FORMAT
 
-    folders = {storage.parent(s) for s in shards}
-    if len(folders) != 1:
+    found = _job_file(shards, FAILURES_FILE, FORMAT)
+    if found is None or "filtered" not in found[1]:
         return None
-    path = storage.join(folders.pop(), FAILURES_FILE)
-    if not storage.exists(path):
-        return None
-    try:
-        doc = json.loads(storage.read_bytes(path))
-    except ValueError:
-        return None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or "filtered" not in doc:
-        return None
+    path, doc = found
     return {"file": path, "seen": doc.get("seen", 0), "written": doc.get("written", 0),
             "failed": doc.get("failed", 0), "filtered": doc["filtered"],
             "filtered_by_reason": doc.get("filtered_by_reason", {}), **(doc.get("selection") or {})}

@@ -218,6 +218,12 @@ def render(doc: dict[str, Any], stats: Stats) -> str:
                 + (_table(["filtered by", "inputs", "share"], rows, {1, 2}) if rows else ""))
         sections.append(("selection", "Selection", body))
 
+    if "filtered" in doc:
+        rows = [[_e(reason), f"{n:,}"] for reason, n in doc["filtered"].items()]
+        body = ('<p class="lead">Outputs the job\'s filters dropped (warnings of its failures.json).</p>'
+                + _table(["filter reason", "outputs"], rows, {1}))
+        sections.append(("filtered", "Filtered", body))
+
     if stats.tiles:
         figures = []
         for t in stats.tiles:

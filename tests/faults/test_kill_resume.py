@@ -94,6 +94,23 @@ def _objects(bucket_url: str, prefix: str) -> dict[str, str]:
     return out
 
 
+def test_shard_videos_split_scenes(tmp_path):
+    """--split scenes on the job core: several clips per video over several shards of a unit, stopped after a
+    shard and resumed, ends with the uninterrupted run's bytes (clips, fields, failures.json)."""
+    pytest.importorskip("av")
+    from scenes_synth import build, encode
+
+    src = tmp_path / "src"
+    src.mkdir()
+    plan = [("shot", 0, 30, 1.0), ("cut",), ("shot", 1, 30, 0.0), ("cut",), ("shot", 2, 30, 2.0)]
+    for i in range(3):
+        (src / f"v{i}.mp4").write_bytes(encode(build((128, 72), plan, seed=i).frames, gop=10, audio=i == 0))
+    (src / "broken.mp4").write_bytes(b"not a video")  # a failed input: failures are part of the output
+    cmd = [*FGDATA, "shard", "videos", str(src), "{out}", "--split", "scenes", "--maxcount", "2",
+           "--unit-size", "2", "--no-progress", "--workers", "2"]
+    stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=STOPS)
+
+
 def test_shard_images_to_s3(tmp_path, s3_bucket):
     """Stopped while writing to S3, then rerun: the objects equal an uninterrupted run's, and neither the bucket
     nor this host's staging folder keeps a partial shard."""

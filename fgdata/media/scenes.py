@@ -1,0 +1,394 @@
+"""Shots and motion of a video from ONE low-resolution decode: content scores, cuts, fades, dissolves.
+
+:func:`analyse_video` decodes the video once (slice threads, loop filter skipped, the codec's motion vectors
+exported) and
+keeps, per frame, a ~64 px wide YUV thumbnail (every ``width // 64``-th pixel of the decoded planes, as
+video2dataset downscales for PySceneDetect; no scaler pass over the full frame) and, about 8 times a
+second, the frame's motion vectors. Everything after is pure numpy over those arrays:
+
+- **content score** (:func:`content_scores`): PySceneDetect's ``content_val``, the mean absolute change
+  of hue, saturation and value between consecutive thumbnails (0-255 scale);
+- **hard cuts** (:func:`detect_transitions`): PySceneDetect's ``AdaptiveDetector`` rule (ratio >=
+  ``adaptive_threshold`` and score >= ``min_content``), but against the mean of the quieter side's
+  ``window`` neighbours rather than both sides' (so a cut into or out of fast motion is found); a cut
+  closer than ``min_scene_seconds`` to the previous one is dropped;
+- **flash suppression**: a spike whose content returns within two frames (the frame after the flash
+  is close to the frame before it) is not a cut;
+- **fades**: a run of dark frames with the ramps down to it and up from it is one transition; its frames
+  belong to neither neighbouring shot;
+- **dissolves**: a sustained run of moderate change whose middle frame is the average of its ends (a
+  cross-fade, unlike a pan or zoom, blends the two shots) is one transition with its span;
+- **motion** (:func:`motion_scores`): NeMo Curator's two figures over the codec's motion vectors,
+  or over frame differences at the analysis size for intra-only streams (no motion vectors).
+
+Frame ``i`` is the ``i``-th frame in decode (presentation) order; :class:`Analysis` keeps each frame's
+time so callers cut by seconds.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fgdata.media.errors import VideoDecodeError
+
+#: Analysis thumbnails are this wide (video2dataset's downscale for PySceneDetect: width // 64).
+ANALYSIS_WIDTH = 64
+#: NeMo Curator's patch size for the per-patch motion minimum, in source pixels.
+PATCH = 256
+#: A frame with at most 5 % of its pixels' luma (Y, 16-235) above this is black, for fades.
+DARK_LUMA = 36.0
+#: Motion vectors are read from about this many frames per second.
+MV_RATE = 8.0
+
+
+@dataclass(frozen=True)
+class CutSettings:
+    """The detector's settings (PySceneDetect's AdaptiveDetector defaults, its best published mean F1)."""
+
+    adaptive_threshold: float = 3.5
+    window: int = 3
+    min_content: float = 15.0
+    min_scene_seconds: float = 0.6
+
+    def to_json(self) -> dict[str, Any]:
+        return {"adaptive_threshold": self.adaptive_threshold, "window_width": self.window,
+                "min_content_val": self.min_content, "min_scene_seconds": self.min_scene_seconds}
+
+
+@dataclass
+class Analysis:
+    """What one decode says: per-frame times, thumbnails and motion, and the coded size."""
+
+    times: np.ndarray  # float64 [N] seconds from the first frame
+    thumbs: np.ndarray  # uint8 [N, h, w, 3] YUV, every (width // ANALYSIS_WIDTH)-th pixel
+    width: int  # coded size
+    height: int
+    fps: float
+    codec: str
+    # per frame: mean and per-256-px-patch mean of |motion vector| / (H + W); NaN where the frame has none
+    mv_mean: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    mv_patches: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    has_mvs: bool = False
+    pts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # each frame's pts (stream time_base)
+    time_base: float = 0.0
+    rotation: int = 0  # display rotation, degrees counter-clockwise
+    declared_frames: int = 0  # the container's frame count (0: not given); fewer decoded means truncation
+
+    def frame_seconds(self) -> float:
+        """One frame's duration (1 / fps)."""
+        return 1.0 / (self.fps or 25.0)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A change of shot between frames: ``first..last`` (inclusive) belong to neither shot; a hard cut has
+    ``first == last + 1`` (no frame in between: the new shot starts at ``first``)."""
+
+    kind: str  # "hard", "fade" or "dissolve"
+    first: int
+    last: int
+
+
+def _open(src: bytes | str | os.PathLike):  # noqa: ANN202 - an av container
+    import av
+
+    try:
+        return av.open(io.BytesIO(src) if isinstance(src, (bytes, bytearray)) else str(src))
+    except av.error.FFmpegError as e:
+        raise VideoDecodeError(f"cannot open video: {e}") from e
+
+
+def _patch_grid(width: int, height: int) -> tuple[int, int]:
+    return max(1, -(-height // PATCH)), max(1, -(-width // PATCH))
+
+
+def _mv_field(mvs: np.ndarray, width: int, height: int) -> tuple[float, np.ndarray]:
+    """NeMo's per-frame figures from one frame's motion vectors: mean magnitude over the frame (16x16 grid,
+    blocks without a vector count as still) and the mean of each 256-px patch, normalised by (H + W)."""
+    gh, gw = -(-height // 16), -(-width // 16)
+    grid = np.zeros((gh, gw), np.float32)
+    scale = np.maximum(mvs["motion_scale"].astype(np.float32), 1.0)
+    mag = np.hypot(mvs["motion_x"], mvs["motion_y"]).astype(np.float32) / scale / (height + width)
+    gx = np.clip(mvs["dst_x"].astype(np.int64) // 16, 0, gw - 1)
+    gy = np.clip(mvs["dst_y"].astype(np.int64) // 16, 0, gh - 1)
+    np.maximum.at(grid, (gy, gx), mag)
+    ph, pw = _patch_grid(width, height)
+    sums = np.zeros((ph * 16, pw * 16), np.float32)
+    sums[:gh, :gw] = grid
+    counts = np.zeros_like(sums)
+    counts[:gh, :gw] = 1.0
+    patches = sums.reshape(ph, 16, pw, 16).sum((1, 3)) / counts.reshape(ph, 16, pw, 16).sum((1, 3))
+    return float(grid.mean()), patches.ravel()
+
+
+def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Analysis:
+    """Decode ``src`` once: thumbnails for the cut detector and, with ``motion``, the codec's motion vectors."""
+    import av
+
+    thumbs: list[np.ndarray] = []
+    pts: list[float] = []
+    raw_pts: list[int] = []
+    rotation = 0
+    mv_mean: list[float] = []
+    mv_patches: list[np.ndarray] = []
+    has_mvs = False
+    with _open(src) as container:
+        if not container.streams.video:
+            raise VideoDecodeError("no video stream")
+        vs = container.streams.video[0]
+        # FFmpeg's frame threads export motion vectors racily (a rerun gives other vectors for a few frames, so
+        # other motion fields and other bytes): with motion, the decoder's slice threads only
+        vs.thread_type = "SLICE" if motion else "AUTO"
+        if motion:
+            vs.codec_context.options = {"flags2": "+export_mvs", "skip_loop_filter": "all"}
+        else:
+            vs.codec_context.options = {"skip_loop_filter": "all"}
+        cc = vs.codec_context
+        width, height = cc.width, cc.height
+        rate = vs.average_rate or vs.guessed_rate
+        step = max(1, width // ANALYSIS_WIDTH)  # video2dataset's downscale factor for PySceneDetect
+        tw, th = -(-width // step), -(-height // step)
+        ph, pw = _patch_grid(width, height)
+        mv_every = max(1, round((float(rate) if rate else 25.0) / MV_RATE))
+        tb = float(vs.time_base) if vs.time_base else 0.0
+        declared = vs.frames or 0
+        try:
+            for frame in container.decode(vs):
+                thumbs.append(_thumbnail(frame, step, tw, th))
+                if not thumbs[1:]:
+                    rotation = round(frame.rotation) % 360
+                pts.append(frame.pts * tb if frame.pts is not None else float("nan"))
+                raw_pts.append(frame.pts if frame.pts is not None else -1)
+                sd = frame.side_data.get("MOTION_VECTORS") if motion and (len(pts) - 1) % mv_every == 0 else None
+                if sd is not None:
+                    arr = sd.to_ndarray()
+                    if len(arr):
+                        has_mvs = True
+                        m, p = _mv_field(arr, width, height)
+                        mv_mean.append(m)
+                        mv_patches.append(p)
+                        continue
+                mv_mean.append(float("nan"))
+                mv_patches.append(np.full(ph * pw, np.nan, np.float32))
+        except av.error.FFmpegError as e:
+            raise VideoDecodeError(f"cannot decode video: {e}") from e
+    if not thumbs:
+        raise VideoDecodeError("no video frames")
+    fps = float(rate) if rate else 0.0
+    times = np.array(pts, np.float64)
+    if np.isnan(times).any() or not tb:
+        times = np.arange(len(thumbs)) / (fps or 25.0)
+    times -= times[0]
+    if not fps and len(times) > 1 and times[-1] > 0:
+        fps = (len(times) - 1) / times[-1]
+    return Analysis(times=times, thumbs=np.stack(thumbs), width=width, height=height, fps=fps, codec=cc.name,
+                    mv_mean=np.array(mv_mean, np.float64), mv_patches=np.stack(mv_patches), has_mvs=has_mvs,
+                    pts=np.array(raw_pts, np.int64), time_base=tb, rotation=rotation,
+                    declared_frames=declared)
+
+
+def _thumbnail(frame: Any, step: int, tw: int, th: int) -> np.ndarray:
+    """Every ``step``-th pixel of each plane (the chroma planes of 4:2:0 at half the step) as an [h, w, 3]
+    uint8 YUV thumbnail: no scaler pass over the full frame."""
+    if frame.format.name not in ("yuv420p", "yuvj420p") or step % 2:
+        small = frame.reformat(width=tw, height=th, format="yuv444p", interpolation="POINT")
+        return np.stack([_plane(small, k) for k in range(3)], -1)
+    y = _plane(frame, 0)[::step, ::step]
+    u = _plane(frame, 1)[:: step // 2, :: step // 2][: y.shape[0], : y.shape[1]]
+    v = _plane(frame, 2)[:: step // 2, :: step // 2][: y.shape[0], : y.shape[1]]
+    return np.stack([y, u, v], -1)
+
+
+def _plane(frame: Any, k: int) -> np.ndarray:
+    p = frame.planes[k]
+    return np.frombuffer(memoryview(p), np.uint8).reshape(p.height, p.line_size)[:, : p.width]
+
+
+def _rgb(yuv: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """BT.601 limited-range YUV thumbnails [N, h, w, 3] -> float32 R, G, B planes [N, h*w] (0-255).
+    Channel planes keep every numpy pass elementwise and contiguous."""
+    n = len(yuv)
+    planes = yuv.reshape(n, -1, 3).transpose(2, 0, 1).astype(np.float32)
+    y = (planes[0] - 16.0) * 1.164
+    u, v = planes[1] - 128.0, planes[2] - 128.0
+    return (np.clip(y + 1.596 * v, 0, 255), np.clip(y - 0.392 * u - 0.813 * v, 0, 255), np.clip(y + 2.017 * u, 0, 255))
+
+
+def _hsv(rgb: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """R, G, B planes (0-255) -> float32 HSV [3, N, P] on OpenCV's 8-bit scales (H 0-179, S and V 0-255), as
+    PySceneDetect's detector sees frames."""
+    r, g, b = rgb
+    v = np.maximum(np.maximum(r, g), b)
+    delta = v - np.minimum(np.minimum(r, g), b)
+    s = 255.0 * delta / np.maximum(v, 1e-6)
+    d = np.maximum(delta, 1e-6)
+    h = np.where(v == r, 60.0 * (g - b) / d, np.where(v == g, 120.0 + 60.0 * (b - r) / d, 240.0 + 60.0 * (r - g) / d))
+    h = np.where(delta > 0, np.mod(h, 360.0), 0.0) / 2.0
+    return np.stack([h.astype(np.float32), s, v])
+
+
+def _content(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Mean |dH|, |dS|, |dV| between HSV stacks ``a`` and ``b`` ([3, N, P]; one value per frame pair)."""
+    return np.abs(a - b).mean(axis=2).mean(axis=0)
+
+
+def content_scores(hsv: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per frame ``i`` of HSV thumbnails: content change against frame ``i-1``, ``i-2`` and ``i-3`` (0 where
+    there is none)."""
+    out = []
+    n = hsv.shape[1]
+    for k in (1, 2, 3):
+        s = np.zeros(n, np.float64)
+        if n > k:
+            s[k:] = _content(hsv[:, k:], hsv[:, :-k])
+        out.append(s)
+    return out[0], out[1], out[2]
+
+
+def _fades(luma: np.ndarray, dark: np.ndarray) -> list[Transition]:
+    """Each run of ``dark`` (black) frames with the ramps of mean brightness (``luma``) into and out of it:
+    one fade."""
+    out: list[Transition] = []
+    n = len(luma)
+    i = 0
+    while i < n:
+        if not dark[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and dark[j + 1]:
+            j += 1
+        a, b = i, j
+        while a > 0 and luma[a - 1] > luma[a] + 1.0:  # the ramp down
+            a -= 1
+        while b + 1 < n and luma[b + 1] > luma[b] + 1.0:  # the ramp up
+            b += 1
+        # a ramp's last frame is the first of the next shot once it stops brightening
+        out.append(Transition("fade", a, b))
+        i = j + 1
+    return out
+
+
+def _dissolves(hsv: np.ndarray, d1: np.ndarray, taken: np.ndarray, fps: float) -> list[Transition]:
+    """Cross-fades: runs (at most 2 s) of frames changing more than twice the video's median change, whose
+    ends differ as a cut does (>= 15) and whose middle frame is within a quarter of that of the average of
+    the ends (a blend; a pan's or zoom's middle frame is not)."""
+    out: list[Transition] = []
+    n = hsv.shape[1]
+    base = np.median(d1[1:]) if n > 1 else 0.0
+    active = (d1 > max(2.0 * base, 1.5)) & ~taken
+    i = 1
+    longest = max(6, round(2.0 * (fps or 25.0)))
+    while i < n:
+        if not active[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and active[j + 1] and j + 1 - i < longest:
+            j += 1
+        a, b = i - 1, j  # the last frame of the old shot, the first frame of the new one
+        if b - a >= 4:
+            first, after = hsv[:, a], hsv[:, b]
+            whole = float(np.abs(after - first).mean())
+            blend = float(np.abs(hsv[:, (a + b) // 2] - (first + after) / 2).mean())
+            if whole >= 15.0 and blend <= 0.25 * whole:
+                out.append(Transition("dissolve", a + 1, b - 1))
+        i = j + 1
+    return out
+
+
+def detect_transitions(analysis: Analysis, settings: CutSettings) -> list[Transition]:
+    """Hard cuts, fades and dissolves in frame order (see the module docstring for the rules)."""
+    thumbs = analysis.thumbs
+    n = len(thumbs)
+    if n < 2:
+        return []
+    hsv = _hsv(_rgb(thumbs))
+    d1, d2, d3 = content_scores(hsv)
+    grey = thumbs[..., 0].astype(np.float32)
+    luma = grey.mean(axis=(1, 2))
+    soft = _fades(luma, (grey > DARK_LUMA).mean(axis=(1, 2)) <= 0.05)
+    taken = np.zeros(n, bool)
+    for t in soft:
+        taken[max(0, t.first) : min(n, t.last + 2)] = True
+    soft += _dissolves(hsv, d1, taken, analysis.fps)
+    for t in soft:
+        taken[max(0, t.first) : min(n, t.last + 2)] = True
+    w = settings.window
+    min_gap = max(1, round(settings.min_scene_seconds * (analysis.fps or 25.0)))
+    hard: list[Transition] = []
+    last_cut = 0
+    for i in range(1, n):
+        if taken[i] or d1[i] < settings.min_content:
+            continue
+        # PySceneDetect averages both sides; the quieter side is used here, so a cut into (or out of) fast
+        # motion still stands out, while motion on both sides (a pan, a zoom) does not
+        before, after = d1[max(1, i - w) : i], d1[i + 1 : i + 1 + w]
+        sides = [float(x.mean()) for x in (before, after) if len(x)]
+        avg = min(sides) if sides else 0.0
+        if d1[i] < settings.adaptive_threshold * max(avg, 1e-3):
+            continue
+        # a flash: the content one or two frames on is back to what it was before the spike (or this frame
+        # is that return)
+        back = 0.5 * settings.min_content
+        if (i + 1 < n and d2[i + 1] < back) or (i + 2 < n and d3[i + 2] < back) or d2[i] < back or d3[i] < back:
+            continue
+        if i - last_cut < min_gap and (hard or last_cut):
+            continue
+        hard.append(Transition("hard", i, i - 1))
+        last_cut = i
+    return sorted(hard + soft, key=lambda t: t.first)
+
+
+@dataclass(frozen=True)
+class Scene:
+    """Frames ``first..last`` (inclusive) of one shot and what bounds it on each side."""
+
+    first: int
+    last: int
+    before: str  # "start", "hard", "fade", "dissolve"
+    after: str  # "end", "hard", "fade", "dissolve"
+
+
+def scenes_from(transitions: list[Transition], n: int) -> list[Scene]:
+    """The shots between transitions (a transition's frames belong to no shot)."""
+    scenes: list[Scene] = []
+    first, before = 0, "start"
+    for t in transitions:
+        if t.first - 1 >= first:
+            scenes.append(Scene(first, t.first - 1, before, t.kind))
+        first, before = t.last + 1, t.kind
+    if first <= n - 1:
+        scenes.append(Scene(first, n - 1, before, "end"))
+    return scenes
+
+
+def motion_scores(analysis: Analysis, first: int, last: int) -> tuple[float, float, str]:
+    """``(motion_mean, motion_min_patch, method)`` over frames ``first..last``: NeMo's ``global_mean`` and
+    ``per_patch_min_256`` from the codec's motion vectors (the frames of the clip read at MV_RATE per second,
+    magnitudes / (H + W)); streams without motion vectors (intra-only) use the mean absolute luma
+    difference between consecutive analysis frames (0-1), method ``frame-diff``."""
+    idx = np.arange(first, last + 1)
+    if len(idx) == 0:
+        return 0.0, 0.0, "none"
+    if analysis.has_mvs:
+        means = analysis.mv_mean[idx]
+        patches = analysis.mv_patches[idx]
+        ok = ~np.isnan(means)
+        if ok.any():
+            return float(means[ok].mean()), float(np.nanmin(np.nanmean(patches[ok], axis=0))), "motion-vectors"
+    if len(idx) < 2:
+        return 0.0, 0.0, "frame-diff"
+    y = analysis.thumbs[idx][..., 0].astype(np.float32) / 255.0
+    diff = np.abs(y[1:] - y[:-1])  # one fewer than the frames, h, w
+    # patches of 256 source px on the thumbnail grid
+    ph, pw = _patch_grid(analysis.width, analysis.height)
+    rows = np.array_split(np.arange(diff.shape[1]), ph)
+    cols = np.array_split(np.arange(diff.shape[2]), pw)
+    per = [float(diff[:, r][:, :, c].mean()) for r in rows for c in cols if len(r) and len(c)]
+    return float(diff.mean()), float(min(per)), "frame-diff"

@@ -1,0 +1,158 @@
+"""fgdata shard videos --split scenes: single-shot clips, their flat fields, filters, one analysis decode."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from fgdata.media import probe_video
+from fgdata.shards import discover_shards, iter_samples
+
+av = pytest.importorskip("av")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from scenes_synth import build, encode  # noqa: E402
+
+SIZE = (256, 144)
+PLAN = [("shot", 0, 40, 1.0), ("cut",), ("shot", 1, 40, 0.0), ("fade", 6, 3, 6), ("shot", 2, 50, 2.0),
+        ("cut",), ("shot", 3, 20, 1.0), ("cut",), ("shot", 4, 40, 4.0)]
+TYPES = {"source": str, "clip_index": int, "clip_start_s": float, "clip_end_s": float, "clip_frames": int,
+         "fps": float, "width": int, "height": int, "keyframe_aligned": bool, "cut_before": str, "cut_after": str,
+         "motion_mean": float, "motion_min_patch": float, "scenes_meta": dict}
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory) -> Path:
+    src = tmp_path_factory.mktemp("raw")
+    truth = build(SIZE, PLAN)
+    (src / "edit.mp4").write_bytes(encode(truth.frames, gop=10, audio=True))
+    (src / "edit.txt").write_text("an edited film")
+    (src / "phone.mp4").write_bytes(encode(build(SIZE, [("shot", 5, 40, 1.0)]).frames, rotate=90))
+    return src
+
+
+def _samples(dest: Path) -> list:
+    return [s for shard in discover_shards(str(dest)) for s in iter_samples(shard)]
+
+
+def _frames(data: bytes) -> int:
+    with av.open(io.BytesIO(data)) as c:
+        return sum(1 for _ in c.decode(video=0))
+
+
+@pytest.mark.parametrize("mode", ["copy", "exact"])
+def test_clips_fields_typed_and_sized(cli, videos: Path, tmp_path: Path, mode: str):
+    dest = tmp_path / "out"
+    cli("shard", "videos", videos, dest, "--split", "scenes", "--clip-mode", mode, "--min-clip-seconds", "1",
+        "--no-progress")
+    samples = _samples(dest)
+    docs = [json.loads(s.members["json"]) for s in samples]
+    edit = [d for d in docs if d["source"] == "edit.mp4"]
+    assert [(d["cut_before"], d["cut_after"]) for d in edit] == [
+        ("start", "hard"), ("hard", "fade"), ("fade", "hard"), ("hard", "end")]  # the 20-frame shot: too short
+    for s, d in zip(samples, docs):
+        for name, kind in TYPES.items():
+            assert isinstance(d[name], kind), (name, d[name])
+        assert d["clip_end_s"] - d["clip_start_s"] >= 1.0 - 1e-6
+        assert d["keyframe_aligned"] is (mode == "copy")
+        assert d["scenes_meta"]["motion_method"] == "motion-vectors"
+        assert _frames(s.members["mp4"]) == d["clip_frames"]
+        assert d["fgdata"]["source"] == d["source"]
+    phone = [d for d in docs if d["source"] == "phone.mp4"]
+    assert [(d["width"], d["height"]) for d in phone] == [(144, 256)]
+    assert probe_video(samples[docs.index(phone[0])].members["mp4"]).rotation == 90
+    for s, d in zip(samples, docs):  # audio cut to the span written
+        if d["source"] == "edit.mp4":
+            info = probe_video(s.members["mp4"])
+            assert info.audio_codec == "aac"
+            with av.open(io.BytesIO(s.members["mp4"])) as c:
+                audio = c.streams.audio[0]
+                seconds = float(audio.duration * audio.time_base)
+            assert abs(seconds - (d["clip_end_s"] - d["clip_start_s"])) < 0.1
+    report = json.loads((dest / "failures.json").read_text())
+    assert report["written"] == 2 and report["samples"] == len(samples)
+    assert [w["reason"].split(":")[0] for w in report["warnings"]] == ["filtered"]
+    assert "too-short" in report["warnings"][0]["reason"]
+
+
+def test_same_bytes_on_rerun_and_with_two_workers(cli, videos: Path, tmp_path: Path, snapshot):
+    # --maxcount 2: several clips per video spill over several shards of one unit (a unit's shard slots are
+    # not sized by its inputs, as for --clip-seconds)
+    for name, workers in (("a", "1"), ("b", "1"), ("c", "2")):
+        cli("shard", "videos", videos, tmp_path / name, "--split", "scenes", "--no-progress", "--maxcount", "2",
+            "--unit-size", "1", "--workers", workers)
+    a, b, c = (snapshot(tmp_path / name) for name in "abc")
+    written = [k for k in a if not k.startswith(".fgdata/") and k != "shard_job.json"]
+    assert len([k for k in written if k.endswith(".tar")]) >= 3, written
+    assert all(a[k] == b[k] == c[k] for k in written), [k for k in written if not a[k] == b[k] == c[k]]
+
+
+def test_motion_filters_counted(cli, videos: Path, tmp_path: Path):
+    dest = tmp_path / "out"
+    cli("shard", "videos", videos, dest, "--split", "scenes", "--min-motion", "1e-4", "--max-motion", "0.015",
+        "--json", "--no-progress")
+    docs = [json.loads(s.members["json"]) for s in _samples(dest)]
+    assert docs and all(1e-4 <= d["motion_mean"] <= 0.015 for d in docs)
+    report = json.loads((dest / "failures.json").read_text())
+    reasons = " ".join(w["reason"] for w in report["warnings"])
+    assert "motion-below-min" in reasons and "motion-above-max" in reasons  # the still shot, the fast pan
+    page = tmp_path / "report.html"
+    out = cli("report", dest, "-o", page, "--json", "-w", "1", expect=1).stdout  # 1: phone.mp4 has no caption
+    shown = json.loads(out[out.index("{"):])["filtered"]
+    assert shown == {r: reasons.count(f": {r}: ") for r in ("motion-above-max", "motion-below-min")}, reasons
+    assert "motion-below-min" in page.read_text()
+    everything = tmp_path / "none"
+    cli("shard", "videos", videos, everything, "--split", "scenes", "--min-motion", "1", "--no-progress", expect=1)
+    report = json.loads((everything / "failures.json").read_text())
+    assert report["failed_by_reason"] == {"filtered": 2}
+
+
+def test_one_analysis_decode_per_source(cli, videos: Path, tmp_path: Path, monkeypatch):
+    """Counted at PyAV's boundary: av.open of the source's bytes, and decode() on those containers."""
+    source = (videos / "edit.mp4").read_bytes()
+    opens: list[str] = []
+    real_open = av.open
+
+    class Counted:
+        def __init__(self, container):
+            self._c = container
+
+        def __enter__(self):
+            self._c.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self._c.__exit__(*exc)
+
+        def __getattr__(self, name):
+            return getattr(self._c, name)
+
+        def decode(self, *args, **kwargs):
+            opens.append("decode")
+            return self._c.decode(*args, **kwargs)
+
+    def counting_open(file, *args, **kwargs):
+        container = real_open(file, *args, **kwargs)
+        if isinstance(file, io.BytesIO) and file.getvalue() == source:
+            opens.append("open")
+            return Counted(container)
+        return container
+
+    src = tmp_path / "one"
+    src.mkdir()
+    (src / "edit.mp4").write_bytes(source)
+    monkeypatch.setattr(av, "open", counting_open)
+    cli("shard", "videos", src, tmp_path / "out", "--split", "scenes", "--no-progress")
+    assert opens.count("decode") == 1  # the analysis; the copy-mode clips come from one demux of packets
+    assert opens.count("open") == 2
+
+
+def test_bad_flags_are_one_line_errors(cli, videos: Path, tmp_path: Path):
+    for args in (["--split", "shots"], ["--split", "scenes", "--clip-seconds", "2"],
+                 ["--split", "scenes", "--clip-mode", "fast"],
+                 ["--split", "scenes", "--min-clip-seconds", "5", "--max-clip-seconds", "2"]):
+        result = cli("shard", "videos", videos, tmp_path / "x", *args, "--no-progress", expect=2)
+        assert "Traceback" not in result.output
