@@ -276,7 +276,9 @@ def _tokenizer(model_dir: str) -> Any:
 def _load_clip(model_dir: str) -> tuple[Any, Any, int]:
     """(CLIPModel in eval mode on the CPU, tokenizer, image size)."""
     from transformers import CLIPModel
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # fgdata reports its own progress; a loader bar per worker is noise
     files = clip_files(model_dir)
     tokenizer = _tokenizer(model_dir)
     if files.layout == "hf":
