@@ -244,6 +244,10 @@ def score_datasets(paths: list[str], options: ScoreOptions, *, workers: int = 1,
     if workers < 1:
         raise OptionError("--workers must be at least 1")
     check_files(options.model_dir, options.signals, options.device)
+    if workers > 1:
+        from fgdata.score.models import scorer
+
+        scorer.cache_clear()  # each worker process loads its own copy; this one need not hold the model meanwhile
     selection = resolve_shards(paths)
     read_only = [s for s in selection.shards if s.startswith(("http://", "https://"))]
     if read_only:
