@@ -10,6 +10,7 @@ is only read, never written.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -190,7 +191,10 @@ def _model_pass(batch: list[tuple[Any, dict[str, Any] | None, dict[str, bytes] |
         for i, got in zip(ready, model.score(images, captions, options.model_signals)):
             fields = batch[i][1]
             assert fields is not None
-            fields.update(got)
+            bad = sorted(k for k, v in got.items() if not math.isfinite(v))
+            if bad:  # never a NaN where a number is expected: the sample is reported instead
+                fields[ERROR_FIELD] = f"the model gave a non-finite {', '.join(bad)}"
+            fields.update({k: v for k, v in got.items() if k not in bad})
     for item, fields, _ in batch:
         yield item, fields
 

@@ -325,3 +325,22 @@ def test_missing_files_and_wrong_width_are_one_line_in_seconds(models, shards, t
     _heads(wide, width=768)
     bad = fg("score", str(shards), "--with", "aesthetic", "--model-dir", str(wide))
     assert bad.returncode == 1 and "768" in bad.stderr and str(EMBED) in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_non_finite_model_output_is_reported_not_written(models, shards, tmp_path):
+    import shutil
+
+    import torch
+
+    nan = tmp_path / "nan"
+    shutil.copytree(models["hf"], nan)
+    state = torch.load(nan / "clip_autokeras_binary_nsfw.pth", weights_only=True)
+    state["linear_4.bias"] = torch.full_like(state["linear_4.bias"], float("nan"))
+    torch.save(state, nan / "clip_autokeras_binary_nsfw.pth")
+    done = fg("score", str(shards), "--with", "nsfw", "--model-dir", str(nan), "--json")
+    assert done.returncode == 0, done.stderr
+    rows = _rows(shards)
+    assert json.loads(done.stdout)["failed_samples"] == len(rows)
+    for row in rows.values():
+        assert "p_nsfw" not in row and "p_safe" not in row and row["score_error"]
+    assert "non-finite p_nsfw, p_safe" in rows["nocaption"]["score_error"]
