@@ -109,6 +109,9 @@ def _clip(folder: Path, act: str = "quick_gelu"):
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     """hf: the HF layout (+ heads); open_clip: the same weights in open_clip's layout (+ the tokenizer files)."""
+    import shutil
+
+    import torch
     from safetensors.torch import save_file
 
     root = tmp_path_factory.mktemp("clip")
@@ -123,7 +126,11 @@ def models(tmp_path_factory) -> dict[str, Path]:
     (oc / "open_clip_config.json").write_text(json.dumps(cfg))
     save_file(_open_clip_state(model), str(oc / "open_clip_model.safetensors"))
     _tokenizer(oc)
-    return {"hf": root / "hf", "open_clip": oc}
+    pt = root / "open_clip_bin"  # the pickled variant, read with torch.load(weights_only=True)
+    shutil.copytree(oc, pt)
+    (pt / "open_clip_model.safetensors").unlink()
+    torch.save(_open_clip_state(model), pt / "open_clip_pytorch_model.bin")
+    return {"hf": root / "hf", "open_clip": oc, "open_clip_bin": pt}
 
 
 @pytest.fixture
@@ -239,15 +246,20 @@ def test_open_clip_layout_gives_the_hf_scores(models, shards, tmp_path):
     other = tmp_path / "other"
     shutil.copytree(shards, other)
     assert fg("score", str(shards), "--with", "clip", "--model-dir", str(models["hf"])).returncode == 0
-    done = fg("score", str(other), "--with", "clip", "--model-dir", str(models["open_clip"]))
-    assert done.returncode == 0, done.stderr
-    a, b = _rows(shards), _rows(other)
-    assert a.keys() == b.keys()
-    for key in a:
-        if "clip_score" in a[key]:
-            assert b[key]["clip_score"] == pytest.approx(a[key]["clip_score"], abs=1e-6)
+    a = _rows(shards)
+    for layout in ("open_clip", "open_clip_bin"):
+        for p in other.glob("*.scores.jsonl"):
+            p.unlink()
+        done = fg("score", str(other), "--with", "clip", "--model-dir", str(models[layout]))
+        assert done.returncode == 0, done.stderr
+        b = _rows(other)
+        assert a.keys() == b.keys()
+        assert sum("clip_score" in r for r in a.values()) == len(a) - 2  # the broken image, the one without a caption
+        for key in a:
+            if "clip_score" in a[key]:
+                assert b[key]["clip_score"] == pytest.approx(a[key]["clip_score"], abs=1e-6), (layout, key)
     meta = json.loads((other / "scores.json").read_text())["signals"]["clip"]
-    assert meta["model"] == {"clip": "open_clip_model.safetensors", "clip_layout": "open_clip"}
+    assert meta["model"] == {"clip": "open_clip_pytorch_model.bin", "clip_layout": "open_clip"}
 
 
 def test_open_clip_mapping_loads_every_key(models):
