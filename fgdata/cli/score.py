@@ -20,7 +20,10 @@ if TYPE_CHECKING:
 class ScoreFlags:
     """What ``score`` computes and how."""
 
-    signals: str = flag(typer.Option(..., "--with", help="Comma-separated signals: size (width, height, aspect), sharpness, exposure, uniformity, caption; basic = all of them."))
+    signals: str = flag(typer.Option(..., "--with", help="Comma-separated signals: size (width, height, aspect), sharpness, exposure, uniformity, caption (basic = all of these); clip (clip_score), aesthetic, nsfw (p_nsfw, p_safe) need --model-dir."))
+    model_dir: Optional[str] = flag(typer.Option(None, "--model-dir", help="Folder with the model files for clip, aesthetic and nsfw: a CLIP model (Hugging Face or open_clip layout) and the heads' files; nothing is downloaded."))
+    device: str = flag(typer.Option("cpu", "--device", help="Model signals: cpu, cuda (this rank's LOCAL_RANK GPU under torchrun) or auto."))
+    batch_size: int = flag(typer.Option(32, "--batch-size", min=1, help="Model signals: images per forward pass."))
     text_ext: str = flag(typer.Option("txt", "--text-ext", help="The caption member's extension."))
     image_ext: Optional[str] = flag(typer.Option(None, "--image-ext", help="The image member's extension (default: the sample's first image member)."))
     workers: int = flag(typer.Option(1, "--workers", "-w", min=1, help="Shards scored in parallel (processes)."))
@@ -38,6 +41,7 @@ def score_cmd(
     rewritten); the loaders join them into each sample's json as flat fields, so presets_filter and key_map see them.
 
     Example: fgdata score /data/shards --with basic
+    Example: fgdata score /data/shards --with clip,aesthetic,nsfw --model-dir /models/clip-vit-l-14 --device auto
 
     Scoring again with another signal adds its fields; a rerun skips shards already scored (resumable).
     FOLDER/scores.json records what each signal is (preprocessing, scale, model). Exit code 1 when a shard could
@@ -46,7 +50,8 @@ def score_cmd(
     from fgdata.score.job import ScoreOptions, parse_signals, score_datasets
 
     options = ScoreOptions(parse_signals(opts.signals), text_ext=opts.text_ext.lower().lstrip("."),
-                           image_ext=opts.image_ext.lower().lstrip(".") if opts.image_ext else None)
+                           image_ext=opts.image_ext.lower().lstrip(".") if opts.image_ext else None,
+                           model_dir=opts.model_dir, device=opts.device, batch_size=opts.batch_size)
     if opts.into:
         _into(paths, options, opts.workers, out)
         return

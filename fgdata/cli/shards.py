@@ -135,6 +135,15 @@ def inspect_cmd(
         raise typer.Exit(1)
 
 
+def _per_file(value: Any, cut: int | None) -> str:
+    """A model record's value: null (weight-free), one string, or one per file (model signals: the CLIP and a head)."""
+    if not value:
+        return "-"
+    if isinstance(value, dict):
+        return "\n".join(f"{k}: {str(v)[:cut]}" for k, v in value.items())
+    return str(value)[:cut]
+
+
 def _render_scores(scores: dict[str, dict[str, Any]]) -> None:
     """What each score of each folder is (FOLDER/scores.json): fields, model and its sha256, preprocessing, scale."""
     from rich.table import Table
@@ -144,9 +153,9 @@ def _render_scores(scores: dict[str, dict[str, Any]]) -> None:
         for column in ("signal", "fields", "model", "sha256", "preprocessing", "scale"):
             table.add_column(column)
         for name, info in signals.items():
-            sha = info.get("model_sha256")
-            table.add_row(name, ", ".join(info.get("fields", [])), str(info.get("model") or "-"),
-                          sha[:16] if sha else "-", str(info.get("preprocessing", "")), str(info.get("scale", "")))
+            table.add_row(name, ", ".join(info.get("fields", [])), _per_file(info.get("model"), None),
+                          _per_file(info.get("model_sha256"), 16), str(info.get("preprocessing", "")),
+                          str(info.get("scale", "")))
         console.print(table)
 
 

@@ -10,12 +10,14 @@ is only read, never written.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fgdata.errors import OptionError
+from fgdata.score.models import MODEL_SIGNALS
 from fgdata.score.signals import DESCRIPTIONS, IMAGE_SIGNALS, WEIGHT_FREE
 
 if TYPE_CHECKING:
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
 #: ``--with`` names that stand for several signals.
 GROUPS = {"basic": tuple(WEIGHT_FREE)}
+#: Every signal, in the order its fields are computed and listed.
+ALL_SIGNALS = (*WEIGHT_FREE, *MODEL_SIGNALS)
 
 
 def parse_signals(text: str) -> tuple[str, ...]:
@@ -35,23 +39,31 @@ def parse_signals(text: str) -> tuple[str, ...]:
         if not part:
             continue
         for name in GROUPS.get(part, (part,)):
-            if name not in WEIGHT_FREE:
-                known = ", ".join([*GROUPS, *WEIGHT_FREE])
+            if name not in ALL_SIGNALS:
+                known = ", ".join([*GROUPS, *ALL_SIGNALS])
                 raise OptionError(f"--with: unknown signal {name!r}; choose from {known}")
             if name not in names:
                 names.append(name)
     if not names:
         raise OptionError("--with: name at least one signal")
-    return tuple(n for n in WEIGHT_FREE if n in names)
+    return tuple(n for n in ALL_SIGNALS if n in names)
 
 
 @dataclass(frozen=True)
 class ScoreOptions:
-    """What ``score`` computes: the signals, the caption member and the image member (None: the first image)."""
+    """What ``score`` computes: the signals, the caption member and the image member (None: the first image); for
+    the model signals, the folder of weight files, the device and the batch size."""
 
     signals: tuple[str, ...]
     text_ext: str = "txt"
     image_ext: str | None = None
+    model_dir: str | None = None
+    device: str = "cpu"
+    batch_size: int = 32
+
+    @property
+    def model_signals(self) -> tuple[str, ...]:
+        return tuple(s for s in self.signals if s in MODEL_SIGNALS)
 
 
 @dataclass
@@ -86,9 +98,14 @@ class ScoreSummary:
                 "shards": [vars(s) for s in self.shards]}
 
 
-def signal_record(name: str) -> dict[str, Any]:
+def signal_record(name: str, options: ScoreOptions) -> dict[str, Any]:
     """What a signal is, recorded with its scores: its fields, model file and sha256 (None: no model),
     preprocessing and scale."""
+    if name in MODEL_SIGNALS:
+        from fgdata.score import models
+
+        assert options.model_dir is not None  # checked up front by models.check_files
+        return models.signal_record(name, options.model_dir)
     return {"fields": list(WEIGHT_FREE[name]), "model": None, "model_sha256": None, **DESCRIPTIONS[name]}
 
 
@@ -123,6 +140,65 @@ def sample_scores(members: dict[str, bytes], options: ScoreOptions) -> dict[str,
     return out
 
 
+def scored(items: Iterable[Any], members_of: Callable[[Any], dict[str, bytes] | None], options: ScoreOptions
+           ) -> Iterator[tuple[Any, dict[str, Any] | None]]:
+    """Each item with its sample's fields, in order (None for an item ``members_of`` gives no sample for). The
+    weight-free fields are computed per sample; the model signals run on batches of ``options.batch_size``."""
+    if not options.model_signals:
+        for item in items:
+            members = members_of(item)
+            yield item, None if members is None else sample_scores(members, options)
+        return
+    batch: list[tuple[Any, dict[str, Any] | None, dict[str, bytes] | None]] = []
+    for item in items:
+        members = members_of(item)
+        batch.append((item, None if members is None else sample_scores(members, options), members))
+        if sum(m is not None for _, _, m in batch) >= options.batch_size:
+            yield from _model_pass(batch, options)
+            batch = []
+    yield from _model_pass(batch, options)
+
+
+def _model_pass(batch: list[tuple[Any, dict[str, Any] | None, dict[str, bytes] | None]], options: ScoreOptions
+                ) -> Iterator[tuple[Any, dict[str, Any] | None]]:
+    """Add the model fields to one batch: images that cannot be decoded get ``score_error`` and no model fields."""
+    from fgdata.media.errors import MediaError
+    from fgdata.score.models import preprocess, scorer
+    from fgdata.score.signals import caption_text
+    from fgdata.shards.scores import ERROR_FIELD
+
+    if not batch:
+        return
+    assert options.model_dir is not None
+    model = scorer(options.model_dir, options.device, options.model_signals)
+    ready: list[int] = []
+    images, captions = [], []
+    for i, (_, fields, members) in enumerate(batch):
+        if members is None or fields is None:
+            continue
+        found = _image_member(members, options.image_ext)
+        if found is None:
+            fields[ERROR_FIELD] = f"no {options.image_ext or 'image'} member"
+            continue
+        try:
+            images.append(preprocess(found[1], model.image_size))
+        except MediaError as exc:
+            fields[ERROR_FIELD] = f".{found[0]}: {_ADDRESS.sub('>', str(exc))}"
+            continue
+        ready.append(i)
+        captions.append(caption_text(members, options.text_ext))
+    if images:
+        for i, got in zip(ready, model.score(images, captions, options.model_signals)):
+            fields = batch[i][1]
+            assert fields is not None
+            bad = sorted(k for k, v in got.items() if not math.isfinite(v))
+            if bad:  # never a NaN where a number is expected: the sample is reported instead
+                fields[ERROR_FIELD] = f"the model gave a non-finite {', '.join(bad)}"
+            fields.update({k: v for k, v in got.items() if k not in bad})
+    for item, fields, _ in batch:
+        yield item, fields
+
+
 def score_shard(shard: str, options: ScoreOptions) -> ShardScored:
     """Score one shard and write its score file (the unit; see the module docstring)."""
     from fgdata import storage
@@ -135,23 +211,23 @@ def score_shard(shard: str, options: ScoreOptions) -> ShardScored:
     if old is not None and old.shard_size != size:
         old = None  # the shard was rewritten: its old scores describe other bytes
     done = ShardScored(shard)
-    if old is not None and set(options.signals) <= set(old.signals):
+    if old is not None and all(old.signals.get(n) == signal_record(n, options) for n in options.signals):
         done.samples = len(old.rows)
         done.failed = sum(ERROR_FIELD in r for r in old.rows.values())
         done.skipped = True
         return done
     rows: dict[str, dict[str, Any]] = {}
     try:
-        for s in iter_samples(shard):
+        for s, fields in scored(iter_samples(shard), lambda s: s.members, options):
             row = dict(old.rows.get(s.key, {})) if old is not None else {}
             row.pop(ERROR_FIELD, None)
-            row.update(sample_scores(s.members, options))
+            row.update(fields or {})
             rows[s.key] = row
     except FgdataError as exc:
         done.error = str(exc)
         return done
     signals = dict(old.signals) if old is not None else {}
-    signals.update({name: signal_record(name) for name in options.signals})
+    signals.update({name: signal_record(name, options) for name in options.signals})
     # a signal asked for again is recomputed; one that failed on some samples this time leaves them without it
     write_scores(shard, ScoreFile(storage.basename(shard), size, dict(sorted(signals.items())), rows))
     done.samples = len(rows)
@@ -167,8 +243,15 @@ def score_datasets(paths: list[str], options: ScoreOptions, *, workers: int = 1,
     from fgdata.shards.scores import read_meta, write_meta
     from fgdata.shards.select import resolve_shards
 
+    from fgdata.score.models import check_files
+
     if workers < 1:
         raise OptionError("--workers must be at least 1")
+    check_files(options.model_dir, options.signals, options.device)
+    if workers > 1:
+        from fgdata.score.models import scorer
+
+        scorer.cache_clear()  # each worker process loads its own copy; this one need not hold the model meanwhile
     selection = resolve_shards(paths)
     read_only = [s for s in selection.shards if s.startswith(("http://", "https://"))]
     if read_only:
@@ -183,7 +266,7 @@ def score_datasets(paths: list[str], options: ScoreOptions, *, workers: int = 1,
         outputs.output_done()
     for folder in selection.folders:
         meta = read_meta(folder)
-        new = {name: signal_record(name) for name in options.signals}
+        new = {name: signal_record(name, options) for name in options.signals}
         if any(meta.get(k) != v for k, v in new.items()):
             write_meta(folder, dict(sorted({**meta, **new}.items())))
     return summary
@@ -204,25 +287,34 @@ def score_into(path: str, options: ScoreOptions, run: RunSettings | None = None)
     from fgdata.encode.jobs import task_samples, user_json
     from fgdata.errors import FgdataError
     from fgdata.jobs.tasks import Result, Task, TaskJob, run_tasks, shard_tasks
+    from fgdata.score.models import check_files
     from fgdata.shards.scores import ERROR_FIELD, scores_path, write_meta
 
+    check_files(options.model_dir, options.signals, options.device)
     tasks = shard_tasks(path)
     for t in tasks:
         if t.source is not None and storage.exists(scores_path(t.source)):
             raise FgdataError(f"{scores_path(t.source)}: this shard's scores are kept beside it; --into would leave "
                               "that file describing old bytes (remove it, or score without --into)")
 
-    def produce(task: Task) -> Any:
+    def readable(task: Task) -> Iterator[Any]:
+        """Each sample with its json object, or a Result to pass on (skipped, or a json that is not an object)."""
         for s in task_samples(task):
             if isinstance(s, Result):
                 yield s
                 continue
             try:
-                doc = user_json(s.members.get("json"))
+                yield s, user_json(s.members.get("json"))
             except FgdataError as exc:
                 yield Result(s.index, s.key, None, str(exc), original=s.members)
+
+    def produce(task: Task) -> Any:
+        for item, fields in scored(readable(task), lambda it: None if isinstance(it, Result) else it[0].members,
+                                   options):
+            if fields is None:
+                yield item
                 continue
-            fields = sample_scores(s.members, options)
+            s, doc = item
             if ERROR_FIELD in fields:
                 yield Result(s.index, s.key, None, f"score: {fields[ERROR_FIELD]}", original=s.members)
                 continue
@@ -232,7 +324,7 @@ def score_into(path: str, options: ScoreOptions, run: RunSettings | None = None)
             yield Result(s.index, s.key, members)
 
     def provenance() -> dict[str, Any]:
-        return {"signals": {name: signal_record(name) for name in options.signals}}
+        return {"signals": {name: signal_record(name, options) for name in options.signals}}
 
     # one job (state folder, resume record, provenance entry) per signal set: scoring another signal later is a
     # job of its own that adds its fields, while a rerun of the same set resumes

@@ -1,0 +1,431 @@
+"""Model-based signals from local weight files only: CLIP image-text similarity, the LAION aesthetic and NSFW heads.
+
+Nothing is downloaded: ``--model-dir DIR`` holds the files, and a missing one is a one-line error naming the file
+expected, raised before any shard is read (:func:`check_files`). Layouts read:
+
+- **CLIP, Hugging Face layout**: ``config.json`` with ``model.safetensors`` or ``pytorch_model.bin`` and the
+  tokenizer files (``tokenizer.json``, or ``vocab.json`` + ``merges.txt``), loaded with transformers'
+  ``CLIPModel.from_pretrained`` and ``CLIPTokenizer(Fast)``.
+- **CLIP, open_clip hub layout** (as LAION publishes its models): ``open_clip_config.json`` with
+  ``open_clip_model.safetensors`` or ``open_clip_pytorch_model.bin`` (``torch.load(weights_only=True)``), plus the
+  same tokenizer files. open_clip itself needs torchvision, which has no build beside the CPU torch pinned here,
+  so the checkpoint is loaded into transformers' ``CLIPModel`` through :func:`open_clip_to_hf` (the key mapping)
+  and :func:`open_clip_config` (the config mapping); every key must map, and every CLIPModel weight be filled.
+- **Aesthetic head** (LAION improved aesthetic predictor): ``sac+logos+ava1-l14-linearMSE.pth`` (or ``.safetensors``)
+  with keys ``layers.{0,2,4,6,7}.{weight,bias}``: Linear(D, 1024), Dropout, Linear(1024, 128), Dropout,
+  Linear(128, 64), Dropout, Linear(64, 16), Linear(16, 1), no activations; D is read from the file (768 for ViT-L/14).
+- **NSFW head** (LAION CLIP-based NSFW detector, NeMo Curator's PyTorch port): ``clip_autokeras_binary_nsfw.pth``
+  (or ``.safetensors``) with keys ``norm.mean``, ``norm.variance``, ``linear_{1,2,3,4}.{weight,bias}``:
+  ``(x - mean) / sqrt(variance)``, Linear(D, 64), ReLU, Linear(64, 512), ReLU, Linear(512, 256), ReLU,
+  Linear(256, 1), sigmoid.
+
+Both heads read the L2-normalised CLIP image embedding; its width must equal the head's D.
+
+CLIP's preprocessing, written with Pillow and numpy (torchvision's ``Resize``/``CenterCrop`` arithmetic, as
+open_clip uses): the displayed image (EXIF orientation, alpha on white) in RGB, its shorter side resized to the
+model's image size with Pillow's bicubic filter (longer side ``int(size * long / short)``), centre-cropped
+(offset ``round((side - size) / 2)``), divided by 255 and normalised with CLIP's mean and std.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fgdata.errors import FgdataError, OptionError
+
+if TYPE_CHECKING:
+    import torch
+
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+OPEN_CLIP_CONFIG = "open_clip_config.json"
+OPEN_CLIP_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+TOKENIZER_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"))
+AESTHETIC_FILES = ("sac+logos+ava1-l14-linearMSE.pth", "sac+logos+ava1-l14-linearMSE.safetensors")
+NSFW_FILES = ("clip_autokeras_binary_nsfw.pth", "clip_autokeras_binary_nsfw.safetensors")
+
+#: Signal name -> the fields it writes.
+MODEL_SIGNALS: dict[str, tuple[str, ...]] = {
+    "clip": ("clip_score",),
+    "aesthetic": ("aesthetic",),
+    "nsfw": ("p_nsfw", "p_safe"),
+}
+PREPROCESSING = ("displayed image in RGB; shorter side resized to {size} (Pillow bicubic), centre crop {size}x{size}, "
+                 "/255, normalised with CLIP mean (0.48145466, 0.4578275, 0.40821073) and std "
+                 "(0.26862954, 0.26130258, 0.27577711)")
+SCALES = {
+    "clip": "raw cosine of the L2-normalised image and text embeddings, -1..1 (not x100 or x2.5); caption from the "
+            "caption member, truncated to the model's context length; no field without a caption",
+    "aesthetic": "LAION improved aesthetic predictor on the L2-normalised CLIP image embedding; about 1..10",
+    "nsfw": "LAION CLIP-based NSFW detector on the L2-normalised CLIP image embedding; p_nsfw 0..1 (1 = NSFW), "
+            "p_safe = 1 - p_nsfw",
+}
+
+
+def _first(model_dir: str, names: tuple[str, ...]) -> str | None:
+    return next((os.path.join(model_dir, n) for n in names if os.path.isfile(os.path.join(model_dir, n))), None)
+
+
+def _need(model_dir: str, names: tuple[str, ...], what: str) -> str:
+    found = _first(model_dir, names)
+    if found is None:
+        raise FgdataError(f"--model-dir {model_dir}: {what} needs {' or '.join(names)} there (nothing is downloaded)")
+    return found
+
+
+@dataclass(frozen=True)
+class ClipFiles:
+    """Where a CLIP model's files are: its layout (``hf`` or ``open_clip``), config and weights."""
+
+    layout: str
+    config: str
+    weights: str
+
+
+def clip_files(model_dir: str) -> ClipFiles:
+    """The CLIP model in ``model_dir`` (open_clip layout when ``open_clip_config.json`` is there), its tokenizer
+    checked too; a missing file is a one-line error naming it."""
+    if not os.path.isdir(model_dir):
+        raise FgdataError(f"--model-dir {model_dir}: no such folder")
+    if os.path.isfile(os.path.join(model_dir, OPEN_CLIP_CONFIG)):
+        files = ClipFiles("open_clip", os.path.join(model_dir, OPEN_CLIP_CONFIG),
+                          _need(model_dir, OPEN_CLIP_WEIGHTS, "an open_clip CLIP model"))
+    else:
+        config = _need(model_dir, ("config.json", OPEN_CLIP_CONFIG), "a CLIP model")
+        files = ClipFiles("hf", config, _need(model_dir, HF_WEIGHTS, "a Hugging Face CLIP model"))
+    if not any(all(os.path.isfile(os.path.join(model_dir, n)) for n in group) for group in TOKENIZER_FILES):
+        raise FgdataError(f"--model-dir {model_dir}: the CLIP tokenizer needs tokenizer.json or vocab.json and "
+                          "merges.txt there (nothing is downloaded)")
+    return files
+
+
+def head_file(model_dir: str, signal: str) -> str:
+    return _need(model_dir, AESTHETIC_FILES if signal == "aesthetic" else NSFW_FILES, f"the {signal} signal")
+
+
+def check_files(model_dir: str | None, signals: tuple[str, ...], device: str = "cpu") -> None:
+    """Fail fast (before any shard is read) when a model signal's file is missing, or the files do not load
+    together (a head's input width that is not the CLIP embedding's): the models are loaded once here, and a
+    unit in this process reuses them."""
+    wanted = [s for s in signals if s in MODEL_SIGNALS]
+    if not wanted:
+        return
+    if model_dir is None:
+        raise OptionError(f"--with {','.join(wanted)}: needs --model-dir DIR with the model files (nothing is "
+                          "downloaded)")
+    clip_files(model_dir)
+    for s in wanted:
+        if s != "clip":
+            head_file(model_dir, s)
+    scorer(model_dir, device, tuple(wanted))
+
+
+@functools.lru_cache(maxsize=None)
+def _sha256(path: str, size: int, mtime: float) -> str:
+    from fgdata.fid.detectors import sha256_file
+
+    return sha256_file(path)
+
+
+def file_sha256(path: str) -> str:
+    """A weight file's sha256, hashed once per process (keyed on its size and mtime)."""
+    st = os.stat(path)
+    return _sha256(path, st.st_size, st.st_mtime)
+
+
+def clip_image_size(files: ClipFiles) -> int:
+    with open(files.config, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    if files.layout == "open_clip":
+        return int(doc["model_cfg"]["vision_cfg"]["image_size"])
+    return int(doc.get("vision_config", {}).get("image_size", 224))
+
+
+def signal_record(name: str, model_dir: str) -> dict[str, Any]:
+    """What a model signal is: its fields, model files with their sha256, preprocessing and scale."""
+    files = clip_files(model_dir)
+    model: dict[str, Any] = {"clip": os.path.basename(files.weights), "clip_layout": files.layout}
+    sha: dict[str, Any] = {"clip": file_sha256(files.weights)}
+    if name != "clip":
+        head = head_file(model_dir, name)
+        model[name], sha[name] = os.path.basename(head), file_sha256(head)
+    return {"fields": list(MODEL_SIGNALS[name]), "model": model, "model_sha256": sha,
+            "preprocessing": PREPROCESSING.format(size=clip_image_size(files)), "scale": SCALES[name]}
+
+
+def preprocess(data: bytes, size: int) -> np.ndarray:
+    """One image as CLIP's input, ``(3, size, size)`` float32 (see the module docstring)."""
+    from PIL import Image
+
+    from fgdata.media.image import decode_display
+
+    im, _ = decode_display(data)
+    im = im.convert("RGB")
+    w, h = im.size
+    if w <= h:
+        nw, nh = size, int(size * h / w)
+    else:
+        nw, nh = int(size * w / h), size
+    im = im.resize((nw, nh), Image.Resampling.BICUBIC)
+    left, top = int(round((nw - size) / 2.0)), int(round((nh - size) / 2.0))
+    im = im.crop((left, top, left + size, top + size))
+    unit = np.asarray(im, dtype=np.float32) / np.float32(255.0)
+    norm = (unit - np.asarray(CLIP_MEAN, np.float32)) / np.asarray(CLIP_STD, np.float32)
+    return np.ascontiguousarray(norm.transpose(2, 0, 1), dtype=np.float32)
+
+
+def _load_state(path: str) -> dict[str, torch.Tensor]:
+    import torch
+
+    try:
+        if path.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            return dict(load_file(path))
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a corrupt or foreign file: name it in one line
+        raise FgdataError(f"{path}: cannot be read as weights ({type(exc).__name__}: {exc})") from None
+    if not isinstance(state, dict):
+        raise FgdataError(f"{path}: not a state dict")
+    return dict(state.get("state_dict", state))
+
+
+def open_clip_config(model_cfg: dict[str, Any], tokenizer: Any) -> Any:
+    """open_clip's ``model_cfg`` as a transformers ``CLIPConfig`` (heads = width / head_width for the image tower;
+    ``quick_gelu`` -> activation ``quick_gelu`` as OpenAI's models use, else ``gelu``)."""
+    from transformers import CLIPConfig
+
+    v, t = model_cfg["vision_cfg"], model_cfg["text_cfg"]
+    act = "quick_gelu" if model_cfg.get("quick_gelu") else "gelu"
+    return CLIPConfig(
+        projection_dim=model_cfg["embed_dim"],
+        vision_config={"hidden_size": v["width"], "num_hidden_layers": v["layers"], "patch_size": v["patch_size"],
+                       "image_size": v["image_size"], "num_attention_heads": v["width"] // v.get("head_width", 64),
+                       "intermediate_size": int(v["width"] * v.get("mlp_ratio", 4.0)), "hidden_act": act,
+                       "layer_norm_eps": 1e-5},
+        text_config={"hidden_size": t["width"], "num_hidden_layers": t["layers"], "num_attention_heads": t["heads"],
+                     "max_position_embeddings": t.get("context_length", 77), "vocab_size": t.get("vocab_size", 49408),
+                     "intermediate_size": int(t["width"] * t.get("mlp_ratio", 4.0)), "hidden_act": act,
+                     "layer_norm_eps": 1e-5, "bos_token_id": tokenizer.bos_token_id,
+                     "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id},
+    )
+
+
+_BLOCK = {"attn.out_proj": "self_attn.out_proj", "ln_1": "layer_norm1", "ln_2": "layer_norm2",
+          "mlp.c_fc": "mlp.fc1", "mlp.c_proj": "mlp.fc2"}
+_FIXED = {"visual.conv1.weight": "vision_model.embeddings.patch_embedding.weight",
+          "visual.class_embedding": "vision_model.embeddings.class_embedding",
+          "visual.positional_embedding": "vision_model.embeddings.position_embedding.weight",
+          "token_embedding.weight": "text_model.embeddings.token_embedding.weight",
+          "positional_embedding": "text_model.embeddings.position_embedding.weight",
+          "logit_scale": "logit_scale"}
+_NORMS = {"visual.ln_pre": "vision_model.pre_layrnorm", "visual.ln_post": "vision_model.post_layernorm",
+          "ln_final": "text_model.final_layer_norm"}
+
+
+def open_clip_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """open_clip's state dict -> transformers ``CLIPModel`` keys. Each resblock's ``attn.in_proj_{weight,bias}`` is
+    split in three (q, k, v); ``visual.proj`` and ``text_projection`` (``x @ proj``) are transposed into the
+    Linear weights ``visual_projection`` / ``text_projection``. A key not in the mapping is an error."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        if key in _FIXED:
+            out[_FIXED[key]] = value
+        elif key == "visual.proj":
+            out["visual_projection.weight"] = value.t().contiguous()
+        elif key == "text_projection":
+            out["text_projection.weight"] = value.t().contiguous()
+        elif key.rsplit(".", 1)[0] in _NORMS:
+            base, leaf = key.rsplit(".", 1)
+            out[f"{_NORMS[base]}.{leaf}"] = value
+        elif key.startswith(("visual.transformer.resblocks.", "transformer.resblocks.")):
+            tower = "vision_model" if key.startswith("visual.") else "text_model"
+            rest = key.split("resblocks.", 1)[1]
+            n, inner = rest.split(".", 1)
+            prefix = f"{tower}.encoder.layers.{n}"
+            if inner in ("attn.in_proj_weight", "attn.in_proj_bias"):
+                leaf = "weight" if inner.endswith("weight") else "bias"
+                for name, part in zip(("q_proj", "k_proj", "v_proj"), value.chunk(3, dim=0)):
+                    out[f"{prefix}.self_attn.{name}.{leaf}"] = part.contiguous()
+                continue
+            base, leaf = inner.rsplit(".", 1)
+            if base not in _BLOCK:
+                raise FgdataError(f"open_clip weights: unexpected key {key!r} (not a ViT CLIP this mapping knows)")
+            out[f"{prefix}.{_BLOCK[base]}.{leaf}"] = value
+        elif key == "attn_mask":
+            continue  # open_clip's causal mask buffer (older checkpoints save it); CLIPModel builds its own
+        else:
+            raise FgdataError(f"open_clip weights: unexpected key {key!r} (not a ViT CLIP this mapping knows)")
+    return out
+
+
+def _tokenizer(model_dir: str) -> Any:
+    from transformers import CLIPTokenizer  # tokenizers-backed: reads tokenizer.json or vocab.json + merges.txt
+
+    return CLIPTokenizer.from_pretrained(model_dir, local_files_only=True)
+
+
+def _load_clip(model_dir: str) -> tuple[Any, Any, int]:
+    """(CLIPModel in eval mode on the CPU, tokenizer, image size)."""
+    from transformers import CLIPModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # fgdata reports its own progress; a loader bar per worker is noise
+    files = clip_files(model_dir)
+    tokenizer = _tokenizer(model_dir)
+    if files.layout == "hf":
+        model = CLIPModel.from_pretrained(model_dir, local_files_only=True)
+    else:
+        with open(files.config, encoding="utf-8") as fh:
+            cfg = json.load(fh)
+        model = CLIPModel(open_clip_config(cfg["model_cfg"], tokenizer))
+        state = open_clip_to_hf(_load_state(files.weights))
+        expected = {k for k in model.state_dict()}
+        missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
+        if missing or extra:
+            raise FgdataError(f"{files.weights}: does not fit {OPEN_CLIP_CONFIG} (missing {missing[:3]}, "
+                              f"unexpected {extra[:3]})")
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise FgdataError(f"{files.weights}: does not fit {OPEN_CLIP_CONFIG} ({str(exc).splitlines()[-1]})") \
+                from None
+    model.eval()
+    config: Any = model.config
+    return model, tokenizer, int(config.vision_config.image_size)
+
+
+def _aesthetic_head(state: dict[str, torch.Tensor], path: str) -> torch.nn.Module:
+    from torch import nn
+
+    if "layers.0.weight" not in state:
+        raise FgdataError(f"{path}: not the aesthetic predictor (no layers.0.weight)")
+    width = int(state["layers.0.weight"].shape[1])
+    head = nn.Sequential(nn.Linear(width, 1024), nn.Dropout(0.2), nn.Linear(1024, 128), nn.Dropout(0.2),
+                         nn.Linear(128, 64), nn.Dropout(0.1), nn.Linear(64, 16), nn.Linear(16, 1))
+    _load_head(head, {k.removeprefix("layers."): v for k, v in state.items()}, path)
+    return head
+
+
+def _nsfw_head(state: dict[str, torch.Tensor], path: str) -> torch.nn.Module:
+    import torch
+    from torch import nn
+
+    if "linear_1.weight" not in state:
+        raise FgdataError(f"{path}: not the NSFW detector (no linear_1.weight)")
+    width = int(state["linear_1.weight"].shape[1])
+
+    class Norm(nn.Module):
+        mean: torch.Tensor
+        variance: torch.Tensor
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("mean", torch.zeros(width))
+            self.register_buffer("variance", torch.ones(width))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return (x - self.mean) / self.variance.sqrt()
+
+    class Head(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = Norm()
+            self.linear_1, self.linear_2 = nn.Linear(width, 64), nn.Linear(64, 512)
+            self.linear_3, self.linear_4 = nn.Linear(512, 256), nn.Linear(256, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = torch.relu(self.linear_1(self.norm(x)))
+            x = torch.relu(self.linear_2(x))
+            x = torch.relu(self.linear_3(x))
+            return torch.sigmoid(self.linear_4(x))
+
+    head = Head()
+    _load_head(head, state, path)
+    return head
+
+
+def _load_head(head: torch.nn.Module, state: dict[str, torch.Tensor], path: str) -> None:
+    try:
+        head.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise FgdataError(f"{path}: does not fit the published layout ({str(exc).splitlines()[-1].strip()})") \
+            from None
+    head.eval()
+
+
+@dataclass
+class Scorer:
+    """A loaded CLIP model (and heads) on one device."""
+
+    model: Any
+    tokenizer: Any
+    image_size: int
+    device: str
+    heads: dict[str, Any]
+
+    def score(self, images: list[np.ndarray], captions: list[str | None], signals: tuple[str, ...]
+              ) -> list[dict[str, float]]:
+        """The model fields of one batch (already preprocessed images; None caption: no ``clip_score``)."""
+        import torch
+
+        with torch.no_grad():
+            return self._score(torch, images, captions, signals)
+
+    def _score(self, torch: Any, images: list[np.ndarray], captions: list[str | None], signals: tuple[str, ...]
+               ) -> list[dict[str, float]]:
+        pixels = torch.from_numpy(np.stack(images)).to(self.device)
+        img = self.model.visual_projection(self.model.vision_model(pixel_values=pixels).pooler_output)
+        img = torch.nn.functional.normalize(img.float(), dim=-1)
+        out: list[dict[str, float]] = [{} for _ in images]
+        if "clip" in signals:
+            which = [i for i, c in enumerate(captions) if c is not None]
+            if which:
+                tok = self.tokenizer([captions[i] for i in which], padding="max_length", truncation=True,
+                                     max_length=self.model.config.text_config.max_position_embeddings,
+                                     return_tensors="pt")
+                txt = self.model.text_projection(self.model.text_model(
+                    input_ids=tok["input_ids"].to(self.device),
+                    attention_mask=tok["attention_mask"].to(self.device)).pooler_output)
+                txt = torch.nn.functional.normalize(txt.float(), dim=-1)
+                cos = (img[which] * txt).sum(-1).cpu().tolist()
+                for i, c in zip(which, cos):
+                    out[i]["clip_score"] = float(c)
+        if "aesthetic" in signals:
+            for o, v in zip(out, self.heads["aesthetic"](img).squeeze(-1).cpu().tolist()):
+                o["aesthetic"] = float(v)
+        if "nsfw" in signals:
+            for o, v in zip(out, self.heads["nsfw"](img).squeeze(-1).cpu().tolist()):
+                o["p_nsfw"], o["p_safe"] = float(v), 1.0 - float(v)
+        return out
+
+
+@functools.lru_cache(maxsize=4)
+def scorer(model_dir: str, device: str, signals: tuple[str, ...]) -> Scorer:
+    """The CLIP model and the heads ``signals`` need, loaded once per process."""
+    from fgdata.encode.models import resolve_device
+
+    dev = resolve_device(device)
+    model, tokenizer, size = _load_clip(model_dir)
+    model.to(dev)
+    width = int(model.config.projection_dim)
+    heads: dict[str, Any] = {}
+    for name in signals:
+        if name in ("aesthetic", "nsfw"):
+            path = head_file(model_dir, name)
+            state = _load_state(path)
+            head = _aesthetic_head(state, path) if name == "aesthetic" else _nsfw_head(state, path)
+            takes = int(state["layers.0.weight" if name == "aesthetic" else "linear_1.weight"].shape[1])
+            if takes != width:
+                raise FgdataError(f"{path}: the {name} head takes {takes}-wide CLIP image embeddings, but the CLIP "
+                                  f"model in {model_dir} gives {width}-wide ones (use the CLIP it was trained on)")
+            heads[name] = head.to(dev)
+    return Scorer(model, tokenizer, size, dev, heads)
