@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,19 @@ def test_one_worker_and_two_give_the_same_bytes_and_sigkill_then_rerun_the_unint
     assert len([rel for rel in runs[1] if rel.endswith(".tar")]) >= 3  # the kill below lands between shards
     stop_trials(_argv(src, "{out}", 2, extra), out=out, clean=out / "clean",
                 stops=[(1, signal.SIGKILL), (2, signal.SIGKILL)])
+
+
+def test_torchrun_ranks_give_the_local_bytes(shard_source, tmp_path):
+    """Two torchrun ranks (real ``torch.distributed.run`` on CPU) share the source shards' work units and write the
+    bytes one local process writes."""
+    pytest.importorskip("torch")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    local = subprocess.run(_argv(shard_source, str(tmp_path / "local"), 1, ["--unit-size", "8"]),
+                           capture_output=True, text=True, timeout=300, env=env)
+    assert local.returncode == 0, local.stderr[-3000:]
+    ranks = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                            *_argv(shard_source, str(tmp_path / "ranks"), 1, ["--unit-size", "8"])[1:]],
+                           capture_output=True, text=True, timeout=300, env=env)
+    assert ranks.returncode == 0, ranks.stderr[-3000:]
+    skip = lambda rel: rel.startswith(".fgdata/")  # noqa: E731
+    assert tree(tmp_path / "ranks", skip) == tree(tmp_path / "local", skip)
