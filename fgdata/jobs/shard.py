@@ -207,13 +207,13 @@ def stream_items(job: ShardJob, skipped: list[Skipped], selector: Selector | Non
     def rows(filtered: Counter[str]) -> Iterator[WorkItem]:
         if job.options.kind == "prompts":
             return iter_prompts(job.src, job.caption_column)
+        if job.download is not None and any(p.startswith(("http://", "https://")) for p in shards or [job.src]):
+            configure(replace(job.download, max_bytes=None))  # a manifest's or shards' fetch: the job's network settings
+            read_environment()
         if shards is not None:
             return iter_shard_items(shards, _media_exts(job), job.rekey, filtered)
         if table is not None:
             return iter_table(table[0], table[1], job.caption_column, flag)
-        if job.download is not None and job.src.startswith(("http://", "https://")):
-            configure(replace(job.download, max_bytes=None))  # the manifest's fetch: the job's network settings
-            read_environment()
         return iter_manifest(job.src, job.path_column, job.caption_column, job.allow_local_paths)
 
     if selector is not None:
