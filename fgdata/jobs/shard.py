@@ -618,6 +618,11 @@ def _run(job: ShardJob, items: Iterable[WorkItem], left_out: tuple[list[Skipped]
         extra = {"skipped": [s.to_json() for s in sorted(skipped, key=lambda s: s.name)],
                  **(selector.report() if selector is not None else {})}
         totals = finalize(job.dest, job.command, run.spool, extra, job.options.download is not None, retryable)
+        if selector is not None:  # the selection's outcome (--keep-top's threshold and count) in the job's provenance
+            from fgdata.jobs.tasks import write_provenance
+
+            write_provenance(job.dest, job.command, {key: extra[key] for key in ("filtered", "filtered_by_reason",
+                                                                                 "selection") if key in extra})
         counts = dict(_counts(run))
     finally:
         run.spool.close()
