@@ -204,10 +204,8 @@ def stream_items(job: ShardJob, skipped: list[Skipped], selector: Selector | Non
     from fgdata.media.image import SourceImageExtensions, missing_decoder
     from fgdata.sources.folder import walk_folder
     from fgdata.sources.manifest import is_manifest, iter_manifest, iter_prompts
-
-    from fgdata.sources.tables import iter_table
-
     from fgdata.sources.shards import iter_shard_items
+    from fgdata.sources.tables import iter_table
 
     web = ("http://", "https://")
     if job.src.startswith(web):
@@ -629,6 +627,11 @@ def _run(job: ShardJob, items: Iterable[WorkItem], left_out: tuple[list[Skipped]
         extra = {"skipped": [s.to_json() for s in sorted(skipped, key=lambda s: s.name)],
                  **(selector.report() if selector is not None else {})}
         totals = finalize(job.dest, job.command, run.spool, extra, job.options.download is not None, retryable)
+        if selector is not None:  # the selection's outcome (--keep-top's threshold and count) in the job's provenance
+            from fgdata.jobs.tasks import write_provenance
+
+            write_provenance(job.dest, job.command, {key: extra[key] for key in ("filtered", "filtered_by_reason",
+                                                                                 "selection") if key in extra})
         counts = dict(_counts(run))
     finally:
         run.spool.close()

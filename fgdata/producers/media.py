@@ -200,6 +200,18 @@ def _media(item: WorkItem) -> tuple[bytes, str]:
     from."""
     if item.data is not None:
         return item.data, item.name
+    if item.data_at is not None:  # a member of a local source shard: read here, one sample at a time
+        from fgdata.shards.scan import pread_exact
+
+        offset, size = item.data_at
+        try:
+            with open(item.path, "rb") as f:
+                data = pread_exact(f.fileno(), size, offset)
+        except OSError as e:
+            raise _Failed("read", f"{item.path}: {_first_line(e)}") from None
+        if len(data) != size:
+            raise _Failed("read", f"{item.path} ends inside {item.name}")
+        return data, item.name
     return _read(item.path), item.path
 
 

@@ -81,6 +81,8 @@ class WorkItem:
     refused: str | None = None  # "<category>: <message>" when the source already knows the item fails
     warning: str | None = None  # "<category>: <message>" when the source knows a part is lost (a caption)
     data: bytes | None = None  # the media bytes themselves (a table cell, a shard's member), not read from ``path``
+    data_at: tuple[int, int] | None = None  # (offset, size) of the media inside the local file ``path`` (a source
+    # shard's member): the worker reads it, so the driver holds references, not media
     key: str | None = None  # the sample key the source keeps (an existing shard's); else sample_key(index)
     members: dict[str, bytes] | None = None  # a source sample's other members, carried as they are
 

@@ -17,9 +17,11 @@ member, or with a json that is not a JSON object, fails with its reason. A damag
 and one failure for the rest (reason ``shard``).
 
 Reading is streamed: one source shard is open at a time (a remote one is first copied to fgdata's cache folder,
-as a remote manifest is, and removed after), and a sample is held only until its work unit is written. Each
-input's content stamp is its source shard's size and version (modification time, or ETag on S3) with a digest of
-its bytes, so a rerun redoes exactly the work units whose source shards changed.
+as a remote manifest is, and removed after). From a local shard the driver reads every member but the media, and
+each item holds its media member's offset and size: the worker that writes the item reads those bytes, so no
+process holds more than the samples it is writing (a remote shard's media are read by the driver, since its copy
+is removed once read). Each input's content stamp is its source shard's size and version (modification time, or ETag on S3) with its
+media member's place in the shard (or, read inline, a digest of its bytes), so a rerun redoes exactly the work units whose source shards changed.
 """
 
 from __future__ import annotations
@@ -84,16 +86,16 @@ def shard_list(src: str, media_exts: Collection[str]) -> list[str] | None:
 def iter_shard_items(shards: list[str], media_exts: Collection[str], rekey: bool,
                      filtered: Counter[str]) -> Iterator[WorkItem]:
     """One work item per sample of ``shards``, in order, streamed; samples that are not inputs (a failed
-    download's ``status``) counted in ``filtered`` instead."""
+    download's ``status``) counted in ``filtered`` instead. A local shard's media member is not read here: its
+    item holds the member's offset and size, and the worker that writes the item reads it."""
     index = 0
     for shard in shards:
         label = storage.basename(shard)
         with _local(shard) as local:
-            from fgdata.shards import iter_samples
-
+            refer = local == shard  # a remote shard's cached copy is removed after this loop: its media inline
             try:
-                for sample in iter_samples(local):
-                    item = _item(shard, label, index, sample.key, sample.members, media_exts, rekey)
+                for key, members, spans in _samples(local, media_exts, refer):
+                    item = _item(shard, label, index, key, members, spans, media_exts, rekey)
                     if isinstance(item, str):
                         filtered[item] += 1
                     else:
@@ -107,10 +109,36 @@ def iter_shard_items(shards: list[str], media_exts: Collection[str], rekey: bool
         raise FgdataError(f"{shards[0]}: the source shards hold no samples")
 
 
-def _item(shard: str, label: str, index: int, key: str, members: dict[str, bytes], media_exts: Collection[str],
-          rekey: bool) -> WorkItem | str:
-    """The work item of one sample, or the reason it is filtered out."""
-    media = next((ext for ext in members if ext in media_exts), None)
+def _samples(local: str, media_exts: Collection[str], refer: bool
+             ) -> Iterator[tuple[str, dict[str, bytes], dict[str, tuple[int, int]]]]:
+    """(key, members read, every member's (offset, size)) of each sample of the local shard ``local``; with
+    ``refer``, the first media member of each sample is left unread (its span is what the item carries)."""
+    import os
+
+    from fgdata.shards.scan import TarDamage, group_samples, iter_members, pread_exact
+
+    count = 0
+    problems: list[str] = []
+    with open(local, "rb") as f:
+        fd = f.fileno()
+        read = (lambda name: name.rpartition("/")[2].partition(".")[2].lower() not in media_exts) if refer else True
+        try:
+            for entry, data in group_samples(iter_members(f, total=os.fstat(fd).st_size, with_data=read), problems):
+                media = next((ext for ext in entry.members if ext in media_exts), None)
+                for ext, (offset, size) in entry.members.items():  # other media members are carried: read them
+                    if ext not in data and ext != media:
+                        data[ext] = pread_exact(fd, size, offset)
+                yield entry.key, data, entry.members
+                count += 1
+        except TarDamage as exc:
+            raise DamagedShardError(local, count, str(exc)) from exc
+
+
+def _item(shard: str, label: str, index: int, key: str, members: dict[str, bytes], spans: dict[str, tuple[int, int]],
+          media_exts: Collection[str], rekey: bool) -> WorkItem | str:
+    """The work item of one sample (its media inline, or by its span when ``members`` lacks it), or the reason it
+    is filtered out."""
+    media = next((ext for ext in spans if ext in media_exts), None)
     doc: Any = {}
     refused = None
     if JSON_MEMBER in members:
@@ -141,5 +169,5 @@ def _item(shard: str, label: str, index: int, key: str, members: dict[str, bytes
             del extra[CAPTION_MEMBER]
         except UnicodeDecodeError:  # carried as it is
             caption = None
-    return WorkItem(index=index, name=name, key=out_key, path=shard, data=members[media], caption=caption,
-                    metadata=doc, members=extra)
+    return WorkItem(index=index, name=name, key=out_key, path=shard, data=members.get(media), caption=caption,
+                    metadata=doc, members=extra, data_at=None if media in members else spans[media])

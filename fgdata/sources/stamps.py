@@ -68,6 +68,8 @@ class InputStamps:
             text = [item.name, item.caption, item.metadata, item.refused, files]
             if item.data is not None:  # media inside a table: its bytes are what may change
                 text.append(hashlib.blake2b(item.data, digest_size=16).hexdigest())
+            if item.data_at is not None:  # a member of a source shard, whose size and version are in ``files``
+                text.append("{}+{}".format(*item.data_at))
             raw = json.dumps(text, sort_keys=True, default=str, ensure_ascii=False).encode("utf-8", "surrogateescape")
             parts.append(hashlib.blake2b(raw, digest_size=STAMP_BYTES).digest())
         self._stamps = b"".join(parts)

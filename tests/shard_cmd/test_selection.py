@@ -52,6 +52,9 @@ def test_where_and_keep_top_write_the_rows_pandas_selects(cli, scored, tmp_path)
     report = json.loads((dest / "failures.json").read_text())
     assert (report["seen"], report["filtered"], report["selection"]) == (doc["seen"], doc["filtered"],
                                                                          doc["selection"])
+    record = json.loads((dest / "provenance.json").read_text())["jobs"]["shard images"]
+    assert record == {"filtered": doc["filtered"], "filtered_by_reason": doc["filtered_by_reason"],
+                      "selection": doc["selection"]}
 
 
 def test_a_nan_cell_is_written_as_null(cli, scored, tmp_path):

@@ -201,3 +201,25 @@ def test_shards_over_http_and_s3_give_the_bytes_of_local_ones(cli, laion, served
     storage.write_bytes(f"{s3_bucket}/laion/00000.parquet", (folder / "00000.parquet").read_bytes())
     cli("shard", "images", f"{s3_bucket}/laion", tmp_path / "s3", "--no-progress", "-q")
     assert _shards_only(snapshot(tmp_path / "s3")) == expected
+
+
+def test_the_driver_holds_references_to_a_local_shards_media_not_its_bytes(laion):
+    """Items of a local shard carry their media member's offset and size (the worker reads them); the bytes there
+    are the photo's."""
+    from collections import Counter
+
+    from fgdata.sources.shards import iter_shard_items
+
+    folder, rows = laion
+    filtered: Counter[str] = Counter()
+    shards = [str(p) for p in sorted(folder.glob("*.tar"))]
+    items = list(iter_shard_items(shards, {"jpg", "png"}, False, filtered))
+    good = [r for r in rows if r["status"] == "success"]
+    assert len(items) == len(good) and filtered == {"status": 3}
+    for item, row in zip(items, good, strict=True):
+        assert item.data is None and item.data_at is not None
+        offset, size = item.data_at
+        with open(item.path, "rb") as f:
+            f.seek(offset)
+            assert f.read(size) == row["photo"].read_bytes()
+        assert item.members is not None and set(item.members) == {"cls"} and item.caption == row["caption"]
