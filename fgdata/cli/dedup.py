@@ -43,7 +43,7 @@ def dedup_cmd(
 
     Example: fgdata dedup /data/laion /data/cc12m --by phash -o /data/dups.json
     """
-    from fgdata.cli.render import console, print_json
+    from fgdata.cli.render import console, err_console, print_json
     from fgdata.jobs.dedup import DedupOptions, run_dedup
 
     opts = DedupOptions(by=dd.by, bits=dd.bits, max_distance=dd.max_distance, pixels=dd.pixels, member=dd.member,
@@ -60,8 +60,11 @@ def dedup_cmd(
         console.print(f"{result.seen:,} samples seen: {result.hashed:,} hashed, {len(result.failures):,} failed; "
                       f"{result.dropped:,} duplicate(s) listed in {result.output} ({opts.method()})", highlight=False)
         for f in result.failures[:10]:
-            console.print(f"[red]failed[/] {f['input']}: {f['reason']}", highlight=False)
+            err_console.print(f"[red]failed[/] {f['input']}: {f['reason']}", highlight=False)
     if result.seen and not result.hashed:
+        first = result.failures[0] if result.failures else None
+        why = f" (first: {first['input']}: {first['reason']})" if first else ""
+        err_console.print(f"[red]error[/]: no sample could be hashed{why}; see {result.failures_file}", highlight=False)
         raise typer.Exit(1)
 
 
