@@ -244,7 +244,10 @@ def with_download(job: ShardJob, head: list[WorkItem]) -> ShardJob:
     if job.options.kind == "prompts" or not any(i.path and i.data is None and i.path.startswith(("http://", "https://"))
                                                 for i in head):  # (a sample of a shard read over http is no URL)
         return job
-    return replace(job, options=replace(job.options, download=job.download or DownloadOptions()))
+    download = job.download or DownloadOptions()
+    # the environment's opt-out as this process sees it: a worker may have started before it was set
+    download = replace(download, allow_private_network=download.private_allowed)
+    return replace(job, options=replace(job.options, download=download))
 
 
 def _stamps(items: Sequence[WorkItem]) -> list[str]:

@@ -1,5 +1,6 @@
 """A small ``.gz`` member that inflates past a reader's limit fails that member with the reason, in bounded memory,
-in every reader: inspect (64 MiB), verify --decode, report and the loaders (1 GiB, the decode limit)."""
+in every reader: inspect (64 MiB), verify --decode, report and the loaders (64 MiB for text, json and integers,
+1 GiB for media and tensors: the limit for the member's kind)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 
 from fgdata.shards import ShardWriter
 
-GIB = 1 << 30
+GIB = 1 << 30  # media and tensors
+TEXT = 64 << 20  # text, json and integer members
 FGDATA = [sys.executable, "-m", "fgdata"]
 pytestmark = pytest.mark.timeout(300)
 
@@ -90,7 +92,8 @@ def test_verify_decode_fails_the_member_that_inflates_past_the_decode_limit(bomb
     (shard,) = json.loads(proc.stdout)["per_shard"]
     assert shard["by_reason"] == {"gzip-too-large": 3}
     assert {(p["key"], p["detail"]) for p in shard["problems"]} == {
-        ("sample_000001", f".{ext} inflates past the {GIB:,}-byte decode limit") for ext in ("json.gz", "npy.gz", "txt.gz")}
+        ("sample_000001", f".{ext} inflates past the {limit:,}-byte limit for its kind")
+        for ext, limit in (("json.gz", TEXT), ("npy.gz", GIB), ("txt.gz", TEXT))}
     assert peak < GIB + (700 << 20), peak  # at most the limit itself, never the inflated whole twice
 
 
@@ -99,9 +102,9 @@ def test_report_names_the_member_that_inflates_past_the_decode_limit(bomb_shards
                       "--json")
     doc = json.loads(proc.stdout)
     problems = {p["kind"]: p["examples"] for p in doc["problems"]}
-    limit = f"inflates past the {GIB:,}-byte limit"
-    assert any("sample_000001.json.gz" in e and limit in e for e in problems["member too large"]), problems
-    assert any("sample_000001.npy.gz" in e and limit in e for e in problems["undecodable tensor"]), problems
+    text, tensor = (f"inflates past the {n:,}-byte limit" for n in (TEXT, GIB))
+    assert any("sample_000001.json.gz" in e and text in e for e in problems["member too large"]), problems
+    assert any("sample_000001.npy.gz" in e and tensor in e for e in problems["undecodable tensor"]), problems
     assert peak < GIB + (700 << 20), peak
 
 
@@ -118,7 +121,7 @@ print("keys", sorted(k for batch in loader for k in batch["__key__"]))
     proc, peak = _run(tmp_path, str(script))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "keys ['sample_000000', 'sample_000002']" in proc.stdout
-    assert "sample_000001" in proc.stderr and f"inflates past the {GIB:,}-byte limit" in proc.stderr, proc.stderr
+    assert "sample_000001" in proc.stderr and f"inflates past the {TEXT:,}-byte limit" in proc.stderr, proc.stderr
     assert peak < GIB + (700 << 20), peak
 
 
