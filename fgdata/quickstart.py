@@ -94,7 +94,7 @@ def steps(outdir: str) -> list[Step]:
         from fgdata.shards import require_shards
 
         shards = require_shards(images) + require_shards(str(out / "video_shards"))
-        r = build_report(shards, name="fgdata quickstart", paths=[images, str(out / "video_shards")], workers=1)
+        r = build_report(shards, name="fgdata quickstart", paths=[images, str(out / "video_shards")])
         html, sheet = out / "report.html", out / "contact_sheet.png"
         html.write_text(r.html, encoding="utf-8")
         write_contact_sheet(r.stats.tiles, str(sheet))

@@ -162,7 +162,9 @@ def report_cmd(
     """
     from fgdata import storage
     from fgdata.errors import FgdataError
+    from fgdata.jobs.executor import process_map
     from fgdata.report.build import build_report, write_contact_sheet
+    from fgdata.workers import OrderedMap, serial_map
 
     wanted = _thresholds(flags.threshold)
     outputs = [p for p in (flags.output, flags.contact_sheet) if p]
@@ -174,6 +176,9 @@ def report_cmd(
     selection = resolve_shards(paths)
     shards = selection.shards
     say_repeated(selection, quiet=out.quiet)
+    pool: OrderedMap = serial_map
+    if flags.workers > 1 and len(shards) > 1:
+        pool = process_map(flags.workers, "reading the shards", ("fgdata.report.collect", "fgdata.media.decode"))
     started = time.perf_counter()
     with progress(enabled=out.bars) as bar:
         task = bar.add_task("reading shards", total=len(shards), rate="")
@@ -185,7 +190,7 @@ def report_cmd(
                 bar.update(task, description="drawing")
 
         report = build_report(selection, name=flags.name or _dataset_name(paths), paths=paths, sample=flags.sample,
-                              tiles=flags.tiles, workers=flags.workers, thresholds=wanted, progress=tick)
+                              tiles=flags.tiles, pool=pool, thresholds=wanted, progress=tick)
     doc = report.doc
     say_removed(existing, quiet=out.quiet)
     from fgdata.jobs.dest import note_output

@@ -30,6 +30,7 @@ def count_shards_cmd(
     the damage; a shard that cannot be read gets no new count (its old entry is kept). Either way
     the exit code is then 1.
     """
+    from fgdata.jobs.executor import thread_map
     from fgdata.shards import count_shards, resolve_shards, write_counts
 
     selection = resolve_shards(paths)
@@ -43,7 +44,7 @@ def count_shards_cmd(
             done = bar.tasks[task].completed + 1
             bar.update(task, advance=1, rate=f"{done / max(time.perf_counter() - started, 1e-9):.0f} shards/s")
 
-        rows = count_shards(selection, workers=workers, progress=tick)
+        rows = count_shards(selection, pool=thread_map(workers), progress=tick)
     updates = write_counts(rows, selection, output) if write else []
     damaged = [r for r in rows if r.damage]
     unreadable = [r for r in rows if r.error]

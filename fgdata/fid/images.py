@@ -157,10 +157,11 @@ class ShardSource(ImageSource):
     kind = "shards"
 
     def __init__(self, path: str, workers: int = 8):
+        from fgdata.jobs.executor import thread_map
         from fgdata.shards import count_shards
 
         self.path = path
-        counts = count_shards(path, workers=workers)
+        counts = count_shards(path, pool=thread_map(workers))
         if not counts:
             raise FgdataError(f"{path}: no .tar shards")
         bad = [c for c in counts if c.damage or c.error]

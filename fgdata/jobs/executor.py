@@ -7,6 +7,10 @@ one unit; :func:`run_units` runs ``fn(**shared, **call)`` for each on the execut
   this process), results in call order;
 - :class:`Ray`: a Ray cluster (:mod:`fgdata.jobs.ray_executor`), results as units finish.
 
+Commands that only read (``verify``, ``report``, ``count-shards``) take their pool as an
+:class:`~fgdata.workers.OrderedMap`: :func:`process_map` (this pool, for work that decodes) or :func:`thread_map`
+(threads, for work that mostly waits on storage), so a worker that dies ends them as it ends a writing job.
+
 torchrun ranks are not an executor of their own: each rank keeps the units it owns
 (:func:`fgdata.jobs.ranks.owner`) and runs them on its own pool, and rank 0 waits for the others' markers.
 """
@@ -16,7 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
+
+from fgdata.workers import OrderedMap
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -66,3 +75,31 @@ def run_units(fn: Callable[..., Any], calls: Iterable[dict[str, Any]], executor:
 
     yield from ordered_map(partial(_apply, fn=fn, shared=shared), calls, executor.workers, 1,
                            initializer=executor.initializer, initargs=executor.initargs, preload=executor.preload)
+
+
+def process_map(workers: int, doing: str, preload: tuple[str, ...] = ()) -> OrderedMap:
+    """The local process pool (:func:`fgdata.jobs.local.ordered_map`) as an :class:`OrderedMap` for a command that
+    writes nothing until every result is in: a worker that dies ends the map with one line saying it died while
+    ``doing`` (e.g. "checking the shards") and that nothing was written, rather than the writing jobs' resume hint."""
+    from fgdata.jobs.local import WorkerDied, ordered_map
+
+    def run(fn: Callable[[T], R], items: Iterable[T], /) -> Iterator[R]:
+        try:
+            yield from ordered_map(fn, items, workers, preload=preload)
+        except WorkerDied:
+            raise WorkerDied(f"a worker process died while {doing} (killed by the system, out of memory, or a crash "
+                             "in a decoder); nothing was written") from None
+
+    return run
+
+
+def thread_map(threads: int) -> OrderedMap:
+    """:func:`fgdata.jobs.local.threaded_map` as an :class:`OrderedMap`, ``threads`` calls at a time and at most
+    ``WINDOW_PER_WORKER`` results per thread waiting: for calls that mostly wait on storage (counting, reading
+    headers)."""
+    from fgdata.jobs.local import WINDOW_PER_WORKER, threaded_map
+
+    def run(fn: Callable[[T], R], items: Iterable[T], /) -> Iterator[R]:
+        return threaded_map(fn, items, threads, threads * WINDOW_PER_WORKER)
+
+    return run

@@ -48,6 +48,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Generic, TypeVar
 
 from fgdata.errors import FgdataError
+from fgdata.jobs import testhook
 from fgdata.jobs.signals import RESUME_HINT, ignore_in_worker
 
 T = TypeVar("T")
@@ -58,6 +59,10 @@ POOL_LOCK = ".fgdata-pool.lock"
 _held_lock: int | None = None  # this process's lock on its own folder, kept open until it exits
 _DIED = (f"a worker process died (killed by the system, out of memory, or a crash in a decoder); the outputs "
          f"completed before it are kept; {RESUME_HINT}")
+
+
+class WorkerDied(FgdataError):
+    """A worker process died (killed by the system, out of memory, a crash in a decoder): the map cannot finish."""
 
 
 class RemoteTraceback(Exception):
@@ -99,7 +104,9 @@ def _serve(fn: Callable[[Any], Any], tasks: Any, results: Connection, parent_ali
     while (task := tasks.get()) is not None:
         index, chunk = task
         try:
-            results.send((index, [fn(a) for a in chunk], None, ""))  # pickled whole before a byte is written
+            done = [fn(a) for a in chunk]
+            testhook.hold(testhook.WORKER_RESULT, 0)  # where a kill test stops a worker with its result in hand
+            results.send((index, done, None, ""))  # pickled whole before a byte is written
         except Exception as error:
             results.send((index, None, *_portable(error)))
 
@@ -139,7 +146,7 @@ class _Pool(Generic[R]):
             try:
                 index, results, error, text = answer.recv()
             except (EOFError, OSError):
-                raise FgdataError(_DIED) from None
+                raise WorkerDied(_DIED) from None
             if index < 0:
                 raise error from RemoteTraceback(text)
             if error is not None:
@@ -147,7 +154,7 @@ class _Pool(Generic[R]):
             got[index] = results if error is None else error
         for answer, process in zip(self.answers, self.processes):
             if process.sentinel in ready and not answer.poll():
-                raise FgdataError(_DIED)
+                raise WorkerDied(_DIED)
         return got
 
     def close(self, finished: bool) -> None:

@@ -8,7 +8,9 @@ this costs one dictionary lookup per output.
 
 ``FGDATA_TEST_HOLD=POINT@RANK,...``: when the job reaches a named point (see :func:`hold`) on that
 rank (``POINT`` alone: on every rank), it prints :data:`HELD` with the point, rank and pid on stderr and
-waits for SIGUSR1, then goes on. A test holds one rank there to order two ranks' steps without timing.
+waits for SIGUSR1, then goes on. A test holds one rank there to order two ranks' steps without timing, or holds
+a pool worker at :data:`WORKER_RESULT` (its result computed, not yet sent; rank 0 in a worker) to SIGKILL it
+there, as the system's out-of-memory killer would.
 
 ``FGDATA_TEST_LOADS=FILE``: each model load appends its process id and what it loaded to ``FILE`` (see
 :func:`model_loaded`), so a test can count the loads of every process of a job, Ray workers included.
@@ -26,6 +28,7 @@ MARK = "fgdata-test-hook: paused"
 HOLD_ENV = "FGDATA_TEST_HOLD"
 HELD = "fgdata-test-hook: held"
 LOADS_ENV = "FGDATA_TEST_LOADS"
+WORKER_RESULT = "worker-result"
 
 
 def _say(line: str) -> None:

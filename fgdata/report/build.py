@@ -9,6 +9,7 @@ from typing import Any
 from fgdata.media.preview import Tile
 from fgdata.report.collect import Stats
 from fgdata.shards import ShardSet
+from fgdata.workers import OrderedMap, serial_map
 
 
 @dataclass
@@ -19,16 +20,16 @@ class Report:
 
 
 def build_report(shards: Sequence[str] | ShardSet, *, name: str, paths: Sequence[str], sample: int = 1000, tiles: int = 24,
-                 workers: int = 4, thresholds: dict[str, float] | None = None,
+                 pool: OrderedMap = serial_map, thresholds: dict[str, float] | None = None,
                  progress: Callable[[str], None] | None = None) -> Report:
     """The report on ``shards`` (each folder a dataset of its own); ``paths`` are what the user named (shown on the
-    page)."""
+    page); ``pool`` reads the shards (see :func:`fgdata.report.collect.collect`)."""
     from fgdata.report import html
     from fgdata.report.collect import collect
     from fgdata.report.summary import summarise
 
     selection = shards if isinstance(shards, ShardSet) else list(shards)
-    stats = collect(selection, sample=sample, tiles=tiles, workers=workers, progress=progress)
+    stats = collect(selection, sample=sample, tiles=tiles, pool=pool, progress=progress)
     doc = summarise(stats, name=name, paths=paths, thresholds=thresholds, sample=sample)
     paths_ = selection.shards if isinstance(selection, ShardSet) else selection
     downloads = download_stats(paths_)

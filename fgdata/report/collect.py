@@ -5,8 +5,8 @@ bigger members are touched only when needed: image sizes and video facts come fr
 fgdata's own json metadata when it is there, else from the member's header (images) or a
 probe (videos), and those decodes, like the tensor summaries and the contact-sheet tiles,
 are bounded by a budget spread evenly over the dataset. Shards are independent, so they
-are read in parallel processes and merged in shard order: the result does not depend on
-the number of workers.
+are read on the pool the caller hands down (the CLI's: the job core's processes) and merged in
+shard order: the result does not depend on the number of workers.
 
 Memory stays bounded per member: no member is loaded whole past the limit ``fgdata inspect``
 keeps (:data:`fgdata.verify.inspect.MEMBER_LIMIT`; an image over it is sized from its first
@@ -28,6 +28,7 @@ from fgdata.errors import FgdataError
 from fgdata.media.preview import CAPTION_EXTS, Tile, thumbnail, tile_caption
 from fgdata.shards.metadata import fgdata_fields
 from fgdata.verify.inspect import HEAD_BYTES, MEMBER_LIMIT
+from fgdata.workers import OrderedMap, serial_map
 
 if TYPE_CHECKING:
     from fgdata.shards import ShardSet
@@ -478,15 +479,19 @@ def _structure(stats: Stats, selection: ShardSet) -> None:
 # -- the dataset ---------------------------------------------------------------
 
 
-def collect(shards: list[str] | ShardSet, *, sample: int = 1000, tiles: int = 24, workers: int = 4,
+def _collect_job(job: tuple[str, int, int, str]) -> Stats:
+    """:func:`collect_shard` on one ``(path, budget, tiles, label)``: module-level, so a pool worker can run it."""
+    return collect_shard(*job)
+
+
+def collect(shards: list[str] | ShardSet, *, sample: int = 1000, tiles: int = 24, pool: OrderedMap = serial_map,
             progress: Callable[[str], None] | None = None) -> Stats:
     """Statistics of all ``shards`` (in order); ``sample`` bounds decoded members, ``tiles`` the contact sheet.
+    ``pool`` reads the shards (the CLI hands down the job core's process pool; default: one at a time here).
 
     The figures are of all shards together; each folder is its own dataset for the checks (keys unique within
     it, its own count file), and with several folders every row and example names its shard by path.
     """
-    from concurrent.futures import ProcessPoolExecutor
-
     from fgdata.shards import ShardSet
 
     selection = shards if isinstance(shards, ShardSet) else ShardSet(list(shards))
@@ -496,20 +501,10 @@ def collect(shards: list[str] | ShardSet, *, sample: int = 1000, tiles: int = 24
     jobs = [(path, _spread(sample, len(paths), i), _spread(tiles, len(paths), i), selection.label(path))
             for i, path in enumerate(paths)]
     total = Stats()
-    if workers <= 1 or len(paths) == 1:
-        results: Iterator[Stats] = (collect_shard(*job) for job in jobs)
-        for path, stats in zip(paths, results):
-            total.merge(stats)
-            if progress:
-                progress(path)
-    else:
-        import fgdata.media.decode  # noqa: F401 - imported once here, inherited by forked workers
-
-        with ProcessPoolExecutor(max_workers=min(workers, len(paths))) as pool:
-            for path, stats in zip(paths, pool.map(collect_shard, *zip(*jobs))):
-                total.merge(stats)
-                if progress:
-                    progress(path)
+    for path, stats in zip(paths, pool(_collect_job, jobs)):
+        total.merge(stats)
+        if progress:
+            progress(path)
     for row in total.shards:
         row["dataset"] = selection.folder_of(row["path"])
     _structure(total, selection)

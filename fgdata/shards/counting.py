@@ -16,6 +16,7 @@ from fgdata.errors import FgdataError
 from fgdata.shards.index import COUNT_FILE, INDEX_SUFFIX, load_index, read_shard_counts, write_shard_counts
 from fgdata.shards.scan import ShardScan, scan_shard
 from fgdata.shards.select import ShardSet, resolve_shards
+from fgdata.workers import OrderedMap, serial_map
 
 
 @dataclass
@@ -56,9 +57,13 @@ def count_one(path: str, size: int | None = None, use_index: bool = False) -> Sh
 
 
 def count_shards(
-    paths: str | Sequence[str] | ShardSet, *, workers: int = 8, progress: Callable[[ShardCount], None] | None = None
+    paths: str | Sequence[str] | ShardSet, *, pool: OrderedMap = serial_map,
+    progress: Callable[[ShardCount], None] | None = None,
 ) -> list[ShardCount]:
-    """Count every shard that ``paths`` names (a folder, shards, a brace pattern; see :func:`resolve_shards`)."""
+    """Count every shard that ``paths`` names (a folder, shards, a brace pattern; see :func:`resolve_shards`).
+
+    ``pool`` runs the counts (the tar format knows nothing of the job core: the caller hands down its threads,
+    :func:`fgdata.jobs.executor.thread_map`; default one shard at a time); ``progress`` is called from it."""
     selection = paths if isinstance(paths, ShardSet) else resolve_shards(paths)
     sizes = selection.sizes
     indexed: set[str] = set()
@@ -72,12 +77,7 @@ def count_shards(
             progress(result)
         return result
 
-    if workers <= 1 or len(selection.shards) <= 1:
-        return [work(s) for s in selection.shards]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(work, selection.shards))
+    return list(pool(work, selection.shards))
 
 
 def _existing(path: str) -> dict[str, int]:

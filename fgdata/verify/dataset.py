@@ -16,8 +16,6 @@ from __future__ import annotations
 import functools
 import json
 from collections import Counter
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -29,6 +27,7 @@ from fgdata.shards import COUNT_FILE, ShardCount, ShardSet, read_shard_counts, r
 from fgdata.shards import write_counts as write_count_files
 from fgdata.shards.scan import scan_shard
 from fgdata.verify.shard import Problem, ShardResult, check_shard, key_hash
+from fgdata.workers import OrderedMap, serial_map
 
 Progress = Callable[[ShardResult], None]
 
@@ -157,56 +156,26 @@ class VerifyReport:
         return out
 
 
+def _check(item: tuple[str, int | None], decode: bool, require: tuple[str, ...]) -> ShardResult:
+    """One shard's check (module-level, so a pool worker can run it)."""
+    return check_shard(item[0], size=item[1], decode=decode, require=require)
+
+
 def _run_shards(shards: list[str], sizes: dict[str, int], *, decode: bool, require: tuple[str, ...], workers: int,
                 progress: Progress | None) -> list[ShardResult]:
-    """Check every shard, ``workers`` at a time; decoding runs in processes (CPU-bound, and a crash stays contained)."""
+    """Check every shard, ``workers`` at a time, on the job core's pools: decoding in processes (CPU-bound; a
+    worker that dies ends verify with one line, nothing written), reading headers in threads."""
+    from fgdata.jobs.executor import process_map, thread_map
 
-    def done(result: ShardResult) -> ShardResult:
+    run: OrderedMap = serial_map
+    if workers > 1 and len(shards) > 1:
+        run = process_map(workers, "checking the shards", ("fgdata.verify.shard",)) if decode else thread_map(workers)
+    results = []
+    for result in run(functools.partial(_check, decode=decode, require=require), [(s, sizes.get(s)) for s in shards]):
         if progress is not None:
             progress(result)
-        return result
-
-    def job(shard: str) -> Callable[[], ShardResult]:
-        return functools.partial(check_shard, shard, size=sizes.get(shard), decode=decode, require=require)
-
-    if workers <= 1 or len(shards) <= 1:
-        return [done(job(s)()) for s in shards]
-    if not decode:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(job(s)) for s in shards]
-            return [done(f.result()) for f in futures]
-    return _run_in_processes(shards, job, workers, done)
-
-
-def _spawn_pool(workers: int) -> Executor:
-    import multiprocessing
-
-    # spawn: a forked child of a threaded parent (rich's refresher, s5cmd readers) can deadlock.
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
-
-
-def _run_in_processes(shards: list[str], job: Callable, workers: int, done: Callable) -> list[ShardResult]:
-    results: dict[str, ShardResult] = {}
-    crashed: list[str] = []
-    with _spawn_pool(min(workers, len(shards))) as pool:
-        futures = {s: pool.submit(job(s)) for s in shards}
-        for shard, future in futures.items():
-            try:
-                results[shard] = done(future.result())
-            except BrokenProcessPool:
-                crashed.append(shard)
-    # A decoder that kills its process (a native crash on crafted media) takes the pool down;
-    # retry those shards one per fresh process so only the guilty shard is reported.
-    for shard in crashed:
-        with _spawn_pool(1) as pool:
-            try:
-                results[shard] = done(pool.submit(job(shard)).result())
-            except BrokenProcessPool:
-                result = ShardResult(shard, storage.basename(shard), None, readable=None)
-                result.damage = "the decoder crashed its process on this shard"
-                result.problems.append(Problem("decoder-crashed", result.damage))
-                results[shard] = done(result)
-    return [results[s] for s in shards]
+        results.append(result)
+    return results
 
 
 def _cross_shard_duplicates(results: list[ShardResult], label: Callable[[ShardResult], str]) -> None:

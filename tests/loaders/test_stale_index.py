@@ -75,7 +75,7 @@ def test_local_readers_do_not_use_a_same_size_stale_index(tmp_path):
     with ShardFile(shards[0]) as f:
         assert [e.key for e in f.entries] == [e.key for e in scan_shard(shards[0]).samples]
         assert f.sample(0).members["txt"] == b"caption 0 7"
-    assert [r.samples for r in count_shards(ds, workers=1)] == [PER, PER - 1, PER]
+    assert [r.samples for r in count_shards(ds)] == [PER, PER - 1, PER]
 
     ignored = grid_key(0, 6)  # the second sample of the rewritten shard, the seventh of its stale index
     (tmp_path / "ign.json").write_text(json.dumps({"00000.tar": [ignored]}))
@@ -90,7 +90,7 @@ def test_s3_readers_do_not_use_a_same_size_stale_index(tmp_path, s3_bucket):
     url = f"{s3_bucket}/ds"
     for p in sorted(Path(ds).iterdir()):
         storage.upload(str(p), f"{url}/{p.name}")
-    rows = count_shards(url, workers=1)
+    rows = count_shards(url)
     assert [(r.samples, r.from_index) for r in rows] == [(PER, False), (PER - 1, False), (PER, True)]
 
     from fgdata.cli.main import app

@@ -210,7 +210,7 @@ def test_score_filter_numbers_match_the_loader(image_shards):
     """The kept count shown for a threshold is what the loaders' score filter keeps, sample by sample."""
     from fgdata.loaders.presets import build_filters
 
-    doc = summary(image_shards, thresholds={"aesthetic_score": 5.2}, workers=1)
+    doc = summary(image_shards, thresholds={"aesthetic_score": 5.2})
     field = doc["numeric_fields"]["aesthetic_score"]
     spec = field["score_filter"]["presets_filter"]
     assert spec == {"score": {"score_key": "aesthetic_score", "threshold": 5.2}}
@@ -268,8 +268,10 @@ def test_webdataset_shards_report_with_headers_and_probes(wds_shards, tmp_path):
 
 
 def test_sample_budget_and_workers_do_not_change_the_result(wds_shards):
-    one = summary(wds_shards, sample=3, workers=1)
-    two = summary(wds_shards, sample=3, workers=2)
+    from fgdata.jobs.executor import process_map
+
+    one = summary(wds_shards, sample=3)
+    two = summary(wds_shards, sample=3, pool=process_map(2, "reading the shards"))
     assert one["decoded_members"] == 3  # one image header or video probe per picked sample
     assert one["images"]["sized"] < 14 and one["total_samples"] == 16
     for doc in (one, two):

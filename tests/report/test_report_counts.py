@@ -38,7 +38,7 @@ def render(path: Path) -> tuple[dict, str]:
     """The report document and page, in-process."""
     from fgdata.report.build import build_report
 
-    r = build_report(require_shards(str(path)), name="t", paths=[str(path)], workers=1)
+    r = build_report(require_shards(str(path)), name="t", paths=[str(path)])
     return r.doc, r.html
 
 
@@ -169,7 +169,7 @@ def test_report_memory_is_bounded_per_member(tmp_path):
         w.write("000000", {"png": image("png", 50), "txt": caption})
     tracemalloc.start()
     try:
-        stats = collect(require_shards(str(tmp_path)), workers=1, tiles=0)
+        stats = collect(require_shards(str(tmp_path)), tiles=0)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -187,7 +187,7 @@ def test_members_over_the_inspect_limit_are_not_loaded(tmp_path):
         w.write("000000", {"png": image("png", 50), "txt": b"w" * (MEMBER_LIMIT + 1), "json": b'{"score": 3}'})
     tracemalloc.start()
     try:
-        stats = collect(require_shards(str(tmp_path)), workers=1)
+        stats = collect(require_shards(str(tmp_path)))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fgdata import storage
+from fgdata.jobs.executor import thread_map
 from fgdata.shards import ShardWriter, count_shards, discover_shards, iter_samples, read_shard_counts, scan_shard
 
 pytestmark = pytest.mark.s3
@@ -25,7 +26,7 @@ def test_write_count_and_read_on_s3(s3_bucket, sample_images, tmp_path, monkeypa
     shards = discover_shards(dest)
     assert [s.rsplit("/", 1)[1] for s in shards] == ["00000.tar", "00001.tar", "00002.tar"]
     assert read_shard_counts(f"{dest}/shard_count.json") == {"00000.tar": 4, "00001.tar": 4, "00002.tar": 2}
-    rows = count_shards(dest, workers=2)
+    rows = count_shards(dest, pool=thread_map(2))
     assert [r.samples for r in rows] == [4, 4, 2] and all(r.from_index for r in rows)
     assert [s.key for s in iter_samples(shards[2])] == ["sample_000008", "sample_000009"]
     assert len(scan_shard(shards[1]).samples) == 4

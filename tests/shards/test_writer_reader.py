@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fgdata.errors import DamagedShardError, ShardError
+from fgdata.jobs.executor import thread_map
 from fgdata.shards import (
     ShardFile,
     ShardWriter,
@@ -226,7 +227,7 @@ def test_header_bit_flip_and_non_tar(tmp_path, sample_images):
 
 def test_count_shards_local(tmp_path, sample_images):
     _write(tmp_path / "s", sample_images, n=23, maxcount=10)
-    rows = count_shards(str(tmp_path / "s"), workers=2)
+    rows = count_shards(str(tmp_path / "s"), pool=thread_map(2))
     assert [(r.name, r.samples) for r in rows] == [("00000.tar", 10), ("00001.tar", 10), ("00002.tar", 3)]
     assert all(r.damage is None for r in rows)
     assert json.loads((tmp_path / "s" / "shard_count.json").read_text()) == {r.name: r.samples for r in rows}
