@@ -161,3 +161,70 @@ def test_the_layer_check_sees_every_form_of_import():
                "import fgdata.media.preview"]
     for source in allowed:
         assert layer_offenders("verify", "fgdata.report", {path: source}) == [], source
+
+
+# Where a pool may be made: the job core's executors. Everything else runs its work through them (directly, or
+# through an OrderedMap its caller hands down), so a worker that dies or a stop ends every command the same way.
+EXECUTOR_MODULES = {"jobs/local.py", "jobs/executor.py", "jobs/ray_executor.py"}
+# Private pools still being moved onto the job core's (each by its own change); empty this set as they land.
+POOLS_LEFT_TO_PORT = {
+    "encode/jobs.py",  # the decode prefetch, moving to the shared compute module
+    "prepare/latents.py",  # the latent zip's read-ahead, moving onto the job core with the latent job
+}
+_POOL_MODULES = {"concurrent.futures", "concurrent.futures.process", "concurrent.futures.thread", "multiprocessing",
+                 "multiprocessing.pool", "multiprocessing.dummy"}
+_POOL_NAMES = {"ProcessPoolExecutor", "ThreadPoolExecutor", "Pool", "ThreadPool"}
+_POOL_SUBMODULES = {("multiprocessing", "pool"), ("multiprocessing", "dummy"), ("concurrent.futures", "process"),
+                    ("concurrent.futures", "thread")}
+
+
+def private_pools(source: str) -> list[str]:
+    """Each place ``source`` makes or imports a pool of its own: ``concurrent.futures``' executors (imported or
+    reached as attributes), ``multiprocessing.Pool`` / ``multiprocessing.pool`` / ``multiprocessing.dummy``, and
+    ``.Pool`` of a multiprocessing context in a module that imports multiprocessing."""
+    tree = ast.parse(source)
+    uses_mp = any((isinstance(n, ast.Import) and any(a.name.split(".")[0] == "multiprocessing" for a in n.names))
+                  or (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "multiprocessing")
+                  for n in ast.walk(tree))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name in _POOL_MODULES - {"concurrent.futures", "multiprocessing"}]
+        elif isinstance(node, ast.ImportFrom) and node.module in _POOL_MODULES:
+            found += [f"{node.module}.{a.name}" for a in node.names
+                      if a.name in _POOL_NAMES or (node.module, a.name) in _POOL_SUBMODULES]
+        elif isinstance(node, ast.Attribute) and (node.attr in ("ProcessPoolExecutor", "ThreadPoolExecutor")
+                                                  or (uses_mp and node.attr in ("Pool", "ThreadPool"))):
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_no_pool_outside_the_job_core_executors():
+    """verify, report, count-shards and every writing command run their work on the job core's pools (a worker
+    that dies is one line, not a hang); a private pool elsewhere is a finding."""
+    found = {str(p.relative_to(ROOT)): private_pools(p.read_text()) for p in sorted(ROOT.rglob("*.py"))}
+    offenders = {path: pools for path, pools in found.items()
+                 if pools and path not in EXECUTOR_MODULES | POOLS_LEFT_TO_PORT}
+    assert not offenders, offenders
+    ported = sorted(path for path in POOLS_LEFT_TO_PORT if not found.get(path))
+    assert not ported, f"no pool left in {ported}: remove them from POOLS_LEFT_TO_PORT"
+
+
+def test_the_pool_check_sees_every_form():
+    """Imported executors, attribute access, multiprocessing's pools and a context's Pool are caught; the job
+    core's Pool executor description and threads that are not pools are not."""
+    caught = ["from concurrent.futures import ThreadPoolExecutor", "from concurrent.futures import ProcessPoolExecutor",
+              "import concurrent.futures\nconcurrent.futures.ThreadPoolExecutor(2)",
+              "from concurrent import futures\nfutures.ProcessPoolExecutor()",
+              "def f():\n    from multiprocessing import Pool", "import multiprocessing\nmultiprocessing.Pool(2)",
+              "import multiprocessing\nctx = multiprocessing.get_context('spawn')\nctx.Pool(2)",
+              "from multiprocessing.pool import ThreadPool", "import multiprocessing.dummy",
+              "from concurrent.futures import thread"]
+    for source in caught:
+        assert private_pools(source), source
+    allowed = ["from fgdata.jobs.executor import Pool, run_units\nrun_units(f, [], Pool(2))",
+               "import threading\nthreading.Thread(target=print)", "from concurrent.futures import Future",
+               "from fgdata.jobs.executor import process_map, thread_map",
+               "from multiprocessing.connection import wait"]
+    for source in allowed:
+        assert private_pools(source) == [], source

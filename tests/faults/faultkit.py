@@ -471,6 +471,44 @@ def hold_all_then_one(cmd: Sequence[str], *, hold: str, ranks: int, first: int, 
     return Held(proc.returncode, "".join(out), [line for line in out if HELD_MARK in line], seen or "")
 
 
+@dataclass
+class WorkerKilled:
+    returncode: int
+    stderr: str
+    worker: int  # the pid of the worker that was killed
+    siblings: list[int]  # the pool's other workers (same parent) when it was killed
+
+
+def kill_worker_with_result(cmd: Sequence[str], *, env: dict | None = None, cwd: Path | None = None,
+                            timeout: float = 240) -> WorkerKilled:
+    """Run ``cmd`` with its pool workers held where each has a result in hand, not yet sent
+    (``FGDATA_TEST_HOLD=worker-result``); SIGKILL the first worker that says so, as the system's out-of-memory
+    killer would, then wait for the command to end (``timeout`` only bounds a hang, which fails the test)."""
+    proc = subprocess.Popen(list(cmd), cwd=cwd, env={**os.environ, **(env or {}), "FGDATA_TEST_HOLD": "worker-result"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if HELD_MARK in line:
+                break
+        else:
+            proc.wait(timeout=timeout)
+            raise AssertionError(f"the command ended (exit {proc.returncode}) before a worker held: {''.join(lines)}")
+        worker = int(re.findall(r"pid (\d+)", lines[-1])[0])
+        parent = int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        siblings = [p for p in descendants(parent) if p != worker]
+        os.kill(worker, signal.SIGKILL)
+        rest = proc.stderr.read()
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:  # only when the test itself failed: never leave our own job behind
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return WorkerKilled(proc.returncode, "".join(lines) + rest, worker, siblings)
+
+
 # -- S3 endpoints that misbehave ------------------------------------------------
 
 

@@ -356,3 +356,20 @@ def test_report_lists_every_structural_problem_verify_finds(tmp_path):
     assert found <= {p["kind"] for p in doc["problems"]}, doc["problems"]
     res = fg("report", str(ds), "-o", str(tmp_path / "r.html"))
     assert res.returncode == 1 and "problems none" not in " ".join(res.stdout.split())
+
+
+def test_a_worker_killed_with_its_result_ends_report_with_one_line(wds_shards, tmp_path):
+    """SIGKILL of a worker holding a shard's statistics (what the out-of-memory killer does): ``report`` ends with
+    one error line and exit 1 instead of waiting for them, writes no page, and leaves no worker behind. The kill
+    happens at the point the worker signals (FGDATA_TEST_HOLD=worker-result)."""
+    from faultkit import FGDATA, alive, kill_worker_with_result
+
+    page = tmp_path / "r.html"
+    killed = kill_worker_with_result([*FGDATA, "report", str(wds_shards), "-o", str(page), "--workers", "2"])
+    assert killed.returncode == 1, killed.stderr[-2000:]
+    last = killed.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: a worker process died while reading the shards") and \
+        last.endswith("nothing was written"), killed.stderr[-2000:]
+    assert "Traceback" not in killed.stderr
+    assert not page.exists()
+    assert killed.siblings and not any(alive(pid) for pid in killed.siblings)

@@ -334,3 +334,23 @@ def test_the_one_format_rule_is_per_dataset(tmp_path):
                                "webp for one format"]
     proc = run_cli("verify", str(tmp_path / "a"), str(tmp_path / "b"), "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)["warnings"] == [line]
+
+
+def test_a_decoding_worker_killed_with_its_result_ends_verify_with_one_line(tmp_path):
+    """SIGKILL of a worker holding a shard's result (what the out-of-memory killer does): ``verify --decode`` ends
+    with one error line and exit 1 instead of waiting for the result, writes neither side file, and leaves no
+    worker behind. The kill happens at the point the worker signals (FGDATA_TEST_HOLD=worker-result)."""
+    from faultkit import FGDATA, alive, kill_worker_with_result
+
+    ds = tmp_path / "ds"
+    write_dataset(ds, n=12, maxcount=4)
+    before = (ds / "shard_count.json").read_bytes()
+    killed = kill_worker_with_result([*FGDATA, "verify", str(ds), "--decode", "--workers", "2", "--write-counts",
+                                      "--write-ignore", str(tmp_path / "ignore.json")])
+    assert killed.returncode == 1, killed.stderr[-2000:]
+    last = killed.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: a worker process died while checking the shards") and \
+        last.endswith("nothing was written"), killed.stderr[-2000:]
+    assert "Traceback" not in killed.stderr
+    assert not (tmp_path / "ignore.json").exists() and (ds / "shard_count.json").read_bytes() == before
+    assert killed.siblings and not any(alive(pid) for pid in killed.siblings)
