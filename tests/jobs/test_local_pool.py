@@ -138,3 +138,18 @@ def test_a_killed_job_s_multiprocessing_folder_is_removed_by_the_next_run(tmp_pa
     again = subprocess.run(cmd, env={**env, "FGDATA_TEST_STOP_AFTER": ""}, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert sorted(tmp.glob("pymp-*")) == [foreign]
+
+
+def test_the_reading_commands_maps_keep_order_and_name_what_they_did_when_a_worker_dies():
+    """process_map and thread_map (what verify, report and count-shards are handed) give results in argument
+    order; a worker that dies ends process_map with one line saying what it was doing and that nothing was
+    written, with no worker left."""
+    from fgdata.jobs.executor import process_map, thread_map
+    from fgdata.jobs.local import WorkerDied
+
+    assert list(process_map(2, "squaring")(square, range(30))) == [x * x for x in range(30)]
+    assert list(thread_map(3)(square, range(30))) == [x * x for x in range(30)]
+    with pytest.raises(WorkerDied, match="^a worker process died while squaring .*nothing was written$") as err:
+        list(process_map(2, "squaring")(die_on_five, range(20)))
+    assert "\n" not in str(err.value)
+    assert not multiprocessing.active_children()
