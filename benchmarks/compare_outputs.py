@@ -128,7 +128,8 @@ def _compare_all(baseline: Path, work: Path, only: set[str]) -> int:
                 kept = runner.both(name, ["quickstart", "{out}"] if name == "quickstart" else table[name])
         except CommandFailed as e:
             bad += 1
-            said = str(e).strip().splitlines()
+            said = [line.strip(" │╭╮╰╯─") for line in str(e).splitlines()]  # rich's error box, unframed
+            said = [line for line in said if line]
             print(f"FAILED     {name}: {said[0]}{f' ... {said[-1]}' if len(said) > 1 else ''}")
             continue
         base, mine = bytes_of(kept["baseline"]), bytes_of(kept["current"])

@@ -159,7 +159,7 @@ def commands(i: dict[str, Path]) -> dict[str, list[str]]:
         "encode neg-prompt": ["encode", "neg-prompt", "--encoder", str(i["t5"]), "--text", "blurry",
                               "--max-length", "8", "-o", "{out}/neg.npy"],
         "kd pairs": ["kd", "pairs", *kd],
-        "kd paths": ["kd", "paths", *kd],
+        "kd paths": ["kd", "paths", *kd, "--path-steps", "3"],
         "prepare cifar10": ["prepare", "cifar10", "--source", str(i["cifar"]), "--skip-md5", "--data-root", "{out}",
                             "--workers", "2"],
         "prepare imagenet-64": ["prepare", "imagenet-64", "--imagenet-source", str(i["imagenet"]), "--data-root",
