@@ -60,13 +60,14 @@ def test_a_second_run_writes_the_same_bytes(name: str, inputs: dict[str, Path], 
 def test_the_files_of_reading_commands_are_the_same_a_second_later(name: str, inputs: dict[str, Path],
                                                                     tmp_path: Path):
     """count-shards, verify, report, score and dedup write beside (or about) a dataset: copies of one, written
-    twice."""
+    twice in the same place (dedup's index names shards by their full path), each run's folder moved aside."""
     source = tmp_path / "dataset"
     run(commands(inputs)["shard images"], source)
     argv, expect = READING_WRITERS[name]
     for which in ("one", "two"):
-        copy_dataset(source, tmp_path / which)
-        run(argv, "ds", cwd=tmp_path / which, expect=expect)
+        copy_dataset(source, tmp_path / "run")
+        run(argv, "ds", cwd=tmp_path / "run", expect=expect)
+        (tmp_path / "run").rename(tmp_path / which)
         time.sleep(PAUSE_S)
     _same(bytes_of(tmp_path / "one"), bytes_of(tmp_path / "two"), name)
 
