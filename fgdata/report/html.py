@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import html
 import json
-from typing import Any
+from typing import Any, Callable
 
 from fgdata.report import plots
 from fgdata.report.collect import Stats
@@ -101,18 +101,24 @@ def _table(headers: list[str], rows: list[list[str]], numeric: set[int], row_cla
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def render(doc: dict[str, Any], stats: Stats) -> str:
-    """The page for a report document (see ``summarise``) and the statistics it came from."""
-    total = doc["total_samples"]
-    problems = doc["problems"]
-    n_problems = sum(p["count"] for p in problems)
-    sections: list[tuple[str, str, str]] = []  # (id, title, body)
+Section = tuple[str, str, str]  # (id, title, body): one card of the page, and its link in the navigation
 
+
+def render(doc: dict[str, Any], stats: Stats) -> str:
+    """The page for a report document (see ``summarise``) and the statistics it came from: each section the
+    document has, in the order of ``_SECTIONS``, then the page around them."""
+    sections = [section for make in _SECTIONS if (section := make(doc, stats)) is not None]
+    return _page(doc, sections)
+
+
+def _shards(doc: dict[str, Any], stats: Stats) -> Section:
+    """Every shard's samples, bytes and status; with several datasets, each one's share first."""
     shards = doc["shards"]
     damaged = [s for s in shards if s["damage"]]
     rows = [[_e(s["shard"]), f"{s['samples']:,}", _e(human_bytes(s["bytes"])), _e(s["damage"] or "ok")]
             for s in shards]
-    body = (f'<p class="lead">{len(shards):,} shards, {total:,} samples, {_e(human_bytes(doc["total_bytes"]))}'
+    body = (f'<p class="lead">{len(shards):,} shards, {doc["total_samples"]:,} samples, '
+            f'{_e(human_bytes(doc["total_bytes"]))}'
             f"{f'; {len(damaged)} damaged (in orange)' if damaged else ''}.</p>"
             + _img(plots.per_shard(shards), "samples and bytes per shard")
             + f"<details><summary>all {len(shards):,} shards</summary>"
@@ -123,8 +129,12 @@ def render(doc: dict[str, Any], stats: Stats) -> str:
                 + _table(["dataset", "shards", "samples", "bytes", "damaged shards"],
                          [[_e(d["path"]), f"{d['shards']:,}", f"{d['samples']:,}", _e(human_bytes(d["bytes"])),
                            f"{d['damaged']:,}"] for d in doc["datasets"]], {1, 2, 3, 4}) + body)
-    sections.append(("shards", "Shards", body))
+    return ("shards", "Shards", body)
 
+
+def _members(doc: dict[str, Any], stats: Stats) -> Section:
+    """Which member extensions the samples carry, their sets, and the members too large to load."""
+    total = doc["total_samples"]
     exts = doc["extensions"]
     rows = [[f"<code>.{_e(ext)}</code>", f"{e['samples']:,}", _share(e["samples"], total),
              _e(human_bytes(e["bytes"])), _e(human_bytes(e["bytes"] / e["samples"])) if e["samples"] else "–"]
@@ -133,107 +143,143 @@ def render(doc: dict[str, Any], stats: Stats) -> str:
     body = ('<p class="lead">Which members the samples carry. A sample\'s extension set lists what follows the '
             "first dot of its member names" + (f": every sample has <code>{_e(next(iter(sets)))}</code>." if len(sets) == 1
                                                else f"; {len(sets):,} different sets.") + "</p>")
-    if len(doc["extension_sets"]) > 1:
-        body += _img(plots.extension_sets(doc["extension_sets"]), "samples per extension set")
+    if len(sets) > 1:
+        body += _img(plots.extension_sets(sets), "samples per extension set")
     body += _table(["member", "samples", "share", "bytes", "per sample"], rows, {1, 2, 3, 4})
     if "not_loaded" in doc:
         over = ", ".join(f"{n:,} <code>.{_e(ext)}</code>" for ext, n in doc["not_loaded"]["members"].items())
         body += (f'<p class="lead">Not loaded (over the {doc["not_loaded"]["limit_bytes"] >> 20} MiB per-member '
                  f"limit, as <code>fgdata inspect</code>): {over}.</p>")
-    sections.append(("members", "Members", body))
+    return ("members", "Members", body)
 
-    if "images" in doc and stats.image_w:
-        im = doc["images"]
-        source = (f"{im['sizes_from_json']:,} from fgdata's json metadata, {im['sized'] - im['sizes_from_json']:,} "
-                  "from image headers")
-        body = (f'<p class="lead">{im["members"]:,} image members; sizes of {im["sized"]:,} ({source}).</p>'
-                + _chips([("width", _dist(im["width"], " px")), ("height", _dist(im["height"], " px")),
-                          ("aspect ratio", _dist(im["aspect_ratio"]))])
-                + _img(plots.images(stats.image_w, stats.image_h), "image sizes and aspect ratios"))
-        sections.append(("images", "Images", body))
 
-    if "videos" in doc and stats.video_duration:
-        v = doc["videos"]
-        audio = f"{v['audio_share']:.0%}" if v["audio_share"] is not None else "–"
-        body = (f'<p class="lead">{v["members"]:,} video members; {v["described"]:,} described '
-                f"({v['facts_from_json']:,} from fgdata's json metadata, the rest probed).</p>"
-                + _chips([("duration", _dist(v["duration_s"], " s")), ("frame rate", _dist(v["fps"], " fps")),
-                          ("frames", _dist(v["frames"])), ("with audio", audio)])
-                + _img(plots.videos(stats.video_duration, stats.video_fps, stats.video_frames, v["resolutions"]),
-                       "video duration, frame rate, frame count and resolution"))
-        sections.append(("videos", "Videos", body))
+def _images(doc: dict[str, Any], stats: Stats) -> Section | None:
+    if "images" not in doc or not stats.image_w:
+        return None
+    im = doc["images"]
+    source = (f"{im['sizes_from_json']:,} from fgdata's json metadata, {im['sized'] - im['sizes_from_json']:,} "
+              "from image headers")
+    body = (f'<p class="lead">{im["members"]:,} image members; sizes of {im["sized"]:,} ({source}).</p>'
+            + _chips([("width", _dist(im["width"], " px")), ("height", _dist(im["height"], " px")),
+                      ("aspect ratio", _dist(im["aspect_ratio"]))])
+            + _img(plots.images(stats.image_w, stats.image_h), "image sizes and aspect ratios"))
+    return ("images", "Images", body)
 
-    if "captions" in doc and stats.caption_words:
-        c = doc["captions"]
-        body = (f'<p class="lead">{c["samples"]:,} captions ({_share(c["samples"], total)} of samples).</p>'
-                + _chips([("words", _dist(c["words"])), ("characters", _dist(c["chars"]))])
-                + _img(plots.captions(stats.caption_words, [tuple(x) for x in c["first_words"]]),
-                       "caption lengths and first words"))
-        sections.append(("captions", "Captions", body))
 
-    if "numeric_fields" in doc:
-        body = ('<p class="lead">Numeric fields of the json member. The loaders\' <code>score</code> filter keeps a '
-                "sample whose field is at least the threshold, and samples without the field; the green part is "
-                "what it would keep. Choose the threshold with <code>--threshold FIELD=VALUE</code>.</p>")
-        for name, f in doc["numeric_fields"].items():
-            sf = f["score_filter"]
-            t = sf["presets_filter"]["score"]["threshold"]
-            share = f"{sf['kept_share']:.1%}" if sf["kept_share"] is not None else "–"
-            body += (f"<h3><code>{_e(name)}</code></h3>"
-                     + _chips([("in samples", f"{f['present']:,} of {f['samples']:,}"),
-                               ("range", f"{number(f['min'])}–{number(f['max'])}"),
-                               ("median", number(f["p50"])), ("mean", number(f["mean"])),
-                               (f"kept at ≥ {t:g}", f"{sf['kept_with_field']:,} of {f['present']:,} with it"),
-                               ("kept in all", f"{sf['kept']:,} of {total:,} ({share}), "
-                                               f"{sf['passed_without_field']:,} without it")])
-                     + _img(plots.numeric_field(name, stats.numeric[name], t, sf["kept_with_field_share"]),
-                            f"{name} histogram")
-                     + f"<pre>presets_filter={_e(json.dumps(sf['presets_filter']))}</pre>")
-        sections.append(("fields", "Numeric fields", body))
+def _videos(doc: dict[str, Any], stats: Stats) -> Section | None:
+    if "videos" not in doc or not stats.video_duration:
+        return None
+    v = doc["videos"]
+    audio = f"{v['audio_share']:.0%}" if v["audio_share"] is not None else "–"
+    body = (f'<p class="lead">{v["members"]:,} video members; {v["described"]:,} described '
+            f"({v['facts_from_json']:,} from fgdata's json metadata, the rest probed).</p>"
+            + _chips([("duration", _dist(v["duration_s"], " s")), ("frame rate", _dist(v["fps"], " fps")),
+                      ("frames", _dist(v["frames"])), ("with audio", audio)])
+            + _img(plots.videos(stats.video_duration, stats.video_fps, stats.video_frames, v["resolutions"]),
+                   "video duration, frame rate, frame count and resolution"))
+    return ("videos", "Videos", body)
 
-    if "tensors" in doc:
-        rows = [[f"<code>{_e(k)}</code>", f"{n:,}"] for k, n in doc["tensors"].items()]
-        body = ('<p class="lead">Tensor members of the sampled samples (decoded safely: weights-only '
-                "<code>.pth</code>, no pickle in <code>.npy</code>/<code>.npz</code>).</p>"
-                + _table(["member dtype[shape]", "samples"], rows, {1}))
-        sections.append(("tensors", "Tensors", body))
 
-    if "downloads" in doc:
-        d = doc["downloads"]
-        rows = [[_e(reason), f"{n:,}", _share(n, d["failed"])] for reason, n in d["failed_by_reason"].items()]
-        body = (f'<p class="lead">Downloaded from a URL list (<code>{_e(d["file"])}</code>): '
-                f"{d['successes']:,} of {d['successes'] + d['failed']:,} URLs written, {d['failed']:,} failed, "
-                f"{d['retryable']:,} of them retryable (timeouts, dropped connections, 429, 5xx).</p>"
-                + (_table(["failure reason", "URLs", "share"], rows, {1, 2}) if rows else ""))
-        sections.append(("downloads", "Downloads", body))
+def _captions(doc: dict[str, Any], stats: Stats) -> Section | None:
+    if "captions" not in doc or not stats.caption_words:
+        return None
+    c = doc["captions"]
+    body = (f'<p class="lead">{c["samples"]:,} captions ({_share(c["samples"], doc["total_samples"])} of samples).</p>'
+            + _chips([("words", _dist(c["words"])), ("characters", _dist(c["chars"]))])
+            + _img(plots.captions(stats.caption_words, [tuple(x) for x in c["first_words"]]),
+                   "caption lengths and first words"))
+    return ("captions", "Captions", body)
 
-    if "selection" in doc:
-        d = doc["selection"]
-        rows = [[_e(reason), f"{n:,}", _share(n, d["seen"])] for reason, n in d["filtered_by_reason"].items()]
-        where = f' <code>--where {_e(d["where"])}</code>' if "where" in d else ""
-        top = (f' <code>--keep-top {d["keep_top"]} --by {_e(d["by"])}</code> kept {d["kept"]:,} of {d["rows"]:,} '
-               f"(threshold {d['threshold']})" if "by" in d else "")
-        body = (f'<p class="lead">Rows selected from the source ({_e(d["file"])}):{where}{top}; '
-                f"{d['filtered']:,} of {d['seen']:,} inputs filtered.</p>"
-                + (_table(["filtered by", "inputs", "share"], rows, {1, 2}) if rows else ""))
-        sections.append(("selection", "Selection", body))
 
-    if "filtered" in doc:
-        rows = [[_e(reason), f"{n:,}"] for reason, n in doc["filtered"].items()]
-        body = ('<p class="lead">Outputs the job\'s filters dropped (warnings of its failures.json).</p>'
-                + _table(["filter reason", "outputs"], rows, {1}))
-        sections.append(("filtered", "Filtered", body))
+def _numeric_fields(doc: dict[str, Any], stats: Stats) -> Section | None:
+    """Each numeric json field: its range, and what the loaders' ``score`` filter would keep at its threshold."""
+    if "numeric_fields" not in doc:
+        return None
+    total = doc["total_samples"]
+    body = ('<p class="lead">Numeric fields of the json member. The loaders\' <code>score</code> filter keeps a '
+            "sample whose field is at least the threshold, and samples without the field; the green part is "
+            "what it would keep. Choose the threshold with <code>--threshold FIELD=VALUE</code>.</p>")
+    for name, f in doc["numeric_fields"].items():
+        sf = f["score_filter"]
+        t = sf["presets_filter"]["score"]["threshold"]
+        share = f"{sf['kept_share']:.1%}" if sf["kept_share"] is not None else "–"
+        body += (f"<h3><code>{_e(name)}</code></h3>"
+                 + _chips([("in samples", f"{f['present']:,} of {f['samples']:,}"),
+                           ("range", f"{number(f['min'])}–{number(f['max'])}"),
+                           ("median", number(f["p50"])), ("mean", number(f["mean"])),
+                           (f"kept at ≥ {t:g}", f"{sf['kept_with_field']:,} of {f['present']:,} with it"),
+                           ("kept in all", f"{sf['kept']:,} of {total:,} ({share}), "
+                                           f"{sf['passed_without_field']:,} without it")])
+                 + _img(plots.numeric_field(name, stats.numeric[name], t, sf["kept_with_field_share"]),
+                        f"{name} histogram")
+                 + f"<pre>presets_filter={_e(json.dumps(sf['presets_filter']))}</pre>")
+    return ("fields", "Numeric fields", body)
 
-    if stats.tiles:
-        figures = []
-        for t in stats.tiles:
-            figures.append(f'<figure title="{_e(t.shard)} {_e(t.key)}: {_e(t.caption)}"><div class="thumb">'
-                           + _img(t.png, f"{t.key}", cls="tile") + f"</div><figcaption><b>{_e(t.key)}</b> "
-                           f"{_e(t.caption[:140])}</figcaption></figure>")
-        body = (f'<p class="lead">{len(stats.tiles)} samples spread evenly over the dataset (images, and the first '
-                "frame of videos).</p>" + f'<div class="sheet">{"".join(figures)}</div>')
-        sections.append(("samples", "Samples", body))
 
+def _tensors(doc: dict[str, Any], stats: Stats) -> Section | None:
+    if "tensors" not in doc:
+        return None
+    rows = [[f"<code>{_e(k)}</code>", f"{n:,}"] for k, n in doc["tensors"].items()]
+    body = ('<p class="lead">Tensor members of the sampled samples (decoded safely: weights-only '
+            "<code>.pth</code>, no pickle in <code>.npy</code>/<code>.npz</code>).</p>"
+            + _table(["member dtype[shape]", "samples"], rows, {1}))
+    return ("tensors", "Tensors", body)
+
+
+def _downloads(doc: dict[str, Any], stats: Stats) -> Section | None:
+    """A URL-list job's successes and failures by reason."""
+    if "downloads" not in doc:
+        return None
+    d = doc["downloads"]
+    rows = [[_e(reason), f"{n:,}", _share(n, d["failed"])] for reason, n in d["failed_by_reason"].items()]
+    body = (f'<p class="lead">Downloaded from a URL list (<code>{_e(d["file"])}</code>): '
+            f"{d['successes']:,} of {d['successes'] + d['failed']:,} URLs written, {d['failed']:,} failed, "
+            f"{d['retryable']:,} of them retryable (timeouts, dropped connections, 429, 5xx).</p>"
+            + (_table(["failure reason", "URLs", "share"], rows, {1, 2}) if rows else ""))
+    return ("downloads", "Downloads", body)
+
+
+def _selection(doc: dict[str, Any], stats: Stats) -> Section | None:
+    """The rows a manifest job selected (``--where``, ``--keep-top``) and what it filtered, by reason."""
+    if "selection" not in doc:
+        return None
+    d = doc["selection"]
+    rows = [[_e(reason), f"{n:,}", _share(n, d["seen"])] for reason, n in d["filtered_by_reason"].items()]
+    where = f' <code>--where {_e(d["where"])}</code>' if "where" in d else ""
+    top = (f' <code>--keep-top {d["keep_top"]} --by {_e(d["by"])}</code> kept {d["kept"]:,} of {d["rows"]:,} '
+           f"(threshold {d['threshold']})" if "by" in d else "")
+    body = (f'<p class="lead">Rows selected from the source ({_e(d["file"])}):{where}{top}; '
+            f"{d['filtered']:,} of {d['seen']:,} inputs filtered.</p>"
+            + (_table(["filtered by", "inputs", "share"], rows, {1, 2}) if rows else ""))
+    return ("selection", "Selection", body)
+
+
+def _filtered(doc: dict[str, Any], stats: Stats) -> Section | None:
+    if "filtered" not in doc:
+        return None
+    rows = [[_e(reason), f"{n:,}"] for reason, n in doc["filtered"].items()]
+    body = ('<p class="lead">Outputs the job\'s filters dropped (warnings of its failures.json).</p>'
+            + _table(["filter reason", "outputs"], rows, {1}))
+    return ("filtered", "Filtered", body)
+
+
+def _samples(doc: dict[str, Any], stats: Stats) -> Section | None:
+    """The contact sheet: a thumbnail and caption of samples spread over the dataset."""
+    if not stats.tiles:
+        return None
+    figures = []
+    for t in stats.tiles:
+        figures.append(f'<figure title="{_e(t.shard)} {_e(t.key)}: {_e(t.caption)}"><div class="thumb">'
+                       + _img(t.png, f"{t.key}", cls="tile") + f"</div><figcaption><b>{_e(t.key)}</b> "
+                       f"{_e(t.caption[:140])}</figcaption></figure>")
+    body = (f'<p class="lead">{len(stats.tiles)} samples spread evenly over the dataset (images, and the first '
+            "frame of videos).</p>" + f'<div class="sheet">{"".join(figures)}</div>')
+    return ("samples", "Samples", body)
+
+
+def _problems(doc: dict[str, Any], stats: Stats) -> Section:
+    """Each kind of problem with its count and examples, or what "no problems" covers."""
+    problems, sets = doc["problems"], doc["extension_sets"]
     if problems:
         items = []
         for p in problems:
@@ -248,15 +294,28 @@ def render(doc: dict[str, Any], stats: Stats) -> str:
     else:
         body = (f'<p class="ok">No problems found: every shard read to its end. The samples carry {len(sets):,} '
                 'different extension sets (see Members); none lacks a member most samples have.</p>')
-    sections.append(("problems", "Problems", body))
+    return ("problems", "Problems", body)
 
-    cards = [(f"{total:,}", "samples", ""), (f"{len(shards):,}", "shards", ""),
+
+_SECTIONS: tuple[Callable[[dict[str, Any], Stats], Section | None], ...] = (
+    _shards, _members, _images, _videos, _captions, _numeric_fields, _tensors, _downloads, _selection, _filtered,
+    _samples, _problems)
+
+
+def _cards(doc: dict[str, Any]) -> str:
+    """The headline figures above the navigation."""
+    total, n_problems = doc["total_samples"], sum(p["count"] for p in doc["problems"])
+    cards = [(f"{total:,}", "samples", ""), (f"{len(doc['shards']):,}", "shards", ""),
              (human_bytes(doc["total_bytes"]), "on disk", ""),
              (human_bytes(doc["total_bytes"] / total) if total else "–", "per sample", ""),
              (f"{len(doc['extension_sets']):,}", "extension sets", ""),
              (f"{n_problems:,}", "problems", "bad" if n_problems else "good")]
-    card_html = "".join(f'<div class="card {c}"><div class="v">{_e(v)}</div><div class="l">{_e(label)}</div></div>'
-                        for v, label, c in cards)
+    return "".join(f'<div class="card {c}"><div class="v">{_e(v)}</div><div class="l">{_e(label)}</div></div>'
+                   for v, label, c in cards)
+
+
+def _page(doc: dict[str, Any], sections: list[Section]) -> str:
+    """The whole document: head with the styles, header, cards, navigation, the sections, footer."""
     nav = "".join(f'<a href="#{sid}">{_e(title)}</a>' for sid, title, _ in sections)
     paths = ", ".join(f"<code>{_e(p)}</code>" for p in doc["paths"][:3]) + (
         f" and {len(doc['paths']) - 3} more" if len(doc["paths"]) > 3 else "")
@@ -271,7 +330,7 @@ def render(doc: dict[str, Any], stats: Stats) -> str:
 <header><div class="eyebrow">fgdata dataset report</div><h1>{_e(doc['dataset'])}</h1>
 <p class="meta">{paths}</p>
 <p class="meta">generated {_e(doc['generated'])} by fgdata {_e(doc['fgdata_version'])} · {_e(sampled)}</p></header>
-<div class="cards">{card_html}</div>
+<div class="cards">{_cards(doc)}</div>
 <nav>{nav}</nav>
 {body}
 <footer>fgdata report · {_e(doc['dataset'])} · {_e(doc['generated'])}</footer>

@@ -136,7 +136,7 @@ def _checksum_ok(header: bytes, offset: int) -> bool:
     except (TarDamage, ValueError):
         return False
     low = (zlib.adler32(header) & 0xFFFF) - 1
-    adjust = 8 * 32 - sum(stored)
+    adjust = 8 * 32 + 1 - (zlib.adler32(stored) & 0xFFFF)  # the same low half: the field's exact sum, at most 2040
     if expected in (low % 65521 + adjust, low % 65521 + 65521 + adjust):
         return True
     unsigned = sum(header) + adjust
@@ -307,67 +307,39 @@ def iter_members(
     regular files is read and returned, unless it is over ``max_data`` bytes (then None);
     other payloads are skipped: stepped over in a regular file (positioned reads), read
     and dropped in a stream. This loop is the cost of ``count-shards``, so it keeps
-    per-member work to one header parse.
+    per-member work to one header parse: of the steps below, only reading a checked header
+    is a call on every member; extension headers are rare (``benchmarks/bench_scan.py``
+    times the loop against an earlier checkout's).
 
     It cannot loop: every size is a validated non-negative number and every step moves
     forward by at least one block, so a shard of N bytes yields at most N / 512 members.
     """
-    src: _Source | _PreadSource = _Source(fileobj, seekable, total)
-    if seekable and total is not None:
-        try:
-            src = _PreadSource(fileobj.fileno(), total, read_ahead)
-        except (AttributeError, OSError):  # io.UnsupportedOperation is an OSError: an in-memory file
-            pass
+    src = _open_source(fileobj, seekable, total, read_ahead)
     read, skip = src.read_exact, src.skip
     limit = -1 if not with_data else (max_data if max_data is not None else 1 << 80)
     wants = None if isinstance(with_data, bool) else with_data
     pending: int | None = None  # the first extension header (of any kind) not yet followed by its member
-    first_offset: int | None = None  # the first extension header that belongs to the member (not a global one)
-    extensions: list[tuple[bytes, bytes]] = []  # (typeflag, payload), outermost first
+    extensions: list[tuple[int, bytes, bytes]] = []  # the member's own (offset, typeflag, payload), outermost first
     last_offset = -1
     while True:
         header_offset = src.pos
         if header_offset <= last_offset:  # cannot happen with validated sizes; the guarantee is checked, not assumed
             raise TarDamage(f"tar header offsets do not increase at byte {header_offset}", header_offset)
         last_offset = header_offset
-        header = read(BLOCK)
-        if len(header) < BLOCK:
-            if not header and pending is None:
-                return
-            raise TarDamage(f"truncated tar header at byte {header_offset}", header_offset)
-        if header == ZERO_BLOCK:
-            if pending is not None:
-                raise TarDamage(f"extended header at byte {pending} is followed by the end of the archive", header_offset)
+        header = _read_header(read, header_offset, pending)
+        if header is None:
             return
-        if not _checksum_ok(header, header_offset):
-            raise TarDamage(f"bad tar header checksum at byte {header_offset}", header_offset)
         typeflag = header[156:157]
         cls = _CLASS[typeflag]
-        raw_size = header[124:135]
-        if raw_size.isdigit() and header[135] in (0, 32):  # the usual "%011o\0"
-            try:
-                size = int(raw_size, 8)
-            except ValueError:
-                size = _number(header[124:136], "size field", header_offset)
+        raw_size = header[124:135]  # the usual "%011o\0" is parsed here, anything else by _number
+        if header[135] in (0, 32) and not raw_size.strip(_OCTAL_DIGITS):
+            size = int(raw_size, 8)
         else:
             size = _number(header[124:136], "size field", header_offset)
-        padded = (size + BLOCK - 1) & -BLOCK
         if cls == _EXTENSION:
-            if size > MAX_EXTENSION_HEADER:
-                raise TarDamage(f"bad tar header at byte {header_offset}: extended header of {size} bytes", header_offset)
-            payload = read(padded)
-            if len(payload) < padded:
-                raise TarDamage(f"truncated extended header at byte {header_offset}", header_offset)
             if pending is None:
                 pending = header_offset
-            if typeflag == b"g":  # a global PAX header belongs to the archive, not to the next member
-                if {"path", "size"} & _pax_records(payload, header_offset).keys():
-                    raise TarDamage(f"global PAX header at byte {header_offset} sets a path or size for every "
-                                    "member (not supported in shards)", header_offset)
-            else:
-                if first_offset is None:
-                    first_offset = header_offset
-                extensions.append((typeflag, payload))
+            _read_extension(read, typeflag, size, header_offset, extensions)
             continue
         if cls == _SPARSE:
             raise TarDamage(f"GNU sparse member at byte {header_offset} (not supported in shards)", header_offset)
@@ -377,29 +349,15 @@ def iter_members(
         if header[345] and header[257:263] == b"ustar\0":  # POSIX ustar: a path prefix may be present
             name = f"{_cstr(header[345:500])}/{name}"
         start = header_offset
-        if first_offset is not None:
-            start = first_offset
-            for kind, payload in reversed(extensions):  # the outermost header has the last word, as in tarfile
-                if kind == b"L":
-                    name = _cstr(payload)
-                elif kind in (b"x", b"X"):
-                    pax = _pax_records(payload, start)
-                    if any(k.startswith("GNU.sparse.") for k in pax):
-                        raise TarDamage(f"GNU sparse member at byte {start} (not supported in shards)", start)
-                    if "path" in pax:
-                        name = pax["path"]
-                    if "size" in pax:
-                        if not (pax["size"].isascii() and pax["size"].isdigit()):
-                            raise TarDamage(f"bad PAX size {pax['size'][:24]!r} at byte {start}", start)
-                        size = int(pax["size"])
-                        padded = (size + BLOCK - 1) & -BLOCK
-            first_offset = None
+        if extensions:
+            start, name, size = _apply_extensions(extensions, name, size)
             extensions = []
         pending = None
         data_offset = src.pos
         if cls == _NO_DATA:
             yield MemberEntry(name, start, data_offset, size, "5" if typeflag == b"\0" else _TYPEFLAG[typeflag], data_offset), None
             continue
+        padded = (size + BLOCK - 1) & -BLOCK
         entry = MemberEntry(name, start, data_offset, size, _TYPEFLAG[typeflag], data_offset + padded)
         if cls != _FILE or size > limit or (wants is not None and not wants(name)):
             if not skip(padded):
@@ -410,6 +368,76 @@ def iter_members(
             if len(data) < size or not skip(padded - size):
                 raise TarDamage(f"truncated member {name!r} at byte {data_offset}", data_offset, member=name)
             yield entry, data
+
+
+def _open_source(fileobj: BinaryIO, seekable: bool, total: int | None, read_ahead: int) -> _Source | _PreadSource:
+    """Positioned reads where the shard is a regular file of known size, else forward reads over the stream."""
+    if seekable and total is not None:
+        try:
+            return _PreadSource(fileobj.fileno(), total, read_ahead)
+        except (AttributeError, OSError):  # io.UnsupportedOperation is an OSError: an in-memory file
+            pass
+    return _Source(fileobj, seekable, total)
+
+
+def _read_header(read: Callable[[int], bytes], offset: int, pending: int | None) -> bytes | None:
+    """The next header, its checksum verified; None where the archive ends (no more data, or a zero block).
+
+    An end that leaves an extension header (at ``pending``) without its member is damage.
+    """
+    header = read(BLOCK)
+    if len(header) < BLOCK:
+        if not header and pending is None:
+            return None
+        raise TarDamage(f"truncated tar header at byte {offset}", offset)
+    if header == ZERO_BLOCK:
+        if pending is not None:
+            raise TarDamage(f"extended header at byte {pending} is followed by the end of the archive", offset)
+        return None
+    if not _checksum_ok(header, offset):
+        raise TarDamage(f"bad tar header checksum at byte {offset}", offset)
+    return header
+
+
+def _read_extension(read: Callable[[int], bytes], typeflag: bytes, size: int, offset: int,
+                    extensions: list[tuple[int, bytes, bytes]]) -> None:
+    """Read a GNU long-name or PAX header's payload; one for the next member is added to ``extensions``.
+
+    A global PAX header belongs to the archive, not to the next member: it is read and checked only.
+    """
+    if size > MAX_EXTENSION_HEADER:
+        raise TarDamage(f"bad tar header at byte {offset}: extended header of {size} bytes", offset)
+    padded = (size + BLOCK - 1) & -BLOCK
+    payload = read(padded)
+    if len(payload) < padded:
+        raise TarDamage(f"truncated extended header at byte {offset}", offset)
+    if typeflag != b"g":
+        extensions.append((offset, typeflag, payload))
+    elif {"path", "size"} & _pax_records(payload, offset).keys():
+        raise TarDamage(f"global PAX header at byte {offset} sets a path or size for every "
+                        "member (not supported in shards)", offset)
+
+
+def _apply_extensions(extensions: list[tuple[int, bytes, bytes]], name: str, size: int) -> tuple[int, str, int]:
+    """(where the member's headers start, its name, its size) once its extension headers are applied.
+
+    The outermost header has the last word, as in tarfile.
+    """
+    start = extensions[0][0]
+    for _, kind, payload in reversed(extensions):
+        if kind == b"L":
+            name = _cstr(payload)
+        elif kind in (b"x", b"X"):
+            pax = _pax_records(payload, start)
+            if any(k.startswith("GNU.sparse.") for k in pax):
+                raise TarDamage(f"GNU sparse member at byte {start} (not supported in shards)", start)
+            if "path" in pax:
+                name = pax["path"]
+            if "size" in pax:
+                if not (pax["size"].isascii() and pax["size"].isdigit()):
+                    raise TarDamage(f"bad PAX size {pax['size'][:24]!r} at byte {start}", start)
+                size = int(pax["size"])
+    return start, name, size
 
 
 def group_samples(members: Iterator[tuple[MemberEntry, bytes | None]], problems: list[str]) -> Iterator[tuple[SampleEntry, dict[str, bytes]]]:
