@@ -41,7 +41,7 @@ _TRANSFORM_CHILD = """
 import sys, time
 from pathlib import Path
 from fgdata.producers.media import ShardOptions, transform
-from fgdata.sources.folder import WorkItem
+from fgdata.workitem import WorkItem
 items = [WorkItem(index=i, name=p.name, path=str(p)) for i, p in enumerate(sorted(Path(sys.argv[1]).glob("*.jpg")))]
 options = ShardOptions(kind="images")
 runs = []

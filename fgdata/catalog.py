@@ -1,5 +1,6 @@
 """Names that the preparing, loading and reporting sides of fgdata share: preset texts, the ``score`` filter's
-rule, dataset locations, the bundled sample media, and the mark of an option that does not change output bytes.
+rule, dataset locations, the bundled sample media, the names of the files a job leaves beside its outputs, and the
+mark of an option that does not change output bytes.
 
 Kept apart from all sides so that none imports another: ``fgdata.encode`` embeds the same negative prompts
 that ``presets_map`` delivers, ``fgdata report`` counts what the loaders' ``score`` filter keeps by the
@@ -19,6 +20,16 @@ from fgdata.errors import FgdataError
 #: job's resume record (:mod:`fgdata.jobs.options`); here because option classes below the job core (a URL job's
 #: download settings, in ``fgdata.storage.http``) declare it too.
 RUNTIME = {"runtime": True}
+
+#: The one failure report every writing command leaves beside its outputs (:mod:`fgdata.jobs.report` writes it) and
+#: its ``format`` field; ``fgdata report`` reads the filter and selection counts from it.
+FAILURES_FILE = "failures.json"
+FAILURES_FORMAT = "fgdata.failures"
+
+#: A URL job's successes and failures per shard (:mod:`fgdata.jobs.stats` writes it) and its ``format`` field;
+#: ``fgdata report`` shows its totals.
+STATS_FILE = "shard_stats.json"
+STATS_FORMAT = "fgdata.shard-stats"
 
 #: The sample media that ships inside the package (photos, a clip, captions, their licences in ATTRIBUTION.md):
 #: ``fgdata quickstart`` runs on it from an installed wheel, and the tests use it.

@@ -77,7 +77,7 @@ def _run(call: Callable[..., Any], source: str, device: str, engine: EngineFlags
     from dataclasses import replace
 
     from fgdata.cli.jobrun import finish_job, job_progress, notes, run_job
-    from fgdata.encode.models import check_device
+    from fgdata.compute import check_device
     from fgdata.jobs.ranks import dist_env
     from fgdata.jobs.summary import JobSummary
     from fgdata.jobs.tasks import RunSettings
@@ -219,7 +219,7 @@ def neg_prompt(*, prompt: NegPromptFlags, compute: DeviceFlags, out: OutputFlags
     Example: fgdata encode neg-prompt --preset neg_prompt_wan --encoder ./umt5-xxl -o /data/neg_prompt_emb.npy
     """
     from fgdata.cli.render import console, print_json
-    from fgdata.encode.models import check_device
+    from fgdata.compute import check_device
     from fgdata.encode.text import encode_neg_prompt
 
     p = prompt

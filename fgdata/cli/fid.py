@@ -104,7 +104,7 @@ def fid_refs(
             raise FgdataError(f"dataset zip not found: {'; '.join(missing)}")
     from fgdata.cli.jobrun import finish, notes
     from fgdata.cli.render import phase_progress
-    from fgdata.encode.models import resolve_device
+    from fgdata.compute import resolve_device
 
     bars = out.bars
     quiet_model_libraries(bars=bars, quiet=out.quiet)

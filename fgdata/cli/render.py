@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from fgdata.report.format import human_bytes, terminal_safe
+from fgdata.formatting import human_bytes, terminal_safe
 
 __all__ = ["console", "err_console", "human_bytes", "phase_progress", "print_json", "printable", "progress",
            "terminal_safe", "wrap_tokens"]

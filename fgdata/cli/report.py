@@ -39,7 +39,7 @@ def _dataset_name(paths: list[str]) -> str:
 def numeric_field_line(f: dict[str, Any]) -> str:
     """One numeric json field in the terminal summary: in how many samples it is, its spread, and what the score
     filter keeps among those samples and in all (samples without the field pass the filter)."""
-    from fgdata.report.format import number
+    from fgdata.formatting import number
 
     sf = f["score_filter"]
     t = sf["presets_filter"]["score"]["threshold"]
@@ -72,7 +72,7 @@ def selection_line(d: dict[str, Any]) -> str:
 def _summary_table(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from fgdata.report.format import human_bytes, number
+    from fgdata.formatting import human_bytes, number
 
     def dist(d: Optional[dict], unit: str = "") -> str:
         return f"{number(float(d['p50']))}{unit} median ({number(float(d['min']))}–{number(float(d['max']))})" if d else "–"

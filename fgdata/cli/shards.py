@@ -9,7 +9,7 @@ import typer
 
 from fgdata.cli.options import JSON, PROGRESS, QUIET, say_repeated, show_progress
 from fgdata.cli.render import console, err_console, human_bytes, print_json, progress, wrap_tokens
-from fgdata.report.format import dtype_shape, number
+from fgdata.formatting import dtype_shape, number
 
 
 def count_shards_cmd(

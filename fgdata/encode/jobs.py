@@ -1,4 +1,6 @@
-"""Helpers the encode and kd producers share: batching, decode-ahead, per-sample seeds, merged json.
+"""Helpers the encode and kd producers share: batched results, per-sample seeds, merged json.
+
+Batching and decode-ahead, which ``fid-refs`` uses too, are :mod:`fgdata.compute`'s.
 
 The job around them (tasks, ranks, markers, resume, the failure report) is :mod:`fgdata.jobs.tasks`.
 """
@@ -8,59 +10,20 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from fgdata.compute import batches
 from fgdata.errors import FgdataError
 from fgdata.jobs.tasks import Result, Task
 from fgdata.shards.metadata import FGDATA_FIELD
 
 T = TypeVar("T")
-R = TypeVar("R")
 
 
 def sample_seed(seed: int, key: str) -> int:
     """A per-sample seed from the global seed and the sample key: any subset regenerates identically."""
     digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
-
-
-def prefetch_map(fn: Callable[[T], R], items: Iterable[T], workers: int, ahead: int) -> Iterator[tuple[T, R | BaseException]]:
-    """``(item, fn(item) or its exception)`` in order, with up to ``ahead`` items decoding on threads.
-
-    Decoders (Pillow, PyAV) release the GIL, so the CPU decodes the next batch while the model runs.
-    """
-
-    def call(item: T) -> R | BaseException:
-        try:
-            return fn(item)
-        except Exception as exc:  # noqa: BLE001 - the caller turns it into a per-sample failure
-            return exc
-
-    if workers <= 0:
-        for item in items:
-            yield item, call(item)
-        return
-    pending: list[tuple[T, Future]] = []
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fgdata-decode") as pool:
-        for item in items:
-            pending.append((item, pool.submit(call, item)))
-            if len(pending) > ahead:
-                first, fut = pending.pop(0)
-                yield first, fut.result()
-        for item, fut in pending:
-            yield item, fut.result()
-
-
-def batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
-    batch: list[T] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 def batched_results(items: Iterable[Result | T], size: int,

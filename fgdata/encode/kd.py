@@ -28,7 +28,7 @@ from fgdata import storage
 from fgdata.encode.jobs import batched_results, merged_json, sample_seed, task_samples, user_json
 from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.tasks import Result, RunSettings, Task, TaskJob, run_tasks, same_place, shard_tasks
-from fgdata.encode.models import check_dtype, check_model, load_pretrained, resolve_device, tensor_bytes, torch_dtype
+from fgdata.compute import check_dtype, check_model, load_pretrained, resolve_device, tensor_bytes, torch_dtype
 from fgdata.encode.text import TextEncoder, load_text_encoder
 from fgdata.errors import FgdataError, OptionError
 

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fgdata.encode.jobs import batched_results, merged_json, prefetch_map, sample_seed, task_samples, user_json
-from fgdata.encode.models import autocast, check_dtype, resolve_device, tensor_bytes
+from fgdata.encode.jobs import batched_results, merged_json, sample_seed, task_samples, user_json
+from fgdata.compute import autocast, check_dtype, prefetch_map, resolve_device, tensor_bytes
 from fgdata.encode.vae import load_vae
 from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs.summary import JobSummary
@@ -214,7 +214,7 @@ class LatentEncoder:
 def encode_latents(src: str, dst: str, options: LatentOptions, *, device: str = "cpu", decode_workers: int = 4,
                    channels_last: bool | None = None, run: RunSettings | None = None) -> JobSummary:
     """Encode the media of every sample of ``src``'s shards into ``dst`` (same shard names, same keys)."""
-    from fgdata.encode.models import check_model
+    from fgdata.compute import check_model
 
     check_model(options.vae, "VAE", "--vae", (options.vae_subfolder,))  # before any output
     state: dict[str, LatentEncoder] = {}

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fgdata.encode.models import autocast, check_dtype, check_model, load_pretrained, resolve_device, torch_dtype
+from fgdata.compute import autocast, check_dtype, check_model, load_pretrained, resolve_device, torch_dtype
 from fgdata.errors import FgdataError, OptionError
 
 if TYPE_CHECKING:
@@ -182,7 +182,7 @@ def encode_text(src: str, dst: str, options: TextOptions, *, batch_size: int = 3
     """
     from fgdata import storage
     from fgdata.encode.jobs import batched_results, merged_json, task_samples, user_json
-    from fgdata.encode.models import tensor_bytes
+    from fgdata.compute import tensor_bytes
     from fgdata.jobs.tasks import Result, Task, TaskJob, run_tasks, same_place, shard_tasks
 
     if batch_size < 1:

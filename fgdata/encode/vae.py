@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from fgdata.encode.models import hf_cache_dir, load_pretrained, resolve_device, torch_dtype
+from fgdata.compute import hf_cache_dir, load_pretrained, resolve_device, torch_dtype
 
 DEFAULT_VAE = "stabilityai/sd-vae-ft-mse"
 

@@ -225,7 +225,7 @@ def load_dinov2(source: str = DINOV2_DEFAULT, device: str = "cpu") -> Detector:
     import torch.nn.functional as F
     from transformers import Dinov2Model
 
-    from fgdata.encode.models import load_pretrained, model_source
+    from fgdata.compute import load_pretrained, model_source
 
     model = _eval_on(load_pretrained(Dinov2Model, source, "DINOv2 detector", "--dinov2"), device)
     files, revision = _dinov2_files(source, model_source(source)[1])

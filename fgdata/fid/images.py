@@ -86,7 +86,7 @@ def _undecodable(exc: BaseException) -> bool:
 def _ordered(fn: Any, items: Iterator[Any], workers: int, what: Any) -> Iterator[np.ndarray | Failure]:
     """``fn`` over ``items`` on ``workers`` threads, in order; an undecodable image gives its failure, any other
     error stops the pass with the image's name."""
-    from fgdata.encode.jobs import prefetch_map
+    from fgdata.compute import prefetch_map
 
     for item, result in prefetch_map(fn, items, workers, ahead=max(64, 8 * workers)):
         if isinstance(result, BaseException):

@@ -250,7 +250,7 @@ def _compute_chunk(source: ImageSource, chunk: Chunk, detectors: dict[str, Detec
     that could not be decoded (with their index in the source)."""
     import torch
 
-    from fgdata.encode.jobs import batches
+    from fgdata.compute import batches
     from fgdata.workers import default_workers
 
     sums = {m: [torch.zeros(d.dim, dtype=torch.float64, device=device),
@@ -348,7 +348,7 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     load from ``options``. ``notify`` gets rank 0's line when it starts waiting for other ranks' chunks. On ranks
     other than 0 the result covers only that rank's chunks.
     """
-    from fgdata.encode.models import resolve_device
+    from fgdata.compute import resolve_device
     from fgdata.jobs.dest import check_sources
     from fgdata.jobs.outputs import output_done, redoing
     from fgdata.jobs.ranks import dist_env, owned, run_launch

@@ -343,7 +343,7 @@ def _removal(dest: str, names: list[str]) -> tuple[list[str], list[str], int]:
     """What removing ``names`` from ``dest`` takes, described: the files (``name (size)``), the folders
     (``name/ (N files, size)``) and the bytes in all. A version-control folder among them, or below one of the
     folders, is refused before anything is removed."""
-    from fgdata.report.format import human_bytes
+    from fgdata.formatting import human_bytes
 
     sizes = {info.name: info.size for info in storage.list_dir(dest)} if storage.is_dir(dest) else {}
     files, folders, total = [], [], 0
@@ -369,7 +369,7 @@ def remove_files(dest: str, names: list[str], why: str, notify: Notify | None) -
     before anything goes, when a version-control folder would go (:data:`VCS_DIRS`)."""
     if not names:
         return
-    from fgdata.report.format import human_bytes
+    from fgdata.formatting import human_bytes
 
     files, folders, total = _removal(dest, names)
     if notify:

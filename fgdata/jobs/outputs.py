@@ -2,7 +2,7 @@
 ``--no-resume`` run is about to redo what an earlier launch left, a model was loaded.
 
 ``prepare``'s zip passes, ``fid-refs``' chunks and ``score``'s shards call the first two, every model load (``encode``'s
-:func:`~fgdata.encode.models.load_pretrained`) the last; the test hooks of :mod:`fgdata.jobs.testhook`
+:func:`~fgdata.compute.load_pretrained`) the last; the test hooks of :mod:`fgdata.jobs.testhook`
 hang off them, so no producer knows about tests and kill tests stop every command at the same kind of point.
 """
 

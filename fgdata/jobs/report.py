@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fgdata import storage
+from fgdata.catalog import FAILURES_FILE as FAILURES_FILE  # the name every writer imports from here
+from fgdata.catalog import FAILURES_FORMAT as FORMAT
 from fgdata.errors import FgdataError
 
-FAILURES_FILE = "failures.json"
-FORMAT = "fgdata.failures"
 VERSION = 2
 _ADDRESS = re.compile(r"\s*<[^<>]* at 0x[0-9a-fA-F]+>| at 0x[0-9a-fA-F]+")
 

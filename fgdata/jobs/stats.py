@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 from typing import IO, Any
 
-STATS_FILE = "shard_stats.json"
-FORMAT = "fgdata.shard-stats"
+from fgdata.catalog import STATS_FILE as STATS_FILE  # the name the job core imports from here
+from fgdata.catalog import STATS_FORMAT as FORMAT
+
 VERSION = 1
 
 

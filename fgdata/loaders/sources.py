@@ -42,7 +42,7 @@ from fgdata.loaders.collate import BatchSlots, Delivered
 from fgdata.loaders.plan import SamplePlan, Split
 from fgdata.loaders.selection import COUNT_FIX, Dataset, ShardRef, count_mismatch
 from fgdata.media.errors import ClipTooShort
-from fgdata.report.format import terminal_safe
+from fgdata.formatting import terminal_safe
 from fgdata.shards import ShardFile, scan_shard
 from fgdata.shards.scan import BLOCK
 from fgdata.shards.scan import TarDamage, group_samples, iter_members

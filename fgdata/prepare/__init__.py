@@ -33,7 +33,7 @@ def prepare_imagenet256(options: ImagenetOptions, latents: LatentZipOptions = La
     written), never for the one an earlier launch left and rank 0 is about to replace.
     """
     from fgdata import storage
-    from fgdata.encode.models import check_model
+    from fgdata.compute import check_model
     from fgdata.encode.vae import load_vae
     from fgdata.jobs.dest import STATE_DIR
     from fgdata.jobs.outputs import redoing

@@ -63,7 +63,7 @@ class LatentZipOptions:
             raise OptionError(f"--dtype must be {' or '.join(DTYPES)}, not {self.dtype!r}")
         if self.batch_size < 1:
             raise OptionError("--batch-size must be at least 1")
-        from fgdata.encode.models import check_device
+        from fgdata.compute import check_device
 
         check_device(self.device)
 

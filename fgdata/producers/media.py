@@ -36,7 +36,7 @@ from fgdata.errors import FgdataError, OptionError
 from fgdata.media.display import Display, parse_background
 from fgdata.producers.scenes import CLIP_FIELDS, SceneOptions
 from fgdata.shards.metadata import FGDATA_FIELD, parse_json, with_fgdata_fields
-from fgdata.sources.folder import WorkItem, sample_key
+from fgdata.workitem import WorkItem, sample_key
 from fgdata.storage.http import DownloadFailed, DownloadOptions, configure
 
 Kind = Literal["images", "videos", "prompts"]

@@ -69,9 +69,9 @@ def filtered_counts(shards: Sequence[str]) -> dict[str, int]:
     job's ``failures.json`` (``filtered: INPUT: REASON: details``); empty when there is none."""
     from collections import Counter
 
-    from fgdata.jobs.report import FAILURES_FILE, FORMAT
+    from fgdata.catalog import FAILURES_FILE, FAILURES_FORMAT
 
-    found = _job_file(shards, FAILURES_FILE, FORMAT)
+    found = _job_file(shards, FAILURES_FILE, FAILURES_FORMAT)
     counts: Counter[str] = Counter()
     for w in found[1].get("warnings", []) if found else []:
         prefix = f"filtered: {w.get('input')}: " if isinstance(w, dict) else ""
@@ -83,9 +83,9 @@ def filtered_counts(shards: Sequence[str]) -> dict[str, int]:
 def download_stats(shards: Sequence[str]) -> dict[str, Any] | None:
     """The totals of a URL job's ``shard_stats.json`` in the shards' folder (successes, failures by reason,
     retryable), or None: shards from several folders, no such file, or one that is not fgdata's."""
-    from fgdata.jobs.stats import STATS_FILE
+    from fgdata.catalog import STATS_FILE, STATS_FORMAT
 
-    found = _job_file(shards, STATS_FILE, "fgdata.shard-stats")
+    found = _job_file(shards, STATS_FILE, STATS_FORMAT)
     if found is None:
         return None
     path, doc = found
@@ -97,9 +97,9 @@ def selection_stats(shards: Sequence[str]) -> dict[str, Any] | None:
     """What a shard job's row selection (``--where``, ``--keep-top``) left out, from the job's ``failures.json`` in
     the shards' folder (inputs seen, filtered by reason, the ``--keep-top`` cut), or None: shards from several
     folders, no such file, or a job that selected no rows."""
-    from fgdata.jobs.report import FAILURES_FILE, FORMAT
+    from fgdata.catalog import FAILURES_FILE, FAILURES_FORMAT
 
-    found = _job_file(shards, FAILURES_FILE, FORMAT)
+    found = _job_file(shards, FAILURES_FILE, FAILURES_FORMAT)
     if found is None or "filtered" not in found[1]:
         return None
     path, doc = found

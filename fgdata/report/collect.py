@@ -345,7 +345,7 @@ def _video_facts(entry: _Entry, ext: str, doc: dict | None, decode: bool, stats:
 
 def _tensor(entry: _Entry, ext: str, stats: Stats, name: str) -> None:
     from fgdata.media.decode import describe_member
-    from fgdata.report.format import dtype_shape
+    from fgdata.formatting import dtype_shape
 
     data = entry.read(ext, None)
     if data is None:

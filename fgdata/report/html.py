@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from fgdata.report import plots
 from fgdata.report.collect import Stats
-from fgdata.report.format import human_bytes, number, terminal_safe
+from fgdata.formatting import human_bytes, number, terminal_safe
 
 _CSS = """
 :root { --bg:#f5f6f8; --card:#fff; --ink:#1f242b; --muted:#5d6570; --line:#e3e6eb; --accent:#3b6fd4;

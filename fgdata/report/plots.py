@@ -17,7 +17,7 @@ from typing import Any
 
 from fgdata.errors import FgdataError
 from fgdata.media.preview import Tile
-from fgdata.report.format import human_bytes, terminal_safe
+from fgdata.formatting import human_bytes, terminal_safe
 
 ACCENT = "#3b6fd4"
 SECOND = "#e8833a"

@@ -411,7 +411,7 @@ class Scorer:
 @functools.lru_cache(maxsize=4)
 def scorer(model_dir: str, device: str, signals: tuple[str, ...]) -> Scorer:
     """The CLIP model and the heads ``signals`` need, loaded once per process."""
-    from fgdata.encode.models import resolve_device
+    from fgdata.compute import resolve_device
 
     dev = resolve_device(device)
     model, tokenizer, size = _load_clip(model_dir)

@@ -46,45 +46,17 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fgdata import storage
 from fgdata.errors import FgdataError
-
-KEY_FORMAT = "sample_%06d"
+from fgdata.workitem import WorkItem
 
 CAPTION_SUFFIX = ".txt"
 METADATA_SUFFIX = ".json"
 POSES_SUFFIX = ".poses.npy"
 INTRINSICS_SUFFIX = ".intrinsics.npy"
-
-
-def sample_key(index: int) -> str:
-    """The documented key of the item at ``index`` in the source order (see the module docstring)."""
-    return KEY_FORMAT % index
-
-
-@dataclass(frozen=True)
-class WorkItem:
-    """One input: where its media is, and its caption and metadata (inline or as sidecar paths)."""
-
-    index: int  # position in the source order; the sample key comes from it
-    name: str  # what reports call it: the relative path, manifest path or "FILE:line"
-    path: str = ""  # local path or s3:// URL of the media; "" for prompt-only items
-    caption: str | None = None
-    caption_path: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    metadata_path: str | None = None
-    poses_path: str | None = None
-    intrinsics_path: str | None = None
-    refused: str | None = None  # "<category>: <message>" when the source already knows the item fails
-    warning: str | None = None  # "<category>: <message>" when the source knows a part is lost (a caption)
-    data: bytes | None = None  # the media bytes themselves (a table cell, a shard's member), not read from ``path``
-    data_at: tuple[int, int] | None = None  # (offset, size) of the media inside the local file ``path`` (a source
-    # shard's member): the worker reads it, so the driver holds references, not media
-    key: str | None = None  # the sample key the source keeps (an existing shard's); else sample_key(index)
-    members: dict[str, bytes] | None = None  # a source sample's other members, carried as they are
 
 
 def printable_name(name: str) -> str:

@@ -53,7 +53,8 @@ from typing import IO, Any, BinaryIO, Union
 from fgdata import storage
 from fgdata.errors import FgdataError
 from fgdata.shards.metadata import parse_json
-from fgdata.sources.folder import WorkItem, printable_name
+from fgdata.sources.folder import printable_name
+from fgdata.workitem import WorkItem
 
 MANIFEST_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".parquet")
 #: Compressed text manifests (``list.csv.gz``, ``list.jsonl.zst``): the table type is the suffix before these.

@@ -26,7 +26,7 @@ from fractions import Fraction
 from typing import Any
 
 from fgdata.errors import OptionError
-from fgdata.sources.folder import WorkItem
+from fgdata.workitem import WorkItem
 from fgdata.sources.where import CellTypeError, Where, article, field_kind, field_value, is_null, kind_of, row_kinds
 
 #: Values of the temporary file of ``--keep-top`` read at once (8 bytes each).

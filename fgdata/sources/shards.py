@@ -33,7 +33,7 @@ from typing import Any
 from fgdata import storage
 from fgdata.errors import DamagedShardError, FgdataError
 from fgdata.shards.metadata import parse_json
-from fgdata.sources.folder import WorkItem, sample_key
+from fgdata.workitem import WorkItem, sample_key
 from fgdata.sources.manifest import _local
 
 #: A text file listing shards: one path or URL a line.

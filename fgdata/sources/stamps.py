@@ -21,7 +21,7 @@ from dataclasses import fields
 
 from fgdata import storage
 from fgdata.errors import StorageError
-from fgdata.sources.folder import WorkItem
+from fgdata.workitem import WorkItem
 
 STAMP_BYTES = 8
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from fgdata import storage
 from fgdata.errors import FgdataError, OptionError
-from fgdata.sources.folder import WorkItem
+from fgdata.workitem import WorkItem
 from fgdata.sources.manifest import _json_safe, _local
 
 TABLE_SUFFIXES = (".parquet", ".arrow")

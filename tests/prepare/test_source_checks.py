@@ -184,7 +184,7 @@ def test_a_cached_model_passes_offline_and_loads_from_the_cache(tmp_path, tiny_v
     shutil.copytree(tiny_vae_dir, snapshot)
     (cache / "models--fgdata-tests--tiny-vae" / "refs").mkdir()
     (cache / "models--fgdata-tests--tiny-vae" / "refs" / "main").write_text("0" * 40)
-    code = ("from fgdata.encode.models import check_model\n"
+    code = ("from fgdata.compute import check_model\n"
             "from fgdata.encode.vae import load_vae\n"
             "check_model('fgdata-tests/tiny-vae', 'VAE', '--vae')\n"
             "print(type(load_vae('fgdata-tests/tiny-vae')).__name__)\n")

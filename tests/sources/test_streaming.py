@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from fgdata.errors import FgdataError
-from fgdata.sources.folder import WorkItem, list_folder, walk_folder
+from fgdata.sources.folder import list_folder, walk_folder
+from fgdata.workitem import WorkItem
 from fgdata.sources.manifest import iter_manifest, iter_prompts, read_manifest, read_prompts
 
 IMAGE_EXTS = {"jpg", "png"}

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fgdata.errors import OptionError
-from fgdata.sources.folder import WorkItem
+from fgdata.workitem import WorkItem
 from fgdata.sources.selection import Selection, Selector, kth_largest
 from fgdata.sources.where import Where
 

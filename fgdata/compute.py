@@ -1,4 +1,7 @@
-"""Loading models by hub id or local directory, and running them fast: device, dtype, autocast.
+"""Running models, for every command that does (encode, kd, fid-refs, score, prepare's latents): loading by hub id
+or local directory, device, dtype, autocast, batches, and decoding ahead of the model.
+
+It sits below those commands so that none imports another for these helpers (``fid`` never imports ``encode``).
 
 Every model (VAEs, text encoders, KD denoisers and schedulers) loads through :func:`load_pretrained`,
 which gives one line naming the model and the flag that takes a directory when the hub cannot be
@@ -15,14 +18,18 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, TypeVar
 
 from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs import outputs
 
-__all__ = ["DTYPES", "autocast", "check_device", "check_dtype", "check_model", "hf_cache_dir", "load_pretrained", "model_source", "resolve_device",
-           "tensor_bytes", "torch_dtype"]
+__all__ = ["DTYPES", "autocast", "batches", "check_device", "check_dtype", "check_model", "hf_cache_dir", "load_pretrained",
+           "model_source", "prefetch_map", "resolve_device", "tensor_bytes", "torch_dtype"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 HUB_CHECK_TIMEOUT = 10.0  # seconds for the one request that asks the hub whether a model id exists
 
@@ -184,3 +191,38 @@ def tensor_bytes(tensor: Any, dtype: str | None = None) -> bytes:
     buf = io.BytesIO()
     torch.save(t.clone().contiguous(), buf)
     return buf.getvalue()
+
+
+def prefetch_map(fn: Callable[[T], R], items: Iterable[T], workers: int, ahead: int) -> Iterator[tuple[T, R | BaseException]]:
+    """``(item, fn(item) or its exception)`` in order, with up to ``ahead`` items decoding on threads.
+
+    Decoders (Pillow, PyAV) release the GIL, so the CPU decodes the next batch while the model runs. The threads
+    are the job core's (:func:`fgdata.jobs.local.threaded_map`), so a stop ends them as it ends every pool.
+    """
+    from functools import partial
+
+    from fgdata.jobs.local import threaded_map
+
+    if workers <= 0:
+        yield from map(partial(_paired, fn), items)
+        return
+    yield from threaded_map(partial(_paired, fn), items, workers, ahead)
+
+
+def _paired(fn: Callable[[T], R], item: T) -> tuple[T, R | BaseException]:
+    try:
+        return item, fn(item)
+    except Exception as exc:  # noqa: BLE001 - the caller turns it into a per-sample failure
+        return item, exc
+
+
+def batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``items`` in lists of ``size`` (the last one shorter), streamed."""
+    batch: list[T] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

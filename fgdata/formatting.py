@@ -1,4 +1,7 @@
-"""How numbers, sizes, shapes and untrusted text read, in the terminal and in the HTML report alike."""
+"""How numbers, sizes, shapes and untrusted text read, in the terminal and in the HTML report alike.
+
+Below every package that prints: the loaders quote keys from the data in their messages, the job core sizes what
+it refuses to overwrite, and ``report`` and the CLI render the rest, none of them importing another."""
 
 from __future__ import annotations
 
