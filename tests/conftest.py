@@ -21,6 +21,9 @@ SAMPLE_VIDEO = SAMPLE_DATA / "bigbuckbunny.mp4"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The loopback S3 server's writes land together: a lease's settle of 1 s (for a real store) would only make
+# every S3 test wait (fgdata.jobs.lease; child processes inherit it).
+os.environ.setdefault("FGDATA_S3_LEASE_SETTLE_SECONDS", "0.05")
 
 
 @pytest.fixture(scope="session")
