@@ -164,3 +164,25 @@ def tiny_vae_dir(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("vae") / "tiny-vae"
     vae.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def _ray_session():
+    """Shuts down, at the session's end, the in-process Ray instance :func:`ray_local` started."""
+    yield
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture
+def ray_local(_ray_session):
+    """One local Ray instance in this process for every in-process ``--engine ray`` test of the session (the
+    job joins it instead of starting and stopping its own, ~5 s each). Started again if a test shut it down
+    (tests/jobs/test_ray_cluster.py does, to start its multi-node cluster)."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    return ray
