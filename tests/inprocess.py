@@ -44,15 +44,18 @@ def fgdata(*args: str | Path, env: Mapping[str, str] | None = None,
     argv = ["fgdata", *map(str, args)]
     out, err = io.StringIO(), io.StringIO()
     code: int = 0
-    saved_argv, saved_debug = sys.argv, dict(main._state)
+    # click names the program after ``__main__``'s package (``python -m pytest`` gives "pytest"), else argv[0]:
+    # the console script's ``__main__`` has none
+    entry = sys.modules["__main__"]
+    saved_argv, saved_package, saved_debug = sys.argv, getattr(entry, "__package__", None), dict(main._state)
     try:
         with _environment(env or {}, cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            sys.argv = argv
+            sys.argv, entry.__package__ = argv, None
             try:
                 main.run()
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
-        sys.argv = saved_argv
+        sys.argv, entry.__package__ = saved_argv, saved_package
         main._state.update(saved_debug)
     return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
