@@ -272,7 +272,8 @@ def test_quickstart_writes_the_same_bytes_a_second_later(tmp_path: Path):
     _same(one, _bytes_of(tmp_path / "demo"), "quickstart")
 
 
-@pytest.mark.parametrize(("image_format", "after", "sig"), [("png", 1, signal.SIGKILL), ("keep", 2, signal.SIGTERM)])
+@pytest.mark.parametrize(("image_format", "after", "sig"), [pytest.param("png", 1, signal.SIGKILL, id="png SIGKILL"),
+                                                          pytest.param("keep", 2, signal.SIGTERM, id="keep SIGTERM")])
 def test_a_stopped_image_job_resumes_to_the_same_bytes(image_format: str, after: int, sig: int,
                                                        inputs: dict[str, Path], tmp_path: Path):
     """The colour-profile photos, stopped after a shard and rerun: every file equals an uninterrupted run's,
