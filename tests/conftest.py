@@ -179,9 +179,11 @@ def _ray_session():
 
 @pytest.fixture
 def ray_local(_ray_session):
-    """One local Ray instance in this process for every in-process ``--engine ray`` test of the session (the
-    job joins it instead of starting and stopping its own, ~5 s each). Started again if a test shut it down
-    (tests/jobs/test_ray_cluster.py does, to start its multi-node cluster)."""
+    """One local Ray instance in this process for the in-process ``--engine ray`` tests (the job joins it instead
+    of starting and stopping its own, ~5 s each). Started again if a test shut it down (tests/jobs/
+    test_ray_cluster.py does, to start its multi-node cluster). It stays up until the session ends, with its
+    processes and signal handlers in this process: only tests/shard_cmd uses it, which runs after the kill and
+    process-tree tests of tests/faults and tests/jobs."""
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

@@ -487,7 +487,8 @@ def test_neg_prompt_refuses_bad_input(tmp_path, models):
     assert not (tmp_path / "n.npy").exists()
 
 
-def test_ray_engine_matches_local(tmp_path, models, image_shards, ray_local):
+def test_ray_engine_matches_local(tmp_path, models, image_shards):
+    pytest.importorskip("ray")
     from fgdata.encode.latents import LatentOptions, encode_latents
 
     (tmp_path / "ray").mkdir()
