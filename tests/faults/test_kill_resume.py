@@ -27,7 +27,8 @@ import pytest
 from faultkit import FGDATA, kill_trials, png_bytes, stop_and_signal, stop_trials, tree
 from fgdata.storage.temps import clean_temps
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # several full runs per test (tests/jobs/test_shard_job.py
+# keeps a kill-and-rerun of every signal in the quick set)
 
 WRITER = r"""
 import sys, time

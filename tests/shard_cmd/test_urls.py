@@ -447,6 +447,7 @@ def test_a_connect_that_never_completes_is_a_timeout(cli, server, tmp_path):
         listener.close()
 
 
+@pytest.mark.slow  # a Ray cluster and two torchrun launches, each its own process tree
 def test_url_jobs_under_ray_and_torchrun_write_the_local_bytes(cli, server, tmp_path):
     """The same server responses give the same files from one process, two torchrun ranks and Ray; a rerun with
     --retry-failed under ranks fetches the retryable failure again, as one process does."""
