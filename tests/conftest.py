@@ -21,6 +21,9 @@ SAMPLE_VIDEO = SAMPLE_DATA / "bigbuckbunny.mp4"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The loopback S3 server's writes land together: a lease's settle of 1 s (for a real store) would only make
+# every S3 test wait (fgdata.jobs.lease; child processes inherit it).
+os.environ.setdefault("FGDATA_S3_LEASE_SETTLE_SECONDS", "0.05")
 
 
 @pytest.fixture(scope="session")
@@ -161,3 +164,27 @@ def tiny_vae_dir(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("vae") / "tiny-vae"
     vae.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def _ray_session():
+    """Shuts down, at the session's end, the in-process Ray instance :func:`ray_local` started."""
+    yield
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture
+def ray_local(_ray_session):
+    """One local Ray instance in this process for the in-process ``--engine ray`` tests (the job joins it instead
+    of starting and stopping its own, ~5 s each). Started again if a test shut it down (tests/jobs/
+    test_ray_cluster.py does, to start its multi-node cluster). It stays up until the session ends, with its
+    processes and signal handlers in this process: only tests/shard_cmd uses it, which runs after the kill and
+    process-tree tests of tests/faults and tests/jobs."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    return ray

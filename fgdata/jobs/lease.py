@@ -27,7 +27,8 @@ so every job that writes it sees it.
   live lease; a job removes its own prefix and its lease when it ends.
 
 Timing assumptions: ``FGDATA_S3_LEASE_SECONDS`` (default 60) is the expiry; hosts' clocks agree to well
-within a quarter of it (NTP); one renewal (a read and a write) takes less than a quarter of it. A
+within a quarter of it (NTP); two racing lease writes land within ``FGDATA_S3_LEASE_SETTLE_SECONDS``
+(default 1, at most a twentieth of the expiry) of each other; one renewal (a read and a write) takes less than a quarter of it. A
 job whose renewals fail for that long stops at its next write with a one-line error instead of
 writing on. Host names must tell hosts apart (containers sharing one host name and one kernel but not
 one pid namespace would judge each other's pids wrongly).
@@ -52,6 +53,8 @@ from fgdata.storage import guard
 
 LEASE_ENV = "FGDATA_S3_LEASE_SECONDS"
 DEFAULT_LEASE_S = 60.0
+SETTLE_ENV = "FGDATA_S3_LEASE_SETTLE_SECONDS"
+DEFAULT_SETTLE_S = 1.0
 STATE_DIR = ".fgdata"
 STAGING = "staging"
 
@@ -76,8 +79,23 @@ def heartbeat_seconds(expiry: float) -> float:
 
 
 def settle_seconds(expiry: float) -> float:
-    """How long a job waits after writing its lease before it reads it back (a racing writer shows by then)."""
-    return min(1.0, expiry / 20)
+    """How long a job waits after writing its lease before it reads it back (a racing writer shows by then):
+    ``$FGDATA_S3_LEASE_SETTLE_SECONDS`` (0 or more, at most a twentieth of the expiry), else 1 s or a
+    twentieth of the expiry, whichever is shorter.
+
+    The setting exists for a store whose writes land together faster (the test suite's loopback server
+    uses 0.05 s); a longer settle catches races between writes that land further apart.
+    """
+    raw = os.environ.get(SETTLE_ENV, "").strip()
+    if not raw:
+        return min(DEFAULT_SETTLE_S, expiry / 20)
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise FgdataError(f"{SETTLE_ENV}={raw!r}: expected a number of seconds, 0 or more")
+    return min(value, expiry / 20)
 
 
 def _boot_id() -> str | None:
@@ -132,6 +150,7 @@ class Lease:
         self.follower = job is not None
         self.staging = storage.join(self.state, STAGING, self.job)
         self.expiry = lease_seconds()
+        self.settle = settle_seconds(self.expiry)
         self._renewed = 0.0  # time.monotonic() when the last renewal started
         self._lost: str | None = None
         self._stop = threading.Event()
@@ -201,7 +220,7 @@ class Lease:
         guard.register(self)
         try:
             self._write()
-            time.sleep(settle_seconds(self.expiry))
+            time.sleep(self.settle)
             back = self._read()
             if not back or back.get("job") != self.job:
                 raise FgdataError(f"{self.dest}: another fgdata job started writing here at the same time "

@@ -1,4 +1,4 @@
-"""`fgdata count-shards`, `fgdata inspect`, start-up cost and error conventions, through the real console script."""
+"""`fgdata count-shards`, `fgdata inspect`, start-up cost and error conventions, through the console entry."""
 
 from __future__ import annotations
 
@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 
 from fgdata.shards import ShardWriter, scan_shard
-
-FGDATA = str(Path(sys.executable).with_name("fgdata"))
-
+from inprocess import fgdata
 
 def fg(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([FGDATA, *args], capture_output=True, text=True, timeout=180, **kw)
+    """``fgdata ARGS`` in this process, through the console entry (its exit codes and one-line errors)."""
+    return fgdata(*args, **kw)
 
 
 @pytest.fixture(scope="module")

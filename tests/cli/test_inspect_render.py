@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fgdata.shards import ShardWriter
+from inprocess import fgdata
 
-FGDATA = str(Path(sys.executable).with_name("fgdata"))
 EXACT = -2.700103998184204
 
 
@@ -39,8 +37,7 @@ def shard(tmp_path_factory, sample_images, sample_video) -> Path:
 
 
 def _inspect(shard: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "80"}
-    return subprocess.run([FGDATA, "inspect", str(shard), *args], capture_output=True, text=True, timeout=120, env=env)
+    return fgdata("inspect", str(shard), *args, env={"COLUMNS": "80"})
 
 
 def test_table_is_compact_and_never_splits_a_shape(shard):

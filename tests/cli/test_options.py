@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from fgdata.cli import options
 from fgdata.cli.main import app
+from inprocess import fgdata
 
 FGDATA = str(Path(sys.executable).with_name("fgdata"))
 READ_COMMANDS = {("count-shards",), ("inspect",), ("verify",), ("quickstart",)}
@@ -45,8 +46,8 @@ def _flags(callback) -> dict[str, object]:
 
 
 def _help(*name: str) -> str:
-    env = {**os.environ, "COLUMNS": "80", "TERM": "dumb", "NO_COLOR": "1"}
-    out = subprocess.run([FGDATA, *name, "--help"], capture_output=True, text=True, timeout=60, env=env)
+    """The help page as the console entry prints it (in this process: the page is what is tested)."""
+    out = fgdata(*name, "--help", env={"COLUMNS": "80", "TERM": "dumb", "NO_COLOR": "1"})
     assert out.returncode == 0, (name, out.stderr)
     return out.stdout
 

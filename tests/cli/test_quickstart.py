@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 FGDATA = str(Path(sys.executable).with_name("fgdata"))
 STEPS = ("shard images", "count-shards", "inspect", "load a batch", "shard videos", "class-conditional zip", "report")
 
@@ -17,6 +19,7 @@ def fg(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           env={**os.environ, "COLUMNS": "80", **(env or {})})
 
 
+@pytest.mark.slow  # three full quickstart runs
 def test_quickstart_end_to_end(tmp_path):
     out = fg("quickstart", str(tmp_path / "demo"))
     assert out.returncode == 0, out.stderr

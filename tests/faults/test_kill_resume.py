@@ -3,7 +3,10 @@
 The ShardWriter alone is SIGKILLed at seeded random moments (and checked right after each kill: no partial file
 under a final name; once its temporaries are removed, only complete shards are left, and writing again gives the
 uninterrupted run's bytes). The writer keeps no resume state: resuming is the job's, tested on the commands below. The commands are stopped where the job itself says it is (``FGDATA_TEST_STOP_AFTER``: it
-pauses after its N-th output) and then sent SIGKILL, SIGTERM or SIGINT, so no trial depends on timing.
+pauses after its N-th output) and then sent SIGKILL, SIGTERM or SIGINT, so no trial depends on timing. The full
+matrix of signals runs on ``shard images`` (here and in tests/jobs/test_shard_job.py); every other command is
+stopped once, with the signal that command is given below (each signal's handling is the job core's, shared by
+every command, so one per command tests the command's own resume).
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import pytest
 from faultkit import FGDATA, kill_trials, png_bytes, stop_and_signal, stop_trials, tree
 from fgdata.storage.temps import clean_temps
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # several full runs per test (tests/jobs/test_shard_job.py
+# keeps a kill-and-rerun of every signal in the quick set)
 
 WRITER = r"""
 import sys, time
@@ -62,7 +66,7 @@ def test_shard_writer(tmp_path):
     _killed_enough(results, 7)
 
 
-STOPS = [(1, signal.SIGKILL), (2, signal.SIGTERM), (3, signal.SIGINT)]
+STOPS = [(1, signal.SIGKILL), (2, signal.SIGTERM), (3, signal.SIGINT)]  # the full matrix: shard images only
 
 
 def test_shard_images(tmp_path):
@@ -108,7 +112,7 @@ def test_shard_videos_split_scenes(tmp_path):
     (src / "broken.mp4").write_bytes(b"not a video")  # a failed input: failures are part of the output
     cmd = [*FGDATA, "shard", "videos", str(src), "{out}", "--split", "scenes", "--maxcount", "2",
            "--unit-size", "2", "--no-progress", "--workers", "2"]
-    stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=STOPS)
+    stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=[(2, signal.SIGTERM)])
 
 
 def test_shard_images_to_s3(tmp_path, s3_bucket):
@@ -129,12 +133,12 @@ def test_shard_images_to_s3(tmp_path, s3_bucket):
     assert clean.returncode == 0, clean.stderr[-2000:]
     reference = _objects(s3_bucket, "clean")
     assert len([k for k in reference if k.endswith(".tar")]) == 8
-    for t, (after, sig) in enumerate(STOPS):
-        stopped = stop_and_signal(argv(f"stop{t}"), after=after, sig=sig, env=env)
-        assert stopped.returncode == (-sig if sig == signal.SIGKILL else 128 + sig), stopped.stderr[-2000:]
-        again = subprocess.run(argv(f"stop{t}"), env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
-        assert again.returncode == 0, again.stderr[-2000:]
-        assert _objects(s3_bucket, f"stop{t}") == reference, f"stop {t} (after {after}, signal {sig}): output differs"
+    # killed after its 2nd shard: the rerun on this host takes the dead job's lease over at once
+    stopped = stop_and_signal(argv("stopped"), after=2, sig=signal.SIGKILL, env=env)
+    assert stopped.returncode == -signal.SIGKILL, stopped.stderr[-2000:]
+    again = subprocess.run(argv("stopped"), env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert _objects(s3_bucket, "stopped") == reference, "the rerun's objects differ from an uninterrupted run's"
     staged = [p.relative_to(cache).as_posix() for p in (cache / "staging").rglob("*") if p.is_file()]
     assert staged and all(p.endswith("/.fgdata/lock") for p in staged), staged  # the (free) lock files only
 
@@ -155,7 +159,7 @@ def test_prepare_cifar10(tmp_path):
     tarball = tmp_path / "cifar-10-python.tar.gz"
     _cifar_tarball(tarball, per_batch=600)  # 3000 training rows: 6 blocks of 500
     cmd = [*FGDATA, "prepare", "cifar10", "--source", str(tarball), "--skip-md5", "--data-root", "{out}", "--workers", "2"]
-    stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=STOPS)
+    stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=[(3, signal.SIGINT)])
 
 
 def test_prepare_says_what_a_stopped_run_keeps_and_the_rerun_resumes_from_it(tmp_path):
@@ -193,7 +197,7 @@ def test_encode_text(tmp_path, tiny_t5_dir):
     write_dataset(src, n=48, maxcount=4, kinds=("txt",))
     cmd = [*FGDATA, "encode", "text", str(src), "{out}", "--encoder", str(tiny_t5_dir), "--max-length", "16",
            "--batch-size", "2", "--quiet"]
-    stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=STOPS, env={"HF_HUB_OFFLINE": "1"})
+    stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=[(2, signal.SIGTERM)], env={"HF_HUB_OFFLINE": "1"})
 
 
 def _imagenet_tree(root: Path, sample_images, n: int) -> None:
@@ -210,22 +214,22 @@ def _imagenet_tree(root: Path, sample_images, n: int) -> None:
 
 
 def test_prepare_imagenet64(tmp_path, sample_images):
-    """50 inputs in blocks of 16: the job pauses after block 1, 2 or 3, each stop followed by a rerun."""
+    """50 inputs in blocks of 16: the job pauses after block 2, is killed, and the rerun resumes."""
     _imagenet_tree(tmp_path / "imagenet", sample_images, 49)
     cmd = [*FGDATA, "prepare", "imagenet-64", "--imagenet-source", str(tmp_path / "imagenet"), "--data-root", "{out}",
            "--workers", "2", "--no-progress"]
-    stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=STOPS)
+    stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=[(2, signal.SIGKILL)])
     report = (tmp_path / "clean" / "imagenet-64" / "failures.json").read_text()
     assert '"seen": 50' in report and '"written": 49' in report and "broken.JPEG" in report
 
 
 def test_prepare_imagenet256(tmp_path, tiny_vae_dir, sample_images):
-    """Both passes: output 1 is the RGB zip's only block, outputs 2-5 the latent batches (the last one just
-    before the part file is finished and merged)."""
+    """Both passes, one stop in each: output 1 is the RGB zip's only block, outputs 2-5 the latent batches (the
+    last one just before the part file is finished and merged)."""
     _imagenet_tree(tmp_path / "imagenet", sample_images, 8)
     cmd = [*FGDATA, "prepare", "imagenet-256", "--imagenet-source", str(tmp_path / "imagenet"), "--data-root", "{out}",
            "--vae", str(tiny_vae_dir), "--device", "cpu", "--batch-size", "2", "--workers", "2", "--no-progress"]
-    stops = [(1, signal.SIGKILL), (3, signal.SIGTERM), (5, signal.SIGINT)]
+    stops = [(1, signal.SIGTERM), (5, signal.SIGKILL)]
     stop_trials(cmd, out=tmp_path, clean=tmp_path / "clean", stops=stops, env={"HF_HUB_OFFLINE": "1"})
     report = (tmp_path / "clean" / "imagenet-256" / "failures.json").read_text()
     assert '"seen": 9' in report and '"written": 8' in report and "broken.JPEG" in report

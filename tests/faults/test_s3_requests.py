@@ -14,7 +14,7 @@ from fgdata.jobs.shard import ShardJob, run_shard_job
 from fgdata.producers.media import ShardOptions
 from test_s3_stalls import StallingEndpoint
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # 160 shards uploaded through a proxy
 
 
 def _requests(s3_endpoint: str, s3_bucket: str, tmp_path, monkeypatch, shards: int) -> int:

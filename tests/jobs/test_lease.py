@@ -122,3 +122,18 @@ def test_the_lease_variable_is_checked(dest, monkeypatch, bad):
     monkeypatch.setenv("FGDATA_S3_LEASE_SECONDS", bad)
     with pytest.raises(FgdataError, match="FGDATA_S3_LEASE_SECONDS"):
         Lease(dest)
+
+
+@pytest.mark.parametrize("bad", ["-1", "soon", "inf"])
+def test_the_settle_variable_is_checked(monkeypatch, bad):
+    monkeypatch.setenv("FGDATA_S3_LEASE_SETTLE_SECONDS", bad)
+    with pytest.raises(FgdataError, match="FGDATA_S3_LEASE_SETTLE_SECONDS"):
+        Lease("s3://unused/ds")
+
+
+@pytest.mark.parametrize(("raw", "expiry", "settle"), [("", 60.0, 1.0), ("", 4.0, 0.2), ("0.05", 60.0, 0.05),
+                                                        ("0", 60.0, 0.0), ("30", 60.0, 3.0)])
+def test_the_settle_is_the_setting_at_most_a_twentieth_of_the_expiry(monkeypatch, raw, expiry, settle):
+    monkeypatch.setenv("FGDATA_S3_LEASE_SETTLE_SECONDS", raw)
+    monkeypatch.setenv("FGDATA_S3_LEASE_SECONDS", str(expiry))
+    assert Lease("s3://unused/ds").settle == settle

@@ -16,9 +16,10 @@ from faultkit import FGDATA, alive, leftovers, png_bytes, run_cli, stop_and_sign
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture
-def photos(tmp_path: Path) -> Path:
-    src = tmp_path / "src"
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module's inputs (read only: every test writes its own DST)."""
+    src = tmp_path_factory.mktemp("photos") / "src"
     src.mkdir()
     for i in range(24):
         (src / f"img{i:03d}.png").write_bytes(png_bytes(i, size=24))
@@ -43,9 +44,10 @@ def no_state(rel: str) -> bool:
     return rel.startswith(".fgdata/")
 
 
-@pytest.fixture
-def clean(photos: Path, tmp_path: Path) -> dict[str, str]:
-    dest = tmp_path / "clean"
+@pytest.fixture(scope="module")
+def clean(photos: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """An uninterrupted run's files, once for the module."""
+    dest = tmp_path_factory.mktemp("clean") / "clean"
     done = subprocess.run(shard_cmd(photos, dest), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return tree(dest, no_state)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,13 +17,12 @@ from PIL import Image
 
 from fgdata import __version__
 from fgdata.shards import ShardWriter, iter_samples, require_shards
-
-FGDATA = str(Path(sys.executable).with_name("fgdata"))
+from inprocess import fgdata
 
 
 def fg(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "100"}
-    return subprocess.run([FGDATA, *args], capture_output=True, text=True, timeout=300, env=env, cwd=cwd)
+    """``fgdata ARGS`` in this process (what is tested is the command's output and exit status)."""
+    return fgdata(*args, env={"COLUMNS": "100"}, cwd=cwd)
 
 
 class _Page(HTMLParser):

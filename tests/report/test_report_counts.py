@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 
@@ -17,13 +15,11 @@ import pytest
 from PIL import Image
 
 from fgdata.shards import ShardWriter, require_shards
-
-FGDATA = str(Path(sys.executable).with_name("fgdata"))
-
+from inprocess import fgdata
 
 def fg(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "400"}  # the summary's lines unwrapped
-    return subprocess.run([FGDATA, *args], capture_output=True, text=True, timeout=300, env=env)
+    """``fgdata ARGS`` in this process, the summary's lines unwrapped."""
+    return fgdata(*args, env={"COLUMNS": "400"})
 
 
 def image(ext: str, shade: int, size: tuple[int, int] = (40, 30)) -> bytes:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -15,13 +13,11 @@ import numpy as np
 from PIL import Image
 
 from fgdata.shards import ShardWriter
-
-FGDATA = str(Path(sys.executable).with_name("fgdata"))
-
+from inprocess import fgdata
 
 def fg(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "400"}
-    return subprocess.run([FGDATA, *args], capture_output=True, text=True, timeout=300, env=env, cwd=cwd)
+    """``fgdata ARGS`` in this process, run from ``cwd``."""
+    return fgdata(*args, env={"COLUMNS": "400"}, cwd=cwd)
 
 
 def png(shade: int) -> bytes:

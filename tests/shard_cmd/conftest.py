@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from fractions import Fraction
@@ -66,16 +65,6 @@ def make_clip(path: Path, seconds: int = 3, fps: int = 24, gop: int = 12, size: 
 @pytest.fixture(scope="session")
 def keyframed_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_clip(tmp_path_factory.mktemp("clip") / "tone.mp4")
-
-
-@pytest.fixture(scope="session")
-def ray_local():
-    """One local Ray instance for the whole session (ENVIRONMENT)."""
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
 
 
 def _invoke(*args: str, expect: int = 0):

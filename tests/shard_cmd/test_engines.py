@@ -73,6 +73,7 @@ def test_interrupted_clip_job_resumes_mid_video(cli, keyframed_clip, tmp_path, s
     assert snapshot(crashed) == snapshot(clean)
 
 
+@pytest.mark.slow  # starts its own Ray cluster in a fresh process
 def test_ray_tasks_write_to_s3_under_the_driver_lease(corrupt_folder, s3_bucket, tmp_path):
     """Each Ray task stages its shards under the driver's lease prefix and moves them into place: the result
     equals a local run's, and nothing is left staged."""
