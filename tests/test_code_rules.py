@@ -99,6 +99,7 @@ LAYER_RULES = [
     ("verify", "fgdata.report"),  # inspect's previews come from fgdata.media
     ("report", "fgdata.loaders"),  # the score filter's rule and default come from fgdata.catalog
     ("fid", "fgdata.prepare"),  # zip names from fgdata.catalog, the worker count from fgdata.workers
+    ("fid", "fgdata.loaders"),  # zips and folders are read by fgdata.media.imagefiles, below both
     ("prepare", "fgdata.loaders"),  # the writing side and the reading side share only fgdata.catalog
     ("encode", "fgdata.loaders"),
     ("configs", "fgdata.prepare"),
@@ -106,7 +107,7 @@ LAYER_RULES = [
     ("shards", "fgdata.score"),  # score files are a format (fgdata.shards.scores); the scoring job sits above
     ("loaders", "fgdata.score"),  # the loaders join score files through fgdata.shards.scores only
     ("score", "fgdata.loaders"),
-    ("dedup", "fgdata.jobs"),  # hashes and the index are pure: reading shards and writing results are the job's
+    ("jobs", "fgdata.dedup"),  # the dedup command's job lives with its command (fgdata.dedup.job)
     ("dedup", "fgdata.cli"),
 ]
 

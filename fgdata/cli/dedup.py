@@ -44,7 +44,7 @@ def dedup_cmd(
     Example: fgdata dedup /data/laion /data/cc12m --by phash -o /data/dups.json
     """
     from fgdata.cli.render import console, err_console, print_json
-    from fgdata.jobs.dedup import DedupOptions, run_dedup
+    from fgdata.dedup.job import DedupOptions, run_dedup
 
     opts = DedupOptions(by=dd.by, bits=dd.bits, max_distance=dd.max_distance, pixels=dd.pixels, member=dd.member,
                         keep=dd.keep, eps=dd.eps, clusters=dd.clusters, workers=dd.workers, resume=dd.resume)
