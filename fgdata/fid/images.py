@@ -3,8 +3,9 @@
 Every source has a fixed order and count, and splits into chunks of consecutive images; a chunk is the unit of
 resume and of the work split between ranks. Zips and folders are read by
 :class:`fgdata.media.imagefiles.ImageFiles` (names sorted, as EDM's dataset class and the loaders read them); an
-``s3://`` zip is fetched once into the node cache. Shards (``WDS:<dir or s3 prefix>``) are counted from their headers, streamed in shard order and split only at shard
-boundaries, so a chunk never needs random access into a remote tar. An image that cannot be decoded comes out
+``s3://`` zip is fetched once into the node cache. Shards (``WDS:<dir or s3 prefix>``) are counted from their
+headers, streamed in shard order and split only at shard boundaries, so a chunk never needs random access into a
+remote tar. An image that cannot be decoded comes out
 as a :class:`~fgdata.jobs.report.Failure` in its place (the reference leaves it out and reports it); a source
 FID cannot use (latents, other channel counts) stops the pass.
 """
