@@ -394,8 +394,9 @@ def _plan(source_path: str, out: str, options: RefOptions, detectors: dict[str, 
                 "detectors": {m: d.identity for m, d in dets.items()}, "device_type": device_type,
                 **byte_options(options)}
     record = _record_options(byte_options(options), device_type, {m: d.provenance for m, d in dets.items()})
-    return _RefJob(source_path, out, name, options, source, metrics, dets, device, identity, fingerprint(identity),
-                   record, env_rank if rank is None else rank, env_world if world_size is None else world_size)
+    return _RefJob(source_path=source_path, out=out, name=name, options=options, source=source, metrics=metrics,
+                   dets=dets, device=device, identity=identity, fp=fingerprint(identity), record=record,
+                   rank=env_rank if rank is None else rank, world=env_world if world_size is None else world_size)
 
 
 def _kept_output(job: _RefJob) -> RefResult | None:
