@@ -80,7 +80,7 @@ def _run(call: Callable[..., Any], source: str, device: str, engine: EngineFlags
     from fgdata.encode.models import check_device
     from fgdata.jobs.ranks import dist_env
     from fgdata.jobs.summary import JobSummary
-    from fgdata.jobs.tasks import RunSettings
+    from fgdata.jobs.driver import RunSettings
 
     say = notes(out.quiet)
     settings = RunSettings(engine=engine.engine, workers=engine.workers,

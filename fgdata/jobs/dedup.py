@@ -197,7 +197,7 @@ def _drops(values: np.ndarray, scores: np.ndarray, opts: DedupOptions) -> Any:
 def run_dedup(paths: list[str], output: str, opts: DedupOptions, on_unit: Any = None) -> DedupResult:
     """Hash the shards ``paths`` name (several datasets at once), find duplicates and write the ignore index
     ``output`` and ``<output>.failures.json``. Nothing in the datasets changes."""
-    from fgdata.jobs import testhook
+    from fgdata.jobs import outputs
     from fgdata.jobs.executor import Pool, run_units
     from fgdata.jobs.report import write_failures
     from fgdata.shards import resolve_shards
@@ -214,7 +214,7 @@ def run_dedup(paths: list[str], output: str, opts: DedupOptions, on_unit: Any = 
     for done, _ in enumerate(run_units(hash_shard, calls, Pool(opts.workers), shared={"opts": opts}), 1):
         if on_unit is not None:
             on_unit()
-        testhook.output_done(done)
+        outputs.reached(done)
     keys: list[tuple[str, str]] = []
     tables, scores, failures = [], [], []
     for shard, marker in zip(selection.shards, markers):
