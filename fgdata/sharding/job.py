@@ -39,7 +39,7 @@ from fgdata import storage
 from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs import dest as destmod
 from fgdata.jobs import outputs
-from fgdata.jobs.driver import Context, JobDefinition, RunSettings, executor_of, run_job
+from fgdata.jobs.driver import Context, JobDefinition, RunSettings, executor_of, markers_of, run_job
 from fgdata.jobs.executor import Executor, Ray, run_units
 from fgdata.jobs.local import ordered_map, threaded_map
 from fgdata.jobs.options import FLATTEN, RUNTIME, WHEN_SET, byte_options, check_record, fingerprint
@@ -269,6 +269,34 @@ def _digest(members: dict[str, bytes]) -> str:
     return json.loads(members["json"])[FGDATA_FIELD]["sha256"]
 
 
+@dataclass
+class ShardPayload:
+    """``shard``'s own fields of a unit's marker: input bytes read, images changed to display as a viewer does,
+    the clips, inputs written without a caption, and image member extension -> inputs written with it."""
+
+    nbytes: int = 0
+    normalised: dict[str, int] = field(default_factory=dict)
+    clips: ClipTally | None = None
+    uncaptioned: int = 0
+    formats: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"nbytes": self.nbytes, "normalised": self.normalised,
+                "clips": None if self.clips is None else self.clips.to_json(), "uncaptioned": self.uncaptioned,
+                "formats": self.formats}
+
+    @classmethod
+    def of(cls, marker: Marker) -> ShardPayload:
+        """The payload of a shard unit's marker (as the sink left it, or as read back)."""
+        if isinstance(marker.payload, ShardPayload):
+            return marker.payload
+        doc = marker.payload.to_json() if marker.payload is not None else {}
+        clips = doc.get("clips")
+        return cls(int(doc.get("nbytes", 0)), dict(doc.get("normalised", {})),
+                   None if clips is None else ClipTally.from_json(clips), int(doc.get("uncaptioned", 0)),
+                   dict(doc.get("formats", {})))
+
+
 class UnitSink:
     """One unit's output: its shards (under the unit's names), failures, warnings and figures; :meth:`close`
     leaves its marker."""
@@ -336,9 +364,9 @@ class UnitSink:
         marker = Marker(unit=unit.number, first=unit.first, count=len(unit.items), options=self.options_fp,
                         inputs=unit.inputs, stamps=list(unit.stamps), names=[i.name for i in unit.items],
                         shards=self._shards, written=self.written, failures=self.failures, warnings=self.warnings,
-                        nbytes=self.nbytes, normalised=dict(sorted(self.normalised.items())),
-                        clips=self.clips, launch=self.launch, uncaptioned=self.uncaptioned,
-                        formats=dict(sorted(self.formats.items())))
+                        launch=self.launch,
+                        payload=ShardPayload(self.nbytes, dict(sorted(self.normalised.items())), self.clips,
+                                             self.uncaptioned, dict(sorted(self.formats.items()))))
         with critical():
             storage.write_bytes(marker_path(self.job.dest, unit.number), marker.to_bytes())
         shutil.rmtree(self._stage, ignore_errors=True)
@@ -538,7 +566,7 @@ class ShardDefinition(JobDefinition[Unit]):
         if isinstance(executor, Ray) or (job.options.download is not None and workers > 1 and self.firsts is None):
             shared = {"job": job, "stamp": ctx.stamp, "lease": ctx.lease}
             for marker in run_units(run_unit, ({"unit": unit} for unit in pending), executor, shared):
-                ctx.progress(marker.count, marker.nbytes)
+                ctx.progress(marker.count, ShardPayload.of(marker).nbytes)
                 yield marker
             return
         yield from _run_stream(job, pending, ctx.stamp, workers, self.firsts, ctx.settings.progress)
@@ -549,10 +577,11 @@ class ShardDefinition(JobDefinition[Unit]):
         self.shards_of[marker.unit] = len(marker.shards)
         if fresh is False:
             return
-        self.nbytes += marker.nbytes
-        self.normalised.update(marker.normalised)
-        if self.clips is not None and marker.clips:
-            self.clips.merge(marker.clips)
+        payload = ShardPayload.of(marker)
+        self.nbytes += payload.nbytes  # this run's
+        self.normalised.update(payload.normalised)
+        if self.clips is not None and payload.clips:
+            self.clips.merge(payload.clips)
         again = self.retried.get(marker.unit)
         if again:
             still = {f.index for f in marker.failures}
@@ -594,8 +623,13 @@ class ShardDefinition(JobDefinition[Unit]):
         summary.inputs, summary.rewritten = self.diff, self.rewritten
         summary.stats_path = storage.join(self.dest, STATS_FILE) if self.stats else None
         summary.retried, summary.recovered = sum(len(v) for v in self.retried.values()), self.recovered
-        summary.uncaptioned = totals.uncaptioned if self.job.options.kind != "prompts" else 0
-        summary.formats = dict(totals.formats.most_common())
+        uncaptioned, formats = 0, Counter[str]()  # over the whole dataset, in unit order
+        for marker in markers_of(ctx):
+            payload = ShardPayload.of(marker)
+            uncaptioned += payload.uncaptioned
+            formats.update(payload.formats)
+        summary.uncaptioned = uncaptioned if self.job.options.kind != "prompts" else 0
+        summary.formats = dict(formats.most_common())
         return summary
 
     def finished(self, summary: JobSummary, ctx: Context) -> None:
