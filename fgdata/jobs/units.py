@@ -45,12 +45,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Generic, Protocol, TypeVar
 
 from fgdata import storage
 from fgdata.errors import FgdataError
 from fgdata.jobs.report import FAILURES_FILE, FORMAT, VERSION, category
-from fgdata.sources.folder import WorkItem
 
 UNITS_DIR = ".fgdata/units"
 WORK_DIR = ".fgdata/work"
@@ -108,13 +107,27 @@ class ShardDone:
     failed_by_reason: dict[str, int] = field(default_factory=dict)
 
 
+class Input(Protocol):
+    """What the engine needs of one input of a unit: its position in the source order and its name in reports
+    (a command's own record, e.g. ``shard``'s :class:`fgdata.sources.folder.WorkItem`)."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+T = TypeVar("T", bound=Input)
+
+
 @dataclass(frozen=True)
-class Unit:
+class Unit(Generic[T]):
     """One unit of work: its number, the position of its first input and its inputs in writing order."""
 
     number: int
     first: int
-    items: tuple[WorkItem, ...]
+    items: tuple[T, ...]
     stamps: tuple[str, ...]  # per item, in writing order
     inputs: str  # fingerprint of the unit's inputs (names, order, stamps)
 
@@ -317,20 +330,20 @@ def unit_stage(dest: str, unit: int) -> str:
     return path
 
 
-def inputs_fingerprint(items: Sequence[WorkItem], stamps: Sequence[str]) -> str:
+def inputs_fingerprint(items: Sequence[Input], stamps: Sequence[str]) -> str:
     h = hashlib.sha256()
     for item, stamp in zip(items, stamps, strict=True):
         h.update(f"{item.index}\t{item.name}\t{stamp}\n".encode("utf-8", "surrogateescape"))
     return h.hexdigest()[:32]
 
 
-def plan_units(items: Iterable[WorkItem], unit_size: int, shuffle_seed: int | None,
-               stamp: Callable[[Sequence[WorkItem]], list[str]]) -> Iterator[Unit]:
+def plan_units(items: Iterable[T], unit_size: int, shuffle_seed: int | None,
+               stamp: Callable[[Sequence[T]], list[str]]) -> Iterator[Unit[T]]:
     """Cut the input stream into units as it is read (``stamp``: the stamps of a batch of items)."""
-    batch: list[WorkItem] = []
+    batch: list[T] = []
     number = 0
 
-    def unit() -> Unit:
+    def unit() -> Unit[T]:
         ordered = list(batch)
         if shuffle_seed is not None:  # seeded per unit: the same order whatever runs the unit
             random.Random(f"{shuffle_seed}/{number}").shuffle(ordered)
@@ -383,7 +396,7 @@ class InputDiff:
         elif other.pop(name) != stamp:
             self.changed.add(name)
 
-    def compare(self, old: Marker | None, unit: Unit, appended: bool) -> None:
+    def compare(self, old: Marker | None, unit: Unit[Any], appended: bool) -> None:
         """``unit`` against the earlier run's marker of the same number (None: none to compare; ``appended``:
         the unit lies after every unit of the earlier run)."""
         if old is None:

@@ -301,7 +301,7 @@ class UnitSink:
     """One unit's output: its shards (under the unit's names), failures, warnings and figures; :meth:`close`
     leaves its marker."""
 
-    def __init__(self, job: ShardJob, unit: Unit, stamp: tuple[str, str | None], shards_done: list[int]):
+    def __init__(self, job: ShardJob, unit: Unit[WorkItem], stamp: tuple[str, str | None], shards_done: list[int]):
         self.job = job
         self.unit = unit
         self.options_fp, self.launch = stamp
@@ -402,11 +402,11 @@ def _outcomes(tasks: Iterable[tuple[int, WorkItem]], options: ShardOptions, work
         raise
 
 
-def _run_stream(job: ShardJob, units: Iterable[Unit], stamp: tuple[str, str | None], workers: int,
+def _run_stream(job: ShardJob, units: Iterable[Unit[WorkItem]], stamp: tuple[str, str | None], workers: int,
                 firsts: dict[str, str] | None, progress: ProgressFn | None) -> Iterator[Marker]:
     """Run units in this process, their inputs transformed by a pool of ``workers`` across unit boundaries
     (the pool never waits for a unit to close); yields each unit's marker in unit order."""
-    started: deque[Unit] = deque()
+    started: deque[Unit[WorkItem]] = deque()
 
     def tasks() -> Iterator[tuple[int, WorkItem]]:
         for unit in units:
@@ -436,7 +436,8 @@ def _run_stream(job: ShardJob, units: Iterable[Unit], stamp: tuple[str, str | No
         raise
 
 
-def run_unit(job: ShardJob, unit: Unit, stamp: tuple[str, str | None], lease: tuple[str, str] | None) -> Marker:
+def run_unit(job: ShardJob, unit: Unit[WorkItem], stamp: tuple[str, str | None],
+             lease: tuple[str, str] | None) -> Marker:
     """One unit in one process (a Ray task, under the driver's ``lease`` on shared storage; a URL job's local
     worker): the same outputs as :func:`_run_stream` gives it."""
     from fgdata.jobs.lease import following
@@ -448,7 +449,7 @@ def run_unit(job: ShardJob, unit: Unit, stamp: tuple[str, str | None], lease: tu
 # -- the job definition --------------------------------------------------------------------------------------
 
 
-class ShardDefinition(JobDefinition[Unit]):
+class ShardDefinition(JobDefinition[Unit[WorkItem]]):
     """``fgdata shard images|videos|prompts`` for :func:`fgdata.jobs.driver.run_job`: its units (the inputs cut
     as they stream), its producer (the media transform) and sink (one unit's shards), its side files and figures.
     It counts what the driver does not (never the units themselves)."""
@@ -525,14 +526,14 @@ class ShardDefinition(JobDefinition[Unit]):
         if ctx.world > 1 and not ctx.resume and ctx.rank == 0 and notify:
             notify(f"--no-resume: writing every work unit of {job.dest} again")
 
-    def plan(self) -> Iterator[Unit]:
+    def plan(self) -> Iterator[Unit[WorkItem]]:
         return plan_units(self.items, self.job.units_of, self.job.shuffle_seed, _stamps)
 
     def redo(self, marker: Marker) -> bool:
         """``--retry-failed``: a unit with a retryable failure is run again by its owner."""
         return self.job.retry_failed and any(retryable(f.reason) for f in marker.failures)
 
-    def met(self, old: Marker | None, unit: Unit, ctx: Context, markers: set[int]) -> None:
+    def met(self, old: Marker | None, unit: Unit[WorkItem], ctx: Context, markers: set[int]) -> None:
         compared = old if old is not None and old.options == ctx.stamp[0] else None
         if markers and (compared is None or compared.inputs != unit.inputs):
             self.diff.compare(compared, unit, appended=unit.number > max(markers))
@@ -543,7 +544,7 @@ class ShardDefinition(JobDefinition[Unit]):
                 for sample in iter_samples(storage.join(self.dest, name)):
                     self.firsts.setdefault(_digest(sample.members), sample.key)
 
-    def redoing(self, old: Marker | None, unit: Unit, ctx: Context) -> None:
+    def redoing(self, old: Marker | None, unit: Unit[WorkItem], ctx: Context) -> None:
         if old is not None and old.inputs != unit.inputs:
             self.rewritten += [s.name for s in old.shards]
         elif old is not None:  # --retry-failed
@@ -558,7 +559,7 @@ class ShardDefinition(JobDefinition[Unit]):
     def executor(self, settings: RunSettings) -> Executor:
         return executor_of(settings, PRELOAD)
 
-    def execute(self, pending: Iterator[Unit], executor: Executor, ctx: Context) -> Iterator[Marker]:
+    def execute(self, pending: Iterator[Unit[WorkItem]], executor: Executor, ctx: Context) -> Iterator[Marker]:
         """A local job's inputs go to a pool across unit boundaries; a URL job's local workers (fetching with their
         own threads across a unit) and Ray take each unit as one task that writes the unit's shards itself."""
         job = self.job
