@@ -1,6 +1,6 @@
 """Helpers the encode and kd producers share: batching, decode-ahead, per-sample seeds, merged json.
 
-The job around them (tasks, ranks, markers, resume, the failure report) is :mod:`fgdata.jobs.tasks`.
+The job around them (tasks, ranks, markers, resume, the failure report) is :mod:`fgdata.encode.tasks`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from fgdata.errors import FgdataError
-from fgdata.jobs.tasks import Result, Task
+from fgdata.encode.tasks import Result, Task
 from fgdata.shards.metadata import FGDATA_FIELD
 
 T = TypeVar("T")
