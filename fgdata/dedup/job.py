@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -223,8 +224,10 @@ class DedupJob(JobDefinition[ShardUnit]):
         self.result: DedupResult | None = None
 
     def kept_inputs(self) -> list[str]:
-        """An earlier run's hash files are fgdata's own, not foreign."""
-        return [_hashes_name(n) for n in range(len(self.selection.shards))]
+        """An earlier run's hash files are fgdata's own, not foreign (a run over more shards left more of them)."""
+        if not storage.is_dir(self.dest):
+            return []
+        return [i.name for i in storage.list_dir(self.dest, ".npz") if re.fullmatch(r"\d{6}\.npz", i.name)]
 
     def fingerprint(self) -> str:
         what = [self.opts.by, self.opts.bits, self.opts.pixels, self.opts.member, self.opts.keep_field()]
