@@ -34,7 +34,8 @@ DISTINCT = 1000
 
 _RUN_CHILD = r"""
 import json, resource, sys, time
-from fgdata.jobs.shard import ShardJob, run_shard_job
+from fgdata.jobs.driver import RunSettings
+from fgdata.sharding.job import ShardJob, run_shard
 from fgdata.producers.media import ShardOptions
 manifest, dest, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 def cpu():
@@ -42,8 +43,8 @@ def cpu():
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 started = cpu()  # the interpreter and `import fgdata` are the process's start-up, not the job's
 t = time.perf_counter()
-report = run_shard_job(ShardJob(src=manifest, dest=dest, options=ShardOptions(kind="images"), workers=workers,
-                                resume=False))
+report = run_shard(ShardJob(src=manifest, dest=dest, options=ShardOptions(kind="images")),
+                   RunSettings(workers=workers, resume=False))
 wall = time.perf_counter() - t
 print(json.dumps({"seen": report.seen, "written": report.written, "wall": wall, "cpu": cpu() - started,
                   "cpu_total": cpu(), "driver_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
@@ -51,7 +52,7 @@ print(json.dumps({"seen": report.seen, "written": report.written, "wall": wall, 
 
 _PLAN_CHILD = r"""
 import json, resource, sys, time
-from fgdata.jobs.shard import ShardJob, _stamps, stream_items
+from fgdata.sharding.job import ShardJob, _stamps, stream_items
 from fgdata.jobs.units import plan_units
 from fgdata.producers.media import ShardOptions
 manifest = sys.argv[1]

@@ -98,12 +98,13 @@ def best(fn, repeats: int) -> float:
 
 
 def run_fgdata(src: Path, dest: Path, workers: int = 1, **options) -> None:
-    from fgdata.jobs.shard import ShardJob, run_shard_job
+    from fgdata.jobs.driver import RunSettings
     from fgdata.producers.media import ShardOptions
+    from fgdata.sharding.job import ShardJob, run_shard
 
     shutil.rmtree(dest, ignore_errors=True)
-    report = run_shard_job(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="images", **options),
-                                    workers=workers, resume=False))
+    report = run_shard(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="images", **options)),
+                       RunSettings(workers=workers, resume=False))
     assert report.failed == 0
 
 
@@ -185,14 +186,15 @@ def main() -> None:
 
 _CHILD = """
 import shutil, sys, time
-from fgdata.jobs.shard import ShardJob, run_shard_job
+from fgdata.jobs.driver import RunSettings
 from fgdata.producers.media import ShardOptions
+from fgdata.sharding.job import ShardJob, run_shard
 src, dest, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
 runs = []
 for _ in range(repeats):
     shutil.rmtree(dest, ignore_errors=True)
     t, c = time.perf_counter(), time.process_time()
-    report = run_shard_job(ShardJob(src=src, dest=dest, options=ShardOptions(kind="images"), resume=False))
+    report = run_shard(ShardJob(src=src, dest=dest, options=ShardOptions(kind="images")), RunSettings(resume=False))
     runs.append((time.perf_counter() - t, time.process_time() - c))
     assert report.failed == 0
 print(*min(runs))

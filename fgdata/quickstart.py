@@ -47,7 +47,7 @@ def _shapes(shapes: dict[str, Any]) -> str:
 
 def steps(outdir: str) -> list[Step]:
     """The demo as named steps, in order, writing under ``outdir``."""
-    from fgdata.jobs.shard import ShardJob, quickstart_videos, run_shard_job
+    from fgdata.sharding.job import ShardJob, quickstart_videos, run_shard
     from fgdata.loaders.quickstart import quickstart_batch
     from fgdata.producers.media import ShardOptions
     from fgdata.shards import count_shards
@@ -61,7 +61,7 @@ def steps(outdir: str) -> list[Step]:
     def shard_images() -> tuple[dict[str, Any], str]:
         job = ShardJob(src=str(SAMPLE_DATA), dest=images,
                        options=ShardOptions(kind="images", max_side=512, image_format="jpg"), maxcount=4)
-        r = run_shard_job(job)
+        r = run_shard(job)
         result = {"dest": images, "seen": r.seen, "written": r.written, "failed": r.failed, "shards": len(r.shards)}
         return result, f"{r.written} of {r.seen} photos written, {r.failed} failed, {len(r.shards)} shards"
 

@@ -85,14 +85,13 @@ def _imports_testhook(source: str) -> bool:
 
 
 def test_only_the_job_core_calls_the_test_hooks():
-    """Test hooks sit in one module that only the job core calls; producers outside it report through
-    fgdata.jobs.outputs. The scan itself sees the three import forms."""
+    """Test hooks are called from one module, fgdata.jobs.outputs: the driver, the sinks and producers outside
+    the core report there. The scan itself sees the three import forms."""
     assert all(_imports_testhook(src) for src in ("import fgdata.jobs.testhook", "from fgdata.jobs import testhook",
                                                   "def f():\n    from fgdata.jobs.testhook import hold\n"))
     assert not _imports_testhook("from fgdata.jobs import outputs\nimport fgdata.jobs.ranks")
-    offenders = [str(p.relative_to(ROOT)) for p in sorted(ROOT.rglob("*.py"))
-                 if p.relative_to(ROOT).parts[0] != "jobs" and _imports_testhook(p.read_text())]
-    assert not offenders, offenders
+    callers = [str(p.relative_to(ROOT)) for p in sorted(ROOT.rglob("*.py")) if _imports_testhook(p.read_text())]
+    assert callers == ["jobs/outputs.py"], callers
 
 
 #: The packages of the commands: the job core (``fgdata/jobs``) imports none of them; a command's job definition lives
@@ -124,7 +123,6 @@ LAYER_RULES = [
     ("producers", "fgdata.sources"),  # the item a source yields is fgdata.workitem's
     ("loaders", "fgdata.score"),  # the loaders join score files through fgdata.shards.scores only
     ("score", "fgdata.loaders"),
-    ("dedup", "fgdata.jobs"),  # hashes and the index are pure: reading shards and writing results are the job's
     ("dedup", "fgdata.cli"),
 ]
 

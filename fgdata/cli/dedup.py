@@ -43,13 +43,14 @@ def dedup_cmd(
 
     Example: fgdata dedup /data/laion /data/cc12m --by phash -o /data/dups.json
     """
+    from fgdata.cli.jobrun import run_job
     from fgdata.cli.render import console, err_console, print_json
-    from fgdata.jobs.dedup import DedupOptions, run_dedup
+    from fgdata.dedup.job import DedupOptions, run_dedup
 
     opts = DedupOptions(by=dd.by, bits=dd.bits, max_distance=dd.max_distance, pixels=dd.pixels, member=dd.member,
                         keep=dd.keep, eps=dd.eps, clusters=dd.clusters, workers=dd.workers, resume=dd.resume)
     started = time.perf_counter()
-    result = run_dedup(paths, dd.output, opts)
+    result = run_job(lambda: run_dedup(paths, dd.output, opts))
     doc = {"command": "dedup", "method": opts.method(), "seen": result.seen, "hashed": result.hashed,
            "failed": len(result.failures), "dropped": result.dropped, "kept": result.hashed - result.dropped,
            "resumed_shards": result.resumed, "output": result.output, "failures_file": result.failures_file,

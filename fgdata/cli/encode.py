@@ -8,7 +8,7 @@ commands. Multi-GPU: launch under ``torchrun`` (each rank owns output shards ``i
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Callable, Optional
 
@@ -80,7 +80,7 @@ def _run(call: Callable[..., Any], source: str, device: str, engine: EngineFlags
     from fgdata.compute import check_device
     from fgdata.jobs.ranks import dist_env
     from fgdata.jobs.summary import JobSummary
-    from fgdata.jobs.tasks import RunSettings
+    from fgdata.jobs.driver import RunSettings
 
     say = notes(out.quiet)
     settings = RunSettings(engine=engine.engine, workers=engine.workers,
@@ -272,15 +272,17 @@ class TeacherFlags:
     batch_size: int = flag(typer.Option(8, "--batch-size"))
     save_dtype: str = flag(SAVE_DTYPE)
 
-    def options(self, mode: str, dtype: str, **path: Any) -> Any:
-        """The library's KdOptions for ``mode`` (``paths`` adds its record and path steps)."""
+    def options(self, mode: str, dtype: str, path: PathFlags | None = None) -> Any:
+        """The library's KdOptions for ``mode`` (``paths``: with its record and path steps, ``path``)."""
         from fgdata.encode.kd import KdOptions
 
-        return KdOptions(mode=mode, teacher=self.teacher, steps=self.steps, guidance_scale=self.guidance_scale,
-                         negative_prompt=self.negative_prompt, negative_preset=self.negative_preset, seed=self.seed,
-                         latent_shape=self.latent_shape, size=self.size, frames=self.frames,
-                         max_length=self.max_length, per_shard=self.per_shard, batch_size=self.batch_size,
-                         dtype=dtype, save_dtype=self.save_dtype, **path)
+        options = KdOptions(mode=mode, teacher=self.teacher, steps=self.steps, guidance_scale=self.guidance_scale,
+                            negative_prompt=self.negative_prompt, negative_preset=self.negative_preset,
+                            seed=self.seed, latent_shape=self.latent_shape, size=self.size, frames=self.frames,
+                            max_length=self.max_length, per_shard=self.per_shard, batch_size=self.batch_size,
+                            dtype=dtype, save_dtype=self.save_dtype)
+        return options if path is None else replace(options, record_steps=path.record_steps,
+                                                    path_steps=path.path_steps)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -320,7 +322,7 @@ def paths(
 
     The recorded timesteps go into each sample's json (path_timesteps) and into provenance.json.
     """
-    options = teacher.options("paths", compute.dtype, record_steps=path.record_steps, path_steps=path.path_steps)
+    options = teacher.options("paths", compute.dtype, path)
     _kd(teacher.prompts, dst, options, compute.device, engine, job, out)
 
 

@@ -17,14 +17,14 @@ from fgdata.cli.options import OutputFlags, TorchrunJobFlags, quiet_model_librar
 
 if TYPE_CHECKING:
     from fgdata.cli.jobrun import Outcome
-    from fgdata.fid.refs import RefResult
+    from fgdata.fid.refs import RefOptions, RefResult
 
 NAMES = ("cifar10", "imagenet-64", "imagenet-64-edmv2", "imagenet-256", "all")
 
 
 @dataclass(frozen=True, kw_only=True)
 class RefFlags:
-    """What ``fid-refs`` reads and writes, the detectors, and how it runs them."""
+    """What ``fid-refs`` reads and writes."""
 
     data_root: Path | None = flag(typer.Option(None, "--data-root", help="Data root (default $DATA_ROOT_DIR); "
                                                    "zips are read from it, references written to its fid-refs/."))
@@ -33,6 +33,12 @@ class RefFlags:
     output: str | None = flag(typer.Option(None, "-o", "--output", help="With --dataset-zip: the reference file, "
                                                ".npz (EDM, Inception) or .pkl (EDM2, Inception + DINOv2); local or "
                                                "s3://."))
+
+
+@dataclass(frozen=True, kw_only=True)
+class DetectorFlags:
+    """The detectors ``fid-refs`` runs, and how."""
+
     inception: str | None = flag(typer.Option(None, "--inception", help="Inception-v3 FID weights: a .pth state "
                                                   "dict or .safetensors (path, URL or hub id owner/repo/file). "
                                                   "Default: the ported TF weights pytorch-fid uses."))
@@ -50,12 +56,23 @@ class RefFlags:
                                                  "(default: OUT.chunks beside a local OUT; must be "
                                                  "shared by all ranks)."))
 
+    def options(self, job: TorchrunJobFlags) -> RefOptions:
+        """The library's options; a weights flag left out means the library's default weights."""
+        from fgdata.fid.detectors import DINOV2_DEFAULT, INCEPTION_DEFAULT
+        from fgdata.fid.refs import RefOptions
+
+        return RefOptions(inception=self.inception or INCEPTION_DEFAULT, dinov2=self.dinov2 or DINOV2_DEFAULT,
+                          trust_pickle=self.trust_pickle, device=self.device, batch_size=self.batch_size,
+                          workers=self.workers, chunk_size=self.chunk_size, work_dir=self.work_dir,
+                          resume=job.resume, overwrite=job.overwrite, wait_timeout=job.wait_timeout)
+
 
 @flag_groups
 def fid_refs(
     dataset: str | None = typer.Argument(None, help=f"{', '.join(NAMES)}; or use --dataset-zip with -o."),
     *,
     refs: RefFlags,
+    detect: DetectorFlags,
     job: TorchrunJobFlags,
     out: OutputFlags,
 ) -> None:
@@ -70,7 +87,7 @@ def fid_refs(
     torchrun --nproc-per-node 8 -m fgdata fid-refs imagenet-256 --device cuda ;
     fgdata fid-refs --dataset-zip WDS:s3://bucket/shards -o refs.pkl
     """
-    from fgdata.fid.refs import FID_REFS, DetectorCache, RefOptions, compute_refs, metrics_for, named_paths
+    from fgdata.fid.refs import FID_REFS, DetectorCache, compute_refs, metrics_for, named_paths
     from fgdata.prepare.paths import resolve_data_root
 
     if (dataset is None) == (refs.dataset_zip is None):
@@ -81,10 +98,7 @@ def fid_refs(
         metrics_for(refs.output)  # a wrong extension fails before any model loads
     if dataset is not None and dataset not in NAMES:
         raise typer.BadParameter(f"unknown dataset {dataset!r}; choose one of {', '.join(NAMES)}")
-    weights = {k: v for k, v in (("inception", refs.inception), ("dinov2", refs.dinov2)) if v}  # unset: the default
-    options = RefOptions(**weights, trust_pickle=refs.trust_pickle, device=refs.device, batch_size=refs.batch_size,
-                         workers=refs.workers, chunk_size=refs.chunk_size, work_dir=refs.work_dir, resume=job.resume,
-                         overwrite=job.overwrite, wait_timeout=job.wait_timeout)
+    options = detect.options(job)
 
     jobs: list[tuple[str | None, str, str]] = []
     missing: list[str] = []

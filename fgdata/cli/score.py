@@ -78,7 +78,7 @@ def _into(paths: list[str], options: ScoreOptions, workers: int, out: OutputFlag
 
     from fgdata.cli.jobrun import finish_job, job_progress, notes, run_job
     from fgdata.errors import OptionError
-    from fgdata.jobs.tasks import RunSettings
+    from fgdata.jobs.driver import RunSettings
     from fgdata.score.job import score_into
 
     if len(paths) != 1:

@@ -182,23 +182,28 @@ class DownloadFlags:
                                allow_private_network=self.allow_private_network)
 
 
-def _run(job, out: OutputFlags) -> None:  # noqa: ANN001 - a ShardJob
+def _run(what: tuple[Any, Any], out: OutputFlags) -> None:
+    """Run ``what`` (a ShardJob and its RunSettings) and report it."""
+    from dataclasses import replace
+
     from fgdata.cli.jobrun import finish_job, job_progress, notes, run_job
     from fgdata.jobs.ranks import dist_env
-    from fgdata.jobs.shard import run_shard_job
     from fgdata.jobs.summary import JobSummary
+    from fgdata.sharding.job import run_shard
     from fgdata.sources.folder import skip_summary
 
     def categories(by_reason: dict[str, int]) -> str:
         return ", ".join(f"{category} {n:,}" for category, n in by_reason.items())
 
+    job, settings = what
+    say = notes(out.quiet)
     started = time.perf_counter()
     rank, world = dist_env()
     label = f"shard {job.options.kind}" + (f" [rank {rank}/{world}]" if world > 1 else "")  # one bar per rank
 
     def shard() -> JobSummary:
         with job_progress(label, enabled=out.bars) as bar:
-            return run_shard_job(job, progress=bar.advance, on_start=bar.total, notify=notes(out.quiet))
+            return run_shard(job, replace(settings, progress=bar.advance, on_start=bar.total, notify=say, log=say))
 
     report = run_job(shard)  # the bar is closed before an interrupt line is printed
     rows = [(f"  {reason}", f"{n:,}") for reason, n in report.failed_by_reason.items()]
@@ -265,15 +270,20 @@ def _job(what, src: str, dest: str, sharding: ShardingFlags, job: JobFlags, *,  
          source: SourceFlags | None = None, scale: ScaleFlags | None = None, fetch: DownloadFlags | None = None,
          caption_column: str = "caption", select: SelectFlags | None = None):
     """The ShardJob from the command's own transform options (``what``, a ShardOptions) and its typed flag groups
-    (a group a command lacks keeps the job's defaults)."""
+    (a group a command lacks keeps the job's defaults), and how it runs."""
     from fgdata.errors import OptionError
-    from fgdata.jobs.shard import ShardJob
+    from fgdata.jobs.driver import RunSettings
+    from fgdata.sharding.job import ShardJob
 
     if source is not None:  # the transform reads NAME.json, so the caption's fields are a transform option
         what = replace(what, caption_field=tuple(name.strip() for name in source.caption_field.split(",")),
                        require_caption=True if source.require_caption else None)
     if scale is not None and scale.engine not in ("local", "ray"):
         raise OptionError(f"--engine must be 'local' or 'ray', not {scale.engine!r}")
+    settings = RunSettings(engine="ray" if scale and scale.engine == "ray" else "local",
+                           workers=scale.workers if scale else 1, ray_address=scale.ray_address if scale else None,
+                           resume=job.resume, overwrite=job.overwrite,
+                           wait_timeout=job.wait_timeout if isinstance(job, TorchrunJobFlags) else None)
     return ShardJob(
         src=src, dest=dest, options=what,
         path_column=source.path_column if source else "path",
@@ -281,14 +291,11 @@ def _job(what, src: str, dest: str, sharding: ShardingFlags, job: JobFlags, *,  
         follow_symlinks=source.follow_symlinks if source else False,
         allow_local_paths=source.allow_local_paths if source else False,
         maxcount=sharding.maxcount, maxsize=parse_bytes(sharding.maxsize), shuffle_seed=sharding.shuffle_seed,
-        workers=scale.workers if scale else 1, engine="ray" if scale and scale.engine == "ray" else "local",
-        ray_address=scale.ray_address if scale else None, unit_size=scale.unit_size if scale else None,
-        resume=job.resume, overwrite=job.overwrite,
-        wait_timeout=job.wait_timeout if isinstance(job, TorchrunJobFlags) else None,
+        unit_size=scale.unit_size if scale else None,
         download=fetch.options() if fetch else None, retry_failed=fetch.retry_failed if fetch else False,
         where=select.where if select else None, keep_top=select.keep_top if select else None,
         by=select.by if select else None, media_column=select.media()[0] if select else None,
-        rekey=select.media()[1] if select else False)
+        rekey=select.media()[1] if select else False), settings
 
 
 @shard_app.command("images")

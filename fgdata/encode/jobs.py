@@ -2,7 +2,7 @@
 
 Batching and decode-ahead, which ``fid-refs`` uses too, are :mod:`fgdata.compute`'s.
 
-The job around them (tasks, ranks, markers, resume, the failure report) is :mod:`fgdata.jobs.tasks`.
+The job around them (tasks, ranks, markers, resume, the failure report) is :mod:`fgdata.encode.tasks`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from fgdata.compute import batches
 from fgdata.errors import FgdataError
-from fgdata.jobs.tasks import Result, Task
+from fgdata.encode.tasks import Result, Task
 from fgdata.shards.metadata import FGDATA_FIELD
 
 T = TypeVar("T")

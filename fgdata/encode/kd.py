@@ -27,7 +27,8 @@ from typing import Any
 from fgdata import storage
 from fgdata.encode.jobs import batched_results, merged_json, sample_seed, task_samples, user_json
 from fgdata.jobs.summary import JobSummary
-from fgdata.jobs.tasks import Result, RunSettings, Task, TaskJob, run_tasks, same_place, shard_tasks
+from fgdata.encode.tasks import Result, Task, TaskDefinition, TaskJob, same_place, shard_tasks
+from fgdata.jobs.driver import RunSettings, run_job
 from fgdata.compute import check_dtype, check_model, load_pretrained, resolve_device, tensor_bytes, torch_dtype
 from fgdata.encode.text import TextEncoder, load_text_encoder
 from fgdata.errors import FgdataError, OptionError
@@ -327,4 +328,4 @@ def kd_run(prompts: str, dst: str, options: KdOptions, *, device: str = "cpu",
 
     job = TaskJob(dest=dst, command=f"kd {mode}", tasks=tasks, options=o, produce=produce, provenance=provenance,
                   in_place=same_place(prompts, dst), sources=(prompts,))
-    return run_tasks(job, run)
+    return run_job(TaskDefinition(job), run)

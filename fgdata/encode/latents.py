@@ -24,7 +24,8 @@ from fgdata.compute import autocast, check_dtype, prefetch_map, resolve_device, 
 from fgdata.encode.vae import load_vae
 from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs.summary import JobSummary
-from fgdata.jobs.tasks import Result, RunSettings, Task, TaskJob, run_tasks, same_place, shard_tasks
+from fgdata.encode.tasks import Result, Task, TaskDefinition, TaskJob, same_place, shard_tasks
+from fgdata.jobs.driver import RunSettings, run_job
 
 KINDS = ("image", "video")
 POSTERIORS = ("mode", "sample")
@@ -241,7 +242,7 @@ def encode_latents(src: str, dst: str, options: LatentOptions, *, device: str = 
 
     job = TaskJob(dest=dst, command="encode latents", tasks=shard_tasks(src), options=options, produce=produce,
                   provenance=lambda: encoder().info(), in_place=same_place(src, dst), sources=(src,))
-    return run_tasks(job, run)
+    return run_job(TaskDefinition(job), run)
 
 
 def _encode_batches(enc: LatentEncoder, decoded: Iterable[tuple[Any, Any]], batch_size: int,

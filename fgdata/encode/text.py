@@ -22,7 +22,7 @@ from fgdata.errors import FgdataError, OptionError
 
 if TYPE_CHECKING:
     from fgdata.jobs.summary import JobSummary
-    from fgdata.jobs.tasks import RunSettings
+    from fgdata.jobs.driver import RunSettings
 
 PADDINGS = ("zero", "keep")
 # model_type -> (transformers class name, default padding, default max length)
@@ -183,7 +183,8 @@ def encode_text(src: str, dst: str, options: TextOptions, *, batch_size: int = 3
     from fgdata import storage
     from fgdata.encode.jobs import batched_results, merged_json, task_samples, user_json
     from fgdata.compute import tensor_bytes
-    from fgdata.jobs.tasks import Result, Task, TaskJob, run_tasks, same_place, shard_tasks
+    from fgdata.encode.tasks import Result, Task, TaskDefinition, TaskJob, same_place, shard_tasks
+    from fgdata.jobs.driver import run_job
 
     if batch_size < 1:
         raise OptionError("--batch-size must be at least 1")
@@ -258,7 +259,7 @@ def encode_text(src: str, dst: str, options: TextOptions, *, batch_size: int = 3
     job = TaskJob(dest=dst, command="encode text", tasks=shard_tasks(samples_from), options=o, produce=produce,
                   provenance=provenance, base=into if into and not same_place(into, dst) else None,
                   in_place=same_place(samples_from, dst), sources=(src, into))
-    return run_tasks(job, run)
+    return run_job(TaskDefinition(job), run)
 
 
 def check_padding(padding: str | None) -> None:

@@ -1,10 +1,11 @@
 """The images a reference is computed over: an EDM dataset zip or image folder, or WebDataset image shards.
 
 Every source has a fixed order and count, and splits into chunks of consecutive images; a chunk is the unit of
-resume and of the work split between ranks. Zips and folders are read with the loaders' ``ImageZipDataset``
-(names sorted, as EDM's dataset class); an ``s3://`` zip is fetched once into the node cache. Shards
-(``WDS:<dir or s3 prefix>``) are counted from their headers, streamed in shard order and split only at shard
-boundaries, so a chunk never needs random access into a remote tar. An image that cannot be decoded comes out
+resume and of the work split between ranks. Zips and folders are read by
+:class:`fgdata.media.imagefiles.ImageFiles` (names sorted, as EDM's dataset class and the loaders read them); an
+``s3://`` zip is fetched once into the node cache. Shards (``WDS:<dir or s3 prefix>``) are counted from their
+headers, streamed in shard order and split only at shard boundaries, so a chunk never needs random access into a
+remote tar. An image that cannot be decoded comes out
 as a :class:`~fgdata.jobs.report.Failure` in its place (the reference leaves it out and reports it); a source
 FID cannot use (latents, other channel counts) stops the pass.
 """
@@ -103,19 +104,19 @@ class ZipSource(ImageSource):
     """An EDM dataset zip or folder of images (local, or an ``s3://`` zip cached on this node)."""
 
     def __init__(self, path: str):
-        from fgdata.loaders.image_loader import ImageZipDataset
+        from fgdata.media.imagefiles import ImageFiles
 
         self.path = path
         local = storage.fetch_to_cache(path)
         self.kind = "folder" if os.path.isdir(local) else "zip"
         try:
-            self._data = ImageZipDataset(local, use_labels=False)
+            self._data = ImageFiles(local)
         except zipfile.BadZipFile:
             raise FgdataError(f"{path}: not a zip file or an image folder") from None
         except OSError as exc:
             raise FgdataError(f"{path}: {exc.strerror or exc}") from None
         _check_pixels(self._data.image(0), path)
-        self.count = len(self._data)
+        self.count = len(self._data.names)
         self._size = storage.size(local) if self.kind == "zip" else None
 
     def identity(self) -> dict[str, Any]:

@@ -338,6 +338,207 @@ def _existing(out: str) -> RefProvenance | None:
     return info
 
 
+@dataclass(frozen=True)
+class _RefJob:
+    """One output's job, as every step after the planning sees it: the source and its chunks, the detectors, the
+    job's fingerprint and each chunk's, the options record a rerun must match, this rank's place and the work
+    folder with this launch's identity."""
+
+    source_path: str
+    out: str
+    name: str | None
+    options: RefOptions
+    source: ImageSource
+    metrics: tuple[str, ...]
+    dets: dict[str, Detector]
+    device: str
+    identity: dict[str, Any]
+    fp: str
+    record: dict[str, Any]
+    rank: int
+    world: int
+
+    @property
+    def label(self) -> str:
+        """The name progress shows: the dataset's, else the output's."""
+        return self.name or storage.basename(self.out)
+
+    def chunks(self) -> list[Chunk]:
+        return self.source.chunks(self.options.chunk_size)
+
+    def chunk_fingerprints(self, chunks: list[Chunk]) -> dict[int, str]:
+        """Each chunk's own fingerprint: the job's identity and the chunk's range."""
+        return {c.index: fingerprint({**self.identity, "chunk": [c.start, c.stop]}) for c in chunks}
+
+
+def _plan(source_path: str, out: str, options: RefOptions, detectors: dict[str, Detector] | DetectorCache | None,
+          name: str | None, rank: int | None, world_size: int | None) -> _RefJob:
+    """Check the flags and the paths, open the source, load (or take) the detectors and fingerprint the job."""
+    from fgdata.compute import resolve_device
+    from fgdata.jobs.dest import check_sources
+    from fgdata.jobs.ranks import dist_env
+    from fgdata.workers import default_workers
+
+    check_sources(out, [source_path])  # --overwrite replaces OUT: never the images it reads
+    metrics = metrics_for(out)
+    env_rank, env_world = dist_env()
+    if options.batch_size < 1 or options.chunk_size < 1:
+        raise OptionError("--batch-size and --chunk-size must be positive")
+    device = resolve_device(options.device)
+    source = open_source(source_path, workers=options.workers or default_workers())
+    if detectors is None:
+        detectors = DetectorCache(options, device)
+    dets = detectors.get(metrics) if isinstance(detectors, DetectorCache) else {m: detectors[m] for m in metrics}
+    device_type = device.split(":")[0]
+    identity = {"job": JOB_FORMAT, "source": source.identity(), "metrics": list(metrics),
+                "detectors": {m: d.identity for m, d in dets.items()}, "device_type": device_type,
+                **byte_options(options)}
+    record = _record_options(byte_options(options), device_type, {m: d.provenance for m, d in dets.items()})
+    return _RefJob(source_path=source_path, out=out, name=name, options=options, source=source, metrics=metrics,
+                   dets=dets, device=device, identity=identity, fp=fingerprint(identity), record=record,
+                   rank=env_rank if rank is None else rank, world=env_world if world_size is None else world_size)
+
+
+def _kept_output(job: _RefJob) -> RefResult | None:
+    """The result of a complete output of this same job, kept as it is (None: compute it); a complete output
+    written with other options is refused naming the option, unless ``--no-resume`` or ``--overwrite``."""
+    if job.options.overwrite:
+        return None
+    kept = _existing(job.out)
+    if not job.options.resume or kept is None:
+        return None
+    if kept.fingerprint != job.fp:
+        check_same(job.out, _earlier_options(kept.record, byte_options(job.options)), job.record)
+        return None
+    report = failures_path(job.out)
+    return RefResult(path=job.out, seen=kept.images, written=kept.images - kept.failed, failed=kept.failed,
+                     failures_path=report if storage.exists(report) else None, kept=True, rank=job.rank,
+                     world_size=job.world, provenance=kept.record)
+
+
+def _open_work(job: _RefJob) -> tuple[str, set[int]]:
+    """The work folder, with its job record checked (or written), and the units an earlier run left markers for."""
+    options = job.options
+    work = work_dir(job.out, options.work_dir)
+    storage.make_dirs(work)
+    earlier = existing_markers(work, UNITS)
+    check_record(storage.join(work, RECORD_FILE), work,
+                 {"format": RECORD_FORMAT, "version": RECORD_VERSION, "command": "fid-refs", "options": job.record},
+                 options.resume and not options.overwrite and bool(earlier), True,  # every rank: the same bytes
+                 "written by an earlier fgdata version; rerun with --no-resume to compute it again")
+    return work, earlier
+
+
+@dataclass
+class _Share:
+    """What this rank did with the chunks it owns: their markers (by chunk), and the images computed here, taken
+    from an earlier run's chunk files and left out as undecodable."""
+
+    markers: dict[int, Marker]
+    total: int
+    computed: int = 0
+    reused: int = 0
+    failed: int = 0
+
+
+def _run_own_chunks(job: _RefJob, work: str, earlier: set[int], launch: str | None, chunks: list[Chunk],
+                    chunk_fp: dict[int, str], progress: ProgressFn | None) -> _Share:
+    """Each chunk this rank owns: kept when an earlier run's marker passes the one resume rule, else computed,
+    its file written and then its marker."""
+    from fgdata.jobs.outputs import output_done
+    from fgdata.jobs.ranks import owned
+
+    options = job.options
+    size_of = listed_sizes({i.name: (i.size, i.version) for i in storage.list_dir(work, ".npz")})
+    mine = owned(chunks, job.rank, job.world)
+    share = _Share({}, sum(c.size for c in mine))
+    done = 0
+    phase = job.label if job.world == 1 else f"{job.label} rank {job.rank}"
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress:
+            progress(phase, done, share.total)
+
+    for chunk in mine:
+        marker = read_marker(work, chunk.index, UNITS) if options.resume and chunk.index in earlier else None
+        if marker is not None and marker.inputs == chunk_fp[chunk.index] and resumable(marker, job.fp, size_of):
+            share.reused += chunk.size
+            tick(chunk.size)
+        else:
+            marker = _compute_unit(job, work, chunk, chunk_fp[chunk.index], launch, tick)
+            share.computed += chunk.size
+            output_done()
+        share.failed += len(marker.failures)
+        share.markers[chunk.index] = marker
+    return share
+
+
+def _compute_unit(job: _RefJob, work: str, chunk: Chunk, chunk_fp: str, launch: str | None,
+                  tick: Callable[[int], None]) -> Marker:
+    """One unit: its start recorded, the chunk's moments computed and written, then its marker."""
+    start_unit(work, Plan(chunk.index, chunk.start, chunk.size, job.fp, chunk_fp, launch), UNITS)
+    moments, undecoded = _compute_chunk(job.source, chunk, job.dets, job.options, job.device, tick)
+    file = _chunk_name(chunk.index)
+    summed = chunk.size - len(undecoded)
+    size = _write_chunk(os.path.join(work, file), ChunkFile(moments))
+    marker = Marker(unit=chunk.index, first=chunk.start, count=chunk.size, options=job.fp, inputs=chunk_fp,
+                    stamps=[], names=[], shards=[ShardDone(file, summed, size)], written=summed, failures=undecoded,
+                    warnings=[], launch=launch)
+    storage.write_bytes(marker_path(work, chunk.index, UNITS), marker.to_bytes())
+    return marker
+
+
+def _sum_chunks(job: _RefJob, work: str, chunks: list[Chunk],
+                markers: dict[int, Marker]) -> tuple[dict[str, Moments], list[Failure]]:
+    """Every chunk's moments added in chunk order (the same floats in the same order, whoever computed them), and
+    the images left out; a chunk file that does not match its marker loses the marker, so a rerun computes it."""
+    totals = {m: Moments.zeros(d.dim) for m, d in job.dets.items()}
+    failures: list[Failure] = []
+    for chunk in chunks:
+        marker = markers[chunk.index]
+        path = os.path.join(work, marker.shards[0].name)
+        part = ChunkFile.read(path, job.metrics)
+        if part is None or any(m.n != marker.written for m in part.moments.values()):
+            storage.remove(marker_path(work, chunk.index, UNITS))  # so that the rerun computes it again
+            raise FgdataError(f"{path}: unreadable or not what its marker says; rerun to compute it again")
+        for metric in job.metrics:
+            totals[metric].add(part.moments[metric])
+        failures += [Failure(f.input, f.reason) for f in marker.failures]
+    return totals, failures
+
+
+def _write_output(job: _RefJob, totals: dict[str, Moments], failures: list[Failure], chunks: int) -> dict[str, Any]:
+    """The failure report, the reference file and its provenance (written last: it marks the output complete);
+    returns the provenance."""
+    source = job.source
+    written = source.count - len(failures)
+    for metric, m in totals.items():
+        if m.n != written:
+            raise FgdataError(f"{job.source_path}: {metric} saw {m.n} images, the source holds {written} it can decode")
+    report = failures_path(job.out)
+    write_failures(report, "fid-refs", source.count, written, [f.to_json() for f in failures],
+                   {"outputs": [storage.basename(job.out)]})
+    if written < 2:
+        raise FgdataError(f"{job.source_path}: {written} of {source.count} images could be decoded; FID statistics "
+                          f"need at least 2 (reasons in {report})")
+    stats = {metric: m.mu_sigma() for metric, m in totals.items()}
+    edm = job.metrics == FORMATS[".npz"]
+    data = edm_npz_bytes(*stats["fid"]) if edm else edm2_pkl_bytes(stats)
+    storage.write_bytes(job.out, data)
+    provenance = {
+        "format": "edm-npz" if edm else "edm2-pkl",
+        "dataset": job.name, "source": source.identity(), "images": source.count, "failed": len(failures),
+        "detectors": {m: d.provenance for m, d in job.dets.items()}, "accumulation": ACCUMULATION,
+        "batch_size": job.options.batch_size, "device": job.device, "world_size": job.world,
+        "chunk_size": job.options.chunk_size, "chunks": chunks, "fingerprint": job.fp,
+        "sha256": hashlib.sha256(data).hexdigest(), "fgdata_version": __version__,
+    }  # no timings: the same inputs and options give the same bytes (the summary says how long it took)
+    storage.write_bytes(provenance_path(job.out), json.dumps(provenance, indent=1, sort_keys=True).encode())
+    return provenance
+
+
 def compute_refs(source_path: str, out: str, options: RefOptions | None = None, *,
                  detectors: dict[str, Detector] | DetectorCache | None = None, name: str | None = None,
                  rank: int | None = None, world_size: int | None = None, progress: ProgressFn | None = None,
@@ -348,134 +549,41 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     load from ``options``. ``notify`` gets rank 0's line when it starts waiting for other ranks' chunks. On ranks
     other than 0 the result covers only that rank's chunks.
     """
-    from fgdata.compute import resolve_device
-    from fgdata.jobs.dest import check_sources
-    from fgdata.jobs.outputs import output_done, redoing
-    from fgdata.jobs.ranks import dist_env, owned, run_launch
-    from fgdata.workers import default_workers
+    from fgdata.jobs.outputs import redoing
+    from fgdata.jobs.ranks import run_launch
 
     options = options or RefOptions()
-    check_sources(out, [source_path])  # --overwrite replaces OUT: never the images it reads
-    metrics = metrics_for(out)
-    env_rank, env_world = dist_env()
-    rank = env_rank if rank is None else rank
-    world = env_world if world_size is None else world_size
-    if options.batch_size < 1 or options.chunk_size < 1:
-        raise OptionError("--batch-size and --chunk-size must be positive")
-    device = resolve_device(options.device)
-    source = open_source(source_path, workers=options.workers or default_workers())
-    if detectors is None:
-        detectors = DetectorCache(options, device)
-    dets = detectors.get(metrics) if isinstance(detectors, DetectorCache) else {m: detectors[m] for m in metrics}
-    identity = {"job": JOB_FORMAT, "source": source.identity(), "metrics": list(metrics),
-                "detectors": {m: d.identity for m, d in dets.items()}, "device_type": device.split(":")[0],
-                **byte_options(options)}
-    fp = fingerprint(identity)
-    label = name or storage.basename(out)
-    record = _record_options(byte_options(options), device.split(":")[0], {m: d.provenance for m, d in dets.items()})
-    if not options.overwrite:
-        kept = _existing(out)
-        if options.resume and kept is not None:
-            if kept.fingerprint == fp:
-                report = failures_path(out)
-                return RefResult(path=out, seen=kept.images, written=kept.images - kept.failed, failed=kept.failed,
-                                 failures_path=report if storage.exists(report) else None, kept=True, rank=rank,
-                                 world_size=world, provenance=kept.record)
-            check_same(out, _earlier_options(kept.record, byte_options(options)), record)
-
+    job = _plan(source_path, out, options, detectors, name, rank, world_size)
+    kept = _kept_output(job)
+    if kept is not None:
+        return kept
     launch = run_launch(options.resume, options.wait_timeout)
     if not options.resume:
-        redoing(rank)
-    work = work_dir(out, options.work_dir)
-    storage.make_dirs(work)
-    earlier = existing_markers(work, UNITS)
-    check_record(storage.join(work, RECORD_FILE), work,
-                 {"format": RECORD_FORMAT, "version": RECORD_VERSION, "command": "fid-refs", "options": record},
-                 options.resume and not options.overwrite and bool(earlier), True,  # every rank: the same bytes
-                 "written by an earlier fgdata version; rerun with --no-resume to compute it again")
-    size_of = listed_sizes({i.name: (i.size, i.version) for i in storage.list_dir(work, ".npz")})
-    chunks = source.chunks(options.chunk_size)
-    mine = owned(chunks, rank, world)
-    total = sum(c.size for c in mine)
-    done, computed, reused, failed, began = 0, 0, 0, 0, time.monotonic()
-    phase = label if world == 1 else f"{label} rank {rank}"
+        redoing(job.rank)
+    began = time.monotonic()
+    work, earlier = _open_work(job)
+    chunks = job.chunks()
+    chunk_fp = job.chunk_fingerprints(chunks)
+    share = _run_own_chunks(job, work, earlier, launch, chunks, chunk_fp, progress)
+    result = RefResult(path=out, seen=share.total, written=share.total - share.failed, failed=share.failed,
+                       failures_path=None, computed=share.computed, reused=share.reused, rank=job.rank,
+                       world_size=job.world, seconds=time.monotonic() - began, whole_job=False)
+    if job.rank != 0:
+        return result
 
-    def tick(n: int) -> None:
-        nonlocal done
-        done += n
-        if progress:
-            progress(phase, done, total)
-
-    chunk_fp = {c.index: fingerprint({**identity, "chunk": [c.start, c.stop]}) for c in chunks}
-    markers: dict[int, Marker] = {}
-    for chunk in mine:
-        marker = read_marker(work, chunk.index, UNITS) if options.resume and chunk.index in earlier else None
-        if marker is not None and marker.inputs == chunk_fp[chunk.index] and resumable(marker, fp, size_of):
-            reused += chunk.size
-            tick(chunk.size)
-        else:
-            start_unit(work, Plan(chunk.index, chunk.start, chunk.size, fp, chunk_fp[chunk.index], launch), UNITS)
-            moments, undecoded = _compute_chunk(source, chunk, dets, options, device, tick)
-            file = _chunk_name(chunk.index)
-            summed = chunk.size - len(undecoded)
-            size = _write_chunk(os.path.join(work, file), ChunkFile(moments))
-            marker = Marker(unit=chunk.index, first=chunk.start, count=chunk.size, options=fp,
-                            inputs=chunk_fp[chunk.index], stamps=[], names=[], shards=[ShardDone(file, summed, size)],
-                            written=summed, failures=undecoded, warnings=[], launch=launch)
-            storage.write_bytes(marker_path(work, chunk.index, UNITS), marker.to_bytes())
-            computed += chunk.size
-            output_done()
-        failed += len(marker.failures)
-        markers[chunk.index] = marker
-    share = RefResult(path=out, seen=total, written=total - failed, failed=failed, failures_path=None,
-                      computed=computed, reused=reused, rank=rank, world_size=world,
-                      seconds=time.monotonic() - began, whole_job=False)
-    if rank != 0:
-        return share
-
+    markers = share.markers
     now = stat_sizes(work)
     wait_for_units(work, [c.index for c in chunks if c.index not in markers],
-                   (lambda m: is_final(m, (fp, launch), chunk_fp[m.unit], options.resume, now),
-                    lambda p: is_started(p, (fp, launch), chunk_fp[p.unit])),
-                   lambda m: markers.update({m.unit: m}), world, work, options.wait_timeout, notify,
+                   (lambda m: is_final(m, (job.fp, launch), chunk_fp[m.unit], options.resume, now),
+                    lambda p: is_started(p, (job.fp, launch), chunk_fp[p.unit])),
+                   lambda m: markers.update({m.unit: m}), job.world, work, options.wait_timeout, notify,
                    folder=UNITS, name=_chunk_name)
-    totals = {m: Moments.zeros(d.dim) for m, d in dets.items()}
-    failures: list[Failure] = []
-    for chunk in chunks:
-        marker = markers[chunk.index]
-        path = os.path.join(work, marker.shards[0].name)
-        part = ChunkFile.read(path, metrics)
-        if part is None or any(m.n != marker.written for m in part.moments.values()):
-            storage.remove(marker_path(work, chunk.index, UNITS))  # so that the rerun computes it again
-            raise FgdataError(f"{path}: unreadable or not what its marker says; rerun to compute it again")
-        for metric in metrics:
-            totals[metric].add(part.moments[metric])
-        failures += [Failure(f.input, f.reason) for f in marker.failures]
-    written = source.count - len(failures)
-    for metric, m in totals.items():
-        if m.n != written:
-            raise FgdataError(f"{source_path}: {metric} saw {m.n} images, the source holds {written} it can decode")
-    report = failures_path(out)
-    write_failures(report, "fid-refs", source.count, written, [f.to_json() for f in failures],
-                   {"outputs": [storage.basename(out)]})
-    if written < 2:
-        raise FgdataError(f"{source_path}: {written} of {source.count} images could be decoded; FID statistics "
-                          f"need at least 2 (reasons in {report})")
-    stats = {metric: m.mu_sigma() for metric, m in totals.items()}
-    data = edm_npz_bytes(*stats["fid"]) if metrics == FORMATS[".npz"] else edm2_pkl_bytes(stats)
-    storage.write_bytes(out, data)
-    provenance = {
-        "format": "edm-npz" if metrics == FORMATS[".npz"] else "edm2-pkl",
-        "dataset": name, "source": source.identity(), "images": source.count, "failed": len(failures),
-        "detectors": {m: d.provenance for m, d in dets.items()}, "accumulation": ACCUMULATION,
-        "batch_size": options.batch_size, "device": device, "world_size": world, "chunk_size": options.chunk_size,
-        "chunks": len(chunks), "fingerprint": fp, "sha256": hashlib.sha256(data).hexdigest(),
-        "fgdata_version": __version__,
-    }  # no timings: the same inputs and options give the same bytes (the summary says how long it took)
-    storage.write_bytes(provenance_path(out), json.dumps(provenance, indent=1, sort_keys=True).encode())
+    totals, failures = _sum_chunks(job, work, chunks, markers)
+    provenance = _write_output(job, totals, failures, len(chunks))
     _clean(work)
-    return replace(share, seen=source.count, written=written, failed=len(failures), failures_path=report,
-                   whole_job=True, provenance=provenance)
+    written = job.source.count - len(failures)
+    return replace(result, seen=job.source.count, written=written, failed=len(failures),
+                   failures_path=failures_path(out), whole_job=True, provenance=provenance)
 
 
 def _clean(work: str) -> None:

@@ -1,4 +1,28 @@
-"""The one job core every writing command runs through (shard, encode, kd, prepare).
+"""The one job core every writing command runs through: :func:`fgdata.jobs.driver.run_job`.
+
+**Writing a command on it.** A command is one small module, next to its own code (``fgdata/sharding/job.py``
+for ``shard``, ``fgdata/encode/tasks.py`` for ``encode``/``kd``), that subclasses
+:class:`fgdata.jobs.driver.JobDefinition` and calls ``run_job(definition, settings)``:
+
+- ``command`` and ``dest`` (attributes), ``folder`` (its markers' folder under DST, :func:`fgdata.jobs.units.units_dir`);
+- ``fingerprint()``: the options that change bytes (:func:`fgdata.jobs.options.fingerprint` of its options dataclass);
+- ``plan() -> Iterator[unit]``: its units, streamed, each with a ``number`` and an ``inputs`` fingerprint (the
+  shard command's :class:`fgdata.jobs.units.Unit`, or any dataclass of its own);
+- ``execute(pending, executor, ctx) -> Iterator[Marker]``: run the pending units (the driver has already kept
+  what the resume rule keeps and dropped other ranks' units), usually ``run_units(produce, calls, executor,
+  shared)`` whose ``produce`` runs one unit and whose sink writes its outputs under names fixed by the unit and
+  leaves its :class:`fgdata.jobs.units.Marker` (:func:`fgdata.jobs.units.start_unit` first, the marker last);
+- optional hooks, all typed: ``start`` (checks before DST is taken), ``prepare`` (under DST's lock: foreign
+  files, the job record), ``launch``, ``redo``, ``met``/``keep``/``redoing``/``planned`` (resume bookkeeping),
+  ``executor`` (default: what the settings name), ``count`` (the command's own figures from each marker),
+  ``sweep``, ``report_fields`` (``failures.json``'s own fields), ``finish`` (its side files: provenance, stats),
+  ``summarize`` (its fields of the :class:`fgdata.jobs.summary.JobSummary`) and ``finished`` (closing notices).
+
+:class:`fgdata.jobs.driver.RunSettings` is how every job runs (engine, workers, resume, overwrite, wait timeout,
+the progress and notice callbacks of :mod:`fgdata.progress`); it never changes the bytes. ``run_job`` owns the
+rest: DST's lock, signals, unit ownership per torchrun rank, the one resume rule, rank 0's wait, the spool,
+finalize (``shard_count.json``, ``failures.json``), the sweep and the summary. Each call is noted in the file
+``FGDATA_TEST_RUN_JOB_CALLS`` names (tests: every writing command runs through it).
 
 Each guarantee lives in exactly one module here:
 
@@ -23,12 +47,9 @@ Each guarantee lives in exactly one module here:
   units it owns on its own pool;
 - :mod:`fgdata.jobs.testhook`: ``FGDATA_TEST_STOP_AFTER``, the point kill tests stop a job at, and
   ``FGDATA_TEST_HOLD``, named points where a test holds one rank to order two ranks' steps, and
-  ``FGDATA_TEST_LOADS``, a file every model load appends to; only the job core calls it, producers outside it
-  (prepare, fid-refs, the model loader) through :mod:`fgdata.jobs.outputs`;
-- :mod:`fgdata.jobs.shard`: ``fgdata shard images|videos|prompts`` on top of all of that: its producer (the
-  media transform) and sink (one unit's shards), and the choice of executor;
-- :mod:`fgdata.jobs.tasks`: the shard-to-shard commands (``encode``, ``kd``): one task (an input shard) per
-  unit, its sink (one output shard, in place or not) and the choice of executor.
+  ``FGDATA_TEST_LOADS``, a file every model load appends to; only :mod:`fgdata.jobs.outputs` calls it (the
+  driver, the sinks and producers outside the core report there);
+- :mod:`fgdata.jobs.provenance`: ``provenance.json``, one entry per command that wrote into DST.
 
 Nothing is imported here, so importing one module of the job core does not import the others.
 """

@@ -1,5 +1,6 @@
-"""The points of a run that producers outside the job core report to it: an output is complete, a
-``--no-resume`` run is about to redo what an earlier launch left, a model was loaded.
+"""The points of a run that the job core and producers outside it report: an output is complete, a
+``--no-resume`` run is about to redo what an earlier launch left, a model was loaded. The only module that calls
+the test hooks (:mod:`fgdata.jobs.testhook`).
 
 ``prepare``'s zip passes, ``fid-refs``' chunks and ``score``'s shards call the first two, every model load (``encode``'s
 :func:`~fgdata.compute.load_pretrained`) the last; the test hooks of :mod:`fgdata.jobs.testhook`
@@ -33,3 +34,14 @@ def model_loaded(what: str) -> None:
     """A model (``what``: "VAE", "text encoder", ...) finished loading in this process; a test counts the loads
     of every process of a job, to see that a Ray worker loads its model once, not once per unit."""
     testhook.model_loaded(what)
+
+
+def reached(done: int) -> None:
+    """The job core finished its ``done``-th output of this run (a shard under its final name, an output shard):
+    a kill test may stop the job here."""
+    testhook.output_done(done)
+
+
+def hold(point: str, rank: int) -> None:
+    """Rank ``rank`` reached the named ``point`` of the job core (``dest-listed``); a test may hold it there."""
+    testhook.hold(point, rank)

@@ -43,19 +43,18 @@ import random
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Generic, Protocol, TypeVar
 
 from fgdata import storage
 from fgdata.errors import FgdataError
 from fgdata.jobs.report import FAILURES_FILE, FORMAT, VERSION, category
-from fgdata.sources.folder import WorkItem
 
 UNITS_DIR = ".fgdata/units"
 WORK_DIR = ".fgdata/work"
 MARKER_FORMAT = "fgdata.unit"
-MARKER_VERSION = 1
+MARKER_VERSION = 2  # 2: the command's own fields moved into ``payload``; a marker of 1 reads as foreign
 PLAN_FORMAT = "fgdata.unit-plan"
 #: Shard slots of a unit whose inputs may give several samples each (clips) or whose shards have a byte cap.
 WIDE_SLOTS = 10_000
@@ -108,13 +107,27 @@ class ShardDone:
     failed_by_reason: dict[str, int] = field(default_factory=dict)
 
 
+class Input(Protocol):
+    """What the engine needs of one input of a unit: its position in the source order and its name in reports
+    (a command's own record, e.g. ``shard``'s :class:`fgdata.sources.folder.WorkItem`)."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+T = TypeVar("T", bound=Input)
+
+
 @dataclass(frozen=True)
-class Unit:
+class Unit(Generic[T]):
     """One unit of work: its number, the position of its first input and its inputs in writing order."""
 
     number: int
     first: int
-    items: tuple[WorkItem, ...]
+    items: tuple[T, ...]
     stamps: tuple[str, ...]  # per item, in writing order
     inputs: str  # fingerprint of the unit's inputs (names, order, stamps)
 
@@ -154,9 +167,27 @@ class ClipTally:
                    float(doc["longest_seconds"]))
 
 
+class Payload(Protocol):
+    """A command's own fields of a marker (``shard``'s bytes read, clips, captions...): JSON data it writes and
+    reads back itself (the engine keeps what it reads as :class:`Opaque`)."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class Opaque:
+    """A payload read without its command's type: kept as read and written back as it was."""
+
+    doc: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return self.doc
+
+
 @dataclass
 class Marker:
-    """What a finished unit leaves in ``DST/.fgdata/units/``: its plan and its result (plain JSON data)."""
+    """What a finished unit leaves in ``DST/.fgdata/units/``: its plan and its result (plain JSON data), and the
+    command's own fields (``payload``: None for commands that have none)."""
 
     unit: int
     first: int
@@ -169,16 +200,12 @@ class Marker:
     written: int
     failures: list[Entry]
     warnings: list[Entry]
-    nbytes: int = 0
-    normalised: dict[str, int] = field(default_factory=dict)
-    clips: ClipTally | None = None
     launch: str | None = None
-    uncaptioned: int = 0  # inputs written without a caption (shard images and videos)
-    formats: dict[str, int] = field(default_factory=dict)  # image member extension -> inputs written with it
+    payload: Payload | None = None
 
     def to_bytes(self) -> bytes:
-        doc = {"format": MARKER_FORMAT, "version": MARKER_VERSION, **asdict(self),
-               "clips": None if self.clips is None else self.clips.to_json()}
+        doc = {"format": MARKER_FORMAT, "version": MARKER_VERSION, **asdict(replace(self, payload=None)),
+               "payload": None if self.payload is None else self.payload.to_json()}
         return json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
 
     @classmethod
@@ -188,16 +215,15 @@ class Marker:
             doc = json.loads(data)
             if doc.get("format") != MARKER_FORMAT or doc.get("version") != MARKER_VERSION:
                 return None
+            payload = doc["payload"]
             return cls(unit=int(doc["unit"]), first=int(doc["first"]), count=int(doc["count"]),
                        options=str(doc["options"]), inputs=str(doc["inputs"]), stamps=list(doc["stamps"]),
                        names=list(doc["names"]),
                        shards=[ShardDone(str(s["name"]), int(s["samples"]), int(s["size"]), dict(s["failed_by_reason"]))
                                for s in doc["shards"]],
                        written=int(doc["written"]), failures=[Entry.from_json(f) for f in doc["failures"]],
-                       warnings=[Entry.from_json(w) for w in doc["warnings"]], nbytes=int(doc["nbytes"]),
-                       normalised=dict(doc["normalised"]),
-                       clips=None if doc["clips"] is None else ClipTally.from_json(doc["clips"]), launch=doc.get("launch"),
-                       uncaptioned=int(doc.get("uncaptioned", 0)), formats=dict(doc.get("formats", {})))
+                       warnings=[Entry.from_json(w) for w in doc["warnings"]], launch=doc.get("launch"),
+                       payload=None if payload is None else Opaque(dict(payload)))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -304,20 +330,20 @@ def unit_stage(dest: str, unit: int) -> str:
     return path
 
 
-def inputs_fingerprint(items: Sequence[WorkItem], stamps: Sequence[str]) -> str:
+def inputs_fingerprint(items: Sequence[Input], stamps: Sequence[str]) -> str:
     h = hashlib.sha256()
     for item, stamp in zip(items, stamps, strict=True):
         h.update(f"{item.index}\t{item.name}\t{stamp}\n".encode("utf-8", "surrogateescape"))
     return h.hexdigest()[:32]
 
 
-def plan_units(items: Iterable[WorkItem], unit_size: int, shuffle_seed: int | None,
-               stamp: Callable[[Sequence[WorkItem]], list[str]]) -> Iterator[Unit]:
+def plan_units(items: Iterable[T], unit_size: int, shuffle_seed: int | None,
+               stamp: Callable[[Sequence[T]], list[str]]) -> Iterator[Unit[T]]:
     """Cut the input stream into units as it is read (``stamp``: the stamps of a batch of items)."""
-    batch: list[WorkItem] = []
+    batch: list[T] = []
     number = 0
 
-    def unit() -> Unit:
+    def unit() -> Unit[T]:
         ordered = list(batch)
         if shuffle_seed is not None:  # seeded per unit: the same order whatever runs the unit
             random.Random(f"{shuffle_seed}/{number}").shuffle(ordered)
@@ -370,7 +396,7 @@ class InputDiff:
         elif other.pop(name) != stamp:
             self.changed.add(name)
 
-    def compare(self, old: Marker | None, unit: Unit, appended: bool) -> None:
+    def compare(self, old: Marker | None, unit: Unit[Any], appended: bool) -> None:
         """``unit`` against the earlier run's marker of the same number (None: none to compare; ``appended``:
         the unit lies after every unit of the earlier run)."""
         if old is None:
@@ -530,8 +556,6 @@ class Totals:
     failed_by_reason: Counter[str] = field(default_factory=Counter)
     warned_by_reason: Counter[str] = field(default_factory=Counter)
     retryable: int = 0
-    uncaptioned: int = 0
-    formats: Counter[str] = field(default_factory=Counter)
 
 
 def _json_lines(out: BinaryIO, key: str, lines: BinaryIO, last: bool = False) -> None:
@@ -579,8 +603,6 @@ def finalize(dest: str, command: str, spool: Spool, extra: dict[str, Any], stats
             totals.written += marker.written
             totals.failed += len(marker.failures)
             totals.warned += len(marker.warnings)
-            totals.uncaptioned += marker.uncaptioned
-            totals.formats.update(marker.formats)
             for s in marker.shards:
                 counts.write(json.dumps([s.name, s.samples]).encode() + b"\n")
                 per_shard.write(json.dumps([s.name, {"samples": s.samples, "failed_by_reason": dict(sorted(

@@ -10,30 +10,22 @@ projected memory once that reaches :data:`CACHE_WARN_BYTES`.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import warnings
-import zipfile
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 
 from fgdata.errors import FgdataError
 from fgdata.loaders.ranks import checked_position, resolve_rank
+from fgdata.media.imagefiles import ImageFiles
 
 #: ``cache=True`` warns when the decoded samples it would keep, summed over the worker processes,
 #: reach this size (or exceed the memory available): below it a cache costs nothing worth a word.
 CACHE_WARN_BYTES = 1 << 30
-
-
-def _image_exts() -> frozenset[str]:
-    Image.init()
-    return frozenset(Image.EXTENSION)
 
 
 def _available_memory() -> int | None:
@@ -47,33 +39,13 @@ def _available_memory() -> int | None:
     return None
 
 
-class ImageZipDataset(torch.utils.data.Dataset):
-    """Map-style dataset over a zip or folder of images / ``.npy`` arrays, as EDM's ImageFolderDataset."""
+class ImageZipDataset(ImageFiles, torch.utils.data.Dataset):
+    """Map-style dataset over a zip or folder of images / ``.npy`` arrays, as EDM's ImageFolderDataset (the files
+    are read by :class:`fgdata.media.imagefiles.ImageFiles`; labels, subsets and flips are added here)."""
 
     def __init__(self, path: str, resolution: int | None = None, use_pyspng: bool = True, max_size: int | None = None,
                  xflip: bool = False, random_seed: int = 0, use_labels: bool = True, cache: bool = False):
-        self.path = str(path)
-        self.use_pyspng = use_pyspng
-        self.cache = cache
-        self._zip: zipfile.ZipFile | None = None
-        self._zip_pid: int | None = None
-        self._cached: dict[int, np.ndarray] = {}
-        self._palette_warned = False
-        exts = _image_exts() | {".npy"}
-        if os.path.isfile(self.path):
-            self._kind = "zip"
-            all_names = self._open_zip().namelist()
-        elif os.path.isdir(self.path):
-            self._kind = "dir"
-            all_names = [os.path.relpath(os.path.join(root, f), self.path)
-                         for root, _dirs, files in os.walk(self.path) for f in files]
-        else:
-            raise OSError(f"{self.path}: no such zip file or directory")
-        self._names = sorted(n for n in all_names
-                             if os.path.splitext(n)[1].lower() in exts and os.path.basename(n) != "dataset.json")
-        if not self._names:
-            raise FgdataError(f"{self.path}: holds no image or .npy files")
-        self.shape = tuple(self._load_raw(0).shape)
+        super().__init__(path, use_pyspng=use_pyspng, cache=cache)
         if resolution is not None and (self.shape[1] != resolution or self.shape[2] != resolution):
             raise FgdataError(f"{self.path}: images are {self.shape[2]}x{self.shape[1]}, not resolution={resolution}")
         self.labels = self._load_labels() if use_labels else np.zeros((len(self._names), 0), np.float32)
@@ -102,35 +74,11 @@ class ImageZipDataset(torch.utils.data.Dataset):
         return digest.hexdigest()[:16]
 
     @property
-    def names(self) -> list[str]:
-        """File names in item order (sorted, as EDM's dataset class)."""
-        return self._names
-
-    def image(self, raw: int) -> np.ndarray:
-        """The stored array of file ``raw`` (CHW, uint8 for images), unflipped and unscaled: for pixel-space users."""
-        return self._load_raw(raw)
-
-    @property
     def label_dim(self) -> int:
         return self.labels.shape[1]
 
     def __len__(self) -> int:
         return int(self._raw_idx.size)
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_zip"], state["_zip_pid"], state["_cached"] = None, None, {}
-        return state
-
-    def _open_zip(self) -> zipfile.ZipFile:
-        if self._zip is None or self._zip_pid != os.getpid():
-            self._zip, self._zip_pid = zipfile.ZipFile(self.path), os.getpid()
-        return self._zip
-
-    def _read(self, name: str) -> bytes:
-        if self._kind == "zip":
-            return self._open_zip().read(name)
-        return Path(self.path, name).read_bytes()
 
     def _load_labels(self) -> np.ndarray:
         try:
@@ -149,47 +97,6 @@ class ImageZipDataset(torch.utils.data.Dataset):
             onehot[np.arange(raw.size), raw.astype(np.int64)] = 1
             return onehot
         return raw.astype(np.float32)
-
-    def _load_raw(self, raw: int) -> np.ndarray:
-        if raw in self._cached:
-            return self._cached[raw]
-        name = self._names[raw]
-        data = self._read(name)
-        if name.endswith(".npy"):
-            arr = np.load(io.BytesIO(data), allow_pickle=False)
-            arr = arr.reshape(-1, *arr.shape[-2:])
-        else:
-            arr = self._decode_image(name, data)
-        if hasattr(self, "shape") and tuple(arr.shape) != self.shape:
-            raise FgdataError(f"{self.path}: {name} has shape {tuple(arr.shape)}, the first file {self.shape}")
-        if self.cache:
-            self._cached[raw] = arr
-        return arr
-
-    def _decode_image(self, name: str, data: bytes) -> np.ndarray:
-        from fgdata.media.image import image_size, open_image
-
-        arr: np.ndarray | None = None
-        if self.use_pyspng and name.lower().endswith(".png"):
-            image_size(data)  # pyspng decodes without Pillow's pixel limit: refuse a bomb first
-            try:
-                import pyspng
-            except ImportError:
-                pyspng = None
-            if pyspng is not None and data[25:26] != b"\x03":  # colour type 3 = palette: decode with Pillow
-                arr = pyspng.load(data)
-        if arr is None:
-            with open_image(data) as img:
-                if img.mode == "P":  # expand the palette instead of returning indices
-                    if not self._palette_warned:
-                        warnings.warn(f"{self.path}: {name} is a palette image; expanding it to RGB", stacklevel=2)
-                        self._palette_warned = True
-                    arr = np.array(img.convert("RGB"))
-                else:
-                    arr = np.array(img)
-        if arr.ndim == 2:
-            arr = arr[:, :, np.newaxis]
-        return arr.transpose(2, 0, 1)
 
     def __getitem__(self, idx: int) -> dict[str, torch.Tensor]:
         arr = self._load_raw(int(self._raw_idx[idx]))

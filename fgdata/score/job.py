@@ -22,7 +22,7 @@ from fgdata.score.signals import DESCRIPTIONS, IMAGE_SIGNALS, WEIGHT_FREE
 
 if TYPE_CHECKING:
     from fgdata.jobs.summary import JobSummary
-    from fgdata.jobs.tasks import RunSettings
+    from fgdata.jobs.driver import RunSettings
 
 #: An object's address in an error message (Pillow names the BytesIO it read): dropped, so reruns write the same bytes.
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
@@ -286,7 +286,8 @@ def score_into(path: str, options: ScoreOptions, run: RunSettings | None = None)
     from fgdata import storage
     from fgdata.encode.jobs import task_samples, user_json
     from fgdata.errors import FgdataError
-    from fgdata.jobs.tasks import Result, Task, TaskJob, run_tasks, shard_tasks
+    from fgdata.encode.tasks import Result, Task, TaskDefinition, TaskJob, shard_tasks
+    from fgdata.jobs.driver import run_job
     from fgdata.score.models import check_files
     from fgdata.shards.scores import ERROR_FIELD, scores_path, write_meta
 
@@ -330,7 +331,7 @@ def score_into(path: str, options: ScoreOptions, run: RunSettings | None = None)
     # job of its own that adds its fields, while a rerun of the same set resumes
     job = TaskJob(dest=path, command="score " + "+".join(options.signals), tasks=tasks, options=options, produce=produce, provenance=provenance,
                   in_place=True)
-    summary = run_tasks(job, run)
+    summary = run_job(TaskDefinition(job), run)
     from fgdata.shards.scores import read_meta
 
     meta = read_meta(path)

@@ -618,7 +618,7 @@ def test_ray_loads_the_model_once_per_worker_process_not_per_unit(tmp_path, mode
     provenance record)."""
     ray = pytest.importorskip("ray")
     from fgdata.encode.latents import LatentOptions, encode_latents
-    from fgdata.jobs.tasks import RunSettings
+    from fgdata.jobs.driver import RunSettings
 
     src = _ray_shards(tmp_path, sample_images, 6)
     loads = tmp_path / "loads.txt"

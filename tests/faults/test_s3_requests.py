@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from fgdata.jobs.shard import ShardJob, run_shard_job
+from fgdata.sharding.job import ShardJob, run_shard
 from fgdata.producers.media import ShardOptions
 from test_s3_stalls import StallingEndpoint
 
@@ -25,7 +25,7 @@ def _requests(s3_endpoint: str, s3_bucket: str, tmp_path, monkeypatch, shards: i
         with monkeypatch.context() as mp:
             mp.setenv("S3_ENDPOINT_URL", proxy.url)
             mp.setenv("FGDATA_S3_LEASE_SECONDS", "3600")  # no renewal during the job: its requests depend on time
-            report = run_shard_job(ShardJob(src=str(prompts), dest=f"{s3_bucket}/p{shards}",
+            report = run_shard(ShardJob(src=str(prompts), dest=f"{s3_bucket}/p{shards}",
                                             options=ShardOptions(kind="prompts"), maxcount=1))
         assert (report.written, len(report.shards)) == (shards, shards)
         return len(proxy.seen)

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from fgdata.configs import ImageLoaderConfig, instantiate
-from fgdata.jobs.shard import ShardJob, run_shard_job
+from fgdata.sharding.job import ShardJob, run_shard
 from fgdata.producers.media import ShardOptions
 
 PHOTOS = ("chelsea.png", "coffee.png", "horse.png", "camera.png", "rocket.jpg", "grace_hopper.jpg", "hubble_deep_field.jpg")
@@ -37,7 +37,7 @@ def default_shards(tmp_path_factory, sample_data) -> tuple[list[str], dict[str, 
         captions[f.name] = f"a photo called {f.name}"
         f.with_suffix(".txt").write_text(captions[f.name])
     assert {f.suffix for f in src.iterdir()} == {".jpg", ".png", ".webp", ".txt"}
-    report = run_shard_job(ShardJob(src=str(src), dest=str(root / "shards"), options=ShardOptions(kind="images"),
+    report = run_shard(ShardJob(src=str(src), dest=str(root / "shards"), options=ShardOptions(kind="images"),
                                     maxcount=5))
     assert report.failed == 0 and report.written == len(captions)
     return [str(root / "shards" / name) for name in sorted(report.counts)], captions

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from fgdata.configs import ImageLoaderConfig, VideoLoaderConfig, instantiate
-from fgdata.jobs.shard import ShardJob, run_shard_job
+from fgdata.sharding.job import ShardJob, run_shard
 from fgdata.producers.media import ShardOptions
 from fgdata.errors import FgdataError
 from fgdata.loaders import LoaderConfigError, VideoWDSLoader
@@ -46,7 +46,7 @@ def mixed_folder(dest: Path, sample_data: Path, captions: bool = True, only: tup
 
 def shard_images(src: Path, dest: Path, maxcount: int = 4) -> str:
     """Shard keeping each photo's format (``--format keep``): these tests want datasets that mix formats."""
-    report = run_shard_job(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="images", image_format="keep"),
+    report = run_shard(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="images", image_format="keep"),
                                     maxcount=maxcount))
     assert report.failed == 0
     return str(dest)
@@ -172,7 +172,7 @@ def short_clips(tmp_path_factory, clip_encoder) -> str:
     for i in range(3):
         (src / f"clip{i}.mp4").write_bytes(clip_encoder(frames=24, fps=24, size=(64, 48)))
         (src / f"clip{i}.txt").write_text(f"clip {i}")
-    report = run_shard_job(ShardJob(src=str(src), dest=str(root / "shards"), options=ShardOptions(kind="videos"), maxcount=2))
+    report = run_shard(ShardJob(src=str(src), dest=str(root / "shards"), options=ShardOptions(kind="videos"), maxcount=2))
     assert report.failed == 0
     return str(root / "shards")
 

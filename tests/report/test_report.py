@@ -100,7 +100,7 @@ def assert_counts_match(doc: dict, path: Path | str) -> None:
 @pytest.fixture(scope="module")
 def image_shards(tmp_path_factory, sample_data) -> Path:
     """fgdata's own image shards (json with width and height), two shards, a numeric score per photo."""
-    from fgdata.jobs.shard import ShardJob, run_shard_job
+    from fgdata.sharding.job import ShardJob, run_shard
     from fgdata.producers.media import ShardOptions
 
     src = tmp_path_factory.mktemp("photos")
@@ -110,14 +110,14 @@ def image_shards(tmp_path_factory, sample_data) -> Path:
         shutil.copyfile(p.with_suffix(".txt"), src / f"{p.stem}.txt")
         (src / f"{p.stem}.json").write_text(json.dumps({"aesthetic_score": 4.0 + 0.5 * i, "tag": "demo"}))
     dest = tmp_path_factory.mktemp("image-shards")
-    run_shard_job(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="images"), maxcount=4))
+    run_shard(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="images"), maxcount=4))
     return dest
 
 
 @pytest.fixture(scope="module")
 def video_shards(tmp_path_factory, sample_video, clip_encoder) -> Path:
     """fgdata's video shards: the bundled clip (6-channel audio), a stereo clip and a silent one."""
-    from fgdata.jobs.shard import ShardJob, run_shard_job
+    from fgdata.sharding.job import ShardJob, run_shard
     from fgdata.producers.media import ShardOptions
 
     src = tmp_path_factory.mktemp("clips")
@@ -128,7 +128,7 @@ def video_shards(tmp_path_factory, sample_video, clip_encoder) -> Path:
     (src / "silent.mp4").write_bytes(clip_encoder(frames=24, fps=24, size=(48, 64)))
     (src / "silent.txt").write_text("A silent portrait clip.")
     dest = tmp_path_factory.mktemp("video-shards")
-    run_shard_job(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="videos"), maxcount=2))
+    run_shard(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="videos"), maxcount=2))
     return dest
 
 
@@ -150,14 +150,14 @@ def latent_shards(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def prompt_shards(tmp_path_factory) -> Path:
-    from fgdata.jobs.shard import ShardJob, run_shard_job
+    from fgdata.sharding.job import ShardJob, run_shard
     from fgdata.producers.media import ShardOptions
 
     prompts = tmp_path_factory.mktemp("prompts") / "prompts.txt"
     prompts.write_text("\n".join(["a red fox in the snow", "the skyline of a city at night", "a bowl of ramen",
                                   "an astronaut riding a horse", "the moon over a lake"]) + "\n")
     dest = tmp_path_factory.mktemp("prompt-shards")
-    run_shard_job(ShardJob(src=str(prompts), dest=str(dest), options=ShardOptions(kind="prompts"), maxcount=2))
+    run_shard(ShardJob(src=str(prompts), dest=str(dest), options=ShardOptions(kind="prompts"), maxcount=2))
     return dest
 
 

@@ -110,7 +110,7 @@ def test_wrong_camera_length_and_truncated_video_are_rejected(cli, keyframed_cli
 
 
 def test_quickstart_videos(tmp_path: Path):
-    from fgdata.jobs.shard import quickstart_videos
+    from fgdata.sharding.job import quickstart_videos
 
     out = quickstart_videos(tmp_path)
     assert out["samples"] == out["written"] == out["seen"] == 1 and out["failed"] == 0

@@ -36,47 +36,37 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field, replace
-from functools import partial
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from fgdata import __version__, storage
-from fgdata.errors import FgdataError, OptionError
+from fgdata.errors import FgdataError
 from fgdata.jobs import dest as destmod
-from fgdata.jobs import testhook
-from fgdata.jobs.executor import Pool, Ray, run_units
+from fgdata.jobs import outputs
+from fgdata.jobs.driver import Context, JobDefinition, RunSettings
+from fgdata.jobs.executor import Executor, Pool, Ray, run_units
 from fgdata.jobs.options import byte_options, check_record, fingerprint
-from fgdata.jobs.ranks import dist_env, owner, run_launch
+from fgdata.jobs.provenance import PROVENANCE_FILE, write_provenance
+from fgdata.jobs.ranks import owner, run_launch
 from fgdata.jobs.report import FAILURES_FILE, clean_reason
-from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
+from fgdata.jobs.signals import critical
 from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.units import (
     Entry,
     Marker,
     Plan,
     ShardDone,
-    SizeOf,
-    Spool,
-    drop_markers_from,
-    existing_markers,
-    finalize,
-    is_final,
-    is_started,
+    Totals,
     listed_sizes,
     marker_path,
     read_marker,
-    resumable,
     start_unit,
-    stat_sizes,
     unit_stage,
     units_dir,
-    wait_for_units,
 )
 from fgdata.shards import COUNT_FILE, ShardWriter, load_index
 
 STATE_DIR = destmod.STATE_DIR
-PROVENANCE_FILE = "provenance.json"
-PROVENANCE_FORMAT = "fgdata.encode-provenance"
 RECORD_FILE = "job.json"
 RECORD_FORMAT = "fgdata.task-job"
 RECORD_VERSION = 1
@@ -114,31 +104,6 @@ class Result:
     members: dict[str, bytes] | None
     reason: str = ""
     original: dict[str, bytes] | None = None
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """How a job runs (never part of its fingerprint): rank, executor, resume, callbacks. ``engine="ray"``: one
-    Ray task per task to do, at most ``workers`` at a time, and this process (the driver) finishes."""
-
-    rank: int | None = None
-    world: int | None = None
-    engine: str = "local"  # local | ray (checked here, where the CLI's value arrives)
-    workers: int = 1
-    ray_address: str | None = None
-    num_gpus: float = 0.0  # per Ray task
-    resume: bool = True
-    overwrite: bool = False
-    wait_timeout: float | None = None
-    progress: Callable[[int], None] | None = None
-    log: Callable[[str], None] | None = None
-    notify: Callable[[str], None] | None = None
-
-    def __post_init__(self) -> None:
-        if self.engine not in ("local", "ray"):
-            raise OptionError(f"--engine {self.engine!r} is not one of local, ray")
-        if self.engine == "ray" and self.workers < 1:
-            raise OptionError("--workers must be at least 1")
 
 
 @dataclass
@@ -188,32 +153,6 @@ class ModelInfo:
             return cls(str(doc["fingerprint"]), doc.get("launch"), dict(doc["record"]))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
-
-
-@dataclass
-class _Share:
-    """What this process counts while tasks go by (their markers are spooled, not held)."""
-
-    spool: Spool = field(default_factory=Spool)
-    done: int = 0  # output shards written by this process
-    skipped: int = 0  # tasks found complete
-    inputs: int = 0  # inputs of tasks written or found complete: what a stop reports
-    resumed: int = 0  # inputs of tasks found complete
-    written: int = 0
-    failed: int = 0
-    not_updated: int = 0
-
-    def add(self, marker: Marker, fresh: bool | None) -> None:
-        """Count a marker: written now (``fresh``), found complete (False) or another rank's (None)."""
-        self.spool.add(marker)
-        if fresh is not None:
-            self.done += fresh
-            self.skipped += not fresh
-            self.inputs += marker.count
-            self.resumed += 0 if fresh else marker.count
-        self.written += marker.written
-        self.failed += len(marker.failures)
-        self.not_updated += sum(f.kept for f in marker.failures)
 
 
 def _write_task(job: TaskJob, number: int, task: Task, results: Iterable[Result], stamp: Stamp,
@@ -283,24 +222,6 @@ def _follow_in_place(job: TaskJob, keys: list[str], number: int, name: str, old_
         storage.write_bytes(marker_path(job.dest, number, units_dir(key)), other.to_bytes())
 
 
-def write_provenance(dest: str, command: str, record: dict[str, Any], base: str | None = None) -> str:
-    """Merge this command's record into ``DST/provenance.json`` (one entry per command, plus ``base``'s)."""
-    path = storage.join(dest, PROVENANCE_FILE)
-    doc: dict[str, Any] = {"format": PROVENANCE_FORMAT, "version": 1, "jobs": {}}
-    for source in ([storage.join(base, PROVENANCE_FILE)] if base else []) + [path]:
-        if storage.exists(source):
-            try:
-                old = json.loads(storage.read_bytes(source))
-                doc["jobs"].update(old.get("jobs", {}))
-            except ValueError:
-                pass
-    doc["jobs"][command] = record
-    # the records of several producers (model sources, input folders): a URL among them without its credentials
-    text = storage.redact_text(json.dumps(doc, indent=1, sort_keys=True, default=str))
-    storage.write_bytes(path, (text + "\n").encode())
-    return path
-
-
 def _inputs_kept(job: TaskJob) -> list[str]:
     """Files in DST that are not foreign though fgdata did not write them: an in-place job's inputs."""
     return [t.name for t in job.tasks] if job.in_place else []
@@ -333,132 +254,12 @@ def _prepare_dest(job: TaskJob, run: RunSettings, rank: int, mine: list[int]) ->
     check_record(storage.join(job.state, RECORD_FILE), job.dest, record, run.resume, rank == 0,
                  "written by an earlier fgdata version; rerun with --no-resume to write it again")
     if not run.resume:
-        testhook.hold("no-resume", rank)
+        outputs.redoing(rank)
         if run.notify:
             flag = "--overwrite" if run.overwrite else "--no-resume"
             run.notify(f"{flag}: redoing {len(mine)} output shard(s) in {job.dest} from scratch")
         for number in mine:
             storage.remove(marker_path(job.dest, number, job.units))
-
-
-def run_tasks(job: TaskJob, run: RunSettings | None = None) -> JobSummary:
-    """Run this rank's share of ``job.tasks`` (every task on Ray's workers with ``run.engine="ray"``), then
-    finalize on rank 0.
-
-    ``produce(task)`` yields one :class:`Result` per input. ``provenance()`` is called after the work, so it
-    can report the loaded model. SIGINT/SIGTERM raise :class:`Interrupted` with the inputs done so far.
-    """
-    destmod.check_sources(job.dest, job.sources, job.in_place)
-    run = run or RunSettings()
-    if run.overwrite:  # a fresh run: fgdata's earlier outputs go, whatever options made them
-        run = replace(run, resume=False)
-    env_rank, env_world = dist_env()
-    rank = env_rank if run.rank is None else run.rank
-    world = env_world if run.world is None else run.world
-    if run.engine == "ray" and world > 1:
-        raise FgdataError(f"--engine ray starts its own workers: launch it once, not under torchrun (WORLD_SIZE={world})")
-    if not job.tasks:
-        raise FgdataError(f"nothing to do for {job.dest}: no input shards or prompts")
-    names = [t.name for t in job.tasks]
-    if len(set(names)) != len(names):
-        raise FgdataError(f"{job.dest}: two inputs map to the same output shard name")
-    storage.make_dirs(job.dest)
-    mine = [i for i in range(len(job.tasks)) if run.engine == "ray" or owner(i, world) == rank]
-    stamp = (fingerprint(byte_options(job.options)), run_launch(run.resume, run.wait_timeout))
-    summary = JobSummary(command=job.command, path=job.dest, rank=rank, world=world, whole_job=False)
-    removes = run.overwrite and rank == 0
-    refuse = partial(destmod.check_removable if removes else destmod.check_foreign, job.dest, _inputs_kept(job))
-    share = _Share()
-    try:
-        with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse, world) as lock:
-            before = destmod.shard_versions(job.dest) if rank == 0 else None
-            _prepare_dest(job, run, rank, mine)
-            present = destmod.shard_versions(job.dest)
-            started = time.perf_counter()
-            try:
-                if run.engine == "ray":
-                    lease = (storage.basename(lock.lease.url), lock.lease.job) if lock.lease is not None else None
-                    info = _run_ray(job, run, stamp, present, lease, share)
-                else:
-                    info = _work(job, run, (rank, world), stamp, present, share)
-            except Interrupted as stop:
-                stop.done = share.inputs
-                raise
-            summary.seconds = time.perf_counter() - started
-            summary.shards_done, summary.shards_skipped = share.done, share.skipped
-            summary.resumed = share.resumed
-            if rank != 0:  # its own share only: rank 0 reports the job
-                summary.written, summary.failed, summary.not_updated = share.written, share.failed, share.not_updated
-                summary.seen = share.written + share.failed
-                return summary
-            if world > 1:
-                _gather(job, run, world, stamp, share)
-            # Every task is in: no rank or Ray worker moves a shard any more, so a temporary left now is a dead one's.
-            destmod.clear_leftovers(job.dest)
-            info = info or _model_info(job, stamp) or (job.provenance() if job.provenance else {})
-            _finalize(job, share, stamp, info, summary)
-            if before is not None:
-                destmod.drop_stale_indexes(job.dest, before, run.notify)
-    finally:
-        share.spool.close()
-    return summary
-
-
-def _work(job: TaskJob, run: RunSettings, where: tuple[int, int], stamp: Stamp, present: dict[str, tuple[int, str]],
-          share: _Share) -> dict[str, Any] | None:
-    """Run (or keep, resuming) the tasks of rank ``where[0]`` of ``where[1]``; return the loaded model's
-    provenance record when this process wrote a shard."""
-    rank, world = where
-    say = run.log or (lambda _msg: None)
-    others = _other_keys(job)
-
-    def unit(number: int, task: Task, grown_from: int | None) -> tuple[Task, Marker, float]:
-        t0 = time.perf_counter()
-
-        def counted(results: Iterable[Result]) -> Iterator[Result]:
-            for r in results:
-                yield r
-                if run.progress:
-                    run.progress(1)
-
-        marker = _write_task(job, number, task, counted(job.produce(task)), stamp, (others, grown_from))
-        return task, marker, time.perf_counter() - t0
-
-    mine = _pending(job, run, stamp, present, share, lambda number: owner(number, world) == rank)
-    for task, marker, dt in run_units(unit, mine, Pool(1)):  # in this process: its producer's model stays
-        share.add(marker, fresh=True)
-        say(f"rank {rank}: {task.name}: {marker.written} written, {len(marker.failures)} failed, "
-            f"{marker.written / dt if dt > 0 else 0:.1f} samples/s")
-        testhook.output_done(share.done)
-    if job.provenance is None or not share.done:
-        return None
-    info = job.provenance()
-    _keep_model_info(job, stamp, rank, info)
-    return info
-
-
-def _pending(job: TaskJob, run: RunSettings, stamp: Stamp, present: dict[str, tuple[int, str]], share: _Share,
-             mine: Callable[[int], bool]) -> Iterator[dict[str, Any]]:
-    """The calls of the tasks ``mine`` accepts that the resume rule does not keep (a kept one is counted in
-    ``share``), read as the executor takes them; ``grown_from``: the size DST held under the task's name."""
-    markers = existing_markers(job.dest, job.units) if run.resume else set()
-    size_of = listed_sizes(present)
-    for number, task in enumerate(job.tasks):
-        if mine(number) and not _keep_if_complete(job, number, task, markers, stamp, size_of, share, run.progress):
-            yield {"number": number, "task": task, "grown_from": size_of(task.name)}
-
-
-def _keep_if_complete(job: TaskJob, number: int, task: Task, markers: set[int], stamp: Stamp, size_of: SizeOf,
-                      share: _Share, progress: Callable[[int], None] | None) -> bool:
-    """Whether a rerun keeps task ``number`` (the unit rule, and the same input; ``markers``: the units that
-    have one); a kept task is counted in ``share`` and its inputs in ``progress``."""
-    old = read_marker(job.dest, number, job.units) if number in markers else None
-    if old is None or old.inputs != task.fingerprint() or not resumable(old, stamp[0], size_of):
-        return False
-    share.add(old, fresh=False)
-    if progress:
-        progress(old.count)
-    return True
 
 
 def _other_keys(job: TaskJob) -> list[str]:
@@ -483,36 +284,128 @@ def _model_info(job: TaskJob, stamp: Stamp) -> dict[str, Any] | None:
     return None
 
 
-def _gather(job: TaskJob, run: RunSettings, world: int, stamp: Stamp, share: _Share) -> None:
-    """Rank 0: wait (bounded) for every other rank's marker of this run (:func:`fgdata.jobs.units.is_final`)."""
-    size_of = stat_sizes(job.dest)
+@dataclass(frozen=True)
+class TaskUnit:
+    """Task ``number`` as the driver's unit: its marker's ``inputs`` is the task's fingerprint."""
 
-    def final(marker: Marker) -> bool:
-        return is_final(marker, stamp, job.tasks[marker.unit].fingerprint(), run.resume, size_of)
-
-    wait_for_units(job.dest, [i for i in range(len(job.tasks)) if i not in share.spool],
-                   (final, lambda plan: is_started(plan, stamp, job.tasks[plan.unit].fingerprint())),
-                   partial(share.add, fresh=None), world, f"{job.dest}: output shards of other ranks",
-                   run.wait_timeout, run.log, folder=job.units, name=lambda i: job.tasks[i].name)
+    number: int
+    task: Task
+    inputs: str
 
 
-def _finalize(job: TaskJob, share: _Share, stamp: Stamp, info: dict[str, Any], summary: JobSummary) -> None:
-    """Stream ``shard_count.json`` and ``failures.json`` from the markers, then write ``provenance.json``."""
-    in_place = {"not_updated": share.not_updated} if job.in_place else {}
-    totals = finalize(job.dest, job.command, share.spool, in_place, False, lambda _reason: False)
-    drop_markers_from(job.dest, len(job.tasks), job.units)
-    prov = {**info, "command": job.command, "options": byte_options(job.options), "fingerprint": stamp[0],
-            "fgdata": __version__, "shards": totals.shards, "samples": totals.samples, "written": totals.written,
-            "failed": totals.failed, **in_place}
-    write_provenance(job.dest, job.key, prov, job.base)
-    summary.whole_job = True
-    summary.failures_path = storage.join(job.dest, FAILURES_FILE)
-    summary.seen, summary.written, summary.failed, summary.samples = totals.inputs, totals.written, totals.failed, \
-        totals.samples
-    summary.failed_by_reason = dict(sorted(totals.failed_by_reason.items()))
-    summary.not_updated = share.not_updated
-    summary.counts = {s.name: s.samples for m in share.spool.in_order() for s in m.shards}
-    summary.shards = [storage.join(job.dest, name) for name in summary.counts]
+class TaskDefinition(JobDefinition[TaskUnit]):
+    """The shard-to-shard commands (``encode``, ``kd``, ``score --into``) for :func:`fgdata.jobs.driver.run_job`:
+    one unit per task, run in this process (its producer's model stays loaded) or one Ray task each."""
+
+    others = "output shards of other ranks"
+
+    def __init__(self, job: TaskJob):
+        self.job = job
+        self.command = job.command
+        self.dest = job.dest
+        self.folder = job.units
+        self.info: dict[str, Any] | None = None  # the loaded model's provenance record
+        self.not_updated = 0
+
+    def start(self, settings: RunSettings, rank: int, world: int) -> None:
+        job = self.job
+        destmod.check_sources(job.dest, job.sources, job.in_place)
+        if not job.tasks:
+            raise FgdataError(f"nothing to do for {job.dest}: no input shards or prompts")
+        names = [t.name for t in job.tasks]
+        if len(set(names)) != len(names):
+            raise FgdataError(f"{job.dest}: two inputs map to the same output shard name")
+        storage.make_dirs(job.dest)
+
+    def kept_inputs(self) -> list[str]:
+        return _inputs_kept(self.job)
+
+    def fingerprint(self) -> str:
+        return fingerprint(byte_options(self.job.options))
+
+    def launch(self, settings: RunSettings, world: int) -> str | None:
+        return run_launch(settings.resume, settings.wait_timeout)
+
+    def prepare(self, ctx: Context) -> None:
+        mine = [i for i in range(len(self.job.tasks))
+                if ctx.settings.engine == "ray" or owner(i, ctx.world) == ctx.rank]
+        _prepare_dest(self.job, ctx.settings, ctx.rank, mine)
+
+    def plan(self) -> Iterator[TaskUnit]:
+        return (TaskUnit(number, task, task.fingerprint()) for number, task in enumerate(self.job.tasks))
+
+    def unit_name(self, number: int) -> str:
+        return self.job.tasks[number].name
+
+    def executor(self, settings: RunSettings) -> Executor:
+        """In this process (its producer's model stays), or at most ``workers`` Ray tasks at a time, each worker
+        process keeping its job for every unit it runs (:func:`_kept_job`)."""
+        if settings.engine == "ray":
+            return Ray(address=settings.ray_address, num_gpus=settings.num_gpus, in_flight=settings.workers,
+                       max_calls=0)
+        return Pool(1)
+
+    def execute(self, pending: Iterator[TaskUnit], executor: Executor, ctx: Context) -> Iterator[Marker]:
+        job = self.job
+        others = _other_keys(job)
+        calls = ({"number": u.number, "task": u.task, "grown_from": listed_sizes(ctx.present)(u.task.name)}
+                 for u in pending)
+        if isinstance(executor, Ray):  # a run that keeps every task starts no Ray at all
+            first = next(calls, None)
+            if first is None:
+                return
+            shared = {"job": replace(job, tasks=[]), "token": uuid.uuid4().hex, "stamp": ctx.stamp,
+                      "lease": ctx.lease, "others": others}
+            for marker, record in run_units(run_unit, itertools.chain([first], calls), executor, shared):
+                ctx.progress(marker.count, 0)
+                yield marker
+                outputs.reached(ctx.fresh)
+                if self.info is None and record is not None:
+                    self.info = record
+                    _keep_model_info(job, ctx.stamp, 0, record)
+            return
+        say = ctx.settings.log or (lambda _msg: None)
+
+        def unit(number: int, task: Task, grown_from: int | None) -> tuple[Task, Marker, float]:
+            t0 = time.perf_counter()
+
+            def counted(results: Iterable[Result]) -> Iterator[Result]:
+                for r in results:
+                    yield r
+                    ctx.progress(1, 0)
+
+            marker = _write_task(job, number, task, counted(job.produce(task)), ctx.stamp, (others, grown_from))
+            return task, marker, time.perf_counter() - t0
+
+        for task, marker, dt in run_units(unit, calls, executor):
+            yield marker
+            say(f"rank {ctx.rank}: {task.name}: {marker.written} written, {len(marker.failures)} failed, "
+                f"{marker.written / dt if dt > 0 else 0:.1f} samples/s")
+            outputs.reached(ctx.fresh)
+        if job.provenance is not None and ctx.fresh:
+            self.info = job.provenance()
+            _keep_model_info(job, ctx.stamp, ctx.rank, self.info)
+
+    def count(self, marker: Marker, ctx: Context, fresh: bool | None) -> None:
+        self.not_updated += sum(f.kept for f in marker.failures)
+
+    def report_fields(self, ctx: Context) -> dict[str, object]:
+        return {"not_updated": self.not_updated} if self.job.in_place else {}
+
+    def finish(self, ctx: Context, totals: Totals) -> None:
+        """``provenance.json``: the model's record (from this process, a rank's note, or loaded now) and the figures."""
+        job = self.job
+        info = self.info or _model_info(job, ctx.stamp) or (job.provenance() if job.provenance else {})
+        in_place = {"not_updated": self.not_updated} if job.in_place else {}
+        prov = {**info, "command": job.command, "options": byte_options(job.options), "fingerprint": ctx.stamp[0],
+                "fgdata": __version__, "shards": totals.shards, "samples": totals.samples, "written": totals.written,
+                "failed": totals.failed, **in_place}
+        write_provenance(job.dest, job.key, prov, job.base)
+
+    def summarize(self, summary: JobSummary, ctx: Context, totals: Totals | None) -> JobSummary:
+        summary.seconds = ctx.seconds
+        summary.not_updated = self.not_updated
+        return summary
 
 
 #: A Ray worker process's job of the latest run, by that run's token: later units of the run in this process
@@ -541,30 +434,6 @@ def run_unit(job: TaskJob, token: str, stamp: Stamp, lease: tuple[str, str] | No
     with following(job.dest, *lease) if lease else contextlib.nullcontext():
         marker = _write_task(job, number, task, job.produce(task), stamp, (others, grown_from))
     return marker, job.provenance() if first and job.provenance else None
-
-
-def _run_ray(job: TaskJob, run: RunSettings, stamp: Stamp, present: dict[str, tuple[int, str]],
-             lease: tuple[str, str] | None, share: _Share) -> dict[str, Any] | None:
-    """``--engine ray``: each task not kept by the resume rule is one Ray task (:func:`run_unit`), at most
-    ``run.workers`` at a time; markers are spooled here as units end. A run that keeps every task starts no
-    Ray at all."""
-    units = _pending(job, run, stamp, present, share, lambda _number: True)
-    first = next(units, None)
-    if first is None:
-        return None
-    shared = {"job": replace(job, tasks=[]), "token": uuid.uuid4().hex, "stamp": stamp, "lease": lease,
-              "others": _other_keys(job)}
-    info = None
-    ray = Ray(address=run.ray_address, num_gpus=run.num_gpus, in_flight=run.workers, max_calls=0)
-    for marker, record in run_units(run_unit, itertools.chain([first], units), ray, shared):
-        share.add(marker, fresh=True)
-        if run.progress:
-            run.progress(marker.count)
-        testhook.output_done(share.done)
-        if info is None and record is not None:
-            info = record
-            _keep_model_info(job, stamp, 0, info)
-    return info
 
 
 def shard_tasks(src: str) -> list[Task]:

@@ -1,10 +1,12 @@
 """The ``fgdata dedup`` job: hash every sample of every shard (one work unit per shard, in parallel on the
 executor), then find duplicates across all the datasets at once and write them as an ignore index.
 
-A unit writes its hashes to ``<OUTPUT>.fgdata-dedup/<id>.npz`` (atomically; the file is its marker): ``id`` is
-a digest of the shard, its size and the hashing options, so a rerun (after SIGKILL too) hashes only the shards
-without one, and a changed shard or option is hashed again. The search reads the units in input order, so the
-result never depends on which units an earlier run finished. The folder is removed once the index is written.
+It runs through the job core's one driver (:func:`fgdata.jobs.driver.run_job`) with the work folder
+``.<OUTPUT>.fgdata-dedup/`` beside the index as its DST: unit ``u`` (the ``u``-th shard) writes its hashes to
+``<work>/NNNNNN.npz`` atomically, then its marker; the marker's inputs are the shard's path and size, its options
+the hashing options, so a rerun (after SIGKILL too) hashes only the shards without a kept marker, and a changed
+shard or option is hashed again. The search reads the units in input order, so the result never depends on which
+units an earlier run finished. The folder is removed once the index is written.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import hashlib
 import io
 import json
 import math
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +24,9 @@ import numpy as np
 
 from fgdata import storage
 from fgdata.errors import DamagedShardError, FgdataError, OptionError
+from fgdata.jobs.driver import Context, JobDefinition
+from fgdata.jobs.executor import Executor
+from fgdata.jobs.units import Entry, Marker, Totals, marker_path
 
 METHODS = ("sha256", "phash", "embedding")
 DEFAULT_DISTANCE = {64: 10, 256: 40}
@@ -131,9 +138,9 @@ def _hash_member(ext: str, data: bytes, opts: DedupOptions) -> np.ndarray:
     return hashes.phash(im, opts.bits)
 
 
-def hash_shard(shard: str, marker: str, opts: DedupOptions) -> int:
-    """One unit: hash every sample of ``shard`` and write keys, hashes, keep-field values and failures to
-    ``marker`` (atomically). Returns the samples seen."""
+def hash_shard(number: int, shard: str, path: str, opts: DedupOptions) -> tuple[int, int, list[dict[str, Any]]]:
+    """Unit ``number``'s work: hash every sample of ``shard`` and write keys, hashes, keep-field values and
+    failures to ``path`` (atomically). Returns the unit's number, the samples hashed and the failures."""
     keys: list[str] = []
     values: list[np.ndarray] = []
     scores: list[float] = []
@@ -169,17 +176,12 @@ def hash_shard(shard: str, marker: str, opts: DedupOptions) -> int:
     buf = io.BytesIO()
     np.savez(buf, keys=np.array(keys, dtype=str), values=table, scores=np.array(scores, dtype=np.float64),
              failures=np.array(json.dumps(failures)))
-    storage.write_bytes(marker, buf.getvalue())
-    return len(keys) + len(failures)
+    storage.write_bytes(path, buf.getvalue())
+    return number, len(keys), failures
 
 
 def _work_dir(output: str) -> str:
     return storage.join(storage.parent(output), f".{storage.basename(output)}.fgdata-dedup")
-
-
-def _unit_id(shard: str, size: int | None, opts: DedupOptions) -> str:
-    what = [storage.absolute(shard), size, opts.by, opts.bits, opts.pixels, opts.member, opts.keep_field()]
-    return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:24]
 
 
 def _drops(values: np.ndarray, scores: np.ndarray, opts: DedupOptions) -> Any:
@@ -194,31 +196,88 @@ def _drops(values: np.ndarray, scores: np.ndarray, opts: DedupOptions) -> Any:
     return keep_greedy(values.astype(np.uint64), 0 if opts.by == "sha256" else opts.distance(), order)
 
 
-def run_dedup(paths: list[str], output: str, opts: DedupOptions, on_unit: Any = None) -> DedupResult:
-    """Hash the shards ``paths`` name (several datasets at once), find duplicates and write the ignore index
-    ``output`` and ``<output>.failures.json``. Nothing in the datasets changes."""
-    from fgdata.jobs import testhook
-    from fgdata.jobs.executor import Pool, run_units
+@dataclass(frozen=True)
+class ShardUnit:
+    """One unit: the ``number``-th shard, and its inputs' fingerprint (its path and size)."""
+
+    number: int
+    inputs: str
+    shard: str
+
+
+def _hashes_name(number: int) -> str:
+    return f"{number:06d}.npz"
+
+
+class DedupJob(JobDefinition[ShardUnit]):
+    """The job definition: DST is the work folder; the units' hash files are its own, and the ignore index and
+    its failure report are written beside it once every unit is in."""
+
+    command = COMMAND
+
+    def __init__(self, paths: list[str], output: str, opts: DedupOptions):
+        from fgdata.shards import resolve_shards
+
+        self.paths, self.output, self.opts = paths, output, opts
+        self.selection = resolve_shards(paths)
+        self.dest = _work_dir(output)
+        self.result: DedupResult | None = None
+
+    def kept_inputs(self) -> list[str]:
+        """An earlier run's hash files are fgdata's own, not foreign (a run over more shards left more of them)."""
+        if not storage.is_dir(self.dest):
+            return []
+        return [i.name for i in storage.list_dir(self.dest, ".npz") if re.fullmatch(r"\d{6}\.npz", i.name)]
+
+    def fingerprint(self) -> str:
+        what = [self.opts.by, self.opts.bits, self.opts.pixels, self.opts.member, self.opts.keep_field()]
+        return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:24]
+
+    def plan(self) -> Iterator[ShardUnit]:
+        for number, shard in enumerate(self.selection.shards):
+            what = [storage.absolute(shard), self.selection.sizes.get(shard)]
+            yield ShardUnit(number, hashlib.sha256(json.dumps(what).encode()).hexdigest()[:24], shard)
+
+    def execute(self, pending: Iterator[ShardUnit], executor: Executor, ctx: Context) -> Iterator[Marker]:
+        from fgdata.jobs import outputs
+        from fgdata.jobs.executor import run_units
+
+        units: dict[int, ShardUnit] = {}
+
+        def calls() -> Iterator[dict[str, Any]]:
+            for unit in pending:
+                units[unit.number] = unit
+                yield {"number": unit.number, "shard": unit.shard,
+                       "path": storage.join(self.dest, _hashes_name(unit.number))}
+
+        for done, (number, hashed, failures) in enumerate(run_units(hash_shard, calls(), executor,
+                                                                    {"opts": self.opts}), 1):
+            unit = units.pop(number)
+            marker = Marker(unit=unit.number, first=unit.number, count=hashed + len(failures), options=ctx.stamp[0],
+                            inputs=unit.inputs, stamps=[], names=[unit.shard], shards=[], written=hashed,
+                            failures=[Entry(f["input"], f["reason"], None) for f in failures], warnings=[],
+                            launch=ctx.stamp[1])
+            storage.write_bytes(marker_path(self.dest, unit.number, self.folder), marker.to_bytes())
+            ctx.progress(marker.count, 0)
+            yield marker
+            outputs.reached(done)
+
+    def finish(self, ctx: Context, totals: Totals) -> None:
+        self.result = _search(self.paths, self.output, self.opts, self.dest, self.selection.shards, ctx.kept)
+
+
+def _search(paths: list[str], output: str, opts: DedupOptions, work: str, shards: list[str],
+            resumed: int) -> DedupResult:
+    """Read every unit's hashes in input order, find the duplicates and write the ignore index and its failure
+    report."""
     from fgdata.jobs.report import write_failures
-    from fgdata.shards import resolve_shards
     from fgdata.shards.ignore import write_ignore_records
 
-    opts.check()
-    selection = resolve_shards(paths)
-    work = _work_dir(output)
-    markers = [storage.join(work, _unit_id(s, selection.sizes.get(s), opts) + ".npz") for s in selection.shards]
-    if not opts.resume and storage.exists(work):
-        storage.remove_tree(work)
-    present = {m for m in markers if opts.resume and storage.exists(m)}
-    calls = [{"shard": s, "marker": m} for s, m in zip(selection.shards, markers) if m not in present]
-    for done, _ in enumerate(run_units(hash_shard, calls, Pool(opts.workers), shared={"opts": opts}), 1):
-        if on_unit is not None:
-            on_unit()
-        testhook.output_done(done)
     keys: list[tuple[str, str]] = []
     tables, scores, failures = [], [], []
-    for shard, marker in zip(selection.shards, markers):
-        with np.load(io.BytesIO(storage.read_bytes(marker)), allow_pickle=False) as unit:
+    for number, shard in enumerate(shards):
+        with np.load(io.BytesIO(storage.read_bytes(storage.join(work, _hashes_name(number)))),
+                     allow_pickle=False) as unit:
             name = storage.absolute(shard)
             keys.extend((name, str(k)) for k in unit["keys"])
             tables.append(unit["values"])
@@ -242,6 +301,17 @@ def run_dedup(paths: list[str], output: str, opts: DedupOptions, on_unit: Any = 
     dropped = 0 if drops is None else len(drops.index)
     write_failures(failures_file, COMMAND, len(keys) + len(failures), len(keys), failures,
                    extra={"method": method, "dropped": dropped, "kept": len(keys) - dropped})
-    storage.remove_tree(work)
-    return DedupResult(len(keys) + len(failures), len(keys), dropped, failures, output, failures_file,
-                       len(present))
+    return DedupResult(len(keys) + len(failures), len(keys), dropped, failures, output, failures_file, resumed)
+
+
+def run_dedup(paths: list[str], output: str, opts: DedupOptions) -> DedupResult:
+    """Hash the shards ``paths`` name (several datasets at once), find duplicates and write the ignore index
+    ``output`` and ``<output>.failures.json``. Nothing in the datasets changes."""
+    from fgdata.jobs.driver import RunSettings, run_job
+
+    opts.check()
+    job = DedupJob(paths, output, opts)
+    run_job(job, RunSettings(workers=opts.workers, resume=opts.resume))
+    assert job.result is not None  # run_job finishes the one process it runs in
+    storage.remove_tree(job.dest)
+    return job.result

@@ -29,50 +29,45 @@ import os
 import shutil
 from array import array
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import chain, islice
-from typing import Any, Literal
+from typing import Any
 
 from fgdata import storage
 from fgdata.errors import FgdataError, OptionError
 from fgdata.jobs import dest as destmod
-from fgdata.jobs import testhook
-from fgdata.jobs.executor import Executor, Pool, Ray, run_units
+from fgdata.jobs import outputs
+from fgdata.jobs.driver import Context, JobDefinition, RunSettings, executor_of, markers_of, run_job
+from fgdata.jobs.executor import Executor, Ray, run_units
 from fgdata.jobs.local import ordered_map, threaded_map
 from fgdata.jobs.options import FLATTEN, RUNTIME, WHEN_SET, byte_options, check_record, fingerprint
-from fgdata.jobs.ranks import dist_env, owner, run_launch
-from fgdata.jobs.report import FAILURES_FILE, category
-from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
+from fgdata.jobs.provenance import write_provenance
+from fgdata.jobs.ranks import owner, run_launch
+from fgdata.jobs.report import category
+from fgdata.jobs.signals import critical
 from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.units import (
     ClipTally,
     Entry,
+    InputDiff,
     Marker,
     Plan,
     ShardDone,
-    Spool,
+    Totals,
     Unit,
-    InputDiff,
-    existing_markers,
-    finalize,
-    is_final,
-    is_started,
-    listed_sizes,
     marker_path,
     plan_units,
     read_unit,
-    resumable,
     shard_name,
     slots_per_unit,
     start_unit,
-    stat_sizes,
     sweep,
     unit_stage,
-    wait_for_units,
 )
 from fgdata.producers.media import Outcome, ShardOptions, mixed_format_warning, transform
+from fgdata.progress import Notify, ProgressFn
 from fgdata.shards import ShardWriter, iter_samples
 from fgdata.shards.metadata import FGDATA_FIELD
 from fgdata.sources.folder import Skipped, WorkItem
@@ -84,20 +79,17 @@ from fgdata.storage.http import DownloadOptions, configure, read_environment, re
 JOB_FILE = "shard_job.json"
 RECORD_VERSION = 3
 #: Imported once in the forkserver, so pool workers start with the decoders loaded (video: PyAV on first use).
-PRELOAD = ("fgdata.jobs.shard", "fgdata.media.image")
+PRELOAD = ("fgdata.sharding.job", "fgdata.media.image")
 
 #: URL jobs: outcomes a fetch thread may finish past the oldest one still awaited (memory: those are held).
 URLS_AHEAD_PER_THREAD = 64
-#: ``progress(inputs_done, bytes_read)``: increments, called after each input is written or failed.
-ProgressFn = Callable[[int, int], None]
-Notify = Callable[[str], None]
-#: Inputs named in the "changed since the earlier run" line (the count is always given).
 
 
 @dataclass(frozen=True)
 class ShardJob:
-    """Everything a shard job needs; the CLI builds one from its flags. Fields marked ``RUNTIME`` do not change
-    the output bytes; every other field is part of the job record (:func:`fgdata.jobs.options.byte_options`)."""
+    """What a shard job writes; the CLI builds one from its flags (how it runs: :class:`fgdata.jobs.driver.RunSettings`).
+    Fields marked ``RUNTIME`` do not change the output bytes; every other field is part of the job record
+    (:func:`fgdata.jobs.options.byte_options`)."""
 
     src: str = field(metadata=RUNTIME)
     dest: str = field(metadata=RUNTIME)
@@ -106,18 +98,12 @@ class ShardJob:
     caption_column: str = "caption"
     maxcount: int = 1000
     maxsize: int | None = None
-    workers: int = field(default=1, metadata=RUNTIME)
-    resume: bool = field(default=True, metadata=RUNTIME)
-    overwrite: bool = field(default=False, metadata=RUNTIME)
     shuffle_seed: int | None = None  # shuffles the inputs within each work unit
-    engine: Literal["local", "ray"] = field(default="local", metadata=RUNTIME)
-    ray_address: str | None = field(default=None, metadata=RUNTIME)
     unit_size: int | None = None  # inputs per work unit (default: maxcount)
     follow_symlinks: bool = False  # read links that point outside a source folder (they are refused otherwise)
     # a manifest read from s3:// or http(s):// may name local files (refused otherwise); a rerun that changes it
     # rewrites the units holding such rows (their stamps change), so it stays out of the job record
     allow_local_paths: bool = field(default=False, metadata=RUNTIME)
-    wait_timeout: float | None = field(default=None, metadata=RUNTIME)  # torchrun: rank 0's wait for other ranks
     download: DownloadOptions | None = field(default=None, metadata=RUNTIME)  # http(s) inputs (see with_download)
     retry_failed: bool = field(default=False, metadata=RUNTIME)  # redo units with retryable failures
     where: str | None = field(default=None, metadata=WHEN_SET)  # --where: manifest rows that pass
@@ -258,12 +244,12 @@ def _stamps(items: Sequence[WorkItem]) -> list[str]:
 # -- the job record ------------------------------------------------------------------------------------------
 
 
-def _check_record(job: ShardJob, write: bool = True) -> None:
+def _check_record(job: ShardJob, resume: bool, write: bool = True) -> None:
     """Refuse to resume another job's shards, or shards of an earlier fgdata layout; then (re)write the record
     (``write``: the one process that does)."""
     options = {**byte_options(replace(job, unit_size=job.units_of)), "slots": job.slots}
     record = {"format": "fgdata.shard-job", "version": RECORD_VERSION, "command": job.command, "options": options}
-    check_record(storage.join(job.dest, JOB_FILE), job.dest, record, job.resume, write,
+    check_record(storage.join(job.dest, JOB_FILE), job.dest, record, resume, write,
                  "written by an earlier fgdata version (one numbering, no work units); "
                  "rerun with --overwrite to write it again")
 
@@ -283,11 +269,39 @@ def _digest(members: dict[str, bytes]) -> str:
     return json.loads(members["json"])[FGDATA_FIELD]["sha256"]
 
 
+@dataclass
+class ShardPayload:
+    """``shard``'s own fields of a unit's marker: input bytes read, images changed to display as a viewer does,
+    the clips, inputs written without a caption, and image member extension -> inputs written with it."""
+
+    nbytes: int = 0
+    normalised: dict[str, int] = field(default_factory=dict)
+    clips: ClipTally | None = None
+    uncaptioned: int = 0
+    formats: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"nbytes": self.nbytes, "normalised": self.normalised,
+                "clips": None if self.clips is None else self.clips.to_json(), "uncaptioned": self.uncaptioned,
+                "formats": self.formats}
+
+    @classmethod
+    def of(cls, marker: Marker) -> ShardPayload:
+        """The payload of a shard unit's marker (as the sink left it, or as read back)."""
+        if isinstance(marker.payload, ShardPayload):
+            return marker.payload
+        doc = marker.payload.to_json() if marker.payload is not None else {}
+        clips = doc.get("clips")
+        return cls(int(doc.get("nbytes", 0)), dict(doc.get("normalised", {})),
+                   None if clips is None else ClipTally.from_json(clips), int(doc.get("uncaptioned", 0)),
+                   dict(doc.get("formats", {})))
+
+
 class UnitSink:
     """One unit's output: its shards (under the unit's names), failures, warnings and figures; :meth:`close`
     leaves its marker."""
 
-    def __init__(self, job: ShardJob, unit: Unit, stamp: tuple[str, str | None], shards_done: list[int]):
+    def __init__(self, job: ShardJob, unit: Unit[WorkItem], stamp: tuple[str, str | None], shards_done: list[int]):
         self.job = job
         self.unit = unit
         self.options_fp, self.launch = stamp
@@ -313,7 +327,7 @@ class UnitSink:
         self._shards.append(ShardDone(name, samples, size, dict(self._open_failures)))
         self._open_failures.clear()
         self._shards_done[0] += 1
-        testhook.output_done(self._shards_done[0])
+        outputs.reached(self._shards_done[0])
 
     def add(self, out: Outcome, firsts: dict[str, str] | None) -> None:
         """Write one input's outcome (``firsts``: ``--dedupe``'s digest -> first key, across the job)."""
@@ -350,9 +364,9 @@ class UnitSink:
         marker = Marker(unit=unit.number, first=unit.first, count=len(unit.items), options=self.options_fp,
                         inputs=unit.inputs, stamps=list(unit.stamps), names=[i.name for i in unit.items],
                         shards=self._shards, written=self.written, failures=self.failures, warnings=self.warnings,
-                        nbytes=self.nbytes, normalised=dict(sorted(self.normalised.items())),
-                        clips=self.clips, launch=self.launch, uncaptioned=self.uncaptioned,
-                        formats=dict(sorted(self.formats.items())))
+                        launch=self.launch,
+                        payload=ShardPayload(self.nbytes, dict(sorted(self.normalised.items())), self.clips,
+                                             self.uncaptioned, dict(sorted(self.formats.items()))))
         with critical():
             storage.write_bytes(marker_path(self.job.dest, unit.number), marker.to_bytes())
         shutil.rmtree(self._stage, ignore_errors=True)
@@ -388,11 +402,11 @@ def _outcomes(tasks: Iterable[tuple[int, WorkItem]], options: ShardOptions, work
         raise
 
 
-def _run_stream(job: ShardJob, units: Iterable[Unit], stamp: tuple[str, str | None],
+def _run_stream(job: ShardJob, units: Iterable[Unit[WorkItem]], stamp: tuple[str, str | None], workers: int,
                 firsts: dict[str, str] | None, progress: ProgressFn | None) -> Iterator[Marker]:
-    """Run units in this process, their inputs transformed by a pool of ``job.workers`` across unit boundaries
+    """Run units in this process, their inputs transformed by a pool of ``workers`` across unit boundaries
     (the pool never waits for a unit to close); yields each unit's marker in unit order."""
-    started: deque[Unit] = deque()
+    started: deque[Unit[WorkItem]] = deque()
 
     def tasks() -> Iterator[tuple[int, WorkItem]]:
         for unit in units:
@@ -401,7 +415,7 @@ def _run_stream(job: ShardJob, units: Iterable[Unit], stamp: tuple[str, str | No
 
     # Images go to workers in chunks (less pickling per image), small enough that the last chunks
     # spread evenly over the workers; each video is one task.
-    workers = max(1, job.workers)
+    workers = max(1, workers)
     chunksize = 1 if job.options.kind == "videos" else max(1, min(16, job.units_of // (8 * workers)))
     shards_done = [0]
     sink: UnitSink | None = None
@@ -422,292 +436,218 @@ def _run_stream(job: ShardJob, units: Iterable[Unit], stamp: tuple[str, str | No
         raise
 
 
-def run_unit(job: ShardJob, unit: Unit, stamp: tuple[str, str | None], lease: tuple[str, str] | None) -> Marker:
-    """One unit in one process (a Ray task, under the driver's ``lease`` on shared storage): the same outputs
-    as :func:`_run_stream` gives it."""
+def run_unit(job: ShardJob, unit: Unit[WorkItem], stamp: tuple[str, str | None],
+             lease: tuple[str, str] | None) -> Marker:
+    """One unit in one process (a Ray task, under the driver's ``lease`` on shared storage; a URL job's local
+    worker): the same outputs as :func:`_run_stream` gives it."""
     from fgdata.jobs.lease import following
 
     with following(job.dest, *lease) if lease else contextlib.nullcontext():
-        return next(_run_stream(replace(job, workers=1), [unit], stamp, None, None))
+        return next(_run_stream(job, [unit], stamp, 1, None, None))
 
 
-# -- the job -------------------------------------------------------------------------------------------------
+# -- the job definition --------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Run:
-    """What the driver counts while units go by (never the units themselves)."""
+class ShardDefinition(JobDefinition[Unit[WorkItem]]):
+    """``fgdata shard images|videos|prompts`` for :func:`fgdata.jobs.driver.run_job`: its units (the inputs cut
+    as they stream), its producer (the media transform) and sink (one unit's shards), its side files and figures.
+    It counts what the driver does not (never the units themselves)."""
 
-    spool: Spool = field(default_factory=Spool)
-    shards_of: array = field(default_factory=lambda: array("I"))  # per unit: its shards (for the sweep)
-    units: int = 0
-    resumed: int = 0
-    nbytes: int = 0
-    done: int = 0  # inputs of units finished or found complete: what a stop reports
-    normalised: Counter[str] = field(default_factory=Counter)
-    clips: ClipTally | None = None
-    diff: InputDiff = field(default_factory=InputDiff)
-    rewritten: list[str] = field(default_factory=list)
-    restarted: int = 0  # units an earlier run started and did not finish
-    retried: dict[int, set[int | None]] = field(default_factory=dict)  # unit -> indices of retryable failures
-    recovered: int = 0
-    expected: dict[int, bytes] = field(default_factory=dict)  # torchrun: other ranks' units -> inputs fingerprint
+    relist = False  # preparing DST removes nothing a kept unit could claim
 
-    def add(self, marker: Marker, fresh: bool) -> None:
-        self.spool.add(marker)
+    def __init__(self, job: ShardJob):
+        self.job = job
+        self.command = job.command
+        self.dest = job.dest
+        self.settings = RunSettings()
+        self.skipped: list[Skipped] = []
+        self.selector: Selector | None = None
+        self.items: Iterable[WorkItem] = ()
+        self.firsts: dict[str, str] | None = None
+        self.shards_of = array("I")  # per unit: its shards (for the sweep)
+        self.nbytes = 0
+        self.normalised: Counter[str] = Counter()
+        self.clips = _clip_tally(job.options)
+        self.diff = InputDiff()
+        self.rewritten: list[str] = []
+        self.retried: dict[int, set[int | None]] = {}  # unit -> indices of retryable failures
+        self.recovered = 0
+
+    def start(self, settings: RunSettings, rank: int, world: int) -> None:
+        job = self.job
+        if job.maxcount < 1:
+            raise OptionError("--maxcount must be at least 1")
+        if job.unit_size is not None and job.unit_size < 1:
+            raise OptionError("--unit-size must be at least 1")
+        if job.retry_failed and (not settings.resume or settings.overwrite):
+            raise OptionError("--retry-failed continues an earlier run: not with --no-resume or --overwrite")
+        if job.options.dedupe and (settings.engine == "ray" or world > 1):
+            raise FgdataError("--dedupe compares every input with all before it: run it as one stream "
+                              "(--engine local, not under torchrun)")
+        if world > 1 and job.options.kind == "prompts":
+            raise FgdataError(f"shard prompts runs in one process: launch it once, not under torchrun (WORLD_SIZE={world})")
+        destmod.check_sources(job.dest, [job.src])
+        self.selector = selector_of(job)
+        stream = stream_items(job, self.skipped, self.selector)
+        head = list(islice(stream, job.units_of))  # the first unit: it decides whether the inputs are URLs
+        if not head and self.selector is not None:
+            filtered = self.selector.filtered
+            raise FgdataError(f"{job.src}: no row is selected ({sum(filtered.values())} filtered: "
+                              f"{', '.join(f'{r} {n}' for r, n in sorted(filtered.items()))})")
+        if not head:
+            raise FgdataError(f"{job.src}: no inputs")
+        self.job = with_download(job, head)
+        self.items = chain(head, stream)
+        self.stats = self.job.options.download is not None
+        self.firsts = {} if job.options.dedupe else None
+        self.settings = settings
+
+    def fingerprint(self) -> str:
+        return _options_fingerprint(self.job)
+
+    def launch(self, settings: RunSettings, world: int) -> str | None:
+        # Markers of this run carry a launch id when rank 0 could not tell them from an earlier run's otherwise:
+        # --no-resume (every unit is redone) and --retry-failed (a unit with a retryable failure is redone).
+        redo_all = not settings.resume or self.job.retry_failed
+        return run_launch(not redo_all, settings.wait_timeout) if world > 1 else None
+
+    def prepare(self, ctx: Context) -> None:
+        job, notify = self.job, ctx.notify
+        # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
+        destmod.check_foreign(job.dest, overwrite=ctx.settings.overwrite and ctx.rank == 0, notify=notify)
+        if not ctx.resume and ctx.world == 1:
+            destmod.remove_files(job.dest, destmod.own_outputs(job.dest),
+                                 "--overwrite" if ctx.settings.overwrite else "--no-resume", notify)
+            storage.remove_tree(storage.join(job.dest, ".fgdata", "units"))
+        elif not ctx.resume:  # every rank rewrites its own units; rank 0 removes what is left over once all are in
+            outputs.redoing(ctx.rank)
+        _check_record(job, ctx.resume, write=ctx.rank == 0)
+        if ctx.world > 1 and not ctx.resume and ctx.rank == 0 and notify:
+            notify(f"--no-resume: writing every work unit of {job.dest} again")
+
+    def plan(self) -> Iterator[Unit[WorkItem]]:
+        return plan_units(self.items, self.job.units_of, self.job.shuffle_seed, _stamps)
+
+    def redo(self, marker: Marker) -> bool:
+        """``--retry-failed``: a unit with a retryable failure is run again by its owner."""
+        return self.job.retry_failed and any(retryable(f.reason) for f in marker.failures)
+
+    def met(self, old: Marker | None, unit: Unit[WorkItem], ctx: Context, markers: set[int]) -> None:
+        compared = old if old is not None and old.options == ctx.stamp[0] else None
+        if markers and (compared is None or compared.inputs != unit.inputs):
+            self.diff.compare(compared, unit, appended=unit.number > max(markers))
+
+    def keep(self, marker: Marker, ctx: Context) -> None:
+        if self.firsts is not None:
+            for name in (s.name for s in marker.shards):
+                for sample in iter_samples(storage.join(self.dest, name)):
+                    self.firsts.setdefault(_digest(sample.members), sample.key)
+
+    def redoing(self, old: Marker | None, unit: Unit[WorkItem], ctx: Context) -> None:
+        if old is not None and old.inputs != unit.inputs:
+            self.rewritten += [s.name for s in old.shards]
+        elif old is not None:  # --retry-failed
+            self.retried[unit.number] = {f.index for f in old.failures if retryable(f.reason)}
+
+    def planned(self, ctx: Context, markers: set[int]) -> None:
+        if markers:  # the earlier run's units beyond this run's last one hold inputs removed (or moved up)
+            tail = (read_unit(self.dest, n) for n in sorted(markers)
+                    if n >= ctx.units and owner(n, ctx.world) == ctx.rank)
+            self.diff.end(m for m in tail if isinstance(m, Marker) and m.options == ctx.stamp[0])
+
+    def executor(self, settings: RunSettings) -> Executor:
+        return executor_of(settings, PRELOAD)
+
+    def execute(self, pending: Iterator[Unit[WorkItem]], executor: Executor, ctx: Context) -> Iterator[Marker]:
+        """A local job's inputs go to a pool across unit boundaries; a URL job's local workers (fetching with their
+        own threads across a unit) and Ray take each unit as one task that writes the unit's shards itself."""
+        job = self.job
+        workers = ctx.settings.workers
+        if isinstance(executor, Ray) or (job.options.download is not None and workers > 1 and self.firsts is None):
+            shared = {"job": job, "stamp": ctx.stamp, "lease": ctx.lease}
+            for marker in run_units(run_unit, ({"unit": unit} for unit in pending), executor, shared):
+                ctx.progress(marker.count, ShardPayload.of(marker).nbytes)
+                yield marker
+            return
+        yield from _run_stream(job, pending, ctx.stamp, workers, self.firsts, ctx.settings.progress)
+
+    def count(self, marker: Marker, ctx: Context, fresh: bool | None) -> None:
         while len(self.shards_of) <= marker.unit:
             self.shards_of.append(0)
         self.shards_of[marker.unit] = len(marker.shards)
-        self.done += marker.count
-        if not fresh:
-            self.resumed += marker.count
+        if fresh is False:
             return
-        self.nbytes += marker.nbytes
-        self.normalised.update(marker.normalised)
-        if self.clips is not None and marker.clips:
-            self.clips.merge(marker.clips)
+        payload = ShardPayload.of(marker)
+        self.nbytes += payload.nbytes  # this run's
+        self.normalised.update(payload.normalised)
+        if self.clips is not None and payload.clips:
+            self.clips.merge(payload.clips)
         again = self.retried.get(marker.unit)
         if again:
             still = {f.index for f in marker.failures}
             self.recovered += sum(i not in still for i in again)
 
-    def claims(self, name: str, slots: int) -> bool:
-        number = int(name[:-4])
-        unit, j = divmod(number, slots)
+    def claims(self, name: str) -> bool:
+        unit, j = divmod(int(name[:-4]), self.job.slots)
         return unit < len(self.shards_of) and j < self.shards_of[unit]
 
+    def sweep(self, ctx: Context) -> None:
+        sweep(self.dest, self.claims, ctx.units, ctx.notify)
 
-def _pending(job: ShardJob, units: Iterable[Unit], run: _Run, stamp: tuple[str, str | None],
-             mine: Callable[[int], bool], firsts: dict[str, str] | None, progress: ProgressFn | None,
-             present: dict[str, tuple[int, str]]) -> Iterator[Unit]:
-    """The units this process must run, in order; a unit whose marker matches and whose shards are all
-    ``present`` (name -> size, version) is taken as it is (counted and spooled), a changed one is named and
-    redone."""
-    options_fp, _ = stamp
-    markers = existing_markers(job.dest) if job.resume else set()  # --no-resume: every unit is redone
-    last = max(markers, default=-1)
-    for unit in units:
-        run.units = unit.number + 1
-        if not mine(unit.number):
-            run.expected[unit.number] = bytes.fromhex(unit.inputs)  # what another rank's marker must show
-            continue
-        found = read_unit(job.dest, unit.number) if unit.number in markers else None
-        if isinstance(found, Plan):
-            run.restarted += 1
-        old = found if isinstance(found, Marker) else None
-        compared = old if old is not None and old.options == options_fp else None
-        if markers and (compared is None or compared.inputs != unit.inputs):
-            run.diff.compare(compared, unit, appended=unit.number > last)
-        if old is not None and not resumable(old, options_fp, listed_sizes(present)):
-            old = None
-        if old is not None and old.inputs == unit.inputs and not _redone(job, old):
-            run.add(old, fresh=False)
-            if firsts is not None:
-                for name in (s.name for s in old.shards):
-                    for sample in iter_samples(storage.join(job.dest, name)):
-                        firsts.setdefault(_digest(sample.members), sample.key)
-            if progress:
-                progress(old.count, 0)
-            continue
-        if old is not None and old.inputs != unit.inputs:
-            run.rewritten += [s.name for s in old.shards]
-        elif old is not None:  # --retry-failed
-            run.retried[unit.number] = {f.index for f in old.failures if retryable(f.reason)}
-        yield unit
-    if markers:  # the earlier run's units beyond this run's last one hold inputs removed (or moved up)
-        tail = (read_unit(job.dest, n) for n in sorted(markers) if n >= run.units and mine(n))
-        run.diff.end(m for m in tail if isinstance(m, Marker) and m.options == options_fp)
+    def report_fields(self, ctx: Context) -> dict[str, object]:
+        return {"skipped": [s.to_json() for s in sorted(self.skipped, key=lambda s: s.name)],
+                **(self.selector.report() if self.selector is not None else {})}
 
+    def retryable(self, reason: str) -> bool:
+        return retryable(reason)
 
-def run_shard_job(job: ShardJob, progress: ProgressFn | None = None,
-                  on_start: Callable[[int | None], None] | None = None, notify: Notify | None = None) -> JobSummary:
-    """Run a shard job on its executor and return the report (also written to ``DST/failures.json``).
+    def finish(self, ctx: Context, totals: Totals) -> None:
+        if self.selector is not None:  # the selection's outcome (--keep-top's threshold and count) in the provenance
+            fields = self.selector.report()
+            write_provenance(self.dest, self.command, {key: fields[key] for key in ("filtered", "filtered_by_reason",
+                                                                                    "selection") if key in fields})
 
-    ``on_start(None)`` is called once the job starts reading its inputs (their number is not known before the
-    stream ends); ``progress(inputs, bytes)`` after each input (increments); ``notify(line)`` before anything
-    is deleted. SIGINT/SIGTERM raise :class:`~fgdata.jobs.signals.Interrupted` with the inputs done so far.
-    Under torchrun (``WORLD_SIZE`` > 1) each rank runs its own units and returns its share's report; rank 0
-    waits for the others and returns the job's.
-    """
-    if job.maxcount < 1:
-        raise OptionError("--maxcount must be at least 1")
-    if job.workers < 1:
-        raise OptionError("--workers must be at least 1")
-    if job.unit_size is not None and job.unit_size < 1:
-        raise OptionError("--unit-size must be at least 1")
-    if job.engine not in ("local", "ray"):
-        raise OptionError(f"--engine must be 'local' or 'ray', not {job.engine!r}")
-    rank, world = dist_env()
-    if job.retry_failed and (not job.resume or job.overwrite):
-        raise OptionError("--retry-failed continues an earlier run: not with --no-resume or --overwrite")
-    if job.options.dedupe and (job.engine == "ray" or world > 1):
-        raise FgdataError("--dedupe compares every input with all before it: run it as one stream "
-                          "(--engine local, not under torchrun)")
-    if world > 1 and (job.engine == "ray" or job.options.kind == "prompts"):
-        what = "--engine ray starts its own workers" if job.engine == "ray" else "shard prompts runs in one process"
-        raise FgdataError(f"{what}: launch it once, not under torchrun (WORLD_SIZE={world})")
-    destmod.check_sources(job.dest, [job.src])
-    skipped: list[Skipped] = []
-    selector = selector_of(job)
-    stream = stream_items(job, skipped, selector)
-    head = list(islice(stream, job.units_of))  # the first unit: it decides whether the inputs are URLs
-    if not head and selector is not None:
-        raise FgdataError(f"{job.src}: no row is selected ({sum(selector.filtered.values())} filtered: "
-                          f"{', '.join(f'{r} {n}' for r, n in sorted(selector.filtered.items()))})")
-    if not head:
-        raise FgdataError(f"{job.src}: no inputs")
-    job = with_download(job, head)
-    removes = job.overwrite and rank == 0
-    # before .fgdata/ is created
-    refuse = partial(destmod.check_removable if removes else destmod.check_foreign, job.dest)
-    with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse, world) as lock:
-        before = destmod.shard_versions(job.dest, partial(testhook.hold, "dest-listed", rank))
-        # Only rank 0 removes: another rank meeting foreign files before rank 0 removed them stops (safe).
-        destmod.check_foreign(job.dest, overwrite=removes, notify=notify)
-        if job.overwrite:  # then fgdata's own outputs go too, whatever options made them
-            job = replace(job, resume=False)
-        if not job.resume and world == 1:
-            destmod.remove_files(job.dest, destmod.own_outputs(job.dest),
-                                 "--overwrite" if job.overwrite else "--no-resume", notify)
-            storage.remove_tree(storage.join(job.dest, ".fgdata", "units"))
-        elif not job.resume:  # every rank rewrites its own units; rank 0 removes what is left over once all are in
-            testhook.hold("no-resume", rank)
-        _check_record(job, write=rank == 0)
-        if on_start:
-            on_start(None)
-        lease = (storage.basename(lock.lease.url), lock.lease.job) if lock.lease is not None else None
-        report = _run(job, chain(head, stream), (skipped, selector), (rank, world), progress, notify, before, lease)
-        if report.restarted and notify:  # each rank of its own units
-            notify(f"{report.restarted} work unit(s) an earlier run stopped half-way were written again from their "
+    def summarize(self, summary: JobSummary, ctx: Context, totals: Totals | None) -> JobSummary:
+        summary.nbytes, summary.clips = self.nbytes, self.clips
+        if totals is None:
+            return summary
+        from fgdata.jobs.stats import STATS_FILE
+
+        fields = self.selector.report() if self.selector is not None else {}
+        summary.seen += fields.get("filtered", 0)
+        summary.filtered = fields.get("filtered", 0)
+        summary.filtered_by_reason = fields.get("filtered_by_reason", {})
+        summary.selection = fields.get("selection")
+        summary.normalised = dict(sorted(self.normalised.items()))
+        summary.skipped = [s.to_json() for s in sorted(self.skipped, key=lambda s: s.name)]
+        summary.inputs, summary.rewritten = self.diff, self.rewritten
+        summary.stats_path = storage.join(self.dest, STATS_FILE) if self.stats else None
+        summary.retried, summary.recovered = sum(len(v) for v in self.retried.values()), self.recovered
+        uncaptioned, formats = 0, Counter[str]()  # over the whole dataset, in unit order
+        for marker in markers_of(ctx):
+            payload = ShardPayload.of(marker)
+            uncaptioned += payload.uncaptioned
+            formats.update(payload.formats)
+        summary.uncaptioned = uncaptioned if self.job.options.kind != "prompts" else 0
+        summary.formats = dict(formats.most_common())
+        return summary
+
+    def finished(self, summary: JobSummary, ctx: Context) -> None:
+        notify = ctx.notify
+        if summary.restarted and notify:  # each rank of its own units
+            notify(f"{summary.restarted} work unit(s) an earlier run stopped half-way were written again from their "
                    "start")
-        if report.whole_job:
-            _said(report, notify)
-            warning = mixed_format_warning(Counter(report.formats), job.options)
+        if summary.whole_job:
+            _said(summary, notify)
+            warning = mixed_format_warning(Counter(summary.formats), self.job.options)
             if warning and notify:
                 notify(warning)
-            destmod.drop_stale_indexes(job.dest, before, notify)
-        return report
 
 
-def _run(job: ShardJob, items: Iterable[WorkItem], left_out: tuple[list[Skipped], Selector | None],
-         where: tuple[int, int], progress: ProgressFn | None, notify: Notify | None,
-         present: dict[str, tuple[int, str]], lease: tuple[str, str] | None) -> JobSummary:
-    """Run the units (``left_out``: the files below SRC that are not inputs, and the row selection that counts
-    the rows it filters; ``present``: the shards DST held when the job started, name -> (size, version);
-    ``lease``: the name and job id of the lease this process holds on DST, which Ray tasks write under)."""
-    skipped, selector = left_out
-    rank, world = where
-    # Markers of this run carry a launch id when rank 0 could not tell them from an earlier run's otherwise:
-    # --no-resume (every unit is redone) and --retry-failed (a unit with a retryable failure is redone).
-    redo_all = not job.resume or job.retry_failed
-    stamp = (_options_fingerprint(job), run_launch(not redo_all, job.wait_timeout) if world > 1 else None)
-    if world > 1 and not job.resume and rank == 0 and notify:
-        notify(f"--no-resume: writing every work unit of {job.dest} again")
-    run = _Run(clips=_clip_tally(job.options))
-    firsts: dict[str, str] | None = {} if job.options.dedupe else None
-    units = plan_units(items, job.units_of, job.shuffle_seed, _stamps)
-    pending = _pending(job, units, run, stamp, lambda u: owner(u, world) == rank, firsts, progress,
-                       present)
-    try:
-        if job.engine == "ray":
-            _run_units(job, pending, stamp, run, progress, Ray(address=job.ray_address), lease)
-        elif job.options.download is not None and job.workers > 1 and firsts is None:
-            _run_units(job, pending, stamp, run, progress, Pool(job.workers, PRELOAD), None)
-        else:
-            for marker in _run_stream(job, pending, stamp, firsts, progress):
-                run.add(marker, fresh=True)
-    except Interrupted as stop:
-        stop.done = run.done
-        raise
-    try:
-        if world > 1 and rank != 0:
-            return _share_report(job, run, rank, world)
-        if world > 1:
-            _gather(job, run, world, stamp, notify)
-        # Every unit is in: no rank or Ray worker moves a shard any more, so a temporary left now is a dead one's.
-        destmod.clear_leftovers(job.dest)
-        sweep(job.dest, partial(run.claims, slots=job.slots), run.units, notify)
-        extra = {"skipped": [s.to_json() for s in sorted(skipped, key=lambda s: s.name)],
-                 **(selector.report() if selector is not None else {})}
-        totals = finalize(job.dest, job.command, run.spool, extra, job.options.download is not None, retryable)
-        if selector is not None:  # the selection's outcome (--keep-top's threshold and count) in the job's provenance
-            from fgdata.jobs.tasks import write_provenance
-
-            write_provenance(job.dest, job.command, {key: extra[key] for key in ("filtered", "filtered_by_reason",
-                                                                                 "selection") if key in extra})
-        counts = dict(_counts(run))
-    finally:
-        run.spool.close()
-    from fgdata.jobs.stats import STATS_FILE
-
-    return JobSummary(command=job.command, path=job.dest, seen=totals.inputs + extra.get("filtered", 0),
-                      written=totals.written, failed=totals.failed, samples=totals.samples,
-                      filtered=extra.get("filtered", 0), filtered_by_reason=extra.get("filtered_by_reason", {}),
-                      selection=extra.get("selection"),
-                      failed_by_reason=dict(sorted(totals.failed_by_reason.items())),
-                      shards=[storage.join(job.dest, n) for n in counts], counts=counts,
-                      failures_path=storage.join(job.dest, FAILURES_FILE), resumed=run.resumed, nbytes=run.nbytes,
-                      normalised=dict(sorted(run.normalised.items())), warned=totals.warned,
-                      warned_by_reason=dict(sorted(totals.warned_by_reason.items())), skipped=extra["skipped"],
-                      clips=run.clips, rank=rank, world=world, inputs=run.diff,
-                      rewritten=run.rewritten, restarted=run.restarted,
-                      stats_path=storage.join(job.dest, STATS_FILE) if job.options.download is not None else None,
-                      retried=sum(len(v) for v in run.retried.values()), recovered=run.recovered,
-                      uncaptioned=totals.uncaptioned if job.options.kind != "prompts" else 0,
-                      formats=dict(totals.formats.most_common()))
-
-
-def _counts(run: _Run) -> Iterator[tuple[str, int]]:
-    for marker in run.spool.in_order():
-        for s in marker.shards:
-            yield s.name, s.samples
-
-
-def _run_units(job: ShardJob, pending: Iterator[Unit], stamp: tuple[str, str | None], run: _Run,
-               progress: ProgressFn | None, executor: Executor, lease: tuple[str, str] | None) -> None:
-    """Each unit as one task on ``executor`` (a URL job's local workers, fetching with their own threads across
-    the unit, or Ray) that writes the unit's shards itself; the markers are spooled here as units end."""
-    shared = {"job": job, "stamp": stamp, "lease": lease}
-    for marker in run_units(run_unit, ({"unit": unit} for unit in pending), executor, shared):
-        run.add(marker, fresh=True)
-        if progress:
-            progress(marker.count, marker.nbytes)
-
-
-def _redone(job: ShardJob, marker: Marker) -> bool:
-    """``--retry-failed``: a unit with a retryable failure is run again by its owner."""
-    return job.retry_failed and any(retryable(f.reason) for f in marker.failures)
-
-
-def _gather(job: ShardJob, run: _Run, world: int, stamp: tuple[str, str | None], log: Notify | None) -> None:
-    """Rank 0: wait (bounded) for every other rank's unit markers of this run (:func:`is_final`), and spool them
-    (another rank's work: its figures are the job's)."""
-    size_of = stat_sizes(job.dest)
-
-    def final(marker: Marker) -> bool:
-        return is_final(marker, stamp, run.expected[marker.unit].hex(), job.resume, size_of,
-                        partial(_redone, job))
-
-    wait_for_units(job.dest, [u for u in range(run.units) if u not in run.spool],
-                   (final, lambda plan: is_started(plan, stamp, run.expected[plan.unit].hex())),
-                   partial(run.add, fresh=True), world, f"{job.dest}: work units of other ranks", job.wait_timeout, log)
-
-
-def _share_report(job: ShardJob, run: _Run, rank: int, world: int) -> JobSummary:
-    """What a rank other than 0 did (its units only); it writes no report file, rank 0 writes the job's."""
-    written = failed = samples = warned = 0
-    reasons: Counter[str] = Counter()
-    for marker in run.spool.in_order():  # this rank's units only
-        written += marker.written
-        failed += len(marker.failures)
-        samples += marker.samples
-        warned += len(marker.warnings)
-        reasons.update(category(f.reason) for f in marker.failures)
-    run.spool.close()
-    return JobSummary(command=job.command, path=job.dest, seen=written + failed, written=written, failed=failed,
-                      samples=samples, failed_by_reason=dict(sorted(reasons.items())), failures_path=None,
-                      resumed=run.resumed, nbytes=run.nbytes, warned=warned, rank=rank, world=world, clips=run.clips,
-                      restarted=run.restarted, whole_job=False)
+def run_shard(job: ShardJob, settings: RunSettings | None = None) -> JobSummary:
+    """Shard ``job`` through the one driver (:func:`fgdata.jobs.driver.run_job`)."""
+    return run_job(ShardDefinition(job), settings)
 
 
 def _said(report: JobSummary, notify: Notify | None) -> None:
@@ -734,6 +674,6 @@ def quickstart_videos(outdir: str | os.PathLike[str]) -> dict[str, Any]:
     for name in ("bigbuckbunny.mp4", "bigbuckbunny.txt"):
         shutil.copy2(SAMPLE_DATA / name, src / name)  # its time too, as the class tree: the same stamps
     dest = out / "video_shards"
-    report = run_shard_job(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="videos")))
+    report = run_shard(ShardJob(src=str(src), dest=str(dest), options=ShardOptions(kind="videos")))
     return {"shards": report.shards, "samples": report.samples, "seen": report.seen, "written": report.written,
             "failed": report.failed, "counts": str(dest / "shard_count.json"), "failures": report.failures_path}
