@@ -126,26 +126,6 @@ LAYER_RULES = [
     ("dedup", "fgdata.cli"),
 ]
 
-#: Rules that other branches of the same change make pass (one line each: who, and what is left). Each is expected to
-#: fail here (strict xfail), so a merge that fixes one fails the run until the rule is taken out of this set.
-KNOWN_OFFENDERS = {
-    ("jobs", "fgdata.producers"): "ENGINE: jobs/shard.py (the shard command's job) moves out of the job core",
-    ("jobs", "fgdata.sources"): "ENGINE: jobs/shard.py moves out; jobs/units.py gets its own input record",
-    ("jobs", "fgdata.media"): "ENGINE: jobs/shard.py moves out; FIDSCOREDUP: jobs/dedup.py moves to fgdata/dedup",
-    ("jobs", "fgdata.dedup"): "FIDSCOREDUP: jobs/dedup.py moves to fgdata/dedup",
-    ("fid", "fgdata.loaders"): "FIDSCOREDUP: fid/images.py reads prepare's zips without fgdata.loaders.image_loader",
-}
-
-
-#: Engine modules that load a command package when imported, until the branch named moves the command's code out
-#: (strict xfail, as KNOWN_OFFENDERS).
-ENGINE_MODULES_WAITING = {
-    "shard": "ENGINE: the shard command's job moves out of the job core",
-    "tasks": "ENGINE: the encode/kd job moves next to fgdata/encode",
-    "units": "ENGINE: the work unit's input record stops being fgdata.sources.folder.WorkItem",
-}
-
-
 def imported_modules(source: str, module: str) -> set[str]:
     """Every module the source of ``module`` (dotted name) imports, at any depth: ``import a.b``, ``from a import
     b`` (a and a.b), relative imports resolved, and ``importlib.import_module("a.b")`` with a literal name."""
@@ -177,20 +157,10 @@ def layer_offenders(package: str, forbidden: str, files: dict[Path, str] | None 
     return out
 
 
-@pytest.mark.parametrize(("package", "forbidden"), [
-    pytest.param(*rule, marks=pytest.mark.xfail(reason=KNOWN_OFFENDERS[rule], strict=True))
-    if rule in KNOWN_OFFENDERS else rule for rule in LAYER_RULES])
+@pytest.mark.parametrize(("package", "forbidden"), LAYER_RULES)
 def test_layers_point_one_way(package, forbidden):
     assert (ROOT / package).is_dir()
     assert layer_offenders(package, forbidden) == []
-
-
-def test_known_offenders_are_rules():
-    """Every entry of the waiting lists names a rule of LAYER_RULES or a module of the engine (a typo would hide
-    nothing, and a module moved out leaves no stale entry)."""
-    assert set(KNOWN_OFFENDERS) <= set(LAYER_RULES)
-    assert set(ENGINE_MODULES_WAITING) <= {p.stem for p in (ROOT / "jobs").glob("*.py")}, \
-        "a module of ENGINE_MODULES_WAITING is gone: take it out of the set"
 
 
 _LOADED = """
@@ -221,7 +191,7 @@ def _engine_modules() -> list[str]:
 def test_importing_the_engine_imports_no_command():
     """``import fgdata.jobs`` and every engine module together load no command package (one interpreter for all:
     if their union loads none, none of them does)."""
-    modules = ["fgdata.jobs", *(m for m in _engine_modules() if m.rsplit(".", 1)[1] not in ENGINE_MODULES_WAITING)]
+    modules = ["fgdata.jobs", *_engine_modules()]
     assert len(modules) > 10
     assert _commands_loaded(*modules) == []
 
@@ -229,12 +199,6 @@ def test_importing_the_engine_imports_no_command():
 def test_the_import_check_sees_a_command_loaded():
     """A module that imports a command package at its top is seen (here the folder source's)."""
     assert "fgdata.sources.folder" in _commands_loaded("fgdata.workitem", "fgdata.sources.folder")
-
-
-@pytest.mark.parametrize("module", [pytest.param(m, marks=pytest.mark.xfail(reason=why, strict=True))
-                                    for m, why in sorted(ENGINE_MODULES_WAITING.items())])
-def test_engine_modules_waiting_import_no_command(module):
-    assert _commands_loaded(f"fgdata.jobs.{module}") == []
 
 
 def test_the_layer_check_sees_every_form_of_import():
@@ -257,7 +221,6 @@ def test_the_layer_check_sees_every_form_of_import():
 EXECUTOR_MODULES = {"jobs/local.py", "jobs/executor.py", "jobs/ray_executor.py"}
 # Private pools still being moved onto the job core's (each by its own change); empty this set as they land.
 POOLS_LEFT_TO_PORT = {
-    "encode/jobs.py",  # the decode prefetch, moving to the shared compute module
     "prepare/latents.py",  # the latent zip's read-ahead, moving onto the job core with the latent job
 }
 _POOL_MODULES = {"concurrent.futures", "concurrent.futures.process", "concurrent.futures.thread", "multiprocessing",

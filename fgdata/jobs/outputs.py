@@ -45,3 +45,8 @@ def reached(done: int) -> None:
 def hold(point: str, rank: int) -> None:
     """Rank ``rank`` reached the named ``point`` of the job core (``dest-listed``); a test may hold it there."""
     testhook.hold(point, rank)
+
+
+def worker_result() -> None:
+    """A pool worker has its result in hand and is about to send it: where a kill test stops a worker."""
+    testhook.hold(testhook.WORKER_RESULT, 0)
