@@ -14,8 +14,7 @@ import io
 import json
 import os
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from PIL import Image
 
 from fgdata.errors import FgdataError
 from fgdata.jobs.dest import LOCK_FILE, DestLock, claimed
+from fgdata.jobs.local import threaded_map
 from fgdata.jobs.outputs import output_done, redoing
 from fgdata.jobs.ranks import dist_env, run_launch, this_launch, wait_for
 from fgdata.jobs.report import FAILURES_FILE, Failure, write_failures
@@ -153,15 +153,13 @@ class _LatentJob:
         pos = start
         try:
             pos = start + writer.keep_valid_prefix(lambda i: member_name(start + i, LATENT_STEM, LATENT_EXT))
-            with zipfile.ZipFile(self.rgb_zip) as zf, ThreadPoolExecutor(run.workers or default_workers()) as pool:
-                def submit(a: int) -> Iterator[np.ndarray]:
-                    batch = [zf.read(names[i]) for i in range(a, min(a + batch_size, stop))]
-                    return pool.map(_decode, batch)
-                pending = submit(pos) if pos < stop else None
+            with zipfile.ZipFile(self.rgb_zip) as zf:
+                # Members are read here, in order; the engine's threads decode up to two batches ahead of the
+                # model, so decoding the next batch overlaps encoding this one.
+                decoded = threaded_map(_decode, (zf.read(names[i]) for i in range(pos, stop)),
+                                       run.workers or default_workers(), ahead=2 * batch_size)
                 for a in range(pos, stop, batch_size):
-                    assert pending is not None  # submitted for every a < stop
-                    images = np.stack(list(pending))
-                    pending = submit(a + batch_size) if a + batch_size < stop else None
+                    images = np.stack(list(islice(decoded, min(batch_size, stop - a))))
                     for k, moments in enumerate(encode_moments(model, images)):
                         writer.add(member_name(a + k, LATENT_STEM, LATENT_EXT), npy_bytes(moments))
                     writer.flush()  # the batch is complete on disk before the test hook may pause here
