@@ -160,8 +160,8 @@ def test_two_ranks_merge_into_the_single_rank_zip(imagenet_root, tiny_vae_dir, t
     rgb, single = tmp_path / "imagenet-256" / "imagenet_256_rgb.zip", tmp_path / "imagenet-256" / "imagenet_256_sd.zip"
     dest = tmp_path / "two" / "imagenet_256_sd.zip"
     part = encode_latent_zip(rgb, dest, latents, rank=1, world_size=2)
-    assert (part.seen, part.whole_job, part.failures_path) == (3, False, None) and not dest.exists()  # images 2..4
-    assert part.path.endswith("imagenet_256_sd.zip.rank00001-of-00002.zip")
+    assert (part.seen, part.whole_job, part.failures_path) == (2, False, None) and not dest.exists()  # images 3, 4
+    assert part.path == str(dest)  # its share of the zip rank 0 writes
     encode_latent_zip(rgb, dest, latents, rank=0, world_size=2)
     with zipfile.ZipFile(single) as a, zipfile.ZipFile(dest) as b:
         assert a.namelist() == b.namelist() and a.read("dataset.json") == b.read("dataset.json")
@@ -173,8 +173,8 @@ def test_two_ranks_merge_into_the_single_rank_zip(imagenet_root, tiny_vae_dir, t
 
 
 def test_rank_0_never_merges_a_part_written_with_other_options(imagenet_root, tiny_vae_dir, tmp_path, monkeypatch):
-    """A finished rank-1 part of bfloat16 latents sits under the part's name; a float32 job's rank 0 waits for
-    rank 1's own part (here: in vain, bounded) instead of merging it."""
+    """Rank 1's finished unit of bfloat16 latents (its marker and part) sits where the unit's go; a float32 job's
+    rank 0 waits for rank 1's own unit (here: in vain, bounded) instead of appending it."""
     from fgdata.prepare.latents import encode_latent_zip
 
     prepare_imagenet256(ImagenetOptions(imagenet_root, tmp_path, max_images=5),
@@ -182,11 +182,10 @@ def test_rank_0_never_merges_a_part_written_with_other_options(imagenet_root, ti
     rgb = tmp_path / "imagenet-256" / "imagenet_256_rgb.zip"
     dest = tmp_path / "two" / "imagenet_256_sd.zip"
     other = LatentZipOptions(str(tiny_vae_dir), dtype="bfloat16", device="cpu", batch_size=3)
-    assert encode_latent_zip(rgb, dest, other, rank=1, world_size=2).seen == 3
+    assert encode_latent_zip(rgb, dest, other, rank=1, world_size=2).seen == 2
     monkeypatch.setenv("FGDATA_WAIT_TIMEOUT", "0.2")
     latents = LatentZipOptions(str(tiny_vae_dir), device="cpu", batch_size=3)
-    with pytest.raises(FgdataError, match=r"the other ranks' part files: still missing .*rank00001-of-00002\.zip "
-                                          r"\(rank 1\)"):
+    with pytest.raises(FgdataError, match=r"the other ranks' units: still missing after .*: unit 1 \(rank 1\)"):
         encode_latent_zip(rgb, dest, latents, rank=0, world_size=2)
     assert not dest.exists()
 
