@@ -197,6 +197,14 @@ def units_folder(dest: Path) -> str:
     return f"{STATE_DIR}/zips/{dest.name}/units"
 
 
+def remove_job_folder(job_dir: Path) -> None:
+    """Remove a finished zip job's markers (and parts), and ``.fgdata/zips`` when no other job of the folder is
+    unfinished."""
+    shutil.rmtree(job_dir, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        job_dir.parent.rmdir()
+
+
 @dataclass
 class _UnitResult:
     """What the driver gathers for the unit it is appending: its written count, failures and conversions."""
@@ -362,10 +370,7 @@ class _ZipPass:
                                         converted=tuple(self.converted), resumed=resumed))
         write_failures(str(report), job.command, n_inputs, written, failure_docs,
                        {"outputs": [t.dest.name for t in job.targets]})
-        job_dir = Path(self.folder, self.units).parent
-        shutil.rmtree(job_dir, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            job_dir.parent.rmdir()  # ``.fgdata/zips``, when no other job of the folder is unfinished
+        remove_job_folder(Path(self.folder, self.units).parent)
         return summaries
 
     def close(self) -> None:

@@ -18,12 +18,10 @@ these files alone, so no process group (and no collective timeout) spans the hou
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
 import os
-import shutil
 import zipfile
 from dataclasses import dataclass
 from functools import partial
@@ -36,7 +34,7 @@ from PIL import Image
 
 from fgdata import storage
 from fgdata.errors import FgdataError
-from fgdata.jobs.dest import LOCK_FILE, STATE_DIR, DestLock, claimed, remove_files
+from fgdata.jobs.dest import LOCK_FILE, DestLock, claimed, remove_files
 from fgdata.jobs.local import threaded_map
 from fgdata.jobs.options import fingerprint as options_fingerprint
 from fgdata.jobs.outputs import output_done, redoing
@@ -45,7 +43,8 @@ from fgdata.jobs.report import FAILURES_FILE, Failure, write_failures
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
 from fgdata.jobs.units import Marker, Plan, ShardDone, marker_path, read_marker, start_unit
 from fgdata.prepare import build
-from fgdata.prepare.build import ProgressFn, ZipRun, ZipSummary, check_output, check_partial, clear, kept_summary
+from fgdata.prepare.build import (ProgressFn, ZipRun, ZipSummary, check_output, check_partial, clear, kept_summary,
+                                  remove_job_folder, units_folder)
 from fgdata.prepare.options import Fingerprint, LatentZipOptions
 from fgdata.prepare.zipwriter import (EdmZipWriter, Provenance, ZipState, dataset_json_bytes, member_name,
                                       partial_paths, provenance_path, validate_zip)
@@ -131,8 +130,8 @@ class _LatentJob:
                                           source=os.path.relpath(rgb_zip.resolve(), dest.parent.resolve()),
                                           source_size=rgb_zip.stat().st_size)
         self.options_fp = options_fingerprint({"latents": self.fingerprint.record()})
-        self.folder, job_dir = str(dest.parent), f"{STATE_DIR}/zips/{dest.name}"
-        self.units_folder, self.job_dir = f"{job_dir}/units", dest.parent / job_dir
+        self.folder, self.units_folder = str(dest.parent), units_folder(dest)
+        self.job_dir = (dest.parent / self.units_folder).parent
         size = unit_size(n, world)
         self.units = [_Unit(u, first, min(size, n - first), self.job_dir / "parts" / f"unit{u:06d}.zip")
                       for u, first in enumerate(range(0, n, size))]
@@ -166,9 +165,7 @@ class _LatentJob:
         _append_units([u.part for u in self.units], dest, self.names, self.labels, self.fingerprint, run.progress)
         failures = self._rgb_failures()
         report = self._report(failures)
-        shutil.rmtree(self.job_dir, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            self.job_dir.parent.rmdir()  # ``.fgdata/zips``, when no other job of the folder is unfinished
+        remove_job_folder(self.job_dir)
         return ZipSummary(path=str(dest), seen=n + len(failures), written=n, failed=len(failures),
                           failures_path=report)
 
@@ -186,7 +183,7 @@ class _LatentJob:
             remove_files(str(self.job_dir / "units"), [m.name for m in markers if m.exists()], why, None)
             return list(self.mine)
         for u in self.mine:
-            clear([check_partial(u.part, self.fingerprint, resume=True, **u.facts())], run.notify)
+            check_partial(u.part, self.fingerprint, resume=True, **u.facts())
         return [u for u in self.mine if not self._unit_done(u)]
 
     def _share(self, kept: bool) -> ZipSummary:
