@@ -10,7 +10,7 @@ there when it starts. A unit whose marker and part match is never encoded again.
 
 **The one zip.** An EDM zip is one file whose members are numbered over the whole dataset, so no unit writes it:
 rank 0, after its own units, waits for every unit's marker (of these options; under ``--no-resume`` of this
-launch, :func:`fgdata.jobs.ranks.this_launch`), and then one step, :func:`_append_units`, appends the parts'
+launch), and then one step, :func:`_append_units`, appends the parts'
 members in unit order to ``<zip>.partial`` (a rerun keeps what it appended), adds ``dataset.json``, renames it
 into place and writes its provenance; ``failures.json`` follows and the parts and markers go. Ranks meet through
 these files alone, so no process group (and no collective timeout) spans the hours an ImageNet encode takes.
