@@ -244,10 +244,10 @@ def _build(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
     clear(outputs + partials, run.notify)
     zips = _ZipPass(job, run, states)
     try:
-        start = zips.resume()
-        began = time.monotonic()
-        zips.write_units(start)
-        return zips.finish(start, time.monotonic() - began)
+        kept = zips.resume()
+        resumed, began = zips.finished, time.monotonic()
+        zips.write_units(kept)
+        return zips.finish(resumed, time.monotonic() - began)
     except Interrupted as stop:
         stop.done = zips.finished  # what the rerun keeps: the inputs of finished units
         raise
@@ -284,24 +284,24 @@ class _ZipPass:
         return h.hexdigest()[:32]
 
     def resume(self) -> int:
-        """Keep the units an earlier run finished (their members and accounts); the first position to write."""
+        """Keep the units an earlier run finished (their members and accounts); the number of units kept."""
         kept = _resumed_units(self.writers, self.stems, self.folder, self.units, self.options_fp, self.unit_inputs)
         for marker in kept:
             failed = {f.index for f in marker.failures}
             self.written_inputs += [j for j in _positions(marker) if j not in failed]
             self._account(marker.failures, marker.warnings)
         self.finished = min(len(kept) * UNIT_INPUTS, self.job.n_inputs)
-        return self.finished
+        return len(kept)
 
     def _account(self, failures: list[Entry], converted: list[Entry]) -> None:
         self.failures += [Failure(f.input, f.reason) for f in failures]
         self.converted += [Converted(c.input, c.reason) for c in converted]
 
-    def write_units(self, start: int) -> None:
-        """Convert the inputs from ``start`` on, on the pool, and append them in order, unit after unit."""
+    def write_units(self, first_unit: int) -> None:
+        """Convert the inputs from unit ``first_unit`` on, on the pool, and append them in order, unit after unit."""
         job, run, n_inputs = self.job, self.run, self.job.n_inputs
-        spans = _unit_spans(n_inputs, start // UNIT_INPUTS, job.block)
-        done = start
+        spans = _unit_spans(n_inputs, first_unit, job.block)
+        done = self.finished
         if run.progress:
             run.progress(job.phase, done, n_inputs)
         pool = Pool((run.workers or default_workers()) if len(spans) > 1 else 1, preload=(job.work.__module__,),
