@@ -208,11 +208,10 @@ class _LatentJob:
                 and _complete(u.part, u.count, self.fingerprint, first=u.first, **u.facts()))
 
     def _encode(self, todo: list[_Unit], run: ZipRun) -> None:
-        """Encode each unit of ``todo`` into its part, resuming after a part's last complete member, and leave
-        its marker."""
-        from fgdata.encode.vae import encode_moments, load_vae, npy_bytes, vae_info
+        """Load the VAE once, then encode each unit of ``todo`` and leave its marker."""
+        from fgdata.encode.vae import load_vae, vae_info
 
-        o, progress = self.options, run.progress
+        o = self.options
         model = load_vae(o.vae, device=o.device, dtype=o.dtype)
         info = {**vae_info(model, o.vae), "batch_size": o.batch_size, "device": str(next(model.parameters()).device)}
         total = sum(u.count for u in self.mine)
@@ -220,35 +219,7 @@ class _LatentJob:
         for u in todo:
             start_unit(self.folder, Plan(u.unit, u.first, u.count, self.options_fp, self._unit_inputs(u), self.launch),
                        self.units_folder)
-            record = self.fingerprint.record(**u.facts())
-            u.part.parent.mkdir(parents=True, exist_ok=True)
-            writer = EdmZipWriter(u.part, ZipState(record))
-            pos = u.first
-            try:
-                pos += writer.keep_valid_prefix(partial(_latent_name, u.first))
-                stop, batch_size = u.first + u.count, o.batch_size
-                if progress:
-                    progress(f"encode rank {self.rank}", done + pos - u.first, total)
-                with zipfile.ZipFile(self.rgb_zip) as zf:
-                    # Members are read here, in order; the engine's threads decode up to two batches ahead of the
-                    # model, so decoding the next batch overlaps encoding this one.
-                    decoded = threaded_map(_decode, (zf.read(self.names[i]) for i in range(pos, stop)),
-                                           run.workers or default_workers(), ahead=2 * batch_size)
-                    for a in range(pos, stop, batch_size):
-                        images = np.stack(list(islice(decoded, min(batch_size, stop - a))))
-                        for k, moments in enumerate(encode_moments(model, images)):
-                            writer.add(member_name(a + k, LATENT_STEM, LATENT_EXT), npy_bytes(moments))
-                        writer.flush()  # the batch is complete on disk before the test hook may pause here
-                        pos = a + len(images)
-                        if progress:
-                            progress(f"encode rank {self.rank}", done + pos - u.first, total)
-                        output_done()
-                writer.finish(None, {**record, **info, "launch": self.launch})
-            except Interrupted as stopped:
-                stopped.done = done + pos - u.first
-                raise
-            finally:
-                writer.close()
+            self._encode_unit(u, model, info, run, done, total)
             marker = Marker(unit=u.unit, first=u.first, count=u.count, options=self.options_fp,
                             inputs=self._unit_inputs(u), stamps=[], names=[],
                             shards=[ShardDone(u.part.name, u.count, u.part.stat().st_size)], written=u.count,
@@ -256,6 +227,40 @@ class _LatentJob:
             with critical():
                 storage.write_bytes(marker_path(self.folder, u.unit, self.units_folder), marker.to_bytes())
             done += u.count
+
+    def _encode_unit(self, u: _Unit, model: Any, info: dict[str, Any], run: ZipRun, before: int, total: int) -> None:
+        """Encode unit ``u`` into its part, resuming after the part's last complete member; ``before``: this rank's
+        latents done before this unit (progress and a stop report them with the unit's)."""
+        from fgdata.encode.vae import encode_moments, npy_bytes
+
+        record, batch_size, progress = self.fingerprint.record(**u.facts()), self.options.batch_size, run.progress
+        u.part.parent.mkdir(parents=True, exist_ok=True)
+        writer = EdmZipWriter(u.part, ZipState(record))
+        pos, stop = u.first, u.first + u.count
+        try:
+            pos += writer.keep_valid_prefix(partial(_latent_name, u.first))
+            if progress:
+                progress(f"encode rank {self.rank}", before + pos - u.first, total)
+            with zipfile.ZipFile(self.rgb_zip) as zf:
+                # Members are read here, in order; the engine's threads decode up to two batches ahead of the
+                # model, so decoding the next batch overlaps encoding this one.
+                decoded = threaded_map(_decode, (zf.read(self.names[i]) for i in range(pos, stop)),
+                                       run.workers or default_workers(), ahead=2 * batch_size)
+                for a in range(pos, stop, batch_size):
+                    images = np.stack(list(islice(decoded, min(batch_size, stop - a))))
+                    for k, moments in enumerate(encode_moments(model, images)):
+                        writer.add(member_name(a + k, LATENT_STEM, LATENT_EXT), npy_bytes(moments))
+                    writer.flush()  # the batch is complete on disk before the test hook may pause here
+                    pos = a + len(images)
+                    if progress:
+                        progress(f"encode rank {self.rank}", before + pos - u.first, total)
+                    output_done()
+            writer.finish(None, {**record, **info, "launch": self.launch})
+        except Interrupted as stopped:
+            stopped.done = before + pos - u.first
+            raise
+        finally:
+            writer.close()
 
     def _rgb_failures(self) -> tuple[Failure, ...]:
         """The inputs the RGB pass failed (they have no latent): they count in the command's report."""
