@@ -197,10 +197,19 @@ def units_folder(dest: Path) -> str:
     return f"{STATE_DIR}/zips/{dest.name}/units"
 
 
+def remove_job_folder(job_dir: Path) -> None:
+    """Remove a finished zip job's markers (and parts), and ``.fgdata/zips`` when no other job of the folder is
+    unfinished."""
+    shutil.rmtree(job_dir, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        job_dir.parent.rmdir()
+
+
 @dataclass
 class _UnitResult:
     """What the driver gathers for the unit it is appending: its written count, failures and conversions."""
 
+    unit: int
     first: int
     count: int
     written: int = 0
@@ -220,113 +229,152 @@ def _unit_spans(n_inputs: int, start_unit: int, block: int) -> list[tuple[int, i
 
 
 def _build(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
-    targets, n_inputs, fingerprint = job.targets, job.n_inputs, job.fingerprint
-    resume, progress = run.resume and not run.overwrite, run.progress
-    states = [ZipState(fingerprint.record(transform=t.transform, dest=t.dest.name)) for t in targets]
-    outputs = [check_output(t.dest, fingerprint, _damaged(t), resume=resume, overwrite=run.overwrite,
-                            transform=t.transform) for t in targets]
+    """Keep complete outputs, clear what must go, then resume the partial zips, write the remaining units and
+    finish every zip."""
+    resume = run.resume and not run.overwrite
+    states = [ZipState(job.fingerprint.record(transform=t.transform, dest=t.dest.name)) for t in job.targets]
+    outputs = [check_output(t.dest, job.fingerprint, _damaged(t), resume=resume, overwrite=run.overwrite,
+                            transform=t.transform) for t in job.targets]
     if all(o.kept is not None for o in outputs):
         return [kept_summary(o.dest, o.kept.written or 0, o.kept.failures, o.kept.converted) for o in outputs
                 if o.kept is not None]
-    partials = [check_partial(t.dest, fingerprint, resume=resume, overwrite=run.overwrite, transform=t.transform,
+    partials = [check_partial(t.dest, job.fingerprint, resume=resume, overwrite=run.overwrite, transform=t.transform,
                               dest=t.dest.name)
-                for t in targets]
+                for t in job.targets]
     clear(outputs + partials, run.notify)
-    folder, units = str(targets[0].dest.parent), units_folder(targets[0].dest)
-    options_fp = options_fingerprint({"zips": [st.record for st in states]})
+    zips = _ZipPass(job, run, states)
+    try:
+        kept = zips.resume()
+        resumed, began = zips.finished, time.monotonic()
+        zips.write_units(kept)
+        return zips.finish(resumed, time.monotonic() - began)
+    except Interrupted as stop:
+        stop.done = zips.finished  # what the rerun keeps: the inputs of finished units
+        raise
+    finally:
+        zips.close()
 
-    def unit_inputs(u: int) -> str:
+
+class _ZipPass:
+    """One pass over the inputs that appends every target zip's members in input order.
+
+    Its steps: :meth:`resume` (keep the units an earlier run finished), :meth:`write_units` (the pool converts
+    blocks, :meth:`_append` writes each block's members and :meth:`_end_unit` leaves a unit's marker once its
+    last member is on disk) and :meth:`finish` (``dataset.json``, provenance, ``failures.json``, markers gone).
+    """
+
+    def __init__(self, job: ZipJob, run: ZipRun, states: list[ZipState]):
+        self.job, self.run = job, run
+        first = job.targets[0].dest
+        self.folder, self.units = str(first.parent), units_folder(first)
+        self.options_fp = options_fingerprint({"zips": [st.record for st in states]})
+        self.stems = [(t.stem, t.ext) for t in job.targets]
+        first.with_name(first.name + ".partial.log").unlink(missing_ok=True)  # fgdata 0.2's
+        self.writers = [EdmZipWriter(t.dest, st) for t, st in zip(job.targets, states)]
+        self.written_inputs: list[int] = []  # positions of the inputs written, in member order
+        self.failures: list[Failure] = []
+        self.converted: list[Converted] = []
+        self.finished = 0  # inputs of the units finished (kept or written by this run)
+
+    def unit_inputs(self, u: int) -> str:
+        """The fingerprint of unit ``u``'s inputs (positions and names), which a rerun's marker must match."""
         h = hashlib.sha256()
-        for j in range(u * UNIT_INPUTS, min((u + 1) * UNIT_INPUTS, n_inputs)):
-            h.update(f"{j}\t{job.describe(j)}\n".encode("utf-8", "surrogateescape"))
+        for j in range(u * UNIT_INPUTS, min((u + 1) * UNIT_INPUTS, self.job.n_inputs)):
+            h.update(f"{j}\t{self.job.describe(j)}\n".encode("utf-8", "surrogateescape"))
         return h.hexdigest()[:32]
 
-    targets[0].dest.with_name(targets[0].dest.name + ".partial.log").unlink(missing_ok=True)  # fgdata 0.2's
-    writers = [EdmZipWriter(t.dest, st) for t, st in zip(targets, states)]
-    finished = 0
-    try:
-        stems = [(t.stem, t.ext) for t in targets]
-        kept = _resumed_units(writers, stems, folder, units, options_fp, unit_inputs)
-        written_inputs: list[int] = []
-        failures: list[Failure] = []
-        converted: list[Converted] = []
+    def resume(self) -> int:
+        """Keep the units an earlier run finished (their members and accounts); the number of units kept."""
+        kept = _resumed_units(self.writers, self.stems, self.folder, self.units, self.options_fp, self.unit_inputs)
         for marker in kept:
             failed = {f.index for f in marker.failures}
-            written_inputs += [j for j in _positions(marker) if j not in failed]
-            failures += [Failure(f.input, f.reason) for f in marker.failures]
-            converted += [Converted(c.input, c.reason) for c in marker.warnings]
-        start = min(len(kept) * UNIT_INPUTS, n_inputs)
-        spans = _unit_spans(n_inputs, len(kept), job.block)
-        began, done, finished = time.monotonic(), start, start
-        phase = job.phase
-        if progress:
-            progress(phase, done, n_inputs)
+            self.written_inputs += [j for j in _positions(marker) if j not in failed]
+            self._account(marker.failures, marker.warnings)
+        self.finished = min(len(kept) * UNIT_INPUTS, self.job.n_inputs)
+        return len(kept)
+
+    def _account(self, failures: list[Entry], converted: list[Entry]) -> None:
+        self.failures += [Failure(f.input, f.reason) for f in failures]
+        self.converted += [Converted(c.input, c.reason) for c in converted]
+
+    def write_units(self, first_unit: int) -> None:
+        """Convert the inputs from unit ``first_unit`` on, on the pool, and append them in order, unit after unit."""
+        job, run, n_inputs = self.job, self.run, self.job.n_inputs
+        spans = _unit_spans(n_inputs, first_unit, job.block)
+        done = self.finished
+        if run.progress:
+            run.progress(job.phase, done, n_inputs)
         pool = Pool((run.workers or default_workers()) if len(spans) > 1 else 1, preload=(job.work.__module__,),
                     initializer=job.initializer, initargs=job.initargs)  # preload: imported once, not per worker
         calls = ({"span": (a, b), **(job.payload(a, b) if job.payload else {})} for _u, a, b in spans)
-        results_in_order = run_units(job.work, calls, pool)
         unit: _UnitResult | None = None
-        for (u, a, b), results in zip(spans, results_in_order):
+        for (u, a, b), results in zip(spans, run_units(job.work, calls, pool)):
             if unit is None:
-                unit = _UnitResult(a, min(UNIT_INPUTS, n_inputs - a), sizes=[w.size for w in writers])
-                start_unit(folder, Plan(u, a, unit.count, options_fp, unit_inputs(u)), units)
-            for j, (members, note) in enumerate(results, start=a):
-                if members is None:
-                    unit.failures.append(Entry(job.describe(j), str(note), j))
-                    continue
-                if note is not None:
-                    unit.converted.append(Entry(job.describe(j), note, j))
-                index = len(written_inputs)
-                for w, (stem, ext), data in zip(writers, stems, members):
-                    w.add(member_name(index, stem, ext), data)
-                written_inputs.append(j)
-                unit.written += 1
+                unit = _UnitResult(u, a, min(UNIT_INPUTS, n_inputs - a), sizes=[w.size for w in self.writers])
+                start_unit(self.folder, Plan(u, a, unit.count, self.options_fp, self.unit_inputs(u)), self.units)
+            self._append(unit, a, results)
             done += len(results)
-            for w in writers:
-                w.flush()  # the block's members are complete on disk before the test hook may pause here
             if b == unit.first + unit.count:
-                marker = Marker(unit=u, first=unit.first, count=unit.count, options=options_fp, inputs=unit_inputs(u),
-                                stamps=[], names=[],
-                                shards=[ShardDone(t.dest.name, unit.written, w.size - size)
-                                        for t, w, size in zip(targets, writers, unit.sizes)],
-                                written=unit.written, failures=unit.failures, warnings=unit.converted)
-                with critical():
-                    storage.write_bytes(marker_path(folder, u, units), marker.to_bytes())
-                failures += [Failure(f.input, f.reason) for f in unit.failures]
-                converted += [Converted(c.input, c.reason) for c in unit.converted]
-                finished += unit.count
+                self._end_unit(unit)
                 unit = None
-            if progress:
-                progress(phase, done, n_inputs)
+            if run.progress:
+                run.progress(job.phase, done, n_inputs)
             output_done()
-        seconds = time.monotonic() - began
-        failure_docs = [f.to_json() for f in failures]
+
+    def _append(self, unit: _UnitResult, a: int, results: list[Result]) -> None:
+        """Append one block's members (inputs ``a..``) to every zip, noting its failures and conversions."""
+        for j, (members, note) in enumerate(results, start=a):
+            if members is None:
+                unit.failures.append(Entry(self.job.describe(j), str(note), j))
+                continue
+            if note is not None:
+                unit.converted.append(Entry(self.job.describe(j), note, j))
+            index = len(self.written_inputs)
+            for w, (stem, ext), data in zip(self.writers, self.stems, members):
+                w.add(member_name(index, stem, ext), data)
+            self.written_inputs.append(j)
+            unit.written += 1
+        for w in self.writers:
+            w.flush()  # the block's members are complete on disk before the test hook may pause here
+
+    def _end_unit(self, unit: _UnitResult) -> None:
+        """Leave the marker of a unit whose last member is on disk, and count it as finished."""
+        marker = Marker(unit=unit.unit, first=unit.first, count=unit.count, options=self.options_fp,
+                        inputs=self.unit_inputs(unit.unit), stamps=[], names=[],
+                        shards=[ShardDone(t.dest.name, unit.written, w.size - size)
+                                for t, w, size in zip(self.job.targets, self.writers, unit.sizes)],
+                        written=unit.written, failures=unit.failures, warnings=unit.converted)
+        with critical():
+            storage.write_bytes(marker_path(self.folder, unit.unit, self.units), marker.to_bytes())
+        self._account(unit.failures, unit.converted)
+        self.finished += unit.count
+
+    def finish(self, resumed: int, seconds: float) -> list[ZipSummary]:
+        """Finish every zip (``dataset.json`` with the labels, provenance), write ``failures.json`` and remove
+        the markers: one summary per target."""
+        job, n_inputs, written = self.job, self.job.n_inputs, len(self.written_inputs)
+        failure_docs = [f.to_json() for f in self.failures]
+        report = job.targets[0].dest.parent / FAILURES_FILE
         summaries = []
-        report = targets[0].dest.parent / FAILURES_FILE
-        for t, w in zip(targets, writers):
+        for t, w in zip(job.targets, self.writers):
             labels: list[list[str | int | None]] | None = [
-                [member_name(k, t.stem, t.ext), t.labels[j]] for k, j in enumerate(written_inputs)]
+                [member_name(k, t.stem, t.ext), t.labels[j]] for k, j in enumerate(self.written_inputs)]
             if labels is not None and any(label is None for _, label in labels):
                 labels = None
-            info = {**fingerprint.record(transform=t.transform), **t.extra, "inputs": n_inputs,
-                    "written": len(written_inputs), "failed": len(failures), "failures": failure_docs,
-                    "converted_modes": [c.to_json() for c in converted]}
+            info = {**job.fingerprint.record(transform=t.transform), **t.extra, "inputs": n_inputs,
+                    "written": written, "failed": len(self.failures), "failures": failure_docs,
+                    "converted_modes": [c.to_json() for c in self.converted]}
             w.finish(dataset_json_bytes(labels), info)
-            summaries.append(ZipSummary(path=str(t.dest), seen=n_inputs, written=len(written_inputs),
-                                        failed=len(failures), failures_path=str(report), seconds=seconds,
-                                        converted=tuple(converted), resumed=start))
-        write_failures(str(report), job.command, n_inputs, len(written_inputs), failure_docs,
-                       {"outputs": [t.dest.name for t in targets]})
-        job_dir = Path(folder, units).parent
-        shutil.rmtree(job_dir, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            job_dir.parent.rmdir()  # ``.fgdata/zips``, when no other job of the folder is unfinished
+            summaries.append(ZipSummary(path=str(t.dest), seen=n_inputs, written=written,
+                                        failed=len(self.failures), failures_path=str(report), seconds=seconds,
+                                        converted=tuple(self.converted), resumed=resumed))
+        write_failures(str(report), job.command, n_inputs, written, failure_docs,
+                       {"outputs": [t.dest.name for t in job.targets]})
+        remove_job_folder(Path(self.folder, self.units).parent)
         return summaries
-    except Interrupted as stop:
-        stop.done = finished  # what the rerun keeps: the inputs of finished units
-        raise
-    finally:
-        for w in writers:
+
+    def close(self) -> None:
+        for w in self.writers:
             w.close()
 
 

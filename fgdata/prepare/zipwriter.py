@@ -175,7 +175,7 @@ class Provenance:
     """``<zip>.provenance.json`` of a zip fgdata wrote (docs/FORMATS.md), read back.
 
     ``record`` is the document as written: the fingerprint record (compared key by key on a rerun), the
-    transform and what each pass adds; the fields a rerun reads are typed beside it. A rank's latent part has
+    transform and what each pass adds; the fields a rerun reads are typed beside it. A latent unit's part has
     no counts (``written`` None) and names its ``launch``.
     """
 

@@ -160,8 +160,8 @@ def test_two_ranks_merge_into_the_single_rank_zip(imagenet_root, tiny_vae_dir, t
     rgb, single = tmp_path / "imagenet-256" / "imagenet_256_rgb.zip", tmp_path / "imagenet-256" / "imagenet_256_sd.zip"
     dest = tmp_path / "two" / "imagenet_256_sd.zip"
     part = encode_latent_zip(rgb, dest, latents, rank=1, world_size=2)
-    assert (part.seen, part.whole_job, part.failures_path) == (3, False, None) and not dest.exists()  # images 2..4
-    assert part.path.endswith("imagenet_256_sd.zip.rank00001-of-00002.zip")
+    assert (part.seen, part.whole_job, part.failures_path) == (2, False, None) and not dest.exists()  # images 3, 4
+    assert part.path == str(dest)  # its share of the zip rank 0 writes
     encode_latent_zip(rgb, dest, latents, rank=0, world_size=2)
     with zipfile.ZipFile(single) as a, zipfile.ZipFile(dest) as b:
         assert a.namelist() == b.namelist() and a.read("dataset.json") == b.read("dataset.json")
@@ -172,9 +172,52 @@ def test_two_ranks_merge_into_the_single_rank_zip(imagenet_root, tiny_vae_dir, t
         "failures.json", "imagenet_256_sd.zip", "imagenet_256_sd.zip.provenance.json"]
 
 
+def test_a_stopped_latent_pass_keeps_its_finished_units_and_appends_them_in_order(imagenet_root, tiny_vae_dir,
+                                                                                 tmp_path, monkeypatch):
+    """Latent units of 2 positions (5 latents: units 0, 1 and 2): a stop in unit 2 leaves units 0 and 1 with their
+    markers and parts and unit 2 with its plan; a torn marker's unit is encoded again, and the zip the one
+    finishing step appends is the uninterrupted run's, byte for byte."""
+    import fgdata.prepare.build as build
+    from fgdata.jobs.units import Marker, Plan
+
+    monkeypatch.setattr(build, "UNIT_INPUTS", 2)
+    latents = LatentZipOptions(str(tiny_vae_dir), device="cpu", batch_size=1)
+    prepare_imagenet256(ImagenetOptions(imagenet_root, tmp_path / "a", max_images=5), latents, ZipRun(workers=1))
+
+    def stop(phase, done, total):
+        if phase.startswith("encode") and done == 5:  # the last latent of unit 2 is in its part, not its marker
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        prepare_imagenet256(ImagenetOptions(imagenet_root, tmp_path / "b", max_images=5), latents,
+                            ZipRun(workers=1, progress=stop))
+    folder = tmp_path / "b" / "imagenet-256"
+    job = folder / ".fgdata" / "zips" / "imagenet_256_sd.zip"
+    found = [(p.name, Marker.parse(p.read_bytes()), Plan.parse(p.read_bytes())) for p in sorted((job / "units").iterdir())]
+    assert [(name, m is not None, p is not None) for name, m, p in found] == [
+        ("000000.json", True, False), ("000001.json", True, False), ("000002.json", False, True)]
+    assert sorted(p.name for p in (job / "parts").iterdir()) == [
+        "unit000000.zip", "unit000000.zip.provenance.json", "unit000001.zip", "unit000001.zip.provenance.json",
+        "unit000002.zip.partial", "unit000002.zip.partial.json"]
+    assert not (folder / "imagenet_256_sd.zip").exists()
+    (job / "units" / "000001.json").write_text('{"format": "fgdata.unit", "vers')  # torn: its unit is encoded again
+    started = []
+
+    def record(phase, done, total):
+        if phase.startswith("encode"):
+            started.append(done)
+
+    again = prepare_imagenet256(ImagenetOptions(imagenet_root, tmp_path / "b", max_images=5), latents,
+                                ZipRun(workers=1, progress=record))
+    assert started[0] == 2 and again[0].kept  # unit 0 kept, encoded on from unit 1
+    for name in ("imagenet_256_sd.zip", "imagenet_256_sd.zip.provenance.json", "failures.json"):
+        assert (folder / name).read_bytes() == (tmp_path / "a" / "imagenet-256" / name).read_bytes(), name
+    assert not (folder / ".fgdata" / "zips").exists()
+
+
 def test_rank_0_never_merges_a_part_written_with_other_options(imagenet_root, tiny_vae_dir, tmp_path, monkeypatch):
-    """A finished rank-1 part of bfloat16 latents sits under the part's name; a float32 job's rank 0 waits for
-    rank 1's own part (here: in vain, bounded) instead of merging it."""
+    """Rank 1's finished unit of bfloat16 latents (its marker and part) sits where the unit's go; a float32 job's
+    rank 0 waits for rank 1's own unit (here: in vain, bounded) instead of appending it."""
     from fgdata.prepare.latents import encode_latent_zip
 
     prepare_imagenet256(ImagenetOptions(imagenet_root, tmp_path, max_images=5),
@@ -182,11 +225,10 @@ def test_rank_0_never_merges_a_part_written_with_other_options(imagenet_root, ti
     rgb = tmp_path / "imagenet-256" / "imagenet_256_rgb.zip"
     dest = tmp_path / "two" / "imagenet_256_sd.zip"
     other = LatentZipOptions(str(tiny_vae_dir), dtype="bfloat16", device="cpu", batch_size=3)
-    assert encode_latent_zip(rgb, dest, other, rank=1, world_size=2).seen == 3
+    assert encode_latent_zip(rgb, dest, other, rank=1, world_size=2).seen == 2
     monkeypatch.setenv("FGDATA_WAIT_TIMEOUT", "0.2")
     latents = LatentZipOptions(str(tiny_vae_dir), device="cpu", batch_size=3)
-    with pytest.raises(FgdataError, match=r"the other ranks' part files: still missing .*rank00001-of-00002\.zip "
-                                          r"\(rank 1\)"):
+    with pytest.raises(FgdataError, match=r"the other ranks' units: still missing after .*: unit 1 \(rank 1\)"):
         encode_latent_zip(rgb, dest, latents, rank=0, world_size=2)
     assert not dest.exists()
 
