@@ -219,10 +219,6 @@ def test_the_layer_check_sees_every_form_of_import():
 # Where a pool may be made: the job core's executors. Everything else runs its work through them (directly, or
 # through an OrderedMap its caller hands down), so a worker that dies or a stop ends every command the same way.
 EXECUTOR_MODULES = {"jobs/local.py", "jobs/executor.py", "jobs/ray_executor.py"}
-# Private pools still being moved onto the job core's (each by its own change); empty this set as they land.
-POOLS_LEFT_TO_PORT = {
-    "prepare/latents.py",  # the latent zip's read-ahead, moving onto the job core with the latent job
-}
 _POOL_MODULES = {"concurrent.futures", "concurrent.futures.process", "concurrent.futures.thread", "multiprocessing",
                  "multiprocessing.pool", "multiprocessing.dummy"}
 _POOL_NAMES = {"ProcessPoolExecutor", "ThreadPoolExecutor", "Pool", "ThreadPool"}
@@ -256,10 +252,8 @@ def test_no_pool_outside_the_job_core_executors():
     that dies is one line, not a hang); a private pool elsewhere is a finding."""
     found = {str(p.relative_to(ROOT)): private_pools(p.read_text()) for p in sorted(ROOT.rglob("*.py"))}
     offenders = {path: pools for path, pools in found.items()
-                 if pools and path not in EXECUTOR_MODULES | POOLS_LEFT_TO_PORT}
+                 if pools and path not in EXECUTOR_MODULES}
     assert not offenders, offenders
-    ported = sorted(path for path in POOLS_LEFT_TO_PORT if not found.get(path))
-    assert not ported, f"no pool left in {ported}: remove them from POOLS_LEFT_TO_PORT"
 
 
 def test_the_pool_check_sees_every_form():
