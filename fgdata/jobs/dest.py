@@ -39,6 +39,7 @@ from typing import Any
 from fgdata import storage
 from fgdata.errors import FgdataError
 from fgdata.jobs import lease
+from fgdata.progress import Notify
 from fgdata.storage import staging_dir, temps
 
 STATE_DIR = ".fgdata"
@@ -50,7 +51,6 @@ SIDE_FILES = frozenset({STATE_DIR, "shard_count.json", "failures.json", "provena
 #: ``fgdata score``'s file beside a shard (:mod:`fgdata.shards.scores`).
 SCORES_SUFFIX = ".scores.jsonl"
 
-Notify = Callable[[str], None]
 
 
 # -- temporary files -------------------------------------------------------------------------------------

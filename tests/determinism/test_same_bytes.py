@@ -44,7 +44,7 @@ def _same(one: dict[str, bytes], two: dict[str, bytes], what: str) -> None:
 
 @pytest.mark.parametrize("name", [
     "shard images", "shard images png max-side", "shard images webp", "shard images keep", "shard videos",
-    "shard videos clips", "shard prompts", "encode latents", "encode text", "encode neg-prompt", "kd pairs", "prepare cifar10",
+    "shard videos clips", "shard prompts", "encode latents", "encode text", "encode neg-prompt", "kd pairs", "kd paths", "prepare cifar10",
     "prepare imagenet-64", "prepare imagenet-256", "fid-refs", "fid-refs edm2 pkl"])
 def test_a_second_run_writes_the_same_bytes(name: str, inputs: dict[str, Path], tmp_path: Path):
     argv = commands(inputs)[name]
