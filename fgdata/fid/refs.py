@@ -1,21 +1,24 @@
 """The ``fid-refs`` job: feature moments per chunk, split over ranks, merged into the reference files.
 
-Chunks are fixed ranges of the source's images (``chunk_size`` images, or whole shards), independent of the
-number of ranks, and each chunk is a work unit of the job core (:mod:`fgdata.jobs.units`): chunk ``c`` belongs
-to rank ``c mod world``, which writes its moments to ``<work>/chunk-NNNNN.npz`` atomically and then leaves the
-unit's marker ``<work>/units/NNNNNN.json``: the job's fingerprint (input, weights' checksums, input transforms,
-batch size, chunk size, device type), the chunk's own fingerprint and range, the chunk file with its size, the
-chunk's undecodable images and, under ``--no-resume``, the launch (:func:`fgdata.jobs.ranks.run_launch`). A
-rerun keeps every chunk the one resume rule keeps (:func:`fgdata.jobs.units.resumable`), whatever the world size
-was; a chunk file without a marker is computed again. The options a rerun must match are also in
-``<work>/job.json``, so a rerun with another byte option is refused naming the flag, as is a complete output
-written with other options (``--no-resume`` or ``--overwrite`` compute again).
+It runs through the job core's one driver (:func:`fgdata.jobs.driver.run_job`) as :class:`RefsJob`, with the
+output's work folder as its DST (its lock, ``.fgdata/``, and a file fgdata did not write there refused unless
+``--overwrite``). Chunks are fixed ranges of the source's images (``chunk_size`` images, or whole shards),
+independent of the number of ranks, and each chunk is a work unit: chunk ``c`` belongs to rank ``c mod world``,
+which writes its moments to ``<work>/chunk-NNNNN.npz`` atomically and then leaves the unit's marker
+``<work>/units/NNNNNN.json``: the job's fingerprint (input, weights' checksums, input transforms, batch size,
+chunk size, device type), the chunk's own fingerprint and range, the chunk file with its size, the chunk's
+undecodable images and, under ``--no-resume``, the launch (:func:`fgdata.jobs.ranks.run_launch`). A rerun keeps
+every chunk the one resume rule keeps (:func:`fgdata.jobs.units.resumable`, against the chunk files the work
+folder holds), whatever the world size was; a chunk file without a marker is computed again. The options a rerun
+must match are also in ``<work>/job.json``, so a rerun with another byte option is refused naming the flag, as is
+a complete output written with other options (``--no-resume`` or ``--overwrite`` compute again).
 
-Rank 0 waits for every other rank's markers (:func:`fgdata.jobs.units.wait_for_units`; under ``--no-resume``
-only this launch's), adds the chunks' moments in chunk order and writes the output and its provenance; so one
-process, any number of ranks and any resumed run give byte-identical files (the chunk sums are the same floats,
-added in the same order). Ranks coordinate through these files only, as the other fgdata jobs do: no process
-group spans the pass, and the work folder must be visible to every rank.
+Rank 0 waits for every other rank's markers (the driver's wait; under ``--no-resume`` only this launch's), then,
+as the job's final files (:meth:`RefsJob.write_final`), adds the chunks' moments in chunk order and writes the
+output, its ``<out>.failures.json`` and its provenance; so one process, any number of ranks and any resumed run
+give byte-identical files (the chunk sums are the same floats, added in the same order). Ranks coordinate through
+these files only, as the other fgdata jobs do: no process group spans the pass, and the work folder must be
+visible to every rank. The work folder is removed once the output is written.
 """
 
 from __future__ import annotations
@@ -99,7 +102,8 @@ class RefOptions:
     chunk_size: int = CHUNK_SIZE
     work_dir: str | None = field(default=None, metadata=RUNTIME)
     resume: bool = field(default=True, metadata=RUNTIME)  # keep a complete output and complete chunks of the same job
-    overwrite: bool = field(default=False, metadata=RUNTIME)  # replace an output that fgdata did not write
+    # replace an output that fgdata did not write; compute every chunk again (what else is in the work folder goes)
+    overwrite: bool = field(default=False, metadata=RUNTIME)
     wait_timeout: float | None = field(default=None, metadata=RUNTIME)
 
 
@@ -532,11 +536,16 @@ class RefsJob(JobDefinition[ChunkUnit]):
         return run_launch(settings.resume, settings.wait_timeout)
 
     def prepare(self, ctx: Context) -> None:
+        """``--overwrite`` removes what fgdata did not write in the work folder (rank 0, saying so); the job record
+        is checked (a rerun with another byte option is refused) or written."""
+        from fgdata.jobs.dest import check_foreign
         from fgdata.jobs.outputs import redoing
 
         if not ctx.resume:
             redoing(ctx.rank)
-        _check_record(self.job, self.dest, ctx.resume and not self.job.options.overwrite)
+        check_foreign(self.dest, self.kept_inputs(), overwrite=ctx.settings.overwrite and ctx.rank == 0,
+                      notify=ctx.notify)
+        _check_record(self.job, self.dest, ctx.resume)
 
     def plan(self) -> Iterator[ChunkUnit]:
         for chunk in self.chunks:
@@ -599,8 +608,9 @@ def compute_refs(source_path: str, out: str, options: RefOptions | None = None, 
     if kept is not None:
         return kept
     definition = RefsJob(job, work_dir(out, options.work_dir))
-    run_job(definition, RunSettings(resume=options.resume, wait_timeout=options.wait_timeout, rank=job.rank,
-                                    world=job.world, progress=progress, notify=notify, log=notify, on_start=on_start))
+    run_job(definition, RunSettings(resume=options.resume, overwrite=options.overwrite,
+                                    wait_timeout=options.wait_timeout, rank=job.rank, world=job.world,
+                                    progress=progress, notify=notify, log=notify, on_start=on_start))
     assert definition.result is not None  # summarize runs on every rank
     if definition.result.whole_job:
         _clean(definition.dest)
