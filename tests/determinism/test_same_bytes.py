@@ -111,7 +111,7 @@ def test_a_stopped_image_job_resumes_to_the_same_bytes(image_format: str, after:
 
 #: Writing commands that still run on drivers of their own, ported onto run_job by other branches of the same
 #: change; the set is emptied once those branches are merged.
-NOT_YET_ON_RUN_JOB = {"prepare", "fid-refs"}
+NOT_YET_ON_RUN_JOB = {"prepare"}
 
 
 def _writing_commands() -> list[str]:

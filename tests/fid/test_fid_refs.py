@@ -86,6 +86,27 @@ def test_a_reference_fgdata_did_not_write_is_kept_unless_overwrite(edm_zip, tmp_
     assert done.seen == len(images) and out.read_bytes() != before
 
 
+def test_the_work_folder_is_the_jobs_destination(edm_zip, tmp_path, tiny_net, tiny_inception_weights):
+    """A file fgdata did not write in the work folder is refused in one line naming it; --overwrite removes it
+    (saying so) and computes every chunk again; the output is a clean run's bytes and the folder, lock included,
+    is gone."""
+    zip_path, images = edm_zip
+    det = {"fid": _fid(tiny_net, tiny_inception_weights)}
+    clean, out = tmp_path / "clean.npz", tmp_path / "out.npz"
+    compute_refs(str(zip_path), str(clean), RefOptions(chunk_size=4, **CPU), detectors=det)
+    work = Path(f"{out}.chunks")
+    work.mkdir()
+    (work / "notes.txt").write_text("mine")
+    with pytest.raises(FgdataError, match=r"out\.npz\.chunks holds files fgdata did not write \(notes\.txt\)"):
+        compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, **CPU), detectors=det)
+    assert (work / "notes.txt").read_text() == "mine" and not out.exists()
+    said: list[str] = []
+    done = compute_refs(str(zip_path), str(out), RefOptions(chunk_size=4, overwrite=True, **CPU), detectors=det,
+                        notify=said.append)
+    assert any("notes.txt" in line and "--overwrite" in line for line in said), said
+    assert done.computed == len(images) and out.read_bytes() == clean.read_bytes() and not work.exists()
+
+
 def test_an_output_that_is_the_source_is_refused_even_with_overwrite(edm_zip, tmp_path, tiny_net,
                                                                       tiny_inception_weights):
     zip_path, _ = edm_zip
