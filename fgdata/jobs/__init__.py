@@ -14,14 +14,16 @@ for ``shard``, ``fgdata/encode/tasks.py`` for ``encode``/``kd``), that subclasse
   leaves its :class:`fgdata.jobs.units.Marker` (:func:`fgdata.jobs.units.start_unit` first, the marker last);
 - optional hooks, all typed: ``start`` (checks before DST is taken), ``prepare`` (under DST's lock: foreign
   files, the job record), ``launch``, ``redo``, ``met``/``keep``/``redoing``/``planned`` (resume bookkeeping),
-  ``executor`` (default: what the settings name), ``count`` (the command's own figures from each marker),
-  ``sweep``, ``report_fields`` (``failures.json``'s own fields), ``finish`` (its side files: provenance, stats),
+  ``unit_outputs`` (what a kept unit's marker is checked against: by default DST's shards), ``executor``
+  (default: what the settings name), ``count`` (the command's own figures from each marker), ``sweep``,
+  ``report_fields`` (``failures.json``'s own fields), ``write_final`` (the job's final files from the markers: by
+  default ``shard_count.json`` and ``failures.json``), ``finish`` (its side files: provenance, stats),
   ``summarize`` (its fields of the :class:`fgdata.jobs.summary.JobSummary`) and ``finished`` (closing notices).
 
 :class:`fgdata.jobs.driver.RunSettings` is how every job runs (engine, workers, resume, overwrite, wait timeout,
 the progress and notice callbacks of :mod:`fgdata.progress`); it never changes the bytes. ``run_job`` owns the
 rest: DST's lock, signals, unit ownership per torchrun rank, the one resume rule, rank 0's wait, the spool,
-finalize (``shard_count.json``, ``failures.json``), the sweep and the summary. Each call is noted in the file
+finalize (by default ``shard_count.json``, ``failures.json``), the sweep and the summary. Each call is noted in the file
 ``FGDATA_TEST_RUN_JOB_CALLS`` names (tests: every writing command runs through it).
 
 Each guarantee lives in exactly one module here:

@@ -18,9 +18,10 @@ job does the same way:
 5. **Waiting**: torchrun rank 0 waits (bounded by ``wait_timeout``) for every other rank's marker of this run.
 6. **Finalize** (the one process that finishes: the only one, the Ray driver, rank 0): every marker is spooled to
    a local file as met (:class:`~fgdata.jobs.units.Spool`), leftovers of dead workers are cleared, what no unit
-   claims is swept (:meth:`JobDefinition.sweep`), ``shard_count.json`` and ``failures.json`` are streamed from the
-   markers (:func:`fgdata.jobs.units.finalize`), then the command writes its own side files
-   (:meth:`JobDefinition.finish`).
+   claims is swept (:meth:`JobDefinition.sweep`), the job's final files are written from the markers in unit order
+   (:meth:`JobDefinition.write_final`: by default ``shard_count.json`` and ``failures.json``,
+   :func:`fgdata.jobs.units.finalize`; a command whose outputs are not shards writes its own), then the command
+   writes its own side files (:meth:`JobDefinition.finish`).
 7. **Summary**: one :class:`~fgdata.jobs.summary.JobSummary` (a rank other than 0: its own share), which the
    command completes with its own figures (:meth:`JobDefinition.summarize`).
 
@@ -165,8 +166,12 @@ class JobDefinition(ABC, Generic[U]):
     dest: str
     folder: str = UNITS_DIR
     stats: bool = False
-    others: str = "work units of other ranks"  # what rank 0 waits for, in its message
+    others: str = "work units of other ranks"  # what rank 0 waits for, in its message ("": DST alone names it)
     relist: bool = True  # list DST again after prepare (False: it removes nothing a kept unit could claim)
+    #: Whether DST is the job's own folder, where a file fgdata did not write is refused (``--overwrite``: removed).
+    #: False: DST is shared with files of other tools and jobs (a data root); the engine calls none of them foreign
+    #: and the definition's ``prepare`` checks the outputs it names itself.
+    owns_dest: bool = True
 
     # -- before and while taking DST
     def start(self, settings: RunSettings, rank: int, world: int) -> None:
@@ -209,6 +214,12 @@ class JobDefinition(ABC, Generic[U]):
     def planned(self, ctx: Context, markers: set[int]) -> None:
         """The plan ended (``markers``: the units that had a marker when the job started)."""
 
+    def unit_outputs(self, ctx: Context) -> dict[str, tuple[int, str]]:
+        """The units' outputs DST holds (name -> (size, version)), listed once after :meth:`prepare`: what the
+        resume rule checks a kept unit's marker against. By default its shards; a command whose units write other
+        files (``.npz`` moments) lists those."""
+        return ctx.present
+
     # -- running
     def executor(self, settings: RunSettings) -> Executor:
         """Where the units run (by default what the settings name: :func:`executor_of`)."""
@@ -237,6 +248,13 @@ class JobDefinition(ABC, Generic[U]):
 
     def retryable(self, reason: str) -> bool:
         return False
+
+    def write_final(self, ctx: Context) -> Totals:
+        """The job's final files, from every marker in unit order (:func:`markers_of`), and its totals: by default
+        ``shard_count.json`` and ``failures.json`` (with ``stats`` ``shard_stats.json``) in DST. A command whose
+        units' outputs are parts of other files (the sums one reference is made of) writes those instead."""
+        return finalize(self.dest, self.command, ctx.spool, dict(self.report_fields(ctx)), self.stats,
+                        self.retryable)
 
     def finish(self, ctx: Context, totals: Totals) -> None:
         """The command's own side files, once the counts and the failure report are written."""
@@ -282,7 +300,8 @@ def run_job(job: JobDefinition[U], settings: RunSettings | None = None) -> JobSu
 
         settings = replace(settings, resume=False)
     removes = settings.overwrite and rank == 0
-    refuse = partial(destmod.check_removable if removes else destmod.check_foreign, job.dest, job.kept_inputs())
+    refuse = partial(destmod.check_removable if removes else destmod.check_foreign, job.dest, job.kept_inputs()) \
+        if job.owns_dest else None
     ctx = Context(settings, rank, world, (job.fingerprint(), job.launch(settings, world)))
     try:
         with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse, world) as lock:
@@ -309,8 +328,7 @@ def run_job(job: JobDefinition[U], settings: RunSettings | None = None) -> JobSu
             # Every unit is in: no rank or Ray worker moves a shard any more, so a temporary left now is a dead one's.
             destmod.clear_leftovers(job.dest)
             job.sweep(ctx)
-            fields = job.report_fields(ctx)
-            totals = finalize(job.dest, job.command, ctx.spool, dict(fields), job.stats, job.retryable)
+            totals = job.write_final(ctx)
             job.finish(ctx, totals)
             summary = job.summarize(_whole(job, ctx, totals), ctx, totals)
             job.finished(summary, ctx)
@@ -336,7 +354,7 @@ def _pending(job: JobDefinition[U], ctx: Context) -> Iterator[U]:
     show)."""
     markers = existing_markers(job.dest, job.folder) if ctx.resume else set()
     options_fp = ctx.stamp[0]
-    size_of: SizeOf = listed_sizes(ctx.present)
+    size_of: SizeOf = listed_sizes(job.unit_outputs(ctx))
     mine = (lambda _n: True) if ctx.world == 1 else (lambda n: owner(n, ctx.world) == ctx.rank)
     for unit in job.plan():
         ctx.units = unit.number + 1
@@ -369,7 +387,8 @@ def _gather(job: JobDefinition[U], ctx: Context) -> None:
 
     wait_for_units(job.dest, [u for u in range(ctx.units) if u not in ctx.spool],
                    (final, lambda plan: is_started(plan, ctx.stamp, ctx.expected[plan.unit])),
-                   partial(_add, job, ctx, fresh=None), ctx.world, f"{job.dest}: {job.others}",
+                   partial(_add, job, ctx, fresh=None), ctx.world,
+                   f"{job.dest}: {job.others}" if job.others else job.dest,
                    ctx.settings.wait_timeout, ctx.settings.log, folder=job.folder,
                    name=job.unit_name)
 
