@@ -111,7 +111,7 @@ def test_a_stopped_image_job_resumes_to_the_same_bytes(image_format: str, after:
 
 #: Writing commands that still run on drivers of their own, ported onto run_job by other branches of the same
 #: change; the set is emptied once those branches are merged.
-NOT_YET_ON_RUN_JOB = {"prepare", "fid-refs"}
+NOT_YET_ON_RUN_JOB = {"fid-refs"}
 
 
 def _writing_commands() -> list[str]:
@@ -149,4 +149,6 @@ def test_every_writing_command_runs_through_the_one_driver(inputs: dict[str, Pat
         calls = tmp_path / f"{command.replace(' ', '-')}.calls"
         monkeypatch.setenv(CALLS_ENV, str(calls))
         run(argv, tmp_path / command.replace(" ", "-"))
-        assert calls.read_text().split("\n")[:-1] == [command], command
+        noted = calls.read_text().split("\n")[:-1]
+        # once, under its own name; a command whose argument names the dataset (prepare cifar10) runs a pass each
+        assert noted == [command] or (noted and all(n.startswith(f"{command} ") for n in noted)), (command, noted)
