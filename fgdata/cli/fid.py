@@ -116,9 +116,10 @@ def fid_refs(
             from fgdata.errors import FgdataError
 
             raise FgdataError(f"dataset zip not found: {'; '.join(missing)}")
-    from fgdata.cli.jobrun import finish, notes
-    from fgdata.cli.render import phase_progress
+    from fgdata.cli.jobrun import JobBar, finish, notes, run_job
+    from fgdata.cli.render import progress
     from fgdata.compute import resolve_device
+    from fgdata.distributed import env_rank_world
 
     bars = out.bars
     quiet_model_libraries(bars=bars, quiet=out.quiet)
@@ -133,10 +134,20 @@ def fid_refs(
                 say(f"replacing {dest} (--overwrite)")
     cache = DetectorCache(options, resolve_device(options.device))
     started = time.perf_counter()
-    with phase_progress(enabled=bars) as update:
-        results = [compute_refs(src, target, options, detectors=cache, name=name, progress=update if bars else None,
-                                notify=say)
-                   for name, src, target in jobs]
+    rank, world = env_rank_world()
+
+    def run_all() -> list[RefResult]:
+        """One bar per output (its images on this rank), each job stopped cleanly by SIGINT/SIGTERM."""
+        done = []
+        with progress(enabled=bars) as shown:
+            for name, src, target in jobs:
+                label = name or Path(target).name
+                bar = JobBar(shown, label if world == 1 else f"{label} rank {rank}", None)
+                done.append(compute_refs(src, target, options, detectors=cache, name=name, progress=bar.advance,
+                                         on_start=bar.total, notify=say))
+        return done
+
+    results = run_job(run_all)
     if len(jobs) == 1:
         source, output = jobs[0][1], jobs[0][2]
     else:

@@ -25,9 +25,9 @@ import hashlib
 import json
 import os
 import re
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,26 +45,24 @@ from fgdata.errors import FgdataError, OptionError
 from fgdata.fid.detectors import DINOV2_DEFAULT, INCEPTION_DEFAULT, Detector
 from fgdata.fid.images import Chunk, ImageSource, open_source
 from fgdata.fid.stats import Moments, edm2_pkl_bytes, edm_npz_bytes, npz_bytes
+from fgdata.jobs.dest import STATE_DIR
+from fgdata.jobs.driver import Context, JobDefinition, RunSettings, markers_of
+from fgdata.jobs.executor import Executor
 from fgdata.jobs.options import RUNTIME, byte_options, check_record, check_same, fingerprint
-from fgdata.jobs.report import Failure, write_failures
-from fgdata.jobs.summary import OutputSummary
+from fgdata.jobs.report import Failure, category, write_failures
+from fgdata.jobs.summary import JobSummary, OutputSummary
 from fgdata.jobs.units import (
     Entry,
     Marker,
     Plan,
     ShardDone,
+    Totals,
     drop_markers_from,
     existing_markers,
-    is_final,
-    is_started,
-    listed_sizes,
     marker_path,
-    read_marker,
-    resumable,
     start_unit,
-    stat_sizes,
-    wait_for_units,
 )
+from fgdata.progress import Notify, ProgressFn
 
 FID_REFS_DIR = "fid-refs"
 #: Name -> (dataset zip under the data root, the ``fgdata prepare`` target that makes it, reference file).
@@ -80,8 +78,6 @@ CHUNK_SIZE = 50_000
 JOB_FORMAT = 1
 ACCUMULATION = ("every image once, no xflip; uint8 RGB NCHW into the detector; features as float64; "
                 "mu = sum(f) / n; sigma = (sum(f^T f) - n mu mu^T) / (n - 1)")
-
-ProgressFn = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -416,88 +412,48 @@ def _kept_output(job: _RefJob) -> RefResult | None:
                      world_size=job.world, provenance=kept.record)
 
 
-def _open_work(job: _RefJob) -> tuple[str, set[int]]:
-    """The work folder, with its job record checked (or written), and the units an earlier run left markers for."""
-    options = job.options
-    work = work_dir(job.out, options.work_dir)
-    storage.make_dirs(work)
+def _check_record(job: _RefJob, work: str, resume: bool) -> None:
+    """The work folder's job record checked (a rerun with another byte option is refused naming the flag) or
+    written."""
     earlier = existing_markers(work, UNITS)
     check_record(storage.join(work, RECORD_FILE), work,
                  {"format": RECORD_FORMAT, "version": RECORD_VERSION, "command": "fid-refs", "options": job.record},
-                 options.resume and not options.overwrite and bool(earlier), True,  # every rank: the same bytes
+                 resume and bool(earlier), True,  # every rank: the same bytes
                  "written by an earlier fgdata version; rerun with --no-resume to compute it again")
-    return work, earlier
 
 
-@dataclass
-class _Share:
-    """What this rank did with the chunks it owns: their markers (by chunk), and the images computed here, taken
-    from an earlier run's chunk files and left out as undecodable."""
+@dataclass(frozen=True)
+class ChunkUnit:
+    """One work unit: chunk ``number`` of the source, and its fingerprint (the job's identity and its range)."""
 
-    markers: dict[int, Marker]
-    total: int
-    computed: int = 0
-    reused: int = 0
-    failed: int = 0
+    number: int
+    inputs: str
+    chunk: Chunk
 
 
-def _run_own_chunks(job: _RefJob, work: str, earlier: set[int], launch: str | None, chunks: list[Chunk],
-                    chunk_fp: dict[int, str], progress: ProgressFn | None) -> _Share:
-    """Each chunk this rank owns: kept when an earlier run's marker passes the one resume rule, else computed,
-    its file written and then its marker."""
-    from fgdata.jobs.outputs import output_done
-    from fgdata.jobs.ranks import owned
-
-    options = job.options
-    size_of = listed_sizes({i.name: (i.size, i.version) for i in storage.list_dir(work, ".npz")})
-    mine = owned(chunks, job.rank, job.world)
-    share = _Share({}, sum(c.size for c in mine))
-    done = 0
-    phase = job.label if job.world == 1 else f"{job.label} rank {job.rank}"
-
-    def tick(n: int) -> None:
-        nonlocal done
-        done += n
-        if progress:
-            progress(phase, done, share.total)
-
-    for chunk in mine:
-        marker = read_marker(work, chunk.index, UNITS) if options.resume and chunk.index in earlier else None
-        if marker is not None and marker.inputs == chunk_fp[chunk.index] and resumable(marker, job.fp, size_of):
-            share.reused += chunk.size
-            tick(chunk.size)
-        else:
-            marker = _compute_unit(job, work, chunk, chunk_fp[chunk.index], launch, tick)
-            share.computed += chunk.size
-            output_done()
-        share.failed += len(marker.failures)
-        share.markers[chunk.index] = marker
-    return share
-
-
-def _compute_unit(job: _RefJob, work: str, chunk: Chunk, chunk_fp: str, launch: str | None,
+def _compute_unit(job: _RefJob, work: str, unit: ChunkUnit, launch: str | None,
                   tick: Callable[[int], None]) -> Marker:
     """One unit: its start recorded, the chunk's moments computed and written, then its marker."""
-    start_unit(work, Plan(chunk.index, chunk.start, chunk.size, job.fp, chunk_fp, launch), UNITS)
+    chunk = unit.chunk
+    start_unit(work, Plan(chunk.index, chunk.start, chunk.size, job.fp, unit.inputs, launch), UNITS)
     moments, undecoded = _compute_chunk(job.source, chunk, job.dets, job.options, job.device, tick)
     file = _chunk_name(chunk.index)
     summed = chunk.size - len(undecoded)
     size = _write_chunk(os.path.join(work, file), ChunkFile(moments))
-    marker = Marker(unit=chunk.index, first=chunk.start, count=chunk.size, options=job.fp, inputs=chunk_fp,
+    marker = Marker(unit=chunk.index, first=chunk.start, count=chunk.size, options=job.fp, inputs=unit.inputs,
                     stamps=[], names=[], shards=[ShardDone(file, summed, size)], written=summed, failures=undecoded,
                     warnings=[], launch=launch)
     storage.write_bytes(marker_path(work, chunk.index, UNITS), marker.to_bytes())
     return marker
 
 
-def _sum_chunks(job: _RefJob, work: str, chunks: list[Chunk],
-                markers: dict[int, Marker]) -> tuple[dict[str, Moments], list[Failure]]:
+def _sum_chunks(job: _RefJob, work: str, chunks: list[Chunk], markers: Iterable[Marker]) -> tuple[dict[str, Moments], list[Failure]]:
     """Every chunk's moments added in chunk order (the same floats in the same order, whoever computed them), and
     the images left out; a chunk file that does not match its marker loses the marker, so a rerun computes it."""
     totals = {m: Moments.zeros(d.dim) for m, d in job.dets.items()}
     failures: list[Failure] = []
-    for chunk in chunks:
-        marker = markers[chunk.index]
+    for chunk, marker in zip(chunks, markers, strict=True):
+        assert marker.unit == chunk.index  # the driver hands every unit's marker, in unit order
         path = os.path.join(work, marker.shards[0].name)
         part = ChunkFile.read(path, job.metrics)
         if part is None or any(m.n != marker.written for m in part.moments.values()):
@@ -539,61 +495,127 @@ def _write_output(job: _RefJob, totals: dict[str, Moments], failures: list[Failu
     return provenance
 
 
+
+class RefsJob(JobDefinition[ChunkUnit]):
+    """One output's job on the one driver (:func:`fgdata.jobs.driver.run_job`): DST is the work folder, each chunk
+    a unit whose output is its ``chunk-NNNNN.npz``; the final files are the reference, its failure report and its
+    provenance beside ``out``, not the driver's ``shard_count.json``/``failures.json``.
+
+    The units run in this process, one after another: the detectors are loaded here on this rank's device, and a
+    pool would load them once per worker to share the one accelerator."""
+
+    command = "fid-refs"
+    folder = UNITS
+    others = ""  # the wait names the work folder: "waiting for OUT.chunks: N missing"
+
+    def __init__(self, job: _RefJob, work: str):
+        self.job, self.dest = job, work
+        self.chunks = job.chunks()
+        self.chunk_fp = job.chunk_fingerprints(self.chunks)
+        self.computed = 0
+        self.result: RefResult | None = None
+        self.provenance: dict[str, Any] | None = None
+
+    def kept_inputs(self) -> list[str]:
+        """What an earlier run of this job left in the work folder is fgdata's own (the only other content is
+        foreign)."""
+        if not storage.is_dir(self.dest):
+            return []
+        return [n for n in storage.list_names(self.dest) if n in (UNITS, RECORD_FILE) or _CHUNK.fullmatch(n)]
+
+    def fingerprint(self) -> str:
+        return self.job.fp
+
+    def launch(self, settings: RunSettings, world: int) -> str | None:
+        from fgdata.jobs.ranks import run_launch
+
+        return run_launch(settings.resume, settings.wait_timeout)
+
+    def prepare(self, ctx: Context) -> None:
+        from fgdata.jobs.outputs import redoing
+
+        if not ctx.resume:
+            redoing(ctx.rank)
+        _check_record(self.job, self.dest, ctx.resume and not self.job.options.overwrite)
+
+    def plan(self) -> Iterator[ChunkUnit]:
+        for chunk in self.chunks:
+            yield ChunkUnit(chunk.index, self.chunk_fp[chunk.index], chunk)
+
+    def unit_outputs(self, ctx: Context) -> dict[str, tuple[int, str]]:
+        return {i.name: (i.size, i.version) for i in storage.list_dir(self.dest, ".npz")}
+
+    def execute(self, pending: Iterator[ChunkUnit], executor: Executor, ctx: Context) -> Iterator[Marker]:
+        from fgdata.jobs.outputs import output_done
+        from fgdata.jobs.ranks import owned
+
+        if ctx.settings.on_start:
+            ctx.settings.on_start(sum(c.size for c in owned(self.chunks, ctx.rank, ctx.world)))
+        for unit in pending:
+            yield _compute_unit(self.job, self.dest, unit, ctx.stamp[1], ctx.progress)
+            output_done()
+
+    def count(self, marker: Marker, ctx: Context, fresh: bool | None) -> None:
+        self.computed += marker.count if fresh else 0
+
+    def unit_name(self, number: int) -> str:
+        return _chunk_name(number)
+
+    def write_final(self, ctx: Context) -> Totals:
+        totals, failures = _sum_chunks(self.job, self.dest, self.chunks, markers_of(ctx))
+        self.provenance = _write_output(self.job, totals, failures, ctx.units)
+        written = self.job.source.count - len(failures)
+        return Totals(inputs=self.job.source.count, written=written, failed=len(failures),
+                      failed_by_reason=Counter(category(f.reason) for f in failures))
+
+    def summarize(self, summary: JobSummary, ctx: Context, totals: Totals | None) -> JobSummary:
+        whole = totals is not None
+        self.result = RefResult(path=self.job.out, seen=summary.seen, written=summary.written, failed=summary.failed,
+                                failures_path=failures_path(self.job.out) if whole else None, computed=self.computed,
+                                reused=ctx.resumed, rank=ctx.rank, world_size=ctx.world, seconds=ctx.seconds,
+                                whole_job=whole, provenance=self.provenance)
+        return summary
+
+
+_CHUNK = re.compile(r"chunk-\d{5}\.npz")
+
+
 def compute_refs(source_path: str, out: str, options: RefOptions | None = None, *,
                  detectors: dict[str, Detector] | DetectorCache | None = None, name: str | None = None,
                  rank: int | None = None, world_size: int | None = None, progress: ProgressFn | None = None,
-                 notify: Callable[[str], None] | None = None) -> RefResult:
+                 on_start: Callable[[int | None], None] | None = None, notify: Notify | None = None) -> RefResult:
     """Reference statistics of every image of ``source_path`` into ``out`` (``.npz`` EDM or ``.pkl`` EDM2).
 
     ``detectors`` maps metric -> :class:`Detector` (tests pass tiny ones) or is a shared cache; by default they
-    load from ``options``. ``notify`` gets rank 0's line when it starts waiting for other ranks' chunks. On ranks
-    other than 0 the result covers only that rank's chunks.
+    load from ``options``. ``progress(images, 0)`` counts this rank's images as they are done (or kept), after
+    ``on_start`` got their number; ``notify`` gets rank 0's line when it starts waiting for other ranks' chunks.
+    On ranks other than 0 the result covers only that rank's chunks.
     """
-    from fgdata.jobs.outputs import redoing
-    from fgdata.jobs.ranks import run_launch
+    from fgdata.jobs.driver import RunSettings, run_job
 
     options = options or RefOptions()
     job = _plan(source_path, out, options, detectors, name, rank, world_size)
     kept = _kept_output(job)
     if kept is not None:
         return kept
-    launch = run_launch(options.resume, options.wait_timeout)
-    if not options.resume:
-        redoing(job.rank)
-    began = time.monotonic()
-    work, earlier = _open_work(job)
-    chunks = job.chunks()
-    chunk_fp = job.chunk_fingerprints(chunks)
-    share = _run_own_chunks(job, work, earlier, launch, chunks, chunk_fp, progress)
-    result = RefResult(path=out, seen=share.total, written=share.total - share.failed, failed=share.failed,
-                       failures_path=None, computed=share.computed, reused=share.reused, rank=job.rank,
-                       world_size=job.world, seconds=time.monotonic() - began, whole_job=False)
-    if job.rank != 0:
-        return result
-
-    markers = share.markers
-    now = stat_sizes(work)
-    wait_for_units(work, [c.index for c in chunks if c.index not in markers],
-                   (lambda m: is_final(m, (job.fp, launch), chunk_fp[m.unit], options.resume, now),
-                    lambda p: is_started(p, (job.fp, launch), chunk_fp[p.unit])),
-                   lambda m: markers.update({m.unit: m}), job.world, work, options.wait_timeout, notify,
-                   folder=UNITS, name=_chunk_name)
-    totals, failures = _sum_chunks(job, work, chunks, markers)
-    provenance = _write_output(job, totals, failures, len(chunks))
-    _clean(work)
-    written = job.source.count - len(failures)
-    return replace(result, seen=job.source.count, written=written, failed=len(failures),
-                   failures_path=failures_path(out), whole_job=True, provenance=provenance)
+    definition = RefsJob(job, work_dir(out, options.work_dir))
+    run_job(definition, RunSettings(resume=options.resume, wait_timeout=options.wait_timeout, rank=job.rank,
+                                    world=job.world, progress=progress, notify=notify, log=notify, on_start=on_start))
+    assert definition.result is not None  # summarize runs on every rank
+    if definition.result.whole_job:
+        _clean(definition.dest)
+    return definition.result
 
 
 def _clean(work: str) -> None:
-    """Remove the work folder's markers, chunk files and job record, and the folder itself when nothing else is
-    in it."""
+    """Remove the work folder's markers, chunk files, job record and job state (its lock), and the folder itself
+    when nothing else is in it."""
     drop_markers_from(work, 0, UNITS)
     for info in storage.list_dir(work, ".npz"):
-        if re.fullmatch(r"chunk-\d{5}\.npz", info.name):
+        if _CHUNK.fullmatch(info.name):
             storage.remove(os.path.join(work, info.name))
     storage.remove(storage.join(work, RECORD_FILE))
+    storage.remove_tree(storage.join(work, STATE_DIR))
     for folder in (os.path.join(work, UNITS), work):
         with contextlib.suppress(OSError):
             os.rmdir(folder)

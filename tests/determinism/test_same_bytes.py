@@ -109,11 +109,6 @@ def test_a_stopped_image_job_resumes_to_the_same_bytes(image_format: str, after:
     _same(reference, bytes_of(dest), f"stopped after {after} ({signal.Signals(sig).name}), rerun")
 
 
-#: Writing commands that still run on drivers of their own, ported onto run_job by other branches of the same
-#: change; the set is emptied once those branches are merged.
-NOT_YET_ON_RUN_JOB = {"fid-refs"}
-
-
 def _writing_commands() -> list[str]:
     """The CLI's writing commands: every command that takes ``--resume`` (a job that keeps what it finished)."""
     import typer
@@ -142,8 +137,6 @@ def test_every_writing_command_runs_through_the_one_driver(inputs: dict[str, Pat
     assert {"shard images", "encode latents", "kd pairs"} <= set(writing)  # the listing itself sees the jobs
     cases = commands(inputs)
     for command in writing:
-        if command in NOT_YET_ON_RUN_JOB:
-            continue
         argv = next((a for a in cases.values() if " ".join(a[:len(command.split())]) == command), None)
         assert argv is not None, f"{command}: a writing command with no case in _commands"
         calls = tmp_path / f"{command.replace(' ', '-')}.calls"
