@@ -136,12 +136,20 @@ def test_every_writing_command_runs_through_the_one_driver(inputs: dict[str, Pat
     writing = _writing_commands()
     assert {"shard images", "encode latents", "kd pairs"} <= set(writing)  # the listing itself sees the jobs
     cases = commands(inputs)
+    dataset = tmp_path / "dataset"
+    run(cases["shard images"], dataset)
     for command in writing:
         argv = next((a for a in cases.values() if " ".join(a[:len(command.split())]) == command), None)
-        assert argv is not None, f"{command}: a writing command with no case in _commands"
+        beside = READING_WRITERS.get(command)  # a command that writes beside a dataset: run on a copy of one
+        assert argv is not None or beside is not None, f"{command}: a writing command with no case in _commands"
         calls = tmp_path / f"{command.replace(' ', '-')}.calls"
         monkeypatch.setenv(CALLS_ENV, str(calls))
-        run(argv, tmp_path / command.replace(" ", "-"))
+        if argv is not None:
+            run(argv, tmp_path / command.replace(" ", "-"))
+        else:
+            assert beside is not None
+            copy_dataset(dataset, tmp_path / command)
+            run(beside[0], "ds", cwd=tmp_path / command, expect=beside[1])
         noted = calls.read_text().split("\n")[:-1]
         # once, under its own name; a command whose argument names the dataset (prepare cifar10) runs a pass each
         assert noted == [command] or (noted and all(n.startswith(f"{command} ") for n in noted)), (command, noted)
