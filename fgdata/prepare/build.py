@@ -245,6 +245,7 @@ class ZipPassJob(JobDefinition[ZipUnit]):
         self.failures: list[Failure] = []
         self.converted: list[Converted] = []
         self.resumed = 0  # inputs of the units an earlier run finished
+        self.left = job.n_inputs  # inputs of the units to convert (prepare knows which units are kept)
         self.summaries: list[ZipSummary] = []
 
     def fingerprint(self) -> str:
@@ -265,7 +266,8 @@ class ZipPassJob(JobDefinition[ZipUnit]):
         first = job.targets[0].dest
         first.with_name(first.name + ".partial.log").unlink(missing_ok=True)  # fgdata 0.2's
         self.writers = [EdmZipWriter(t.dest, st) for t, st in zip(job.targets, self.states)]
-        _resumed_units(self.writers, self.stems, self.dest, self.folder, self.options_fp, self.unit_inputs)
+        kept = _resumed_units(self.writers, self.stems, self.dest, self.folder, self.options_fp, self.unit_inputs)
+        self.left = job.n_inputs - sum(m.count for m in kept)
 
     def unit_inputs(self, u: int) -> str:
         """The fingerprint of unit ``u``'s inputs (positions and names), which a rerun's marker must match."""
@@ -294,8 +296,7 @@ class ZipPassJob(JobDefinition[ZipUnit]):
     def executor(self, settings: RunSettings) -> Executor:
         """A local pool (one process for a single block); the forkserver imports the work's module once."""
         job = self.job
-        left = job.n_inputs - len(self.written_inputs) - len(self.failures)
-        return Pool(settings.workers if left > job.block else 1, preload=(job.work.__module__,),
+        return Pool(settings.workers if self.left > job.block else 1, preload=(job.work.__module__,),
                     initializer=job.initializer, initargs=job.initargs)
 
     def execute(self, pending: Iterator[ZipUnit], executor: Executor, ctx: Context) -> Iterator[Marker]:
@@ -306,10 +307,10 @@ class ZipPassJob(JobDefinition[ZipUnit]):
         def calls() -> Iterator[dict[str, Any]]:
             for unit in pending:
                 end = unit.first + unit.count
-                for a in range(unit.first, end, job.block):
-                    spans.append((unit, a, min(a + job.block, end)))
-                    yield {"span": (a, min(a + job.block, end)), **(job.payload(a, min(a + job.block, end))
-                                                                    if job.payload else {})}
+                for a in range(unit.first, end, job.block):  # blocks never cross a unit's end
+                    b = min(a + job.block, end)
+                    spans.append((unit, a, b))
+                    yield {"span": (a, b), **(job.payload(a, b) if job.payload else {})}
 
         if ctx.settings.on_start:
             ctx.settings.on_start(job.n_inputs)
