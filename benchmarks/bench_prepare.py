@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO / "tests" / "prepare"))
 import edm_reference as ref  # noqa: E402
 from conftest import build_cifar_tarball  # noqa: E402
 
-from fgdata.prepare import Cifar10Options, ImagenetOptions, ZipRun, prepare_cifar10, prepare_imagenet64  # noqa: E402
+from fgdata.prepare import Cifar10Options, ImagenetOptions, RunSettings, prepare_cifar10, prepare_imagenet64  # noqa: E402
 
 PHOTOS = sorted(p for p in (REPO / "fgdata" / "sample_data").iterdir() if p.suffix.lower() in (".jpg", ".png"))
 
@@ -78,7 +78,7 @@ def main() -> None:
             ref.convert_folder(str(tree), str(tmp / "ref-edm2.zip"), "edm2", 64)
 
         rows = []
-        rebuild = ZipRun(workers=args.workers, resume=False)
+        rebuild = RunSettings(workers=args.workers, resume=False)
         for name, n, reference, ours in [
             ("cifar10", args.cifar_rows, ref_cifar,
              lambda: prepare_cifar10(Cifar10Options(tmp / "fg", tarball, skip_md5=True), rebuild)),

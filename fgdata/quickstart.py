@@ -118,7 +118,7 @@ def quickstart_demo(outdir: str | os.PathLike[str]) -> dict[str, Any]:
     import shutil
 
     from fgdata.loaders.image_loader import ImageLoader
-    from fgdata.prepare import ImagenetOptions, ZipRun, prepare_imagenet64
+    from fgdata.prepare import ImagenetOptions, RunSettings, prepare_imagenet64
 
     out = Path(outdir)
     tree = out / "class-tree"
@@ -126,7 +126,7 @@ def quickstart_demo(outdir: str | os.PathLike[str]) -> dict[str, Any]:
         if path.suffix.lower() in (".jpg", ".png"):
             (tree / path.suffix.lower()[1:]).mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, tree / path.suffix.lower()[1:] / path.name)
-    summaries = prepare_imagenet64(ImagenetOptions(tree, out, allow_any_tree=True), ZipRun(workers=2))  # two made-up classes
+    summaries = prepare_imagenet64(ImagenetOptions(tree, out, allow_any_tree=True), RunSettings(workers=2))  # two made-up classes
     loader = ImageLoader(summaries[1].path, None, batch_size=4, num_workers=0)
     batch = next(iter(loader))
     return {

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -21,7 +21,7 @@ from fgdata.cli.render import terminal_safe
 
 if TYPE_CHECKING:
     from fgdata.cli.jobrun import Outcome
-    from fgdata.prepare import ZipRun, ZipSummary
+    from fgdata.prepare import RunSettings, ZipSummary
 
 DOWNLOADS = ("cifar10", "imagenet")
 PREPARES = ("cifar10", "imagenet-64", "imagenet-256")
@@ -51,6 +51,43 @@ def _outcome(dataset: str, source: str, summaries: list[ZipSummary], seconds: fl
                    failures_file=report if report and Path(report).is_file() else None, seconds=seconds,
                    details={"outputs": zips, "skipped": skipped, "resumed": resumed}, rows=rows,
                    whole_job=all(s.whole_job for s in summaries))
+
+
+@dataclass
+class Phases:
+    """The job core's ``progress`` and ``on_start`` drawn as one bar per pass of ``prepare`` (``labels`` in order,
+    the last one reused): a pass begins at the engine's ``on_start(None)``, or where a pass that knows its total
+    starts a step with a total of its own (the latent zip's merge)."""
+
+    labels: list[str]
+    update: Callable[[str, int, int], None]
+    index: int = -1
+    done: int = 0
+    total: int | None = None
+
+    @property
+    def label(self) -> str:
+        return self.labels[min(max(self.index, 0), len(self.labels) - 1)]
+
+    def on_start(self, total: int | None) -> None:
+        if total is None or self.total is not None or self.index < 0:
+            self.index, self.done, self.total = self.index + 1, 0, None
+        if total is not None:
+            self.total = total  # the bar appears with the pass's first inputs (kept ones first)
+
+    def progress(self, inputs: int, _nbytes: int) -> None:
+        self.done += inputs
+        self.update(self.label, self.done, self.total or 0)
+
+
+def _download_cifar10(data_root: Path | None, update: Callable[[str, int, int], None]) -> None:
+    """The CIFAR-10 tarball under the data root, downloaded with its own bar when it is not there yet."""
+    from fgdata.prepare.paths import CIFAR10_ZIP, resolve_data_root
+    from fgdata.sources.cifar import CIFAR10_TARBALL, download_cifar10
+
+    folder = (resolve_data_root(data_root) / CIFAR10_ZIP).parent
+    if not (folder / CIFAR10_TARBALL).is_file():
+        download_cifar10(folder, progress=lambda done, total: update("download", done, total))
 
 
 def download(
@@ -142,10 +179,14 @@ def prepare(
     import fgdata.prepare as lib
     from fgdata.cli.jobrun import finish, notes, run_job
     from fgdata.cli.render import phase_progress
+    from fgdata.jobs.ranks import dist_env
+    from fgdata.workers import default_workers
 
     i = inputs
+    rank, _world = dist_env()
+    labels = ["convert"]
     if dataset == "cifar10":
-        job_fn: Callable[[ZipRun], list[ZipSummary]] = partial(
+        job_fn: Callable[[RunSettings], list[ZipSummary]] = partial(
             lib.prepare_cifar10, lib.Cifar10Options(i.data_root, i.source, i.skip_md5, max_images=i.max_images))
     else:
         assert i.imagenet_source is not None  # refused above
@@ -158,12 +199,19 @@ def prepare(
             vae = lib.LatentZipOptions(vae=latents.vae, dtype=latents.dtype, device=latents.device,
                                        batch_size=latents.batch_size)  # a bad value: OptionError, exit 2
             job_fn = partial(lib.prepare_imagenet256, imagenet, vae)
+            labels = (["convert"] if rank == 0 else []) + [f"encode rank {rank}"] + (["merge"] if rank == 0 else [])
     bars = out.bars
 
     def build() -> list[ZipSummary]:
         with phase_progress(enabled=bars) as update:
-            return job_fn(lib.ZipRun(i.workers, job.resume, job.overwrite, update if bars else None,
-                                     notes(out.quiet)))
+            if dataset == "cifar10" and i.source is None:
+                _download_cifar10(i.data_root, update)
+            run = lib.RunSettings(workers=i.workers or default_workers(), resume=job.resume, overwrite=job.overwrite,
+                                  notify=notes(out.quiet))
+            if bars:
+                phases = Phases(labels, update)
+                run = replace(run, progress=phases.progress, on_start=phases.on_start)
+            return job_fn(run)
 
     started = time.perf_counter()
     summaries = run_job(build)  # the bar is closed before an interrupt line is printed

@@ -4,7 +4,9 @@
 for ``shard``, ``fgdata/encode/tasks.py`` for ``encode``/``kd``), that subclasses
 :class:`fgdata.jobs.driver.JobDefinition` and calls ``run_job(definition, settings)``:
 
-- ``command`` and ``dest`` (attributes), ``folder`` (its markers' folder under DST, :func:`fgdata.jobs.units.units_dir`);
+- ``command`` and ``dest`` (attributes), ``folder`` (its markers' folder under DST, :func:`fgdata.jobs.units.units_dir`),
+  ``owns_dest`` (False: DST is a folder shared with other files, a data root, where nothing is called foreign and
+  the definition checks the outputs it names);
 - ``fingerprint()``: the options that change bytes (:func:`fgdata.jobs.options.fingerprint` of its options dataclass);
 - ``plan() -> Iterator[unit]``: its units, streamed, each with a ``number`` and an ``inputs`` fingerprint (the
   shard command's :class:`fgdata.jobs.units.Unit`, or any dataclass of its own);

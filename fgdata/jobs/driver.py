@@ -168,6 +168,10 @@ class JobDefinition(ABC, Generic[U]):
     stats: bool = False
     others: str = "work units of other ranks"  # what rank 0 waits for, in its message ("": DST alone names it)
     relist: bool = True  # list DST again after prepare (False: it removes nothing a kept unit could claim)
+    #: Whether DST is the job's own folder, where a file fgdata did not write is refused (``--overwrite``: removed).
+    #: False: DST is shared with files of other tools and jobs (a data root); the engine calls none of them foreign
+    #: and the definition's ``prepare`` checks the outputs it names itself.
+    owns_dest: bool = True
 
     # -- before and while taking DST
     def start(self, settings: RunSettings, rank: int, world: int) -> None:
@@ -296,7 +300,8 @@ def run_job(job: JobDefinition[U], settings: RunSettings | None = None) -> JobSu
 
         settings = replace(settings, resume=False)
     removes = settings.overwrite and rank == 0
-    refuse = partial(destmod.check_removable if removes else destmod.check_foreign, job.dest, job.kept_inputs())
+    refuse = partial(destmod.check_removable if removes else destmod.check_foreign, job.dest, job.kept_inputs()) \
+        if job.owns_dest else None
     ctx = Context(settings, rank, world, (job.fingerprint(), job.launch(settings, world)))
     try:
         with stop_on_signals(), destmod.claimed(job.dest, destmod.rank_lock(rank), refuse, world) as lock:

@@ -2,14 +2,16 @@
 
 Public entry points: :func:`prepare_cifar10`, :func:`prepare_imagenet64`, :func:`prepare_imagenet256` and the
 :data:`DATASETS` table behind ``fgdata prepare --list``. Each takes its options dataclass (:class:`Cifar10Options`,
-:class:`ImagenetOptions`, :class:`LatentZipOptions`: what the CLI flags set) and a :class:`ZipRun` (workers,
-resume, overwrite, callbacks), e.g. ``prepare_imagenet64(ImagenetOptions("/data/imagenet", "/data"))``.
+:class:`ImagenetOptions`, :class:`LatentZipOptions`: what the CLI flags set) and the job core's
+:class:`~fgdata.jobs.driver.RunSettings` (workers, resume, overwrite, the callbacks of :mod:`fgdata.progress`: one
+``on_start`` per pass, then ``progress`` increments), e.g. ``prepare_imagenet64(ImagenetOptions("/data/imagenet", "/data"))``.
 Nothing here imports the loaders: ``fgdata quickstart`` loads a batch from what these functions write.
 """
 
 from __future__ import annotations
 
-from fgdata.prepare.build import ZipRun, ZipSummary
+from fgdata.jobs.driver import RunSettings
+from fgdata.prepare.build import ZipSummary
 from fgdata.prepare.cifar import prepare_cifar10
 from fgdata.prepare.imagenet import prepare_imagenet64, prepare_imagenet256_rgb
 from fgdata.prepare.options import Cifar10Options, ImagenetOptions, LatentZipOptions
@@ -24,7 +26,7 @@ DATASETS: dict[str, tuple[tuple[str, ...], str]] = {
 
 
 def prepare_imagenet256(options: ImagenetOptions, latents: LatentZipOptions = LatentZipOptions(),
-                        run: ZipRun = ZipRun()) -> list[ZipSummary]:
+                        run: RunSettings = RunSettings()) -> list[ZipSummary]:
     """The RGB zip (rank 0 only; other torchrun ranks wait for it), then the latent zip, encoded by every rank.
 
     The VAE is found and loaded once (on the CPU) before the RGB pass, so a missing, unreachable or broken
@@ -69,4 +71,4 @@ def prepare_imagenet256(options: ImagenetOptions, latents: LatentZipOptions = La
 
 
 __all__ = ["DATASETS", "prepare_cifar10", "prepare_imagenet64", "prepare_imagenet256", "Cifar10Options",
-           "ImagenetOptions", "LatentZipOptions", "ZipRun", "ZipSummary", "IMAGENET256_RGB_ZIP", "IMAGENET256_SD_ZIP"]
+           "ImagenetOptions", "LatentZipOptions", "RunSettings", "ZipSummary", "IMAGENET256_RGB_ZIP", "IMAGENET256_SD_ZIP"]

@@ -11,10 +11,14 @@ goes there when its first member is appended.
 
 **Resume.** A rerun keeps the complete members of the partial zip up to the last unit whose marker matches the
 options and the unit's inputs, cuts the rest off, and writes on from the next unit: a kill loses at most one
-unit's work, and a torn or foreign marker reads as absent (its unit is written again). The job holds the lock
-of the zip's folder, runs under the signal handling of :mod:`fgdata.jobs.signals` (a stop keeps the partial
-zip and the markers for the rerun) and writes the one failure report, ``failures.json``, beside the zip from
-the markers. The markers go once the zip is in place.
+unit's work, and a torn or foreign marker reads as absent (its unit is written again).
+
+**On the job core.** A pass is a :class:`ZipPassJob` that :func:`fgdata.jobs.driver.run_job` runs: the engine
+holds the lock of the zip's folder, runs under the signal handling of :mod:`fgdata.jobs.signals` (a stop keeps
+the partial zip and the markers for the rerun), keeps the finished units by their markers and counts them.
+The zip's folder is a data root that other files share (``owns_dest`` False): the pass checks its own outputs.
+Its ``write_final`` is the only step that writes the finished zips, and the one failure report,
+``failures.json`` (with ``outputs``), beside them; the markers go once the zips are in place.
 """
 
 from __future__ import annotations
@@ -22,34 +26,33 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import shutil
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from fgdata import storage
 from fgdata.errors import FgdataError
-from fgdata.jobs.dest import STATE_DIR, Notify, claimed, remove_files
-from fgdata.jobs.executor import Pool, run_units
+from fgdata.jobs.dest import STATE_DIR, remove_files
+from fgdata.jobs.driver import Context, JobDefinition, RunSettings, run_job
+from fgdata.jobs.executor import Executor, Pool, run_units
 from fgdata.jobs.options import fingerprint as options_fingerprint
 from fgdata.jobs.outputs import output_done
 from fgdata.jobs.report import FAILURES_FILE, Failure, write_failures
-from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
+from fgdata.jobs.signals import critical
 from fgdata.jobs.summary import OutputSummary
-from fgdata.jobs.units import Entry, Marker, Plan, ShardDone, existing_markers, marker_path, read_marker, start_unit
+from fgdata.jobs.units import Entry, Marker, Plan, Totals, existing_markers, marker_path, read_marker, start_unit
 from fgdata.prepare.options import Fingerprint
 from fgdata.prepare.zipwriter import (Converted, EdmZipWriter, Provenance, ZipState, dataset_json_bytes,
-                                      member_name, provenance_path, partial_paths, read_partial_state,
+                                      member_name, partial_paths, provenance_path, read_partial_state,
                                       validate_zip)
-from fgdata.workers import default_workers
+from fgdata.progress import Notify
 
 #: One input's outcome: a member per target (None when it failed) and a note (source mode or failure reason).
 Result = tuple[list[bytes] | None, str | None]
 #: ``work(span, **payload)``: the outcome of every input of the block ``span``.
 Work = Callable[..., list[Result]]
-#: progress(phase, done, total) - rendered by the CLI, ignored by library callers that pass None.
-ProgressFn = Callable[[str, int, int], None]
 
 
 def _namer(stem_ext: tuple[str, str]) -> Callable[[int], str]:
@@ -80,7 +83,6 @@ class ZipJob:
     fingerprint: Fingerprint
     describe: Callable[[int], str]
     block: int = 64
-    phase: str = "convert"
     initializer: Callable[..., None] | None = None
     initargs: tuple = ()
     payload: Callable[[int, int], dict[str, Any]] | None = None  # more keywords of ``work`` for positions a..b
@@ -162,32 +164,6 @@ def kept_summary(dest: Path, written: int, failures: tuple[Failure, ...],
                       failures_path=str(report) if report.is_file() else None, kept=True, converted=converted)
 
 
-@dataclass(frozen=True)
-class ZipRun:
-    """How a prepare job runs, never part of its fingerprint: processes (None: every core the process may use),
-    resume, overwrite and the callbacks for progress and for notes (files removed, waits for other ranks)."""
-
-    workers: int | None = None
-    resume: bool = True
-    overwrite: bool = False
-    progress: ProgressFn | None = None
-    notify: Notify | None = None
-
-
-def build_zips(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
-    """Write every target zip from inputs ``0..n_inputs-1``; ``work`` returns one member per target per input.
-
-    Complete outputs of the same job are kept (validated, not merely present) and unfinished ones resumed,
-    unless ``run.resume`` is False; existing outputs fgdata did not write are refused unless ``run.overwrite`` (see
-    :func:`check_output`). Returns one summary per target. SIGINT/SIGTERM raise :class:`~fgdata.jobs.signals.Interrupted` with the
-    inputs done; the partial zip stays for the rerun.
-    """
-    folder = job.targets[0].dest.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    with stop_on_signals(), claimed(str(folder)):
-        return _build(job, run)
-
-
 #: Inputs per work unit: how much work a kill can lose, and one marker file per this many inputs.
 UNIT_INPUTS = 1000
 
@@ -205,76 +181,93 @@ def remove_job_folder(job_dir: Path) -> None:
         job_dir.parent.rmdir()
 
 
-@dataclass
-class _UnitResult:
-    """What the driver gathers for the unit it is appending: its written count, failures and conversions."""
+def build_zips(job: ZipJob, run: RunSettings) -> list[ZipSummary]:
+    """Write every target zip from inputs ``0..n_inputs-1``; ``work`` returns one member per target per input.
 
-    unit: int
+    Complete outputs of the same job are kept (validated, not merely present) and unfinished ones resumed,
+    unless ``run.resume`` is False; existing outputs fgdata did not write are refused unless ``run.overwrite`` (see
+    :func:`check_output`). Returns one summary per target. SIGINT/SIGTERM raise :class:`~fgdata.jobs.signals.Interrupted` with the
+    inputs done; the partial zip stays for the rerun. One process writes the zips: the pass runs as rank 0 of 1.
+    """
+    definition = ZipPassJob(job)
+    try:
+        run_job(definition, replace(run, rank=0, world=1))
+    finally:
+        definition.close()
+    return definition.summaries
+
+
+@dataclass(frozen=True)
+class ZipUnit:
+    """Work unit ``number``: inputs ``first .. first + count - 1`` (``inputs``: their positions and names)."""
+
+    number: int
     first: int
     count: int
+    inputs: str
+
+
+@dataclass
+class _UnitResult:
+    """What the sink gathers for the unit it is appending: its written count, failures and conversions."""
+
+    unit: ZipUnit
     written: int = 0
     failures: list[Entry] = field(default_factory=list)
     converted: list[Entry] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)
 
 
-def _unit_spans(n_inputs: int, start_unit: int, block: int) -> list[tuple[int, int, int]]:
-    """``(unit, a, b)`` for every pool task from unit ``start_unit`` on: blocks of ``block`` positions that never
-    cross a unit's end."""
-    spans = []
-    for first in range(start_unit * UNIT_INPUTS, n_inputs, UNIT_INPUTS):
-        end = min(first + UNIT_INPUTS, n_inputs)
-        spans += [(first // UNIT_INPUTS, a, min(a + block, end)) for a in range(first, end, block)]
-    return spans
+class ZipPassJob(JobDefinition[ZipUnit]):
+    """One pass over the inputs on :func:`~fgdata.jobs.driver.run_job`, appending every target zip's members in
+    input order.
 
-
-def _build(job: ZipJob, run: ZipRun) -> list[ZipSummary]:
-    """Keep complete outputs, clear what must go, then resume the partial zips, write the remaining units and
-    finish every zip."""
-    resume = run.resume and not run.overwrite
-    states = [ZipState(job.fingerprint.record(transform=t.transform, dest=t.dest.name)) for t in job.targets]
-    outputs = [check_output(t.dest, job.fingerprint, _damaged(t), resume=resume, overwrite=run.overwrite,
-                            transform=t.transform) for t in job.targets]
-    if all(o.kept is not None for o in outputs):
-        return [kept_summary(o.dest, o.kept.written or 0, o.kept.failures, o.kept.converted) for o in outputs
-                if o.kept is not None]
-    partials = [check_partial(t.dest, job.fingerprint, resume=resume, overwrite=run.overwrite, transform=t.transform,
-                              dest=t.dest.name)
-                for t in job.targets]
-    clear(outputs + partials, run.notify)
-    zips = _ZipPass(job, run, states)
-    try:
-        kept = zips.resume()
-        resumed, began = zips.finished, time.monotonic()
-        zips.write_units(kept)
-        return zips.finish(resumed, time.monotonic() - began)
-    except Interrupted as stop:
-        stop.done = zips.finished  # what the rerun keeps: the inputs of finished units
-        raise
-    finally:
-        zips.close()
-
-
-class _ZipPass:
-    """One pass over the inputs that appends every target zip's members in input order.
-
-    Its steps: :meth:`resume` (keep the units an earlier run finished), :meth:`write_units` (the pool converts
-    blocks, :meth:`_append` writes each block's members and :meth:`_end_unit` leaves a unit's marker once its
-    last member is on disk) and :meth:`finish` (``dataset.json``, provenance, ``failures.json``, markers gone).
+    ``prepare`` decides about the outputs (kept, refused, cleared: :func:`check_output`, :func:`check_partial`)
+    and cuts the partial zips back to the units an earlier run finished (:func:`_resumed_units`); the engine
+    then keeps those units by their markers. ``execute`` converts the other units' blocks on the pool and is the
+    in-order sink: :meth:`_append` writes each block's members, :meth:`_end_unit` leaves a unit's marker once
+    its last member is on disk. ``write_final`` is the one step that finishes the zips (``dataset.json``,
+    provenance), writes ``failures.json`` (with ``outputs``) and removes the markers.
     """
 
-    def __init__(self, job: ZipJob, run: ZipRun, states: list[ZipState]):
-        self.job, self.run = job, run
+    owns_dest = False  # the data root: other datasets' zips and the sources live there too
+    relist = False
+
+    def __init__(self, job: ZipJob):
+        self.job = job
         first = job.targets[0].dest
-        self.folder, self.units = str(first.parent), units_folder(first)
-        self.options_fp = options_fingerprint({"zips": [st.record for st in states]})
+        self.command, self.dest, self.folder = job.command, str(first.parent), units_folder(first)
+        self.states = [ZipState(job.fingerprint.record(transform=t.transform, dest=t.dest.name)) for t in job.targets]
+        self.options_fp = options_fingerprint({"zips": [st.record for st in self.states]})
         self.stems = [(t.stem, t.ext) for t in job.targets]
-        first.with_name(first.name + ".partial.log").unlink(missing_ok=True)  # fgdata 0.2's
-        self.writers = [EdmZipWriter(t.dest, st) for t, st in zip(job.targets, states)]
+        self.kept: list[Existing] = []  # the outputs, when every one is complete already
+        self.writers: list[EdmZipWriter] = []
         self.written_inputs: list[int] = []  # positions of the inputs written, in member order
         self.failures: list[Failure] = []
         self.converted: list[Converted] = []
-        self.finished = 0  # inputs of the units finished (kept or written by this run)
+        self.resumed = 0  # inputs of the units an earlier run finished
+        self.left = job.n_inputs  # inputs of the units to convert (prepare knows which units are kept)
+        self.summaries: list[ZipSummary] = []
+
+    def fingerprint(self) -> str:
+        return self.options_fp
+
+    def prepare(self, ctx: Context) -> None:
+        """Keep complete outputs, clear what must go, then open the partial zips cut back to the finished units."""
+        job, run = self.job, ctx.settings
+        resume = run.resume and not run.overwrite
+        outputs = [check_output(t.dest, job.fingerprint, _damaged(t), resume=resume, overwrite=run.overwrite,
+                                transform=t.transform) for t in job.targets]
+        if all(o.kept is not None for o in outputs):
+            self.kept = outputs
+            return
+        partials = [check_partial(t.dest, job.fingerprint, resume=resume, overwrite=run.overwrite,
+                                  transform=t.transform, dest=t.dest.name) for t in job.targets]
+        clear(outputs + partials, run.notify)
+        first = job.targets[0].dest
+        first.with_name(first.name + ".partial.log").unlink(missing_ok=True)  # fgdata 0.2's
+        self.writers = [EdmZipWriter(t.dest, st) for t, st in zip(job.targets, self.states)]
+        kept = _resumed_units(self.writers, self.stems, self.dest, self.folder, self.options_fp, self.unit_inputs)
+        self.left = job.n_inputs - sum(m.count for m in kept)
 
     def unit_inputs(self, u: int) -> str:
         """The fingerprint of unit ``u``'s inputs (positions and names), which a rerun's marker must match."""
@@ -283,42 +276,56 @@ class _ZipPass:
             h.update(f"{j}\t{self.job.describe(j)}\n".encode("utf-8", "surrogateescape"))
         return h.hexdigest()[:32]
 
-    def resume(self) -> int:
-        """Keep the units an earlier run finished (their members and accounts); the number of units kept."""
-        kept = _resumed_units(self.writers, self.stems, self.folder, self.units, self.options_fp, self.unit_inputs)
-        for marker in kept:
-            failed = {f.index for f in marker.failures}
-            self.written_inputs += [j for j in _positions(marker) if j not in failed]
-            self._account(marker.failures, marker.warnings)
-        self.finished = min(len(kept) * UNIT_INPUTS, self.job.n_inputs)
-        return len(kept)
+    def plan(self) -> Iterator[ZipUnit]:
+        if self.kept:
+            return
+        for u, first in enumerate(range(0, self.job.n_inputs, UNIT_INPUTS)):
+            yield ZipUnit(u, first, min(UNIT_INPUTS, self.job.n_inputs - first), self.unit_inputs(u))
+
+    def keep(self, marker: Marker, ctx: Context) -> None:
+        """A unit an earlier run finished: its members stay in the partial zips, its accounts count."""
+        failed = {f.index for f in marker.failures}
+        self.written_inputs += [j for j in range(marker.first, marker.first + marker.count) if j not in failed]
+        self._account(marker.failures, marker.warnings)
+        self.resumed += marker.count
 
     def _account(self, failures: list[Entry], converted: list[Entry]) -> None:
         self.failures += [Failure(f.input, f.reason) for f in failures]
         self.converted += [Converted(c.input, c.reason) for c in converted]
 
-    def write_units(self, first_unit: int) -> None:
-        """Convert the inputs from unit ``first_unit`` on, on the pool, and append them in order, unit after unit."""
-        job, run, n_inputs = self.job, self.run, self.job.n_inputs
-        spans = _unit_spans(n_inputs, first_unit, job.block)
-        done = self.finished
-        if run.progress:
-            run.progress(job.phase, done, n_inputs)
-        pool = Pool((run.workers or default_workers()) if len(spans) > 1 else 1, preload=(job.work.__module__,),
-                    initializer=job.initializer, initargs=job.initargs)  # preload: imported once, not per worker
-        calls = ({"span": (a, b), **(job.payload(a, b) if job.payload else {})} for _u, a, b in spans)
-        unit: _UnitResult | None = None
-        for (u, a, b), results in zip(spans, run_units(job.work, calls, pool)):
-            if unit is None:
-                unit = _UnitResult(u, a, min(UNIT_INPUTS, n_inputs - a), sizes=[w.size for w in self.writers])
-                start_unit(self.folder, Plan(u, a, unit.count, self.options_fp, self.unit_inputs(u)), self.units)
-            self._append(unit, a, results)
-            done += len(results)
+    def executor(self, settings: RunSettings) -> Executor:
+        """A local pool (one process for a single block); the forkserver imports the work's module once."""
+        job = self.job
+        return Pool(settings.workers if self.left > job.block else 1, preload=(job.work.__module__,),
+                    initializer=job.initializer, initargs=job.initargs)
+
+    def execute(self, pending: Iterator[ZipUnit], executor: Executor, ctx: Context) -> Iterator[Marker]:
+        """Convert the pending units' blocks on the pool and append them in order, unit after unit."""
+        job = self.job
+        spans: deque[tuple[ZipUnit, int, int]] = deque()
+
+        def calls() -> Iterator[dict[str, Any]]:
+            for unit in pending:
+                end = unit.first + unit.count
+                for a in range(unit.first, end, job.block):  # blocks never cross a unit's end
+                    b = min(a + job.block, end)
+                    spans.append((unit, a, b))
+                    yield {"span": (a, b), **(job.payload(a, b) if job.payload else {})}
+
+        if ctx.settings.on_start:
+            ctx.settings.on_start(job.n_inputs)
+        current: _UnitResult | None = None
+        for results in run_units(job.work, calls(), executor):
+            unit, a, b = spans.popleft()
+            if current is None:
+                current = _UnitResult(unit)
+                start_unit(self.dest, Plan(unit.number, unit.first, unit.count, self.options_fp, unit.inputs),
+                           self.folder)
+            self._append(current, a, results)
             if b == unit.first + unit.count:
-                self._end_unit(unit)
-                unit = None
-            if run.progress:
-                run.progress(job.phase, done, n_inputs)
+                yield self._end_unit(current)
+                current = None
+            ctx.progress(len(results), 0)
             output_done()
 
     def _append(self, unit: _UnitResult, a: int, results: list[Result]) -> None:
@@ -337,25 +344,27 @@ class _ZipPass:
         for w in self.writers:
             w.flush()  # the block's members are complete on disk before the test hook may pause here
 
-    def _end_unit(self, unit: _UnitResult) -> None:
-        """Leave the marker of a unit whose last member is on disk, and count it as finished."""
-        marker = Marker(unit=unit.unit, first=unit.first, count=unit.count, options=self.options_fp,
-                        inputs=self.unit_inputs(unit.unit), stamps=[], names=[],
-                        shards=[ShardDone(t.dest.name, unit.written, w.size - size)
-                                for t, w, size in zip(self.job.targets, self.writers, unit.sizes)],
-                        written=unit.written, failures=unit.failures, warnings=unit.converted)
+    def _end_unit(self, result: _UnitResult) -> Marker:
+        """Leave the marker of a unit whose last member is on disk."""
+        unit = result.unit
+        marker = Marker(unit=unit.number, first=unit.first, count=unit.count, options=self.options_fp,
+                        inputs=unit.inputs, stamps=[], names=[], shards=[],  # members: checked by prepare
+                        written=result.written, failures=result.failures, warnings=result.converted)
         with critical():
-            storage.write_bytes(marker_path(self.folder, unit.unit, self.units), marker.to_bytes())
-        self._account(unit.failures, unit.converted)
-        self.finished += unit.count
+            storage.write_bytes(marker_path(self.dest, unit.number, self.folder), marker.to_bytes())
+        self._account(result.failures, result.converted)
+        return marker
 
-    def finish(self, resumed: int, seconds: float) -> list[ZipSummary]:
-        """Finish every zip (``dataset.json`` with the labels, provenance), write ``failures.json`` and remove
-        the markers: one summary per target."""
+    def write_final(self, ctx: Context) -> Totals:
+        """The one step that finishes every zip (``dataset.json`` with the labels, provenance), then
+        ``failures.json`` and the markers gone; or, when every zip was complete, their provenance's counts."""
+        if self.kept:
+            self.summaries = [kept_summary(o.dest, o.kept.written or 0, o.kept.failures, o.kept.converted)
+                              for o in self.kept if o.kept is not None]
+            return Totals()
         job, n_inputs, written = self.job, self.job.n_inputs, len(self.written_inputs)
         failure_docs = [f.to_json() for f in self.failures]
         report = job.targets[0].dest.parent / FAILURES_FILE
-        summaries = []
         for t, w in zip(job.targets, self.writers):
             labels: list[list[str | int | None]] | None = [
                 [member_name(k, t.stem, t.ext), t.labels[j]] for k, j in enumerate(self.written_inputs)]
@@ -365,21 +374,18 @@ class _ZipPass:
                     "written": written, "failed": len(self.failures), "failures": failure_docs,
                     "converted_modes": [c.to_json() for c in self.converted]}
             w.finish(dataset_json_bytes(labels), info)
-            summaries.append(ZipSummary(path=str(t.dest), seen=n_inputs, written=written,
-                                        failed=len(self.failures), failures_path=str(report), seconds=seconds,
-                                        converted=tuple(self.converted), resumed=resumed))
+            self.summaries.append(ZipSummary(path=str(t.dest), seen=n_inputs, written=written,
+                                             failed=len(self.failures), failures_path=str(report),
+                                             seconds=ctx.seconds, converted=tuple(self.converted),
+                                             resumed=self.resumed))
         write_failures(str(report), job.command, n_inputs, written, failure_docs,
                        {"outputs": [t.dest.name for t in job.targets]})
-        remove_job_folder(Path(self.folder, self.units).parent)
-        return summaries
+        remove_job_folder(Path(self.dest, self.folder).parent)
+        return Totals(inputs=n_inputs, written=written, failed=len(self.failures))
 
     def close(self) -> None:
         for w in self.writers:
             w.close()
-
-
-def _positions(marker: Marker) -> range:
-    return range(marker.first, marker.first + marker.count)
 
 
 def _resumed_units(writers: list[EdmZipWriter], stems: list[tuple[str, str]], folder: str, units: str,
@@ -394,7 +400,7 @@ def _resumed_units(writers: list[EdmZipWriter], stems: list[tuple[str, str]], fo
     while len(kept) in earlier:
         marker = read_marker(folder, len(kept), units)
         if (marker is None or marker.options != options_fp or marker.inputs != unit_inputs(marker.unit)
-                or members + marker.written > valid):
+                or marker.shards or members + marker.written > valid):  # shards: an fgdata 0.3 marker
             break
         kept.append(marker)
         members += marker.written

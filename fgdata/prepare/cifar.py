@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from fgdata.errors import FgdataError
-from fgdata.prepare.build import ZipJob, ZipRun, ZipSummary, ZipTarget, build_zips
+from fgdata.jobs.driver import RunSettings
+from fgdata.prepare.build import ZipJob, ZipSummary, ZipTarget, build_zips
 from fgdata.prepare.options import Cifar10Options, Fingerprint
 from fgdata.prepare.paths import CIFAR10_ZIP, resolve_data_root
 from fgdata.prepare.transforms import png_bytes
@@ -18,16 +19,14 @@ def _encode_rows(span: tuple[int, int], rows: np.ndarray) -> list[tuple[list[byt
     return [([png_bytes(row)], None) for row in rows]
 
 
-def prepare_cifar10(options: Cifar10Options = Cifar10Options(), run: ZipRun = ZipRun()) -> list[ZipSummary]:
+def prepare_cifar10(options: Cifar10Options = Cifar10Options(), run: RunSettings = RunSettings()) -> list[ZipSummary]:
     """Write ``cifar10/cifar10-32x32.zip`` under the data root; download the tarball there when no source is given."""
     root = resolve_data_root(options.data_root)
     dest = root / CIFAR10_ZIP
     source = options.source
     if source is None:
         local = dest.parent / CIFAR10_TARBALL
-        progress = run.progress
-        source = local if local.is_file() else download_cifar10(
-            dest.parent, progress=(lambda d, t: progress("download", d, t)) if progress else None)
+        source = local if local.is_file() else download_cifar10(dest.parent)  # the CLI downloads it with a bar
     if not Path(source).is_file():
         raise FgdataError(f"{source}: no such file (expected {CIFAR10_TARBALL})")
     md5 = file_md5(source)

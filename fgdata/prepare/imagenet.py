@@ -12,9 +12,10 @@ from typing import Any
 
 from PIL import Image
 
+from fgdata.jobs.driver import RunSettings
 from fgdata.media.errors import ImageDecodeError
 from fgdata.media.image import pixel_limit
-from fgdata.prepare.build import ZipJob, ZipRun, ZipSummary, ZipTarget, build_zips
+from fgdata.prepare.build import ZipJob, ZipSummary, ZipTarget, build_zips
 from fgdata.prepare.options import Fingerprint, ImagenetOptions
 from fgdata.prepare.paths import IMAGENET64_EDMV2_ZIP, IMAGENET64_ZIP, IMAGENET256_RGB_ZIP, resolve_data_root
 from fgdata.prepare.transforms import CROPS, open_rgb, png_bytes
@@ -54,12 +55,12 @@ def _convert(span: tuple[int, int]) -> list[tuple[list[bytes] | None, str | None
 
 
 def _run(targets: list[ZipTarget], tree: _Tree, names: list[str], kinds: list[tuple[str, int]], *,
-         options: ImagenetOptions, dataset: str, run: ZipRun, phase: str) -> list[ZipSummary]:
+         options: ImagenetOptions, dataset: str, run: RunSettings) -> list[ZipSummary]:
     paths = [str(tree.root / name) for name in names]
     refused = {i: tree.refused[name] for i, name in enumerate(names) if name in tree.refused}
     fingerprint = Fingerprint.of(options, dataset=dataset, source=str(tree.root), inputs=len(names))
     job = ZipJob(f"prepare {dataset}", targets, len(names), _convert, fingerprint, describe=lambda j: printable_name(paths[j]),
-                 block=16, phase=phase, initializer=_init, initargs=(paths, refused, kinds, options.strict, options.max_pixels))
+                 block=16, initializer=_init, initargs=(paths, refused, kinds, options.strict, options.max_pixels))
     return build_zips(job, run)
 
 
@@ -80,7 +81,7 @@ def _labelled_images(options: ImagenetOptions) -> _Tree:
     return _Tree(root, names, folder_labels(root, names), refused)
 
 
-def prepare_imagenet64(options: ImagenetOptions, run: ZipRun = ZipRun()) -> list[ZipSummary]:
+def prepare_imagenet64(options: ImagenetOptions, run: RunSettings = RunSettings()) -> list[ZipSummary]:
     """Write ``imagenet-64x64.zip`` (EDM crop) and ``imagenet-64x64-edmv2.zip`` (ADM crop)."""
     out = resolve_data_root(options.data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
     tree = _labelled_images(options)
@@ -90,16 +91,15 @@ def prepare_imagenet64(options: ImagenetOptions, run: ZipRun = ZipRun()) -> list
     edm2 = ZipTarget(out / IMAGENET64_EDMV2_ZIP, [labels.get(n) for n in edm2_names], "adm center-crop 64")
     common: dict[str, Any] = {"options": options, "dataset": "imagenet-64", "run": run}
     if edm_names == edm2_names:
-        return _run([edm, edm2], tree, edm_names, [("edm", 64), ("adm", 64)], phase="imagenet-64", **common)
-    return (_run([edm], tree, edm_names, [("edm", 64)], phase="edm", **common)
-            + _run([edm2], tree, edm2_names, [("adm", 64)], phase="edm2", **common))
+        return _run([edm, edm2], tree, edm_names, [("edm", 64), ("adm", 64)], **common)
+    return (_run([edm], tree, edm_names, [("edm", 64)], **common)
+            + _run([edm2], tree, edm2_names, [("adm", 64)], **common))
 
 
-def prepare_imagenet256_rgb(options: ImagenetOptions, run: ZipRun = ZipRun()) -> list[ZipSummary]:
+def prepare_imagenet256_rgb(options: ImagenetOptions, run: RunSettings = RunSettings()) -> list[ZipSummary]:
     """Write ``imagenet_256_rgb.zip``: the EDM2 flavour at 256 px, kept for FID statistics."""
     out = resolve_data_root(options.data_root)  # a bad DATA_ROOT_DIR fails before the tree is listed
     tree = _labelled_images(options)
     ordered = edm2_order(tree.names)[:options.max_images]
     target = ZipTarget(out / IMAGENET256_RGB_ZIP, [tree.labels.get(n) for n in ordered], "adm center-crop 256")
-    return _run([target], tree, ordered, [("adm", 256)], options=options, dataset="imagenet-256", run=run,
-                phase="imagenet-256 rgb")
+    return _run([target], tree, ordered, [("adm", 256)], options=options, dataset="imagenet-256", run=run)

@@ -8,9 +8,13 @@ typed :class:`~fgdata.jobs.units.Marker` (positions, options, the fingerprint of
 under ``--no-resume``, the launch) in ``.fgdata/zips/<zip>/units/``; its :class:`~fgdata.jobs.units.Plan` goes
 there when it starts. A unit whose marker and part match is never encoded again.
 
+**On the job core.** The pass is a :class:`LatentJob` that :func:`fgdata.jobs.driver.run_job` runs on every rank:
+the engine gives each rank its units, keeps those whose marker matches (and whose part is complete:
+:meth:`LatentJob.redo`), and makes rank 0 wait, bounded by ``FGDATA_WAIT_TIMEOUT``, for the other ranks'.
+
 **The one zip.** An EDM zip is one file whose members are numbered over the whole dataset, so no unit writes it:
 rank 0, after its own units, waits for every unit's marker (of these options; under ``--no-resume`` of this
-launch), and then one step, :func:`_append_units`, appends the parts'
+launch), and then one step, :func:`_append_units` in the job's ``write_final``, appends the parts'
 members in unit order to ``<zip>.partial`` (a rerun keeps what it appended), adds ``dataset.json``, renames it
 into place and writes its provenance; ``failures.json`` follows and the parts and markers go. Ranks meet through
 these files alone, so no process group (and no collective timeout) spans the hours an ImageNet encode takes.
@@ -23,9 +27,10 @@ import io
 import json
 import os
 import zipfile
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from functools import partial
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
@@ -34,21 +39,24 @@ from PIL import Image
 
 from fgdata import storage
 from fgdata.errors import FgdataError
-from fgdata.jobs.dest import LOCK_FILE, DestLock, claimed, remove_files
+from fgdata.jobs.dest import remove_files
+from fgdata.jobs.driver import Context, JobDefinition, RunSettings, run_job
+from fgdata.jobs.executor import Executor
 from fgdata.jobs.local import threaded_map
 from fgdata.jobs.options import fingerprint as options_fingerprint
 from fgdata.jobs.outputs import output_done, redoing
-from fgdata.jobs.ranks import dist_env, owner, run_launch, wait_for
+from fgdata.jobs.ranks import dist_env, owner, run_launch
 from fgdata.jobs.report import FAILURES_FILE, Failure, write_failures
-from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
-from fgdata.jobs.units import Marker, Plan, ShardDone, marker_path, read_marker, start_unit
+from fgdata.jobs.signals import critical
+from fgdata.jobs.summary import JobSummary
+from fgdata.jobs.units import Marker, Plan, Totals, marker_path, start_unit
 from fgdata.prepare import build
-from fgdata.prepare.build import (ProgressFn, ZipRun, ZipSummary, check_output, check_partial, clear, kept_summary,
-                                  remove_job_folder, units_folder)
+from fgdata.prepare.build import (ZipSummary, check_output, check_partial, clear, kept_summary, remove_job_folder,
+                                  units_folder)
 from fgdata.prepare.options import Fingerprint, LatentZipOptions
 from fgdata.prepare.zipwriter import (EdmZipWriter, Provenance, ZipState, dataset_json_bytes, member_name,
                                       partial_paths, provenance_path, validate_zip)
-from fgdata.workers import default_workers
+from fgdata.progress import ProgressFn
 
 LATENT_STEM, LATENT_EXT = "img-mean-std-", "npy"
 #: Facts a unit's part records beside the fingerprint; the finished zip's provenance leaves them out.
@@ -76,40 +84,41 @@ def _decode(data: bytes) -> np.ndarray:
 
 
 def encode_latent_zip(rgb_zip: str | os.PathLike[str], dest: str | os.PathLike[str],
-                      options: LatentZipOptions = LatentZipOptions(), run: ZipRun = ZipRun(),
+                      options: LatentZipOptions = LatentZipOptions(), run: RunSettings = RunSettings(),
                       rank: int | None = None, world_size: int | None = None) -> ZipSummary:
     """Encode this rank's units of ``rgb_zip``; rank 0 then appends every unit's part into ``dest``.
 
-    ``rank`` and ``world_size`` default to torchrun's environment (one process: rank 0 of 1).
-
-    The job core's rules hold as for the RGB pass: rank 0 holds the lock of ``dest``'s folder (another rank
-    a lock of its own there), SIGINT/SIGTERM stop it with the unit's part kept for the rerun, existing outputs
-    are kept, resumed or refused as :func:`fgdata.prepare.build.check_output` says, and rank 0 writes
-    ``failures.json`` for the whole command (the RGB pass's failures, the latents written), whose counts its
-    summary gives; another rank's summary is its share (the latents of its units).
+    ``rank`` and ``world_size`` default to torchrun's environment (one process: rank 0 of 1). The job runs on
+    :func:`fgdata.jobs.driver.run_job`: rank 0 holds the lock of ``dest``'s folder (another rank a lock of its
+    own there), SIGINT/SIGTERM stop it with the unit's part kept for the rerun, existing outputs are kept,
+    resumed or refused as :func:`fgdata.prepare.build.check_output` says, and rank 0 writes ``failures.json`` for
+    the whole command (the RGB pass's failures, the latents written), whose counts its summary gives; another
+    rank's summary is its share (the latents of its units).
     """
-    rgb_zip, dest = Path(rgb_zip), Path(dest)
     env_rank, env_world = dist_env()
     rank = env_rank if rank is None else rank
     world = env_world if world_size is None else world_size
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    lock = claimed(str(dest.parent)) if rank == 0 else DestLock(str(dest.parent), f"{LOCK_FILE}.rank{rank}")
-    with stop_on_signals(), lock:
-        return _LatentJob(rgb_zip, dest, options, rank, world).run(run)
+    job = LatentJob(Path(rgb_zip), Path(dest), options, rank, world)
+    wait = run.wait_timeout if run.wait_timeout is not None else prepare_wait_s()
+    run_job(job, replace(run, rank=rank, world=world, wait_timeout=wait))
+    assert job.summary is not None  # summarize runs on every rank
+    return job.summary
 
 
 @dataclass(frozen=True)
 class _Unit:
-    """One latent work unit: positions ``first .. first + count - 1`` and the part zip it encodes them into."""
+    """One latent work unit: positions ``first .. first + count - 1``, the fingerprint of its RGB members' names
+    (``inputs``) and the part zip it encodes them into."""
 
-    unit: int
+    number: int
     first: int
     count: int
+    inputs: str
     part: Path
 
     def facts(self) -> dict[str, Any]:
         """What the part's state and provenance record beside the fingerprint."""
-        return {"unit": self.unit, "start": self.first, "stop": self.first + self.count}
+        return {"unit": self.number, "start": self.first, "stop": self.first + self.count}
 
 
 def unit_size(n: int, world: int) -> int:
@@ -118,162 +127,174 @@ def unit_size(n: int, world: int) -> int:
     return max(1, min(build.UNIT_INPUTS, -(-n // world)))
 
 
-class _LatentJob:
-    """One rank's units of the latent pass, and on rank 0 the append of every unit's part and the report."""
+class LatentJob(JobDefinition[_Unit]):
+    """The latent pass on :func:`~fgdata.jobs.driver.run_job`: ``execute`` encodes each pending unit of this rank
+    into its part (:meth:`_encode_unit`) and leaves its marker; rank 0's ``write_final`` is the one step that
+    writes the latent zip (:func:`_append_units`) and the command's ``failures.json``."""
+
+    command = "prepare imagenet-256"
+    owns_dest = False  # the data root: the RGB zip (the job's input) lives beside the latent zip
+    relist = False
+    others = "the other ranks' units"
 
     def __init__(self, rgb_zip: Path, dest: Path, options: LatentZipOptions, rank: int, world: int):
-        self.rgb_zip, self.dest, self.options, self.rank, self.world = rgb_zip, dest, options, rank, world
+        self.rgb_zip, self.zip, self.options, self.rank, self.world = rgb_zip, dest, options, rank, world
         self.names, self.labels = _read_rgb_index(rgb_zip)
         n = len(self.names)
         # The RGB zip is named relative to the latent zip's folder: the same job in another data root is the same job.
-        self.fingerprint = Fingerprint.of(options, dataset="imagenet-256", inputs=n, world_size=world,
-                                          source=os.path.relpath(rgb_zip.resolve(), dest.parent.resolve()),
-                                          source_size=rgb_zip.stat().st_size)
-        self.options_fp = options_fingerprint({"latents": self.fingerprint.record()})
-        self.folder, self.units_folder = str(dest.parent), units_folder(dest)
-        self.job_dir = (dest.parent / self.units_folder).parent
-        size = unit_size(n, world)
-        self.units = [_Unit(u, first, min(size, n - first), self.job_dir / "parts" / f"unit{u:06d}.zip")
-                      for u, first in enumerate(range(0, n, size))]
-        self.mine = [u for u in self.units if owner(u.unit, world) == rank]
-        self.launch: str | None = None
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        self.fp = Fingerprint.of(options, dataset="imagenet-256", inputs=n, world_size=world,
+                                 source=os.path.relpath(rgb_zip.resolve(), dest.parent.resolve()),
+                                 source_size=rgb_zip.stat().st_size)
+        self.options_fp = options_fingerprint({"latents": self.fp.record()})
+        self.dest, self.folder = str(dest.parent), units_folder(dest)
+        self.job_dir = (dest.parent / self.folder).parent
+        self.size = unit_size(n, world)
+        self.kept = False  # the latent zip is complete with these options: nothing runs
+        self.summary: ZipSummary | None = None
 
-    def run(self, run: ZipRun) -> ZipSummary:
-        n, dest, resume = len(self.names), self.dest, run.resume and not run.overwrite
-        self.launch = run_launch(resume, prepare_wait_s())
+    def fingerprint(self) -> str:
+        return self.options_fp
+
+    def launch(self, settings: RunSettings, world: int) -> str | None:
+        return run_launch(settings.resume, prepare_wait_s())
+
+    def mine(self) -> Iterator[_Unit]:
+        """This rank's units (unit ``u`` is rank ``u mod world``'s, as the engine assigns them)."""
+        return (u for u in self.units() if owner(u.number, self.world) == self.rank)
+
+    def prepare(self, ctx: Context) -> None:
+        """Keep a complete latent zip, clear what must go (rank 0), and check or clear this rank's parts."""
+        run, n, dest = ctx.settings, len(self.names), self.zip
         if self.rank == 0:
-            final = check_output(dest, self.fingerprint, lambda info: validate_zip(dest, n, LATENT_STEM, LATENT_EXT),
-                                 resume=resume, overwrite=run.overwrite)
-            if final.kept is not None:
-                return kept_summary(dest, n, self._rgb_failures())
-            clear([final, check_partial(dest, self.fingerprint, resume=resume, overwrite=run.overwrite, merge=True)],
-                  run.notify)
-        elif resume and _complete(dest, n, self.fingerprint):  # --no-resume: rank 0 is about to redo it
-            return self._share(kept=True)
-        todo = self._units_to_encode(resume, run)
-        if todo:
-            self._encode(todo, run)
-        if self.rank != 0:
-            return self._share(kept=False)
-        ready: set[int] = set()
+            final = check_output(dest, self.fp, lambda info: validate_zip(dest, n, LATENT_STEM, LATENT_EXT),
+                                 resume=run.resume, overwrite=run.overwrite)
+            self.kept = final.kept is not None
+            if not self.kept:
+                clear([final, check_partial(dest, self.fp, resume=run.resume, overwrite=run.overwrite, merge=True)],
+                      run.notify)
+        elif run.resume and _complete(dest, n, self.fp):  # --no-resume: rank 0 is about to redo it
+            self.kept = True
+        if self.kept:
+            return
+        if run.resume:
+            for u in self.mine():  # a partial part written with other options is refused, naming the option
+                check_partial(u.part, self.fp, resume=True, **u.facts())
+            return
+        redoing(self.rank)  # the owner removes its earlier parts and markers, never another rank
+        why = "--overwrite" if run.overwrite else "--no-resume"
+        mine = list(self.mine())
+        parts = [p.name for u in mine for p in (u.part, provenance_path(u.part), *partial_paths(u.part)) if p.exists()]
+        remove_files(str(self.job_dir / "parts"), parts, why, run.notify)
+        markers = [Path(marker_path(self.dest, u.number, self.folder)) for u in mine]
+        remove_files(str(self.job_dir / "units"), [m.name for m in markers if m.exists()], why, None)
 
-        def missing() -> list[str]:
-            ready.update(u.unit for u in self.units if u.unit not in ready and self._unit_done(u))
-            return [f"unit {u.unit} (rank {owner(u.unit, self.world)})" for u in self.units if u.unit not in ready]
+    def plan(self) -> Iterator[_Unit]:
+        return iter(()) if self.kept else self.units()
 
-        wait_for(missing, f"{dest}: the other ranks' units", prepare_wait_s(), poll=5.0, log=run.notify)
-        _append_units([u.part for u in self.units], dest, self.names, self.labels, self.fingerprint, run.progress)
-        failures = self._rgb_failures()
-        report = self._report(failures)
-        remove_job_folder(self.job_dir)
-        return ZipSummary(path=str(dest), seen=n + len(failures), written=n, failed=len(failures),
-                          failures_path=report)
+    def units(self) -> Iterator[_Unit]:
+        """Every unit of the pass, with its inputs' fingerprint (its positions and the RGB members' names)."""
+        n = len(self.names)
+        for u, first in enumerate(range(0, n, self.size)):
+            count = min(self.size, n - first)
+            h = hashlib.sha256()
+            for j in range(first, first + count):
+                h.update(f"{j}\t{self.names[j]}\n".encode("utf-8", "surrogateescape"))
+            yield _Unit(u, first, count, h.hexdigest()[:32], self.job_dir / "parts" / f"unit{u:06d}.zip")
 
-    def _units_to_encode(self, resume: bool, run: ZipRun) -> list[_Unit]:
-        """This rank's units that are not finished with these options. Under ``--no-resume`` every earlier part
-        and marker of them goes first (the owner removes them, never another rank); a partial part written with
-        other options is refused naming the option unless ``--no-resume``."""
-        if not resume:
-            redoing(self.rank)
-            why = "--overwrite" if run.overwrite else "--no-resume"
-            parts = [p.name for u in self.mine for p in (u.part, provenance_path(u.part), *partial_paths(u.part))
-                     if p.exists()]
-            remove_files(str(self.job_dir / "parts"), parts, why, run.notify)
-            markers = [Path(marker_path(self.folder, u.unit, self.units_folder)) for u in self.mine]
-            remove_files(str(self.job_dir / "units"), [m.name for m in markers if m.exists()], why, None)
-            return list(self.mine)
-        for u in self.mine:
-            check_partial(u.part, self.fingerprint, resume=True, **u.facts())
-        return [u for u in self.mine if not self._unit_done(u)]
+    def redo(self, marker: Marker) -> bool:
+        """A unit whose marker matches is encoded again all the same when its part is not complete."""
+        first, count = marker.first, marker.count
+        return not _complete(self.job_dir / "parts" / f"unit{marker.unit:06d}.zip", count, self.fp, first=first,
+                             unit=marker.unit, start=first, stop=first + count)
 
-    def _share(self, kept: bool) -> ZipSummary:
-        """A rank's summary other than 0's: the latents of its units (or of the zip, already complete)."""
-        size = sum(u.count for u in self.mine)
-        return ZipSummary(path=str(self.dest), seen=size, written=size, failed=0, failures_path=None, kept=kept,
-                          whole_job=False)
+    def unit_name(self, number: int) -> str:
+        return f"unit {number} (rank {owner(number, self.world)})"
 
-    def _unit_inputs(self, u: _Unit) -> str:
-        """The fingerprint of a unit's inputs: its positions and the RGB members' names."""
-        h = hashlib.sha256()
-        for j in range(u.first, u.first + u.count):
-            h.update(f"{j}\t{self.names[j]}\n".encode("utf-8", "surrogateescape"))
-        return h.hexdigest()[:32]
-
-    def _unit_done(self, u: _Unit) -> bool:
-        """Whether unit ``u`` is finished: its marker of these options, inputs and (under ``--no-resume``) this
-        launch, and its complete part."""
-        marker = read_marker(self.folder, u.unit, self.units_folder)
-        return (marker is not None and marker.options == self.options_fp and marker.inputs == self._unit_inputs(u)
-                and (self.launch is None or marker.launch == self.launch)
-                and _complete(u.part, u.count, self.fingerprint, first=u.first, **u.facts()))
-
-    def _encode(self, todo: list[_Unit], run: ZipRun) -> None:
-        """Load the VAE once, then encode each unit of ``todo`` and leave its marker."""
+    def execute(self, pending: Iterator[_Unit], executor: Executor, ctx: Context) -> Iterator[Marker]:
+        """Load the VAE once (when a unit is left to encode), then encode each pending unit and leave its marker."""
         from fgdata.encode.vae import load_vae, vae_info
 
+        if ctx.settings.on_start:
+            ctx.settings.on_start(sum(u.count for u in self.mine()))
+        first = next(pending, None)
+        if first is None:
+            return
         o = self.options
         model = load_vae(o.vae, device=o.device, dtype=o.dtype)
         info = {**vae_info(model, o.vae), "batch_size": o.batch_size, "device": str(next(model.parameters()).device)}
-        total = sum(u.count for u in self.mine)
-        done = total - sum(u.count for u in todo)  # the latents of this rank's units finished earlier
-        for u in todo:
-            start_unit(self.folder, Plan(u.unit, u.first, u.count, self.options_fp, self._unit_inputs(u), self.launch),
-                       self.units_folder)
-            self._encode_unit(u, model, info, run, done, total)
-            marker = Marker(unit=u.unit, first=u.first, count=u.count, options=self.options_fp,
-                            inputs=self._unit_inputs(u), stamps=[], names=[],
-                            shards=[ShardDone(u.part.name, u.count, u.part.stat().st_size)], written=u.count,
-                            failures=[], warnings=[], launch=self.launch)
+        launch = ctx.stamp[1]
+        for u in chain([first], pending):
+            start_unit(self.dest, Plan(u.number, u.first, u.count, self.options_fp, u.inputs, launch), self.folder)
+            self._encode_unit(u, model, info, ctx)
+            marker = Marker(unit=u.number, first=u.first, count=u.count, options=self.options_fp, inputs=u.inputs,
+                            stamps=[], names=[], shards=[], written=u.count, failures=[], warnings=[],
+                            launch=launch)  # the part: checked by :meth:`redo`
             with critical():
-                storage.write_bytes(marker_path(self.folder, u.unit, self.units_folder), marker.to_bytes())
-            done += u.count
+                storage.write_bytes(marker_path(self.dest, u.number, self.folder), marker.to_bytes())
+            yield marker
 
-    def _encode_unit(self, u: _Unit, model: Any, info: dict[str, Any], run: ZipRun, before: int, total: int) -> None:
-        """Encode unit ``u`` into its part, resuming after the part's last complete member; ``before``: this rank's
-        latents done before this unit (progress and a stop report them with the unit's)."""
+    def _encode_unit(self, u: _Unit, model: Any, info: dict[str, Any], ctx: Context) -> None:
+        """Encode unit ``u`` into its part, resuming after the part's last complete member."""
         from fgdata.encode.vae import encode_moments, npy_bytes
 
-        record, batch_size, progress = self.fingerprint.record(**u.facts()), self.options.batch_size, run.progress
+        record, batch_size = self.fp.record(**u.facts()), self.options.batch_size
         u.part.parent.mkdir(parents=True, exist_ok=True)
         writer = EdmZipWriter(u.part, ZipState(record))
-        pos, stop = u.first, u.first + u.count
+        stop = u.first + u.count
         try:
-            pos += writer.keep_valid_prefix(partial(_latent_name, u.first))
-            if progress:
-                progress(f"encode rank {self.rank}", before + pos - u.first, total)
+            pos = u.first + writer.keep_valid_prefix(partial(_latent_name, u.first))
+            ctx.progress(pos - u.first, 0)
             with zipfile.ZipFile(self.rgb_zip) as zf:
                 # Members are read here, in order; the engine's threads decode up to two batches ahead of the
                 # model, so decoding the next batch overlaps encoding this one.
                 decoded = threaded_map(_decode, (zf.read(self.names[i]) for i in range(pos, stop)),
-                                       run.workers or default_workers(), ahead=2 * batch_size)
+                                       ctx.settings.workers, ahead=2 * batch_size)
                 for a in range(pos, stop, batch_size):
                     images = np.stack(list(islice(decoded, min(batch_size, stop - a))))
                     for k, moments in enumerate(encode_moments(model, images)):
                         writer.add(member_name(a + k, LATENT_STEM, LATENT_EXT), npy_bytes(moments))
                     writer.flush()  # the batch is complete on disk before the test hook may pause here
-                    pos = a + len(images)
-                    if progress:
-                        progress(f"encode rank {self.rank}", before + pos - u.first, total)
+                    ctx.progress(len(images), 0)
                     output_done()
-            writer.finish(None, {**record, **info, "launch": self.launch})
-        except Interrupted as stopped:
-            stopped.done = before + pos - u.first
-            raise
+            writer.finish(None, {**record, **info, "launch": ctx.stamp[1]})
         finally:
             writer.close()
+
+    def write_final(self, ctx: Context) -> Totals:
+        """The one step that writes the latent zip: every unit's part appended in unit order, then the
+        command's ``failures.json`` (the inputs the RGB pass failed count in it) and the parts and markers gone."""
+        n, failures = len(self.names), self._rgb_failures()
+        if self.kept:
+            return Totals(inputs=n + len(failures), written=n, failed=len(failures))
+        if ctx.settings.on_start:
+            ctx.settings.on_start(n)
+        parts = [u.part for u in self.units()]
+        _append_units(parts, self.zip, self.names, self.labels, self.fp, ctx.progress)
+        path = self.zip.parent / FAILURES_FILE
+        write_failures(str(path), self.command, n + len(failures), n, [f.to_json() for f in failures],
+                       {"outputs": sorted({self.rgb_zip.name, self.zip.name})})
+        remove_job_folder(self.job_dir)
+        return Totals(inputs=n + len(failures), written=n, failed=len(failures))
+
+    def summarize(self, summary: JobSummary, ctx: Context, totals: Totals | None) -> JobSummary:
+        """This pass's :class:`ZipSummary`: the whole command's counts on rank 0, a rank's share elsewhere."""
+        if totals is None:
+            size = sum(u.count for u in self.mine())
+            self.summary = ZipSummary(path=str(self.zip), seen=size, written=size, failed=0, failures_path=None,
+                                      kept=self.kept, whole_job=False)
+        elif self.kept:
+            self.summary = kept_summary(self.zip, len(self.names), self._rgb_failures())
+        else:
+            self.summary = ZipSummary(path=str(self.zip), seen=totals.inputs, written=totals.written,
+                                      failed=totals.failed, failures_path=str(self.zip.parent / FAILURES_FILE),
+                                      seconds=ctx.seconds)
+        return summary
 
     def _rgb_failures(self) -> tuple[Failure, ...]:
         """The inputs the RGB pass failed (they have no latent): they count in the command's report."""
         rgb = Provenance.read(self.rgb_zip)
         return rgb.failures if rgb is not None else ()
-
-    def _report(self, failures: tuple[Failure, ...]) -> str:
-        """``failures.json`` for the whole command: the inputs the RGB pass saw and failed, the latents written."""
-        n = len(self.names)
-        path = self.dest.parent / FAILURES_FILE
-        write_failures(str(path), "prepare imagenet-256", n + len(failures), n, [f.to_json() for f in failures],
-                       {"outputs": sorted({self.rgb_zip.name, self.dest.name})})
-        return str(path)
 
 
 def _latent_name(first: int, i: int) -> str:
@@ -306,7 +327,9 @@ def _append_units(parts: list[Path], dest: Path, names: list[str], labels: dict[
     record = fingerprint.record()
     writer = EdmZipWriter(dest, ZipState({**record, "merge": True}))
     try:
-        pos = writer.keep_valid_prefix(lambda i: member_name(i, LATENT_STEM, LATENT_EXT))
+        pos = done = writer.keep_valid_prefix(lambda i: member_name(i, LATENT_STEM, LATENT_EXT))
+        if progress:
+            progress(done, 0)
         for p in parts:
             with zipfile.ZipFile(p) as zf:
                 for name in zf.namelist():
@@ -314,7 +337,8 @@ def _append_units(parts: list[Path], dest: Path, names: list[str], labels: dict[
                     if index >= pos:
                         writer.add(name, zf.read(name))
             if progress:
-                progress("merge", writer.count, n)
+                progress(writer.count - done, 0)
+                done = writer.count
         if writer.count != n:
             raise FgdataError(f"{dest}: merged {writer.count} latents but the RGB zip has {n} images")
         pairs = [[member_name(i, LATENT_STEM, LATENT_EXT), labels[name]] for i, name in enumerate(names) if name in labels]

@@ -109,11 +109,6 @@ def test_a_stopped_image_job_resumes_to_the_same_bytes(image_format: str, after:
     _same(reference, bytes_of(dest), f"stopped after {after} ({signal.Signals(sig).name}), rerun")
 
 
-#: Writing commands that still run on drivers of their own, ported onto run_job by other branches of the same
-#: change; the set is emptied once those branches are merged.
-NOT_YET_ON_RUN_JOB = {"prepare"}
-
-
 def _writing_commands() -> list[str]:
     """The CLI's writing commands: every command that takes ``--resume`` (a job that keeps what it finished)."""
     import typer
@@ -141,12 +136,20 @@ def test_every_writing_command_runs_through_the_one_driver(inputs: dict[str, Pat
     writing = _writing_commands()
     assert {"shard images", "encode latents", "kd pairs"} <= set(writing)  # the listing itself sees the jobs
     cases = commands(inputs)
+    dataset = tmp_path / "dataset"
+    run(cases["shard images"], dataset)
     for command in writing:
-        if command in NOT_YET_ON_RUN_JOB:
-            continue
         argv = next((a for a in cases.values() if " ".join(a[:len(command.split())]) == command), None)
-        assert argv is not None, f"{command}: a writing command with no case in _commands"
+        beside = READING_WRITERS.get(command)  # a command that writes beside a dataset: run on a copy of one
+        assert argv is not None or beside is not None, f"{command}: a writing command with no case in _commands"
         calls = tmp_path / f"{command.replace(' ', '-')}.calls"
         monkeypatch.setenv(CALLS_ENV, str(calls))
-        run(argv, tmp_path / command.replace(" ", "-"))
-        assert calls.read_text().split("\n")[:-1] == [command], command
+        if argv is not None:
+            run(argv, tmp_path / command.replace(" ", "-"))
+        else:
+            assert beside is not None
+            copy_dataset(dataset, tmp_path / command)
+            run(beside[0], "ds", cwd=tmp_path / command, expect=beside[1])
+        noted = calls.read_text().split("\n")[:-1]
+        # once, under its own name; a command whose argument names the dataset (prepare cifar10) runs a pass each
+        assert noted == [command] or (noted and all(n.startswith(f"{command} ") for n in noted)), (command, noted)

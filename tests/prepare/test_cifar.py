@@ -10,6 +10,7 @@ import shutil
 import tarfile
 import threading
 import zipfile
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,13 +18,20 @@ from PIL import Image
 
 import edm_reference as ref
 from fgdata.errors import FgdataError
-from fgdata.prepare import Cifar10Options, ZipRun, prepare_cifar10
+from fgdata.cli.prepare import Phases
+from fgdata.prepare import Cifar10Options, RunSettings, prepare_cifar10
 from fgdata.sources.cifar import CIFAR10_TARBALL, download_cifar10, load_batch, read_cifar10
+
+
+def phased(run: RunSettings, update) -> RunSettings:
+    """``run`` drawing ``update(phase, done, total)`` per pass, as the CLI's bars do."""
+    phases = Phases(["convert"], update)
+    return replace(run, progress=phases.progress, on_start=phases.on_start)
 
 
 def test_zip_matches_reference_member_by_member(cifar_tarball, tmp_path):
     tarball, images, labels = cifar_tarball
-    [summary] = prepare_cifar10(Cifar10Options(tmp_path, tarball, skip_md5=True), ZipRun(workers=2))
+    [summary] = prepare_cifar10(Cifar10Options(tmp_path, tarball, skip_md5=True), RunSettings(workers=2))
     out = tmp_path / "cifar10" / "cifar10-32x32.zip"
     assert summary.written == 200 and summary.failed == 0
     ref_images, ref_labels = ref.read_cifar(str(tarball))  # the EDM tool's own way of reading the tarball
@@ -46,17 +54,17 @@ def test_zip_matches_reference_member_by_member(cifar_tarball, tmp_path):
 
 def test_rerun_is_skipped_no_resume_rebuilds_identically(cifar_tarball, tmp_path):
     tarball = cifar_tarball[0]
-    prepare_cifar10(Cifar10Options(tmp_path, tarball, skip_md5=True), ZipRun(workers=1))
+    prepare_cifar10(Cifar10Options(tmp_path, tarball, skip_md5=True), RunSettings(workers=1))
     out = tmp_path / "cifar10" / "cifar10-32x32.zip"
     first = out.read_bytes()
     assert prepare_cifar10(Cifar10Options(tmp_path, tarball, skip_md5=True))[0].kept is True
-    prepare_cifar10(Cifar10Options(tmp_path, tarball, skip_md5=True), ZipRun(workers=2, resume=False))
+    prepare_cifar10(Cifar10Options(tmp_path, tarball, skip_md5=True), RunSettings(workers=2, resume=False))
     assert out.read_bytes() == first
 
 
 def _full_then_stopped(tarball, tmp_path, workers: int) -> bytes:
     """The zip of an uninterrupted run in ``a``; a run in ``b`` stopped after its first block (and unit)."""
-    prepare_cifar10(Cifar10Options(tmp_path / "a", tarball, skip_md5=True), ZipRun(workers=workers))
+    prepare_cifar10(Cifar10Options(tmp_path / "a", tarball, skip_md5=True), RunSettings(workers=workers))
 
     def interrupt(phase, done, total):
         if done:
@@ -64,7 +72,7 @@ def _full_then_stopped(tarball, tmp_path, workers: int) -> bytes:
 
     with pytest.raises(KeyboardInterrupt):
         prepare_cifar10(Cifar10Options(tmp_path / "b", tarball, skip_md5=True),
-                        ZipRun(workers=workers, progress=interrupt))
+                        phased(RunSettings(workers=workers), interrupt))
     return (tmp_path / "a" / "cifar10" / "cifar10-32x32.zip").read_bytes()
 
 
@@ -77,7 +85,7 @@ def test_interrupted_run_resumes_to_identical_bytes(cifar_tarball, tmp_path):
     # Tear the file inside member 120, as a kill during a write would.
     data = partial.read_bytes()
     partial.write_bytes(data[: data.index(b"00000/img00000120.png") + 40])
-    [summary] = prepare_cifar10(Cifar10Options(tmp_path / "b", tarball, skip_md5=True), ZipRun(workers=2))
+    [summary] = prepare_cifar10(Cifar10Options(tmp_path / "b", tarball, skip_md5=True), RunSettings(workers=2))
     assert summary.written == 200 and dest.read_bytes() == full and not partial.exists()
 
 
@@ -90,8 +98,8 @@ def test_an_unfinished_zip_of_fgdata_0_2_is_written_again_from_its_start(cifar_t
     (folder / "cifar10-32x32.zip.partial.log").write_text('{"i": 3, "input": "row 3", "mode": "L"}\n')
     started = []
     [summary] = prepare_cifar10(Cifar10Options(tmp_path / "b", tarball, skip_md5=True),
-                                ZipRun(workers=1, progress=lambda phase, done, total: started.append(done)))
-    assert started[0] == 0 and summary.written == 200 and summary.converted == ()
+                                RunSettings(workers=1, progress=lambda inputs, _nbytes: started.append(inputs)))
+    assert sum(started) == 200 and summary.resumed == 0 and summary.written == 200 and summary.converted == ()
     assert (folder / "cifar10-32x32.zip").read_bytes() == full
     assert sorted(p.name for p in folder.iterdir()) == [".fgdata", "cifar10-32x32.zip",
                                                         "cifar10-32x32.zip.provenance.json", "failures.json"]

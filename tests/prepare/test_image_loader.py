@@ -16,13 +16,13 @@ from PIL import Image
 
 from fgdata.errors import FgdataError
 from fgdata.loaders.image_loader import ImageLoader, PositionSampler
-from fgdata.prepare import Cifar10Options, ZipRun, prepare_cifar10
+from fgdata.prepare import Cifar10Options, RunSettings, prepare_cifar10
 
 
 @pytest.fixture(scope="module")
 def cifar_zip(cifar_tarball, tmp_path_factory):
     root = tmp_path_factory.mktemp("data")
-    prepare_cifar10(Cifar10Options(root, cifar_tarball[0], skip_md5=True), ZipRun(workers=1))
+    prepare_cifar10(Cifar10Options(root, cifar_tarball[0], skip_md5=True), RunSettings(workers=1))
     return root / "cifar10" / "cifar10-32x32.zip"
 
 

@@ -6,6 +6,7 @@ import io
 import json
 import shutil
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +16,15 @@ from PIL import Image
 import edm_reference as ref
 from faultkit import hold_and_release
 from fgdata.errors import FgdataError
-from fgdata.prepare import ImagenetOptions, LatentZipOptions, ZipRun, prepare_imagenet64, prepare_imagenet256
+from fgdata.cli.prepare import Phases
+from fgdata.prepare import ImagenetOptions, LatentZipOptions, RunSettings, prepare_imagenet64, prepare_imagenet256
 from fgdata.sources.imagenet import KAGGLE_TRAIN
+
+
+def phased(run: RunSettings, update) -> RunSettings:
+    """``run`` drawing ``update(phase, done, total)`` per pass, as the CLI's bars do (the RGB pass is "convert")."""
+    phases = Phases(["convert", "encode rank 0", "merge"], update)
+    return replace(run, progress=phases.progress, on_start=phases.on_start)
 
 
 def _pixels(zf: zipfile.ZipFile, name: str) -> np.ndarray:
@@ -29,7 +37,7 @@ def _labels_json(train, files) -> bytes:
 
 
 def test_imagenet64_pixels_labels_and_report(imagenet_root, tmp_path):
-    summaries = prepare_imagenet64(ImagenetOptions(imagenet_root, tmp_path), ZipRun(workers=2))
+    summaries = prepare_imagenet64(ImagenetOptions(imagenet_root, tmp_path), RunSettings(workers=2))
     train = imagenet_root / KAGGLE_TRAIN
     assert [s.written for s in summaries] == [10, 10]
     converted = {c.input.rsplit("/", 1)[1]: c.mode for c in summaries[0].converted}
@@ -58,7 +66,7 @@ def test_a_stopped_run_keeps_its_finished_units_and_writes_a_torn_ones_again(ima
     tree = tmp_path / "train"
     shutil.copytree(imagenet_root / KAGGLE_TRAIN, tree)
     (tree / "n01484850" / "k.JPEG").write_bytes(b"\xff\xd8\xff\xe0 not a whole JPEG")  # fails, in the last unit
-    full = prepare_imagenet64(ImagenetOptions(tree, tmp_path / "a"), ZipRun(workers=1))
+    full = prepare_imagenet64(ImagenetOptions(tree, tmp_path / "a"), RunSettings(workers=1))
     assert [(s.written, s.failed) for s in full] == [(10, 1), (10, 1)]
 
     def stop(phase, done, total):
@@ -66,7 +74,7 @@ def test_a_stopped_run_keeps_its_finished_units_and_writes_a_torn_ones_again(ima
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        prepare_imagenet64(ImagenetOptions(tree, tmp_path / "b"), ZipRun(workers=2, progress=stop))
+        prepare_imagenet64(ImagenetOptions(tree, tmp_path / "b"), phased(RunSettings(workers=2), stop))
     folder = tmp_path / "b" / "imagenet-64"
     units = folder / ".fgdata" / "zips" / "imagenet-64x64.zip" / "units"
     assert sorted(p.name for p in units.iterdir()) == ["000000.json", "000001.json"]
@@ -76,7 +84,7 @@ def test_a_stopped_run_keeps_its_finished_units_and_writes_a_torn_ones_again(ima
     def record(phase, done, total):
         started.append(done)
 
-    again = prepare_imagenet64(ImagenetOptions(tree, tmp_path / "b"), ZipRun(workers=2, progress=record))
+    again = prepare_imagenet64(ImagenetOptions(tree, tmp_path / "b"), phased(RunSettings(workers=2), record))
     assert started[0] == 3 and [s.resumed for s in again] == [3, 3]  # unit 0 kept, written on from unit 1
     assert [(s.written, s.failed, s.converted) for s in again] == [(s.written, s.failed, s.converted) for s in full]
     for name in ("imagenet-64x64.zip", "imagenet-64x64-edmv2.zip", "failures.json"):
@@ -87,7 +95,7 @@ def test_a_stopped_run_keeps_its_finished_units_and_writes_a_torn_ones_again(ima
 
 def test_train_folder_and_max_images(imagenet_root, tmp_path):
     train = imagenet_root / KAGGLE_TRAIN
-    [edm, _] = prepare_imagenet64(ImagenetOptions(train, tmp_path, max_images=4), ZipRun(workers=1))
+    [edm, _] = prepare_imagenet64(ImagenetOptions(train, tmp_path, max_images=4), RunSettings(workers=1))
     with zipfile.ZipFile(edm.path) as zf:
         assert len(zf.namelist()) == 5
         assert zf.read("dataset.json") == _labels_json(train, ref.edm_files(str(train))[:4])
@@ -98,7 +106,7 @@ def test_component_order_differs_from_string_order(sample_images, tmp_path):
     for folder, photo in (("a", sample_images[0]), ("a-b", sample_images[1])):
         (src / folder).mkdir(parents=True)
         Image.open(photo).convert("RGB").save(src / folder / "x.png")
-    edm, edm2 = prepare_imagenet64(ImagenetOptions(src, tmp_path / "out", allow_any_tree=True), ZipRun(workers=1))
+    edm, edm2 = prepare_imagenet64(ImagenetOptions(src, tmp_path / "out", allow_any_tree=True), RunSettings(workers=1))
     with zipfile.ZipFile(edm.path) as z1, zipfile.ZipFile(edm2.path) as z2:
         first_edm, first_edm2 = ref.edm_files(str(src))[0], ref.edm2_files(str(src))[0]
         assert first_edm.endswith("/a/x.png") and first_edm2.endswith("/a-b/x.png")
@@ -108,11 +116,11 @@ def test_component_order_differs_from_string_order(sample_images, tmp_path):
 
 def test_strict_refuses_non_rgb_and_damaged_inputs_are_counted(imagenet_root, tmp_path):
     with pytest.raises(FgdataError, match="CMYK"):
-        prepare_imagenet64(ImagenetOptions(imagenet_root, tmp_path / "strict", strict=True), ZipRun(workers=1))
+        prepare_imagenet64(ImagenetOptions(imagenet_root, tmp_path / "strict", strict=True), RunSettings(workers=1))
     tree = tmp_path / "tree"
     shutil.copytree(imagenet_root / KAGGLE_TRAIN, tree)
     (tree / "n01440764" / "broken.JPEG").write_bytes(b"\xff\xd8\xff not a jpeg")
-    edm, edm2 = prepare_imagenet64(ImagenetOptions(tree, tmp_path / "out"), ZipRun(workers=2))
+    edm, edm2 = prepare_imagenet64(ImagenetOptions(tree, tmp_path / "out"), RunSettings(workers=2))
     assert (edm.seen, edm.written, edm.failed) == (11, 10, 1) and edm.failures_path == str(tmp_path / "out" / "imagenet-64" / "failures.json")
     report = json.loads((tmp_path / "out" / "imagenet-64" / "failures.json").read_text())
     assert report["command"] == "prepare imagenet-64" and (report["seen"], report["written"], report["failed"]) == (11, 10, 1)
@@ -124,7 +132,7 @@ def test_imagenet256_rgb_and_latents(imagenet_root, tiny_vae_dir, tmp_path):
     from diffusers import AutoencoderKL
 
     rgb, sd = prepare_imagenet256(ImagenetOptions(imagenet_root, tmp_path, max_images=6),
-                                  LatentZipOptions(str(tiny_vae_dir), device="cpu", batch_size=4), ZipRun(workers=2))
+                                  LatentZipOptions(str(tiny_vae_dir), device="cpu", batch_size=4), RunSettings(workers=2))
     assert rgb.written == 6 and sd.written == 6
     vae = AutoencoderKL.from_pretrained(tiny_vae_dir).eval()
     files = ref.edm2_files(str(imagenet_root / KAGGLE_TRAIN))[:6]
@@ -182,7 +190,7 @@ def test_a_stopped_latent_pass_keeps_its_finished_units_and_appends_them_in_orde
 
     monkeypatch.setattr(build, "UNIT_INPUTS", 2)
     latents = LatentZipOptions(str(tiny_vae_dir), device="cpu", batch_size=1)
-    prepare_imagenet256(ImagenetOptions(imagenet_root, tmp_path / "a", max_images=5), latents, ZipRun(workers=1))
+    prepare_imagenet256(ImagenetOptions(imagenet_root, tmp_path / "a", max_images=5), latents, RunSettings(workers=1))
 
     def stop(phase, done, total):
         if phase.startswith("encode") and done == 5:  # the last latent of unit 2 is in its part, not its marker
@@ -190,7 +198,7 @@ def test_a_stopped_latent_pass_keeps_its_finished_units_and_appends_them_in_orde
 
     with pytest.raises(KeyboardInterrupt):
         prepare_imagenet256(ImagenetOptions(imagenet_root, tmp_path / "b", max_images=5), latents,
-                            ZipRun(workers=1, progress=stop))
+                            phased(RunSettings(workers=1), stop))
     folder = tmp_path / "b" / "imagenet-256"
     job = folder / ".fgdata" / "zips" / "imagenet_256_sd.zip"
     found = [(p.name, Marker.parse(p.read_bytes()), Plan.parse(p.read_bytes())) for p in sorted((job / "units").iterdir())]
@@ -208,7 +216,7 @@ def test_a_stopped_latent_pass_keeps_its_finished_units_and_appends_them_in_orde
             started.append(done)
 
     again = prepare_imagenet256(ImagenetOptions(imagenet_root, tmp_path / "b", max_images=5), latents,
-                                ZipRun(workers=1, progress=record))
+                                phased(RunSettings(workers=1), record))
     assert started[0] == 2 and again[0].kept  # unit 0 kept, encoded on from unit 1
     for name in ("imagenet_256_sd.zip", "imagenet_256_sd.zip.provenance.json", "failures.json"):
         assert (folder / name).read_bytes() == (tmp_path / "a" / "imagenet-256" / name).read_bytes(), name
@@ -284,17 +292,17 @@ def test_latent_zip_of_other_options_is_refused_then_rebuilt_with_no_resume(imag
     source = ImagenetOptions(imagenet_root, tmp_path, max_images=3)
     latents = LatentZipOptions(str(tiny_vae_dir), device="cpu", batch_size=4)
     bf16 = LatentZipOptions(str(tiny_vae_dir), "bfloat16", device="cpu", batch_size=4)
-    prepare_imagenet256(source, latents, ZipRun(workers=1))
+    prepare_imagenet256(source, latents, RunSettings(workers=1))
     with pytest.raises(FgdataError, match=r"imagenet_256_sd.zip: an earlier run wrote it with other options "
                                           r"\(--dtype was 'float32', now 'bfloat16'\)"):
-        prepare_imagenet256(source, bf16, ZipRun(workers=1))
+        prepare_imagenet256(source, bf16, RunSettings(workers=1))
     said: list[str] = []
-    rgb, sd = prepare_imagenet256(source, bf16, ZipRun(workers=1, resume=False, notify=said.append))
+    rgb, sd = prepare_imagenet256(source, bf16, RunSettings(workers=1, resume=False, notify=said.append))
     assert said[0].startswith("--no-resume: removing 2 file(s)") and "imagenet_256_rgb.zip" in said[0]
     assert any("imagenet_256_sd.zip" in line for line in said[1:])
     assert json.loads(Path(sd.path + ".provenance.json").read_text())["dtype"] == "bfloat16"
     report = json.loads((tmp_path / "imagenet-256" / "failures.json").read_text())
     assert (report["command"], report["seen"], report["written"], report["failed"]) == ("prepare imagenet-256", 3, 3, 0)
     other_batch = LatentZipOptions(str(tiny_vae_dir), "bfloat16", device="cpu", batch_size=2)  # RUNTIME: same bytes
-    again = prepare_imagenet256(source, other_batch, ZipRun(workers=1))
+    again = prepare_imagenet256(source, other_batch, RunSettings(workers=1))
     assert all(s.kept for s in again) and (again[-1].seen, again[-1].written, again[-1].failed) == (3, 3, 0)

@@ -106,3 +106,24 @@ def test_a_second_job_on_the_same_output_is_refused(cifar_tarball, tmp_path):
     assert refused.returncode == 1 and "another fgdata job is writing here" in " ".join(refused.stderr.split())
     assert not (folder / "cifar10-32x32.zip").exists()
     assert _cifar(cifar_tarball[0], tmp_path).returncode == 0  # free again once the holder is gone
+
+
+def test_the_data_root_is_shared_so_its_other_files_are_neither_refused_nor_removed(cifar_tarball, tmp_path):
+    """A zip's folder holds the downloaded source and whatever else the user keeps there: unlike a shard
+    folder, the job calls none of it foreign, and --overwrite replaces only the job's own outputs."""
+    import shutil
+
+    from fgdata.prepare import Cifar10Options, RunSettings, prepare_cifar10
+
+    folder = tmp_path / "cifar10"
+    folder.mkdir()
+    shutil.copy(cifar_tarball[0], folder / "cifar-10-python.tar.gz")  # where a download leaves it
+    (folder / "notes.txt").write_text("mine")
+    options = Cifar10Options(tmp_path, None, skip_md5=True, max_images=40)
+    [first] = prepare_cifar10(options, RunSettings(workers=1))
+    said: list[str] = []
+    [again] = prepare_cifar10(options, RunSettings(workers=1, overwrite=True, notify=said.append))
+    assert (first.written, again.written, again.kept) == (40, 40, False)
+    assert (folder / "notes.txt").read_text() == "mine"
+    assert (folder / "cifar-10-python.tar.gz").read_bytes() == cifar_tarball[0].read_bytes()
+    assert said and all("notes.txt" not in line and "cifar-10-python" not in line for line in said), said

@@ -10,10 +10,10 @@ import pytest
 
 from fgdata.errors import FgdataError
 from fgdata.jobs.options import byte_options
-from fgdata.prepare import Cifar10Options, ImagenetOptions, LatentZipOptions, ZipRun, prepare_imagenet64
+from fgdata.prepare import Cifar10Options, ImagenetOptions, LatentZipOptions, RunSettings, prepare_imagenet64
 from fgdata.prepare.options import Fingerprint
 
-ONE = ZipRun(workers=1)
+ONE = RunSettings(workers=1)
 
 
 def test_the_fingerprint_holds_the_byte_options_and_the_facts(tmp_path):

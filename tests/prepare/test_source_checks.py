@@ -98,10 +98,10 @@ def test_a_kaggle_root_with_a_stray_folder_in_train_is_refused(imagenet_root, tm
     shutil.copytree(imagenet_root, root)
     (root / KAGGLE_TRAIN / "holiday-photos").mkdir()
     from fgdata.errors import FgdataError
-    from fgdata.prepare import ImagenetOptions, ZipRun, prepare_imagenet64
+    from fgdata.prepare import ImagenetOptions, RunSettings, prepare_imagenet64
 
     with pytest.raises(FgdataError, match="'holiday-photos' is not a synset folder"):
-        prepare_imagenet64(ImagenetOptions(root, tmp_path / "out"), ZipRun(workers=1))
+        prepare_imagenet64(ImagenetOptions(root, tmp_path / "out"), RunSettings(workers=1))
     assert _files(tmp_path / "out") == []
 
 
