@@ -138,9 +138,19 @@ def _hash_member(ext: str, data: bytes, opts: DedupOptions) -> np.ndarray:
     return hashes.phash(im, opts.bits)
 
 
-def hash_shard(number: int, shard: str, path: str, opts: DedupOptions) -> tuple[int, int, list[dict[str, Any]]]:
-    """Unit ``number``'s work: hash every sample of ``shard`` and write keys, hashes, keep-field values and
-    failures to ``path`` (atomically). Returns the unit's number, the samples hashed and the failures."""
+@dataclass(frozen=True)
+class HashCall:
+    """One unit's work: hash the ``number``-th unit's ``shard`` into the file ``path``."""
+
+    number: int
+    shard: str
+    path: str
+
+
+def hash_shard(opts: DedupOptions, call: HashCall) -> tuple[int, int, list[dict[str, Any]]]:
+    """Unit ``call.number``'s work: hash every sample of ``call.shard`` and write keys, hashes, keep-field values
+    and failures to ``call.path`` (atomically). Returns the unit's number, the samples hashed and the failures."""
+    number, shard, path = call.number, call.shard, call.path
     keys: list[str] = []
     values: list[np.ndarray] = []
     scores: list[float] = []
@@ -244,14 +254,12 @@ class DedupJob(JobDefinition[ShardUnit]):
 
         units: dict[int, ShardUnit] = {}
 
-        def calls() -> Iterator[dict[str, Any]]:
+        def calls() -> Iterator[HashCall]:
             for unit in pending:
                 units[unit.number] = unit
-                yield {"number": unit.number, "shard": unit.shard,
-                       "path": storage.join(self.dest, _hashes_name(unit.number))}
+                yield HashCall(unit.number, unit.shard, storage.join(self.dest, _hashes_name(unit.number)))
 
-        for done, (number, hashed, failures) in enumerate(run_units(hash_shard, calls(), executor,
-                                                                    {"opts": self.opts}), 1):
+        for done, (number, hashed, failures) in enumerate(run_units(hash_shard, calls(), executor, self.opts), 1):
             unit = units.pop(number)
             marker = Marker(unit=unit.number, first=unit.number, count=hashed + len(failures), options=ctx.stamp[0],
                             inputs=unit.inputs, stamps=[], names=[unit.shard], shards=[], written=hashed,

@@ -23,7 +23,7 @@ import contextlib
 import hashlib
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,8 +46,19 @@ from fgdata.workers import default_workers
 
 #: One input's outcome: a member per target (None when it failed) and a note (source mode or failure reason).
 Result = tuple[list[bytes] | None, str | None]
-#: ``work(span, **payload)``: the outcome of every input of the block ``span``.
-Work = Callable[..., list[Result]]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One call of a pass's work: the inputs at positions ``span`` (a..b), and the block's own ``rows`` where the
+    pass sends its inputs with the work (CIFAR: each worker gets its blocks' rows, not all 50,000)."""
+
+    span: tuple[int, int]
+    rows: Iterable[Any] = ()
+
+
+#: ``work(None, block)``: the outcome of every input of the block (:func:`fgdata.jobs.executor.run_units`' shape).
+Work = Callable[[None, Block], list[Result]]
 #: progress(phase, done, total) - rendered by the CLI, ignored by library callers that pass None.
 ProgressFn = Callable[[str, int, int], None]
 
@@ -83,7 +94,7 @@ class ZipJob:
     phase: str = "convert"
     initializer: Callable[..., None] | None = None
     initargs: tuple = ()
-    payload: Callable[[int, int], dict[str, Any]] | None = None  # more keywords of ``work`` for positions a..b
+    rows: Callable[[int, int], Iterable[Any]] | None = None  # the rows a block a..b carries (:class:`Block`)
 
 
 @dataclass(frozen=True)
@@ -306,9 +317,9 @@ class _ZipPass:
             run.progress(job.phase, done, n_inputs)
         pool = Pool((run.workers or default_workers()) if len(spans) > 1 else 1, preload=(job.work.__module__,),
                     initializer=job.initializer, initargs=job.initargs)  # preload: imported once, not per worker
-        calls = ({"span": (a, b), **(job.payload(a, b) if job.payload else {})} for _u, a, b in spans)
+        calls = (Block((a, b), job.rows(a, b) if job.rows else ()) for _u, a, b in spans)
         unit: _UnitResult | None = None
-        for (u, a, b), results in zip(spans, run_units(job.work, calls, pool)):
+        for (u, a, b), results in zip(spans, run_units(job.work, calls, pool, None)):
             if unit is None:
                 unit = _UnitResult(u, a, min(UNIT_INPUTS, n_inputs - a), sizes=[w.size for w in self.writers])
                 start_unit(self.folder, Plan(u, a, unit.count, self.options_fp, self.unit_inputs(u)), self.units)

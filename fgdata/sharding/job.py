@@ -436,14 +436,22 @@ def _run_stream(job: ShardJob, units: Iterable[Unit[WorkItem]], stamp: tuple[str
         raise
 
 
-def run_unit(job: ShardJob, unit: Unit[WorkItem], stamp: tuple[str, str | None],
-             lease: tuple[str, str] | None) -> Marker:
+@dataclass(frozen=True)
+class UnitRun:
+    """What every unit run in its own process needs: the job, the run's stamp and the driver's lease."""
+
+    job: ShardJob
+    stamp: tuple[str, str | None]
+    lease: tuple[str, str] | None
+
+
+def run_unit(run: UnitRun, unit: Unit[WorkItem]) -> Marker:
     """One unit in one process (a Ray task, under the driver's ``lease`` on shared storage; a URL job's local
     worker): the same outputs as :func:`_run_stream` gives it."""
     from fgdata.jobs.lease import following
 
-    with following(job.dest, *lease) if lease else contextlib.nullcontext():
-        return next(_run_stream(job, [unit], stamp, 1, None, None))
+    with following(run.job.dest, *run.lease) if run.lease else contextlib.nullcontext():
+        return next(_run_stream(run.job, [unit], run.stamp, 1, None, None))
 
 
 # -- the job definition --------------------------------------------------------------------------------------
@@ -565,8 +573,7 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
         job = self.job
         workers = ctx.settings.workers
         if isinstance(executor, Ray) or (job.options.download is not None and workers > 1 and self.firsts is None):
-            shared = {"job": job, "stamp": ctx.stamp, "lease": ctx.lease}
-            for marker in run_units(run_unit, ({"unit": unit} for unit in pending), executor, shared):
+            for marker in run_units(run_unit, pending, executor, UnitRun(job, ctx.stamp, ctx.lease)):
                 ctx.progress(marker.count, ShardPayload.of(marker).nbytes)
                 yield marker
             return
