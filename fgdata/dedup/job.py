@@ -26,6 +26,7 @@ from fgdata import storage
 from fgdata.errors import DamagedShardError, FgdataError, OptionError
 from fgdata.jobs.driver import Context, JobDefinition
 from fgdata.jobs.executor import Executor
+from fgdata.jobs.report import ReportFields
 from fgdata.jobs.units import Entry, Marker, Totals, marker_path
 
 METHODS = ("sha256", "phash", "embedding")
@@ -274,6 +275,19 @@ class DedupJob(JobDefinition[ShardUnit]):
         self.result = _search(self.paths, self.output, self.opts, self.dest, self.selection.shards, ctx.kept)
 
 
+@dataclass(frozen=True)
+class DedupReport(ReportFields):
+    """The ignore index's failure report's own fields: how near-duplicates were found, and how many were dropped
+    and kept."""
+
+    method: str
+    dropped: int
+    kept: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"method": self.method, "dropped": self.dropped, "kept": self.kept}
+
+
 def _search(paths: list[str], output: str, opts: DedupOptions, work: str, shards: list[str],
             resumed: int) -> DedupResult:
     """Read every unit's hashes in input order, find the duplicates and write the ignore index and its failure
@@ -308,7 +322,7 @@ def _search(paths: list[str], output: str, opts: DedupOptions, work: str, shards
     failures_file = f"{output}.failures.json"
     dropped = 0 if drops is None else len(drops.index)
     write_failures(failures_file, COMMAND, len(keys) + len(failures), len(keys), failures,
-                   extra={"method": method, "dropped": dropped, "kept": len(keys) - dropped})
+                   DedupReport(method, dropped, len(keys) - dropped))
     return DedupResult(len(keys) + len(failures), len(keys), dropped, failures, output, failures_file, resumed)
 
 

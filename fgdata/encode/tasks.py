@@ -48,7 +48,7 @@ from fgdata.jobs.executor import Executor, Pool, Ray, run_units
 from fgdata.jobs.options import byte_options, check_record, fingerprint
 from fgdata.jobs.provenance import PROVENANCE_FILE, write_provenance
 from fgdata.jobs.ranks import owner, run_launch
-from fgdata.jobs.report import FAILURES_FILE, clean_reason
+from fgdata.jobs.report import FAILURES_FILE, ReportFields, clean_reason
 from fgdata.jobs.signals import critical
 from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.units import (
@@ -388,8 +388,8 @@ class TaskDefinition(JobDefinition[TaskUnit]):
     def count(self, marker: Marker, ctx: Context, fresh: bool | None) -> None:
         self.not_updated += sum(f.kept for f in marker.failures)
 
-    def report_fields(self, ctx: Context) -> dict[str, object]:
-        return {"not_updated": self.not_updated} if self.job.in_place else {}
+    def report_fields(self, ctx: Context) -> ReportFields:
+        return NotUpdated(self.not_updated) if self.job.in_place else ReportFields()
 
     def finish(self, ctx: Context, totals: Totals) -> None:
         """``provenance.json``: the model's record (from this process, a rank's note, or loaded now) and the figures."""
@@ -420,6 +420,16 @@ def _kept_job(token: str, job: TaskJob) -> tuple[TaskJob, bool]:
         return _kept[1], False
     _kept = (token, job)  # the earlier run's producer and its model go now, before this run's model loads
     return job, True
+
+
+@dataclass(frozen=True)
+class NotUpdated(ReportFields):
+    """``failures.json``'s field of an in-place run: the samples whose shard kept its earlier member."""
+
+    not_updated: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"not_updated": self.not_updated}
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from fgdata.fid.detectors import DINOV2_DEFAULT, INCEPTION_DEFAULT, Detector
 from fgdata.fid.images import Chunk, ImageSource, open_source
 from fgdata.fid.stats import Moments, edm2_pkl_bytes, edm_npz_bytes, npz_bytes
 from fgdata.jobs.options import RUNTIME, byte_options, check_record, check_same, fingerprint
-from fgdata.jobs.report import Failure, write_failures
+from fgdata.jobs.report import Failure, Outputs, write_failures
 from fgdata.jobs.summary import OutputSummary
 from fgdata.jobs.units import (
     Entry,
@@ -519,7 +519,7 @@ def _write_output(job: _RefJob, totals: dict[str, Moments], failures: list[Failu
             raise FgdataError(f"{job.source_path}: {metric} saw {m.n} images, the source holds {written} it can decode")
     report = failures_path(job.out)
     write_failures(report, "fid-refs", source.count, written, [f.to_json() for f in failures],
-                   {"outputs": [storage.basename(job.out)]})
+                   Outputs([storage.basename(job.out)]))
     if written < 2:
         raise FgdataError(f"{job.source_path}: {written} of {source.count} images could be decoded; FID statistics "
                           f"need at least 2 (reasons in {report})")

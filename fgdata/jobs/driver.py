@@ -43,7 +43,7 @@ from fgdata.jobs import dest as destmod
 from fgdata.jobs import outputs
 from fgdata.jobs.executor import Executor, Pool, Ray
 from fgdata.jobs.ranks import dist_env, owner
-from fgdata.jobs.report import FAILURES_FILE, category
+from fgdata.jobs.report import FAILURES_FILE, ReportFields, category
 from fgdata.jobs.signals import Interrupted, stop_on_signals
 from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.units import (
@@ -231,9 +231,9 @@ class JobDefinition(ABC, Generic[U]):
         """Remove what no unit of this job claims (by default the markers of units past the last)."""
         drop_markers_from(self.dest, ctx.units, self.folder)
 
-    def report_fields(self, ctx: Context) -> dict[str, object]:
+    def report_fields(self, ctx: Context) -> ReportFields:
         """``failures.json``'s own fields of the command (``skipped``, ``filtered``, ``not_updated``)."""
-        return {}
+        return ReportFields()
 
     def retryable(self, reason: str) -> bool:
         return False
@@ -309,8 +309,7 @@ def run_job(job: JobDefinition[U], settings: RunSettings | None = None) -> JobSu
             # Every unit is in: no rank or Ray worker moves a shard any more, so a temporary left now is a dead one's.
             destmod.clear_leftovers(job.dest)
             job.sweep(ctx)
-            fields = job.report_fields(ctx)
-            totals = finalize(job.dest, job.command, ctx.spool, dict(fields), job.stats, job.retryable)
+            totals = finalize(job.dest, job.command, ctx.spool, job.report_fields(ctx), job.stats, job.retryable)
             job.finish(ctx, totals)
             summary = job.summarize(_whole(job, ctx, totals), ctx, totals)
             job.finished(summary, ctx)

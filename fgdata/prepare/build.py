@@ -34,7 +34,7 @@ from fgdata.jobs.dest import STATE_DIR, Notify, claimed, remove_files
 from fgdata.jobs.executor import Pool, run_units
 from fgdata.jobs.options import fingerprint as options_fingerprint
 from fgdata.jobs.outputs import output_done
-from fgdata.jobs.report import FAILURES_FILE, Failure, write_failures
+from fgdata.jobs.report import FAILURES_FILE, Failure, Outputs, write_failures
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
 from fgdata.jobs.summary import OutputSummary
 from fgdata.jobs.units import Entry, Marker, Plan, ShardDone, existing_markers, marker_path, read_marker, start_unit
@@ -380,7 +380,7 @@ class _ZipPass:
                                         failed=len(self.failures), failures_path=str(report), seconds=seconds,
                                         converted=tuple(self.converted), resumed=resumed))
         write_failures(str(report), job.command, n_inputs, written, failure_docs,
-                       {"outputs": [t.dest.name for t in job.targets]})
+                       Outputs([t.dest.name for t in job.targets]))
         remove_job_folder(Path(self.folder, self.units).parent)
         return summaries
 

@@ -39,7 +39,7 @@ from fgdata.jobs.local import threaded_map
 from fgdata.jobs.options import fingerprint as options_fingerprint
 from fgdata.jobs.outputs import output_done, redoing
 from fgdata.jobs.ranks import dist_env, owner, run_launch, wait_for
-from fgdata.jobs.report import FAILURES_FILE, Failure, write_failures
+from fgdata.jobs.report import FAILURES_FILE, Failure, Outputs, write_failures
 from fgdata.jobs.signals import Interrupted, critical, stop_on_signals
 from fgdata.jobs.units import Marker, Plan, ShardDone, marker_path, read_marker, start_unit
 from fgdata.prepare import build
@@ -272,7 +272,7 @@ class _LatentJob:
         n = len(self.names)
         path = self.dest.parent / FAILURES_FILE
         write_failures(str(path), "prepare imagenet-256", n + len(failures), n, [f.to_json() for f in failures],
-                       {"outputs": sorted({self.rgb_zip.name, self.dest.name})})
+                       Outputs(sorted({self.rgb_zip.name, self.dest.name})))
         return str(path)
 
 

@@ -45,7 +45,7 @@ from fgdata.jobs.local import ordered_map, threaded_map
 from fgdata.jobs.options import FLATTEN, RUNTIME, WHEN_SET, byte_options, check_record, fingerprint
 from fgdata.jobs.provenance import write_provenance
 from fgdata.jobs.ranks import owner, run_launch
-from fgdata.jobs.report import category
+from fgdata.jobs.report import ReportFields, category
 from fgdata.jobs.signals import critical
 from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.units import (
@@ -454,6 +454,22 @@ def run_unit(run: UnitRun, unit: Unit[WorkItem]) -> Marker:
         return next(_run_stream(run.job, [unit], run.stamp, 1, None, None))
 
 
+@dataclass(frozen=True)
+class ShardReport(ReportFields):
+    """``failures.json``'s fields of ``shard``: what SRC held that is not an input (``skipped``), and the row
+    selection's outcome (``filtered``, ``filtered_by_reason``, ``selection``; empty without one)."""
+
+    skipped: list[Skipped]
+    selection: dict[str, Any]
+
+    @property
+    def filtered(self) -> int:
+        return int(self.selection.get("filtered", 0))
+
+    def to_json(self) -> dict[str, object]:
+        return {"skipped": [s.to_json() for s in self.skipped], **self.selection}
+
+
 # -- the job definition --------------------------------------------------------------------------------------
 
 
@@ -602,9 +618,9 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
     def sweep(self, ctx: Context) -> None:
         sweep(self.dest, self.claims, ctx.units, ctx.notify)
 
-    def report_fields(self, ctx: Context) -> dict[str, object]:
-        return {"skipped": [s.to_json() for s in sorted(self.skipped, key=lambda s: s.name)],
-                **(self.selector.report() if self.selector is not None else {})}
+    def report_fields(self, ctx: Context) -> ShardReport:
+        return ShardReport(sorted(self.skipped, key=lambda s: s.name),
+                           self.selector.report() if self.selector is not None else {})
 
     def retryable(self, reason: str) -> bool:
         return retryable(reason)
