@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,11 +71,6 @@ def clean_reason(reason: str) -> str:
 def category(reason: str) -> str:
     """The category of a reason that reads ``"<category>: <message>"``."""
     return reason.split(":", 1)[0].strip()
-
-
-def by_category(failures: list[dict[str, Any]]) -> dict[str, int]:
-    """``{category: n}`` over failure entries."""
-    return dict(sorted(Counter(category(f["reason"]) for f in failures).items()))
 
 
 def write_failures(path: str, command: str, seen: int, written: int, failures: list[dict[str, Any]],
