@@ -190,7 +190,7 @@ def _run(what: tuple[Any, Any], out: OutputFlags) -> None:
     from fgdata.jobs.ranks import dist_env
     from fgdata.jobs.summary import JobSummary
     from fgdata.sharding.job import run_shard
-    from fgdata.sources.folder import skip_summary
+    from fgdata.sources.folder import Skipped, skip_summary
 
     def categories(by_reason: dict[str, int]) -> str:
         return ", ".join(f"{category} {n:,}" for category, n in by_reason.items())
@@ -236,7 +236,7 @@ def _run(what: tuple[Any, Any], out: OutputFlags) -> None:
     if report.warned:
         rows.append(("warnings", f"{report.warned:,}: {categories(report.warned_by_reason)} (in failures.json)"))
     if report.skipped:
-        rows.append(("skipped", f"{len(report.skipped):,}: {skip_summary(report.skipped)} (in failures.json)"))
+        rows.append(("skipped", f"{len(report.skipped):,}: {skip_summary([Skipped(f.input, f.reason) for f in report.skipped])} (in failures.json)"))
     details = {"samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
                "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes,
                "warnings": report.warned, "skipped": len(report.skipped),

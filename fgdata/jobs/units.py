@@ -645,9 +645,7 @@ def finalize(dest: str, command: str, spool: Spool, fields: ReportFields, stats:
         if stats:
             from fgdata.jobs.stats import STATS_FILE, write_stats
 
-            head = {"successes": totals.written, "failed": totals.failed,
-                    "failed_by_reason": dict(sorted(totals.failed_by_reason.items())), "retryable": totals.retryable}
-            write_side_file(storage.join(dest, STATS_FILE), partial(write_stats, head=head, per_shard=per_shard))
+            write_side_file(storage.join(dest, STATS_FILE), partial(write_stats, totals=totals, per_shard=per_shard))
     return totals
 
 

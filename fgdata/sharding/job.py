@@ -45,7 +45,7 @@ from fgdata.jobs.local import ordered_map, threaded_map
 from fgdata.jobs.options import FLATTEN, RUNTIME, WHEN_SET, byte_options, check_record, fingerprint
 from fgdata.jobs.provenance import write_provenance
 from fgdata.jobs.ranks import owner, run_launch
-from fgdata.jobs.report import ReportFields, category
+from fgdata.jobs.report import Failure, ReportFields, category
 from fgdata.jobs.signals import critical
 from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.units import (
@@ -643,7 +643,7 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
         summary.filtered_by_reason = fields.get("filtered_by_reason", {})
         summary.selection = fields.get("selection")
         summary.normalised = dict(sorted(self.normalised.items()))
-        summary.skipped = [s.to_json() for s in sorted(self.skipped, key=lambda s: s.name)]
+        summary.skipped = [Failure(s.name, s.reason) for s in sorted(self.skipped, key=lambda s: s.name)]
         summary.inputs, summary.rewritten = self.diff, self.rewritten
         summary.stats_path = storage.join(self.dest, STATS_FILE) if self.stats else None
         summary.retried, summary.recovered = sum(len(v) for v in self.retried.values()), self.recovered
