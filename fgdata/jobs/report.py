@@ -74,12 +74,11 @@ def category(reason: str) -> str:
 
 
 def write_failures(path: str, command: str, seen: int, written: int, failures: list[dict[str, Any]],
-                   fields: ReportFields = ReportFields()) -> dict[str, Any]:
-    """Check the accounting, then write the report atomically (local or s3://); return it."""
+                   fields: ReportFields = ReportFields()) -> None:
+    """Check the accounting, then write the report atomically (local or s3://)."""
     if seen != written + len(failures):
         raise FgdataError(f"{path}: accounting mismatch: {seen} inputs seen, {written} written, "
                           f"{len(failures)} failed")
     doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "command": command, "seen": seen,
                            "written": written, "failed": len(failures), **fields.to_json(), "failures": failures}
     storage.write_bytes(path, (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode())
-    return doc
