@@ -16,8 +16,8 @@ for ``shard``, ``fgdata/encode/tasks.py`` for ``encode``/``kd``), that subclasse
 - optional hooks, all typed: ``start`` (checks before DST is taken), ``prepare`` (under DST's lock: foreign
   files, the job record), ``launch``, ``redo``, ``met``/``keep``/``redoing``/``planned`` (resume bookkeeping),
   ``executor`` (default: what the settings name), ``count`` (the command's own figures from each marker),
-  ``sweep``, ``report_fields`` (``failures.json``'s own fields, a :class:`fgdata.jobs.report.ReportFields`), ``finish`` (its side files: provenance, stats),
-  ``summarize`` (its fields of the :class:`fgdata.jobs.summary.JobSummary`) and ``finished`` (closing notices).
+  ``sweep``, ``report_fields`` (``failures.json``'s own fields, a :class:`fgdata.jobs.report.ReportFields`),
+  ``finish`` (its side files: provenance, stats), ``summarize`` (its fields of the :class:`fgdata.jobs.summary.JobSummary`) and ``finished`` (closing notices).
 
 :class:`fgdata.jobs.driver.RunSettings` is how every job runs (engine, workers, resume, overwrite, wait timeout,
 the progress and notice callbacks of :mod:`fgdata.progress`); it never changes the bytes. ``run_job`` owns the
