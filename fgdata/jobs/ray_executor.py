@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from fgdata.errors import FgdataError
 from fgdata.jobs import signals
@@ -77,6 +77,10 @@ def _unit_error(exc: BaseException, unit: int) -> FgdataError:
                        "rerun the same command to resume")
 
 
+class _Limits(TypedDict, total=False):
+    max_calls: int  # left out: Ray's default
+
+
 def stream_units(fn: Callable[[S, C], R], units: Iterable[C], shared: S, *, address: str | None = None,
                  num_gpus: float = 0.0, in_flight: int | None = None,
                  max_calls: int | None = None) -> Iterator[tuple[int, R]]:
@@ -94,7 +98,7 @@ def stream_units(fn: Callable[[S, C], R], units: Iterable[C], shared: S, *, addr
     try:
         limit = in_flight or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
         ref_shared = ray.put(shared)
-        limits: dict[str, Any] = {} if max_calls is None else {"max_calls": max_calls}
+        limits: _Limits = {} if max_calls is None else {"max_calls": max_calls}
         remote = ray.remote(num_gpus=num_gpus, max_retries=MAX_RETRIES, retry_exceptions=False, **limits)(fn)
         stream = enumerate(units)
         index: dict[Any, int] = {}
