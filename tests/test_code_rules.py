@@ -274,3 +274,92 @@ def test_the_pool_check_sees_every_form():
                "from multiprocessing.connection import wait"]
     for source in allowed:
         assert private_pools(source) == [], source
+
+
+MAX_UNTYPED_RECORDS = 30  # to come down to 6: the JSON documents the engine writes (marker, plan, failures, provenance)
+
+
+def _untyped(annotation: ast.expr | None) -> bool:
+    """Whether an annotation is an untyped record: ``dict`` (bare, or of ``Any``/``object`` values), ``Any``
+    (alone or ``| None``), or a container of one (``list[dict]``, ``dict[str, dict[str, Any]]``)."""
+    if annotation is None:
+        return False
+    if isinstance(annotation, ast.Name):
+        return annotation.id in ("dict", "Any")
+    if isinstance(annotation, ast.BinOp):  # X | None
+        return _untyped(annotation.left) or _untyped(annotation.right)
+    if isinstance(annotation, ast.Subscript) and isinstance(annotation.value, ast.Name):
+        args = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+        if annotation.value.id == "dict" and isinstance(args[-1], ast.Name) and args[-1].id in ("Any", "object"):
+            return True
+        if annotation.value.id in ("dict", "list", "Sequence", "Iterable", "Iterator", "Mapping"):
+            return _record(args[-1])  # a container's values (not its keys): a record, not any value
+    return False
+
+
+def _record(annotation: ast.expr) -> bool:
+    return not (isinstance(annotation, ast.Name) and annotation.id == "Any") and _untyped(annotation)
+
+
+def untyped_records(source: str) -> list[str]:
+    """Each parameter, return and annotated name (field or variable) whose annotation is an untyped record."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args
+            for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+                if a is not None and _untyped(a.annotation):
+                    found.append(f"{node.lineno}: {node.name}({a.arg})")
+            if _untyped(node.returns):
+                found.append(f"{node.lineno}: {node.name} returns")
+        elif isinstance(node, ast.AnnAssign) and _untyped(node.annotation):
+            found.append(f"{node.lineno}: {ast.unparse(node.target)}")
+    return found
+
+
+def test_the_engine_passes_typed_records():
+    """Plans, markers, units, unit calls and their results cross the engine as typed values; the few untyped
+    records left are the JSON documents it reads and writes."""
+    found = [f"jobs/{path.name}:{where}" for path in sorted((ROOT / "jobs").glob("*.py"))
+             for where in untyped_records(path.read_text())]
+    assert len(found) <= MAX_UNTYPED_RECORDS, found
+
+
+def test_the_record_check_sees_every_form():
+    caught = ["def f(x: dict) -> None: ...", "def f(x: dict[str, Any]) -> None: ...", "def f() -> Any: ...",
+              "def f(*, x: list[dict[str, Any]] | None) -> None: ...", "x: dict[str, object] = {}",
+              "class C:\n    doc: dict[str, dict[str, Any]]", "def f(x: Any | None) -> None: ..."]
+    for source in caught:
+        assert len(untyped_records(source)) == 1, source
+    allowed = ["def f(x: dict[str, int]) -> list[str]: ...", "def f(fn: Callable[..., Any]) -> None: ...",
+               "x: dict[int, tuple[int, str]] = {}", "def f(x: Unit[Any]) -> None: ...", "refs: dict[Any, int] = {}",
+               "handles: list[Any] = []"]
+    for source in allowed:
+        assert untyped_records(source) == [], source
+
+
+def options_from_dicts(source: str) -> list[str]:
+    """Each ``SomethingOptions(**...)``: an options object built from a dict of keywords, not its typed fields."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and any(k.arg is None for k in node.keywords):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if name.endswith("Options"):
+                found.append(f"{node.lineno}: {name}(**...)")
+    return found
+
+
+def test_the_cli_builds_options_from_typed_flag_groups():
+    """An options object is built field by field from the command's typed flag groups, so a renamed flag or
+    field fails in mypy, not at run time."""
+    found = [f"{path.relative_to(ROOT)}:{where}" for path in sorted((ROOT / "cli").rglob("*.py"))
+             for where in options_from_dicts(path.read_text())]
+    assert found == []
+
+
+def test_the_options_check_sees_every_form():
+    for source in ["KdOptions(**kwargs)", "options.RefOptions(steps=2, **extra)", "x = ShardOptions(**{'a': 1})"]:
+        assert len(options_from_dicts(source)) == 1, source
+    for source in ["KdOptions(steps=2)", "cls(**{name: kwargs[name] for name in names})", "dict(**a)"]:
+        assert options_from_dicts(source) == [], source

@@ -76,7 +76,7 @@ def _run(call: Callable[..., Any], source: str, device: str, engine: EngineFlags
     report it like every writing command."""
     from dataclasses import replace
 
-    from fgdata.cli.jobrun import finish_job, job_progress, notes, run_job
+    from fgdata.cli.jobrun import ShardsDone, finish_job, job_progress, notes, run_job
     from fgdata.compute import check_device
     from fgdata.jobs.ranks import dist_env
     from fgdata.jobs.summary import JobSummary
@@ -101,11 +101,9 @@ def _run(call: Callable[..., Any], source: str, device: str, engine: EngineFlags
     summary = run_job(with_bar)  # the bar is closed before an interrupt line is printed
     rows = [("output shards written", f"{summary.shards_done:,}"),
             ("output shards resumed", f"{summary.shards_skipped:,}")]
-    details: dict[str, Any] = {"shards_written": summary.shards_done, "shards_resumed": summary.shards_skipped,
-                               "samples_per_second": round(summary.rate, 2)}
     if summary.not_updated:  # --into in place: failed samples kept as they were
         rows.insert(0, ("  not updated (kept)", f"{summary.not_updated:,}"))
-        details["not_updated"] = summary.not_updated
+    details = ShardsDone(summary.shards_done, summary.shards_skipped, summary.rate, summary.not_updated)
     finish_job(summary, source=source, seconds=time.perf_counter() - started, rows=rows, details=details,
                quiet=out.quiet, json_out=out.json_out)
 

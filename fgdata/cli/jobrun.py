@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import typer
 
@@ -133,14 +133,40 @@ def finish(outcome: Outcome, *, quiet: bool, json_out: bool) -> None:
         options.exit_if_all_failed(outcome.written, outcome.failed, outcome.failures_file)
 
 
+class Details(Protocol):
+    """A command's own fields of its ``--json`` document, as a typed value of the command's."""
+
+    def to_json(self) -> dict[str, object]: ...
+
+
+@dataclass(frozen=True)
+class ShardsDone:
+    """The fields of a command that writes shards per input shard (encode, kd, score): output shards written and
+    found complete, samples per second (encode, kd) and the samples an in-place run kept as they were."""
+
+    written: int
+    resumed: int
+    rate: float | None = None
+    not_updated: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        doc: dict[str, object] = {"shards_written": self.written, "shards_resumed": self.resumed}
+        if self.rate is not None:
+            doc["samples_per_second"] = round(self.rate, 2)
+        if self.not_updated:
+            doc["not_updated"] = self.not_updated
+        return doc
+
+
 def finish_job(summary: JobSummary, *, source: str, seconds: float, rows: list[tuple[str, str]],
-               details: dict[str, Any], quiet: bool, json_out: bool) -> None:
+               details: Details, quiet: bool, json_out: bool) -> None:
     """:func:`finish` for a job core's summary (``rows`` and ``details``: the command's own), a torchrun rank's
     share marked as such (rank 0 reports the job and alone decides the exit code)."""
+    fields = details.to_json()
     if not summary.whole_job:
-        details = {**details, "rank": summary.rank, "world": summary.world}
+        fields |= {"rank": summary.rank, "world": summary.world}
         rows = [("rank", f"{summary.rank} of {summary.world} (its share only)"), *rows]
     finish(Outcome(command=summary.command, source=source, output=summary.path, seen=summary.seen,
                    written=summary.written, failed=summary.failed, failures_file=summary.failures_path,
-                   seconds=seconds, details=details, rows=rows, whole_job=summary.whole_job),
+                   seconds=seconds, details=fields, rows=rows, whole_job=summary.whole_job),
            quiet=quiet, json_out=json_out)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -76,7 +76,7 @@ def _into(paths: list[str], options: ScoreOptions, workers: int, out: OutputFlag
     """``--into``: the scores in each sample's json, the shards rewritten in place by the job core."""
     import time
 
-    from fgdata.cli.jobrun import finish_job, job_progress, notes, run_job
+    from fgdata.cli.jobrun import ShardsDone, finish_job, job_progress, notes, run_job
     from fgdata.errors import OptionError
     from fgdata.jobs.driver import RunSettings
     from fgdata.score.job import score_into
@@ -94,10 +94,9 @@ def _into(paths: list[str], options: ScoreOptions, workers: int, out: OutputFlag
     summary = run_job(call)
     rows = [("output shards written", f"{summary.shards_done:,}"),
             ("output shards resumed", f"{summary.shards_skipped:,}")]
-    details: dict[str, Any] = {"shards_written": summary.shards_done, "shards_resumed": summary.shards_skipped}
     if summary.not_updated:
         rows.insert(0, ("  not updated (kept)", f"{summary.not_updated:,}"))
-        details["not_updated"] = summary.not_updated
+    details = ShardsDone(summary.shards_done, summary.shards_skipped, not_updated=summary.not_updated)
     finish_job(summary, source=paths[0], seconds=time.perf_counter() - started, rows=rows, details=details,
                quiet=out.quiet, json_out=out.json_out)
 

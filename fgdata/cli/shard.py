@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -14,6 +14,9 @@ from fgdata.cli.flaggroups import flag, flag_groups
 from fgdata.cli.options import JobFlags, OutputFlags, TorchrunJobFlags
 from fgdata.cli.render import console, human_bytes
 from fgdata.cli.selectflags import ImageTableFlags, SelectFlags, VideoTableFlags
+
+if TYPE_CHECKING:
+    from fgdata.jobs.summary import JobSummary
 
 shard_app = typer.Typer(
     help="Turn folders or manifests of media into WebDataset shards (atomic, resumable, deterministic).",
@@ -182,15 +185,41 @@ class DownloadFlags:
                                allow_private_network=self.allow_private_network)
 
 
+@dataclass(frozen=True)
+class ShardDetails:
+    """``shard``'s own fields of its ``--json`` document, from the job's summary."""
+
+    report: JobSummary
+
+    def to_json(self) -> dict[str, object]:
+        report, diff = self.report, self.report.inputs
+        doc: dict[str, object] = {
+            "samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
+            "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes,
+            "warnings": report.warned, "skipped": len(report.skipped),
+            "changed_inputs": diff.changed.names if diff else [], "added_inputs": diff.added.names if diff else [],
+            "removed_inputs": diff.removed.names if diff else [], "rewritten_shards": report.rewritten,
+            "normalised": report.normalised, "retried": report.retried, "recovered": report.recovered,
+            "restarted_units": report.restarted, "uncaptioned": report.uncaptioned,
+            "image_formats": report.formats, "filtered": report.filtered,
+            "filtered_by_reason": report.filtered_by_reason}
+        if report.selection:
+            doc["selection"] = report.selection
+        if report.clips is not None:
+            doc["clips"] = report.clips.to_json()
+        if report.stats_path:
+            doc["stats"] = report.stats_path
+        return doc
+
+
 def _run(what: tuple[Any, Any], out: OutputFlags) -> None:
     """Run ``what`` (a ShardJob and its RunSettings) and report it."""
     from dataclasses import replace
 
     from fgdata.cli.jobrun import finish_job, job_progress, notes, run_job
     from fgdata.jobs.ranks import dist_env
-    from fgdata.jobs.summary import JobSummary
     from fgdata.sharding.job import run_shard
-    from fgdata.sources.folder import skip_summary
+    from fgdata.sources.folder import Skipped, skip_summary
 
     def categories(by_reason: dict[str, int]) -> str:
         return ", ".join(f"{category} {n:,}" for category, n in by_reason.items())
@@ -236,24 +265,10 @@ def _run(what: tuple[Any, Any], out: OutputFlags) -> None:
     if report.warned:
         rows.append(("warnings", f"{report.warned:,}: {categories(report.warned_by_reason)} (in failures.json)"))
     if report.skipped:
-        rows.append(("skipped", f"{len(report.skipped):,}: {skip_summary(report.skipped)} (in failures.json)"))
-    details = {"samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
-               "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes,
-               "warnings": report.warned, "skipped": len(report.skipped),
-               "changed_inputs": diff.changed.names if diff else [], "added_inputs": diff.added.names if diff else [],
-               "removed_inputs": diff.removed.names if diff else [], "rewritten_shards": report.rewritten,
-               "normalised": report.normalised, "retried": report.retried, "recovered": report.recovered,
-               "restarted_units": report.restarted, "uncaptioned": report.uncaptioned,
-               "image_formats": report.formats, "filtered": report.filtered,
-               "filtered_by_reason": report.filtered_by_reason}
-    if report.selection:
-        details["selection"] = report.selection
-    if report.clips is not None:
-        details["clips"] = report.clips.to_json()
+        rows.append(("skipped", f"{len(report.skipped):,}: {skip_summary([Skipped(f.input, f.reason) for f in report.skipped])} (in failures.json)"))
     if report.stats_path:
         rows.append(("per-shard stats", report.stats_path))
-        details["stats"] = report.stats_path
-    finish_job(report, source=job.src, seconds=time.perf_counter() - started, rows=rows, details=details,
+    finish_job(report, source=job.src, seconds=time.perf_counter() - started, rows=rows, details=ShardDetails(report),
                quiet=out.quiet, json_out=out.json_out)
 
 

@@ -26,6 +26,7 @@ from fgdata import storage
 from fgdata.errors import DamagedShardError, FgdataError, OptionError
 from fgdata.jobs.driver import Context, JobDefinition
 from fgdata.jobs.executor import Executor
+from fgdata.jobs.report import ReportFields
 from fgdata.jobs.units import Entry, Marker, Totals, marker_path
 
 METHODS = ("sha256", "phash", "embedding")
@@ -138,9 +139,19 @@ def _hash_member(ext: str, data: bytes, opts: DedupOptions) -> np.ndarray:
     return hashes.phash(im, opts.bits)
 
 
-def hash_shard(number: int, shard: str, path: str, opts: DedupOptions) -> tuple[int, int, list[dict[str, Any]]]:
-    """Unit ``number``'s work: hash every sample of ``shard`` and write keys, hashes, keep-field values and
-    failures to ``path`` (atomically). Returns the unit's number, the samples hashed and the failures."""
+@dataclass(frozen=True)
+class HashCall:
+    """One unit's work: hash the ``number``-th unit's ``shard`` into the file ``path``."""
+
+    number: int
+    shard: str
+    path: str
+
+
+def hash_shard(opts: DedupOptions, call: HashCall) -> tuple[int, int, list[dict[str, Any]]]:
+    """Unit ``call.number``'s work: hash every sample of ``call.shard`` and write keys, hashes, keep-field values
+    and failures to ``call.path`` (atomically). Returns the unit's number, the samples hashed and the failures."""
+    number, shard, path = call.number, call.shard, call.path
     keys: list[str] = []
     values: list[np.ndarray] = []
     scores: list[float] = []
@@ -244,14 +255,12 @@ class DedupJob(JobDefinition[ShardUnit]):
 
         units: dict[int, ShardUnit] = {}
 
-        def calls() -> Iterator[dict[str, Any]]:
+        def calls() -> Iterator[HashCall]:
             for unit in pending:
                 units[unit.number] = unit
-                yield {"number": unit.number, "shard": unit.shard,
-                       "path": storage.join(self.dest, _hashes_name(unit.number))}
+                yield HashCall(unit.number, unit.shard, storage.join(self.dest, _hashes_name(unit.number)))
 
-        for done, (number, hashed, failures) in enumerate(run_units(hash_shard, calls(), executor,
-                                                                    {"opts": self.opts}), 1):
+        for done, (number, hashed, failures) in enumerate(run_units(hash_shard, calls(), executor, self.opts), 1):
             unit = units.pop(number)
             marker = Marker(unit=unit.number, first=unit.number, count=hashed + len(failures), options=ctx.stamp[0],
                             inputs=unit.inputs, stamps=[], names=[unit.shard], shards=[], written=hashed,
@@ -264,6 +273,19 @@ class DedupJob(JobDefinition[ShardUnit]):
 
     def finish(self, ctx: Context, totals: Totals) -> None:
         self.result = _search(self.paths, self.output, self.opts, self.dest, self.selection.shards, ctx.kept)
+
+
+@dataclass(frozen=True)
+class DedupReport(ReportFields):
+    """The ignore index's failure report's own fields: how near-duplicates were found, and how many were dropped
+    and kept."""
+
+    method: str
+    dropped: int
+    kept: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"method": self.method, "dropped": self.dropped, "kept": self.kept}
 
 
 def _search(paths: list[str], output: str, opts: DedupOptions, work: str, shards: list[str],
@@ -300,7 +322,7 @@ def _search(paths: list[str], output: str, opts: DedupOptions, work: str, shards
     failures_file = f"{output}.failures.json"
     dropped = 0 if drops is None else len(drops.index)
     write_failures(failures_file, COMMAND, len(keys) + len(failures), len(keys), failures,
-                   extra={"method": method, "dropped": dropped, "kept": len(keys) - dropped})
+                   DedupReport(method, dropped, len(keys) - dropped))
     return DedupResult(len(keys) + len(failures), len(keys), dropped, failures, output, failures_file, resumed)
 
 

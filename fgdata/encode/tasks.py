@@ -48,7 +48,7 @@ from fgdata.jobs.executor import Executor, Pool, Ray, run_units
 from fgdata.jobs.options import byte_options, check_record, fingerprint
 from fgdata.jobs.provenance import PROVENANCE_FILE, write_provenance
 from fgdata.jobs.ranks import owner, run_launch
-from fgdata.jobs.report import FAILURES_FILE, clean_reason
+from fgdata.jobs.report import FAILURES_FILE, ReportFields, clean_reason
 from fgdata.jobs.signals import critical
 from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.units import (
@@ -348,14 +348,12 @@ class TaskDefinition(JobDefinition[TaskUnit]):
     def execute(self, pending: Iterator[TaskUnit], executor: Executor, ctx: Context) -> Iterator[Marker]:
         job = self.job
         others = _other_keys(job)
-        calls = ({"number": u.number, "task": u.task, "grown_from": listed_sizes(ctx.present)(u.task.name)}
-                 for u in pending)
+        calls = (TaskCall(u.number, u.task, listed_sizes(ctx.present)(u.task.name)) for u in pending)
         if isinstance(executor, Ray):  # a run that keeps every task starts no Ray at all
             first = next(calls, None)
             if first is None:
                 return
-            shared = {"job": replace(job, tasks=[]), "token": uuid.uuid4().hex, "stamp": ctx.stamp,
-                      "lease": ctx.lease, "others": others}
+            shared = RayRun(replace(job, tasks=[]), uuid.uuid4().hex, ctx.stamp, ctx.lease, others)
             for marker, record in run_units(run_unit, itertools.chain([first], calls), executor, shared):
                 ctx.progress(marker.count, 0)
                 yield marker
@@ -366,7 +364,7 @@ class TaskDefinition(JobDefinition[TaskUnit]):
             return
         say = ctx.settings.log or (lambda _msg: None)
 
-        def unit(number: int, task: Task, grown_from: int | None) -> tuple[Task, Marker, float]:
+        def unit(_: None, call: TaskCall) -> tuple[Task, Marker, float]:
             t0 = time.perf_counter()
 
             def counted(results: Iterable[Result]) -> Iterator[Result]:
@@ -374,10 +372,11 @@ class TaskDefinition(JobDefinition[TaskUnit]):
                     yield r
                     ctx.progress(1, 0)
 
-            marker = _write_task(job, number, task, counted(job.produce(task)), ctx.stamp, (others, grown_from))
-            return task, marker, time.perf_counter() - t0
+            marker = _write_task(job, call.number, call.task, counted(job.produce(call.task)), ctx.stamp,
+                                 (others, call.grown_from))
+            return call.task, marker, time.perf_counter() - t0
 
-        for task, marker, dt in run_units(unit, calls, executor):
+        for task, marker, dt in run_units(unit, calls, executor, None):
             yield marker
             say(f"rank {ctx.rank}: {task.name}: {marker.written} written, {len(marker.failures)} failed, "
                 f"{marker.written / dt if dt > 0 else 0:.1f} samples/s")
@@ -389,8 +388,8 @@ class TaskDefinition(JobDefinition[TaskUnit]):
     def count(self, marker: Marker, ctx: Context, fresh: bool | None) -> None:
         self.not_updated += sum(f.kept for f in marker.failures)
 
-    def report_fields(self, ctx: Context) -> dict[str, object]:
-        return {"not_updated": self.not_updated} if self.job.in_place else {}
+    def report_fields(self, ctx: Context) -> ReportFields:
+        return NotUpdated(self.not_updated) if self.job.in_place else ReportFields()
 
     def finish(self, ctx: Context, totals: Totals) -> None:
         """``provenance.json``: the model's record (from this process, a rank's note, or loaded now) and the figures."""
@@ -423,16 +422,47 @@ def _kept_job(token: str, job: TaskJob) -> tuple[TaskJob, bool]:
     return job, True
 
 
-def run_unit(job: TaskJob, token: str, stamp: Stamp, lease: tuple[str, str] | None, others: list[str],
-             number: int, task: Task, grown_from: int | None) -> tuple[Marker, dict[str, Any] | None]:
-    """Task ``number`` as one Ray task, under the driver's ``lease`` on shared storage (the driver holds DST's
+@dataclass(frozen=True)
+class NotUpdated(ReportFields):
+    """``failures.json``'s field of an in-place run: the samples whose shard kept its earlier member."""
+
+    not_updated: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"not_updated": self.not_updated}
+
+
+@dataclass(frozen=True)
+class TaskCall:
+    """One unit's work: task ``number``, and the size its output had when it was listed (None: not there)."""
+
+    number: int
+    task: Task
+    grown_from: int | None
+
+
+@dataclass(frozen=True)
+class RayRun:
+    """What every Ray task of a run shares: the job without its task list, the run's ``token`` (one kept job
+    per worker process and run), its stamp, the driver's lease and the other keys an in-place task keeps."""
+
+    job: TaskJob
+    token: str
+    stamp: Stamp
+    lease: tuple[str, str] | None
+    others: list[str]
+
+
+def run_unit(run: RayRun, call: TaskCall) -> tuple[Marker, dict[str, Any] | None]:
+    """Task ``call.number`` as one Ray task, under the driver's ``lease`` on shared storage (the driver holds DST's
     lock and has checked it); returns its marker and, from the first unit of the run in this process, the
     model's provenance record, so the driver need not load the model."""
     from fgdata.jobs.lease import following
 
-    job, first = _kept_job(token, job)
-    with following(job.dest, *lease) if lease else contextlib.nullcontext():
-        marker = _write_task(job, number, task, job.produce(task), stamp, (others, grown_from))
+    job, first = _kept_job(run.token, run.job)
+    with following(job.dest, *run.lease) if run.lease else contextlib.nullcontext():
+        marker = _write_task(job, call.number, call.task, job.produce(call.task), run.stamp,
+                             (run.others, call.grown_from))
     return marker, job.provenance() if first and job.provenance else None
 
 

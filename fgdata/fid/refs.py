@@ -52,7 +52,7 @@ from fgdata.jobs.dest import STATE_DIR
 from fgdata.jobs.driver import Context, JobDefinition, RunSettings, markers_of
 from fgdata.jobs.executor import Executor
 from fgdata.jobs.options import RUNTIME, byte_options, check_record, check_same, fingerprint
-from fgdata.jobs.report import Failure, category, write_failures
+from fgdata.jobs.report import Failure, Outputs, category, write_failures
 from fgdata.jobs.summary import JobSummary, OutputSummary
 from fgdata.jobs.units import (
     Entry,
@@ -479,7 +479,7 @@ def _write_output(job: _RefJob, totals: dict[str, Moments], failures: list[Failu
             raise FgdataError(f"{job.source_path}: {metric} saw {m.n} images, the source holds {written} it can decode")
     report = failures_path(job.out)
     write_failures(report, "fid-refs", source.count, written, [f.to_json() for f in failures],
-                   {"outputs": [storage.basename(job.out)]})
+                   Outputs([storage.basename(job.out)]))
     if written < 2:
         raise FgdataError(f"{job.source_path}: {written} of {source.count} images could be decoded; FID statistics "
                           f"need at least 2 (reasons in {report})")

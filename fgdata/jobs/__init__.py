@@ -12,13 +12,14 @@ for ``shard``, ``fgdata/encode/tasks.py`` for ``encode``/``kd``), that subclasse
   shard command's :class:`fgdata.jobs.units.Unit`, or any dataclass of its own);
 - ``execute(pending, executor, ctx) -> Iterator[Marker]``: run the pending units (the driver has already kept
   what the resume rule keeps and dropped other ranks' units), usually ``run_units(produce, calls, executor,
-  shared)`` whose ``produce`` runs one unit and whose sink writes its outputs under names fixed by the unit and
+  shared)`` whose ``produce(shared, call)`` runs one unit (``call`` and ``shared``: typed values, the unit itself
+  or the command's frozen dataclasses) and whose sink writes its outputs under names fixed by the unit and
   leaves its :class:`fgdata.jobs.units.Marker` (:func:`fgdata.jobs.units.start_unit` first, the marker last);
 - optional hooks, all typed: ``start`` (checks before DST is taken), ``prepare`` (under DST's lock: foreign
   files, the job record), ``launch``, ``redo``, ``met``/``keep``/``redoing``/``planned`` (resume bookkeeping),
   ``unit_outputs`` (what a kept unit's marker is checked against: by default DST's shards), ``executor``
   (default: what the settings name), ``count`` (the command's own figures from each marker), ``sweep``,
-  ``report_fields`` (``failures.json``'s own fields), ``write_final`` (the job's final files from the markers: by
+  ``report_fields`` (``failures.json``'s own fields, a :class:`fgdata.jobs.report.ReportFields`), ``write_final`` (the job's final files from the markers: by
   default ``shard_count.json`` and ``failures.json``), ``finish`` (its side files: provenance, stats),
   ``summarize`` (its fields of the :class:`fgdata.jobs.summary.JobSummary`) and ``finished`` (closing notices).
 

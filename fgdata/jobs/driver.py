@@ -44,7 +44,7 @@ from fgdata.jobs import dest as destmod
 from fgdata.jobs import outputs
 from fgdata.jobs.executor import Executor, Pool, Ray
 from fgdata.jobs.ranks import dist_env, owner
-from fgdata.jobs.report import FAILURES_FILE, category
+from fgdata.jobs.report import FAILURES_FILE, ReportFields, category
 from fgdata.jobs.signals import Interrupted, stop_on_signals
 from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.units import (
@@ -242,9 +242,9 @@ class JobDefinition(ABC, Generic[U]):
         """Remove what no unit of this job claims (by default the markers of units past the last)."""
         drop_markers_from(self.dest, ctx.units, self.folder)
 
-    def report_fields(self, ctx: Context) -> dict[str, object]:
+    def report_fields(self, ctx: Context) -> ReportFields:
         """``failures.json``'s own fields of the command (``skipped``, ``filtered``, ``not_updated``)."""
-        return {}
+        return ReportFields()
 
     def retryable(self, reason: str) -> bool:
         return False
@@ -253,7 +253,7 @@ class JobDefinition(ABC, Generic[U]):
         """The job's final files, from every marker in unit order (:func:`markers_of`), and its totals: by default
         ``shard_count.json`` and ``failures.json`` (with ``stats`` ``shard_stats.json``) in DST. A command whose
         units' outputs are parts of other files (the sums one reference is made of) writes those instead."""
-        return finalize(self.dest, self.command, ctx.spool, dict(self.report_fields(ctx)), self.stats,
+        return finalize(self.dest, self.command, ctx.spool, self.report_fields(ctx), self.stats,
                         self.retryable)
 
     def finish(self, ctx: Context, totals: Totals) -> None:

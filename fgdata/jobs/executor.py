@@ -1,7 +1,8 @@
 """Where work units run: one call, :func:`run_units`, for every command; the library chooses the executor.
 
-A command turns its pending units into keyword sets (one per unit) and names a module-level function that runs
-one unit; :func:`run_units` runs ``fn(**shared, **call)`` for each on the executor the command chose:
+A command turns its pending units into calls, one typed value per unit (the unit itself or a frozen dataclass of
+the command's), and names a module-level function that runs one unit; :func:`run_units` runs ``fn(shared, call)``
+for each on the executor the command chose (``shared``: what every unit needs, one typed value, or None):
 
 - :class:`Pool`: this machine, ``workers`` processes (:func:`fgdata.jobs.local.ordered_map`; one worker: in
   this process), results in call order;
@@ -26,6 +27,8 @@ from fgdata.workers import OrderedMap
 
 T = TypeVar("T")
 R = TypeVar("R")
+C = TypeVar("C")
+S = TypeVar("S")
 
 
 @dataclass(frozen=True)
@@ -54,21 +57,19 @@ class Ray:
 Executor = Pool | Ray
 
 
-def _apply(call: dict[str, Any], fn: Callable[..., Any], shared: dict[str, Any]) -> Any:
-    return fn(**shared, **call)
+def _apply(call: C, fn: Callable[[S, C], R], shared: S) -> R:
+    return fn(shared, call)
 
 
-def run_units(fn: Callable[..., Any], calls: Iterable[dict[str, Any]], executor: Executor,
-              shared: dict[str, Any] | None = None) -> Iterator[Any]:
-    """``fn(**shared, **call)`` for every call, on ``executor``: in call order on a :class:`Pool`, as units
+def run_units(fn: Callable[[S, C], R], calls: Iterable[C], executor: Executor, shared: S) -> Iterator[R]:
+    """``fn(shared, call)`` for every call, on ``executor``: in call order on a :class:`Pool`, as units
     finish on :class:`Ray`. ``calls`` is read only as fast as the executor takes units, so a stream of any
     length holds only the units in flight. A unit that fails ends the run with its error."""
-    shared = shared or {}
     if isinstance(executor, Ray):
         from fgdata.jobs.ray_executor import stream_units
 
-        for _, result in stream_units(fn, calls, address=executor.address, num_gpus=executor.num_gpus,
-                                      shared=shared, in_flight=executor.in_flight, max_calls=executor.max_calls):
+        for _, result in stream_units(fn, calls, shared, address=executor.address, num_gpus=executor.num_gpus,
+                                      in_flight=executor.in_flight, max_calls=executor.max_calls):
             yield result
         return
     from fgdata.jobs.local import ordered_map

@@ -45,6 +45,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from itertools import islice
 from multiprocessing.connection import Connection, wait
+from multiprocessing.context import ForkServerContext, SpawnContext
+from multiprocessing.queues import Queue
 from typing import Any, Generic, TypeVar
 
 from fgdata.errors import FgdataError
@@ -89,7 +91,7 @@ def _portable(error: BaseException) -> tuple[BaseException, str]:
     return error, text
 
 
-def _serve(fn: Callable[[Any], Any], tasks: Any, results: Connection, parent_alive: Connection,
+def _serve(fn: Callable[[Any], Any], tasks: Queue[tuple[int, list[Any]] | None], results: Connection, parent_alive: Connection,
            initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
     """A worker: take ``(index, chunk)`` tasks until ``None``; send ``(index, results, error, traceback)`` back."""
     ignore_in_worker()
@@ -212,7 +214,7 @@ def _own_temp_folder() -> None:
             os.close(fd)
 
 
-def pool_context(preload: Sequence[str] = ()) -> Any:
+def pool_context(preload: Sequence[str] = ()) -> ForkServerContext | SpawnContext:
     """A forkserver (or spawn) multiprocessing context, with ``preload`` imported once in the server."""
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")

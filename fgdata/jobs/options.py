@@ -29,7 +29,7 @@ FLATTEN = {"flatten": True}
 WHEN_SET = {"when_set": True}
 
 
-def byte_options(options: Any) -> dict[str, Any]:
+def byte_options(options: object) -> dict[str, Any]:
     """Every field of ``options`` not declared :data:`RUNTIME`, as plain JSON data (see the module docstring)."""
     if not dataclasses.is_dataclass(options) or isinstance(options, type):
         raise TypeError("options must be a dataclass instance")
@@ -47,7 +47,7 @@ def byte_options(options: Any) -> dict[str, Any]:
     return record
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return byte_options(value)
     return value
@@ -68,7 +68,7 @@ def flag(name: str) -> str:
     return _FLAG_NAMES.get(name) or "--" + name.replace("_", "-")
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     """An option's value as a user would read it: an option left out is "not set", not ``None``."""
     return "not set" if value is None else repr(value)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from fgdata.distributed import env_rank_world, launch_id
 from fgdata.errors import FgdataError
@@ -37,7 +37,7 @@ def run_launch(resume: bool, timeout: float | None = None) -> str | None:
     return None if resume else launch_id(DEFAULT_WAIT_S if timeout is None else timeout)
 
 
-def this_launch(doc: Any, launch: str | None) -> bool:
+def this_launch(doc: object, launch: str | None) -> bool:
     """Whether a marker (a JSON object) counts in a run whose :func:`run_launch` is ``launch``."""
     return launch is None or (isinstance(doc, dict) and doc.get("launch") == launch)
 

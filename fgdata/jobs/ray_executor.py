@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 
 from fgdata.errors import FgdataError
 from fgdata.jobs import signals
+
+C = TypeVar("C")
+S = TypeVar("S")
+R = TypeVar("R")
 
 #: Retries of a unit whose worker process or node died (Ray's own failure detection).
 MAX_RETRIES = 3
@@ -73,14 +77,18 @@ def _unit_error(exc: BaseException, unit: int) -> FgdataError:
                        "rerun the same command to resume")
 
 
-def stream_units(fn: Callable[..., Any], units: Iterable[dict[str, Any]], *, address: str | None = None,
-                 num_gpus: float = 0.0, shared: dict[str, Any] | None = None,
-                 in_flight: int | None = None, max_calls: int | None = None) -> Iterator[tuple[int, Any]]:
-    """``fn(**shared, **unit)`` for each unit of a stream, as Ray tasks; yields ``(i, result)`` as they finish.
+class _Limits(TypedDict, total=False):
+    max_calls: int  # left out: Ray's default
+
+
+def stream_units(fn: Callable[[S, C], R], units: Iterable[C], shared: S, *, address: str | None = None,
+                 num_gpus: float = 0.0, in_flight: int | None = None,
+                 max_calls: int | None = None) -> Iterator[tuple[int, R]]:
+    """``fn(shared, unit)`` for each unit of a stream, as Ray tasks; yields ``(i, result)`` as they finish.
 
     At most ``in_flight`` tasks are submitted at a time (default: twice the cluster's CPUs), so a stream of
-    any length is read only as fast as the cluster works through it. ``shared`` values are put in the object
-    store once and reach every unit by reference. ``max_calls``: how many units one worker process runs before
+    any length is read only as fast as the cluster works through it. ``shared`` is put in the object store
+    once and reaches every unit by reference. ``max_calls``: how many units one worker process runs before
     it exits (0: no limit); Ray's default is 1 for tasks with ``num_gpus > 0``, so a unit that keeps its loaded
     model for the next unit in its process passes 0.
     """
@@ -89,8 +97,8 @@ def stream_units(fn: Callable[..., Any], units: Iterable[dict[str, Any]], *, add
 
     try:
         limit = in_flight or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
-        refs_shared = {k: ray.put(v) for k, v in (shared or {}).items()}
-        limits: dict[str, Any] = {} if max_calls is None else {"max_calls": max_calls}
+        ref_shared = ray.put(shared)
+        limits: _Limits = {} if max_calls is None else {"max_calls": max_calls}
         remote = ray.remote(num_gpus=num_gpus, max_retries=MAX_RETRIES, retry_exceptions=False, **limits)(fn)
         stream = enumerate(units)
         index: dict[Any, int] = {}
@@ -104,7 +112,7 @@ def stream_units(fn: Callable[..., Any], units: Iterable[dict[str, Any]], *, add
                         if nxt is None:
                             exhausted = True
                             break
-                        ref = remote.remote(**refs_shared, **nxt[1])
+                        ref = remote.remote(ref_shared, nxt[1])
                         index[ref] = nxt[0]
                         pending.append(ref)
                     if not pending:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +39,29 @@ class Failure:
         return {"input": self.input, "reason": self.reason}
 
 
+class ReportFields:
+    """A command's own fields of ``failures.json``, after the common ones: none here; a command's frozen dataclass
+    subclasses it and says them in :meth:`to_json` (in the order they are written). ``filtered``: the inputs a row
+    selection left out, which ``seen`` counts too."""
+
+    @property
+    def filtered(self) -> int:
+        return 0
+
+    def to_json(self) -> dict[str, object]:
+        return {}
+
+
+@dataclass(frozen=True)
+class Outputs(ReportFields):
+    """The field of a command whose outputs are named files, not shards: ``outputs``, their names."""
+
+    names: list[str]
+
+    def to_json(self) -> dict[str, object]:
+        return {"outputs": self.names}
+
+
 def clean_reason(reason: str) -> str:
     """One line, without object addresses (reports must be byte-identical on reruns)."""
     text = _ADDRESS.sub("", reason).strip()
@@ -51,18 +73,12 @@ def category(reason: str) -> str:
     return reason.split(":", 1)[0].strip()
 
 
-def by_category(failures: list[dict[str, Any]]) -> dict[str, int]:
-    """``{category: n}`` over failure entries."""
-    return dict(sorted(Counter(category(f["reason"]) for f in failures).items()))
-
-
 def write_failures(path: str, command: str, seen: int, written: int, failures: list[dict[str, Any]],
-                   extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Check the accounting, then write the report atomically (local or s3://); return it."""
+                   fields: ReportFields = ReportFields()) -> None:
+    """Check the accounting, then write the report atomically (local or s3://)."""
     if seen != written + len(failures):
         raise FgdataError(f"{path}: accounting mismatch: {seen} inputs seen, {written} written, "
                           f"{len(failures)} failed")
     doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "command": command, "seen": seen,
-                           "written": written, "failed": len(failures), **(extra or {}), "failures": failures}
+                           "written": written, "failed": len(failures), **fields.to_json(), "failures": failures}
     storage.write_bytes(path, (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode())
-    return doc

@@ -10,17 +10,22 @@ dropped connections, 429, 5xx).
 from __future__ import annotations
 
 import json
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 from fgdata.catalog import STATS_FILE as STATS_FILE  # the name the job core imports from here
 from fgdata.catalog import STATS_FORMAT as FORMAT
 
+if TYPE_CHECKING:
+    from fgdata.jobs.units import Totals
+
 VERSION = 1
 
 
-def write_stats(out: IO[bytes], head: dict[str, Any], per_shard: IO[bytes]) -> None:
-    """Write the file to ``out``: ``head`` (successes, failed, failed_by_reason, retryable), then the shards from
-    ``per_shard``, one ``[name, {"samples", "failed_by_reason"}]`` JSON line each."""
+def write_stats(out: IO[bytes], totals: Totals, per_shard: IO[bytes]) -> None:
+    """Write the file to ``out``: the job's ``totals`` (successes, failed, failed_by_reason, retryable), then the
+    shards from ``per_shard``, one ``[name, {"samples", "failed_by_reason"}]`` JSON line each."""
+    head = {"successes": totals.written, "failed": totals.failed,
+            "failed_by_reason": dict(sorted(totals.failed_by_reason.items())), "retryable": totals.retryable}
     out.write(b"{\n")
     for key, value in {"format": FORMAT, "version": VERSION, **head}.items():
         out.write(f" {json.dumps(key)}: {json.dumps(value)},\n".encode())

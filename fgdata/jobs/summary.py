@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from fgdata.jobs.report import Failure
     from fgdata.jobs.units import ClipTally, InputDiff
 
 
@@ -58,7 +59,7 @@ class JobSummary(OutputSummary):
     normalised: dict[str, int] = field(default_factory=dict)  # images changed to display as a viewer does (this run)
     warned: int = 0  # inputs written without a part (a caption), listed in failures.json
     warned_by_reason: dict[str, int] = field(default_factory=dict)
-    skipped: list[dict[str, Any]] = field(default_factory=list)  # files below SRC that are not inputs
+    skipped: list[Failure] = field(default_factory=list)  # files below SRC that are not inputs, and why
     clips: ClipTally | None = None  # --clip-seconds: the clips written in this run
     inputs: InputDiff | None = None  # inputs added, removed and replaced since the earlier run
     rewritten: list[str] = field(default_factory=list)  # shards of the earlier run written again for them

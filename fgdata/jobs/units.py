@@ -49,7 +49,7 @@ from typing import Any, BinaryIO, Generic, Protocol, TypeVar
 
 from fgdata import storage
 from fgdata.errors import FgdataError
-from fgdata.jobs.report import FAILURES_FILE, FORMAT, VERSION, category
+from fgdata.jobs.report import FAILURES_FILE, FORMAT, VERSION, ReportFields, category
 
 UNITS_DIR = ".fgdata/units"
 WORK_DIR = ".fgdata/work"
@@ -588,10 +588,10 @@ def write_side_file(path: str, build: Callable[[BinaryIO], None]) -> None:
         build(f)
 
 
-def finalize(dest: str, command: str, spool: Spool, extra: dict[str, Any], stats: bool,
+def finalize(dest: str, command: str, spool: Spool, fields: ReportFields, stats: bool,
              retryable: Callable[[str], bool]) -> Totals:
     """Stream ``shard_count.json``, ``failures.json`` (and with ``stats`` ``shard_stats.json``) from the
-    spooled markers in unit order; return the totals. ``extra``: the report's own fields (``skipped``; with
+    spooled markers in unit order; return the totals. ``fields``: the report's own fields (``skipped``; with
     ``filtered``, the inputs a row selection left out, which ``seen`` counts too)."""
     from fgdata.shards.index import COUNT_FILE
 
@@ -631,9 +631,9 @@ def finalize(dest: str, command: str, spool: Spool, extra: dict[str, Any], stats
 
         def report(out: BinaryIO) -> None:
             head = {"format": FORMAT, "version": VERSION, "command": command,
-                    "seen": totals.inputs + extra.get("filtered", 0),
+                    "seen": totals.inputs + fields.filtered,
                     "written": totals.written, "failed": totals.failed, "samples": totals.samples,
-                    "failed_by_reason": dict(sorted(totals.failed_by_reason.items())), **extra}
+                    "failed_by_reason": dict(sorted(totals.failed_by_reason.items())), **fields.to_json()}
             out.write(b"{\n")
             for key, value in head.items():
                 out.write(f" {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)},\n".encode())
@@ -645,9 +645,7 @@ def finalize(dest: str, command: str, spool: Spool, extra: dict[str, Any], stats
         if stats:
             from fgdata.jobs.stats import STATS_FILE, write_stats
 
-            head = {"successes": totals.written, "failed": totals.failed,
-                    "failed_by_reason": dict(sorted(totals.failed_by_reason.items())), "retryable": totals.retryable}
-            write_side_file(storage.join(dest, STATS_FILE), partial(write_stats, head=head, per_shard=per_shard))
+            write_side_file(storage.join(dest, STATS_FILE), partial(write_stats, totals=totals, per_shard=per_shard))
     return totals
 
 

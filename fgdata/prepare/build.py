@@ -27,7 +27,7 @@ import contextlib
 import hashlib
 import shutil
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from fgdata.jobs.driver import Context, JobDefinition, RunSettings, run_job
 from fgdata.jobs.executor import Executor, Pool, run_units
 from fgdata.jobs.options import fingerprint as options_fingerprint
 from fgdata.jobs.outputs import output_done
-from fgdata.jobs.report import FAILURES_FILE, Failure, write_failures
+from fgdata.jobs.report import FAILURES_FILE, Failure, Outputs, write_failures
 from fgdata.jobs.signals import critical
 from fgdata.jobs.summary import OutputSummary
 from fgdata.jobs.units import Entry, Marker, Plan, Totals, existing_markers, marker_path, read_marker, start_unit
@@ -51,8 +51,19 @@ from fgdata.progress import Notify
 
 #: One input's outcome: a member per target (None when it failed) and a note (source mode or failure reason).
 Result = tuple[list[bytes] | None, str | None]
-#: ``work(span, **payload)``: the outcome of every input of the block ``span``.
-Work = Callable[..., list[Result]]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One call of a pass's work: the inputs at positions ``span`` (a..b), and the block's own ``rows`` where the
+    pass sends its inputs with the work (CIFAR: each worker gets its blocks' rows, not all 50,000)."""
+
+    span: tuple[int, int]
+    rows: Iterable[Any] = ()
+
+
+#: ``work(None, block)``: the outcome of every input of the block (:func:`fgdata.jobs.executor.run_units`' shape).
+Work = Callable[[None, Block], list[Result]]
 
 
 def _namer(stem_ext: tuple[str, str]) -> Callable[[int], str]:
@@ -85,7 +96,7 @@ class ZipJob:
     block: int = 64
     initializer: Callable[..., None] | None = None
     initargs: tuple = ()
-    payload: Callable[[int, int], dict[str, Any]] | None = None  # more keywords of ``work`` for positions a..b
+    rows: Callable[[int, int], Iterable[Any]] | None = None  # the rows a block a..b carries (:class:`Block`)
 
 
 @dataclass(frozen=True)
@@ -304,18 +315,18 @@ class ZipPassJob(JobDefinition[ZipUnit]):
         job = self.job
         spans: deque[tuple[ZipUnit, int, int]] = deque()
 
-        def calls() -> Iterator[dict[str, Any]]:
+        def calls() -> Iterator[Block]:
             for unit in pending:
                 end = unit.first + unit.count
                 for a in range(unit.first, end, job.block):  # blocks never cross a unit's end
                     b = min(a + job.block, end)
                     spans.append((unit, a, b))
-                    yield {"span": (a, b), **(job.payload(a, b) if job.payload else {})}
+                    yield Block((a, b), job.rows(a, b) if job.rows else ())
 
         if ctx.settings.on_start:
             ctx.settings.on_start(job.n_inputs)
         current: _UnitResult | None = None
-        for results in run_units(job.work, calls(), executor):
+        for results in run_units(job.work, calls(), executor, None):
             unit, a, b = spans.popleft()
             if current is None:
                 current = _UnitResult(unit)
@@ -379,7 +390,7 @@ class ZipPassJob(JobDefinition[ZipUnit]):
                                              seconds=ctx.seconds, converted=tuple(self.converted),
                                              resumed=self.resumed))
         write_failures(str(report), job.command, n_inputs, written, failure_docs,
-                       {"outputs": [t.dest.name for t in job.targets]})
+                       Outputs([t.dest.name for t in job.targets]))
         remove_job_folder(Path(self.dest, self.folder).parent)
         return Totals(inputs=n_inputs, written=written, failed=len(self.failures))
 

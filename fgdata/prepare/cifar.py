@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from fgdata.errors import FgdataError
 from fgdata.jobs.driver import RunSettings
-from fgdata.prepare.build import ZipJob, ZipSummary, ZipTarget, build_zips
+from fgdata.prepare.build import Block, ZipJob, ZipSummary, ZipTarget, build_zips
 from fgdata.prepare.options import Cifar10Options, Fingerprint
 from fgdata.prepare.paths import CIFAR10_ZIP, resolve_data_root
 from fgdata.prepare.transforms import png_bytes
 from fgdata.sources.cifar import CIFAR10_MD5, CIFAR10_TARBALL, download_cifar10, file_md5, read_cifar10
 
-def _encode_rows(span: tuple[int, int], rows: np.ndarray) -> list[tuple[list[bytes] | None, str | None]]:
-    """The PNG of every row of one block (``rows``: the block's own rows, sent with it)."""
-    return [([png_bytes(row)], None) for row in rows]
+def _encode_rows(_: None, block: Block) -> list[tuple[list[bytes] | None, str | None]]:
+    """The PNG of every row of one block (its own rows, sent with it)."""
+    return [([png_bytes(row)], None) for row in block.rows]
 
 
 def prepare_cifar10(options: Cifar10Options = Cifar10Options(), run: RunSettings = RunSettings()) -> list[ZipSummary]:
@@ -41,7 +39,7 @@ def prepare_cifar10(options: Cifar10Options = Cifar10Options(), run: RunSettings
                                  inputs=n)
     target = ZipTarget(dest, labels[:n], transform="none (CIFAR rows as 32x32 RGB)")
     job = ZipJob("prepare cifar10", [target], n, _encode_rows, fingerprint, describe=_row_name, block=500,
-                 payload=lambda a, b: {"rows": images[a:b]})  # each worker gets its blocks' rows, not all 50,000
+                 rows=lambda a, b: images[a:b])  # each worker gets its blocks' rows, not all 50,000
     return build_zips(job, run)
 
 

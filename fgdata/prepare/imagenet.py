@@ -15,7 +15,7 @@ from PIL import Image
 from fgdata.jobs.driver import RunSettings
 from fgdata.media.errors import ImageDecodeError
 from fgdata.media.image import pixel_limit
-from fgdata.prepare.build import ZipJob, ZipSummary, ZipTarget, build_zips
+from fgdata.prepare.build import Block, ZipJob, ZipSummary, ZipTarget, build_zips
 from fgdata.prepare.options import Fingerprint, ImagenetOptions
 from fgdata.prepare.paths import IMAGENET64_EDMV2_ZIP, IMAGENET64_ZIP, IMAGENET256_RGB_ZIP, resolve_data_root
 from fgdata.prepare.transforms import CROPS, open_rgb, png_bytes
@@ -37,9 +37,9 @@ def _init(paths: list[str], refused: dict[int, str], kinds: list[tuple[str, int]
     _PATHS, _REFUSED, _KINDS, _STRICT, _MAX_PIXELS = paths, refused, kinds, strict, max_pixels
 
 
-def _convert(span: tuple[int, int]) -> list[tuple[list[bytes] | None, str | None]]:
+def _convert(_: None, block: Block) -> list[tuple[list[bytes] | None, str | None]]:
     out: list[tuple[list[bytes] | None, str | None]] = []
-    for i in range(*span):
+    for i in range(*block.span):
         if i in _REFUSED:  # never opened
             out.append((None, _REFUSED[i]))
             continue

@@ -46,7 +46,7 @@ from fgdata.jobs.local import threaded_map
 from fgdata.jobs.options import fingerprint as options_fingerprint
 from fgdata.jobs.outputs import output_done, redoing
 from fgdata.jobs.ranks import dist_env, owner, run_launch
-from fgdata.jobs.report import FAILURES_FILE, Failure, write_failures
+from fgdata.jobs.report import FAILURES_FILE, Failure, Outputs, write_failures
 from fgdata.jobs.signals import critical
 from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.units import Marker, Plan, Totals, marker_path, start_unit
@@ -273,7 +273,7 @@ class LatentJob(JobDefinition[_Unit]):
         _append_units(parts, self.zip, self.names, self.labels, self.fp, ctx.progress)
         path = self.zip.parent / FAILURES_FILE
         write_failures(str(path), self.command, n + len(failures), n, [f.to_json() for f in failures],
-                       {"outputs": sorted({self.rgb_zip.name, self.zip.name})})
+                       Outputs(sorted({self.rgb_zip.name, self.zip.name})))
         remove_job_folder(self.job_dir)
         return Totals(inputs=n + len(failures), written=n, failed=len(failures))
 

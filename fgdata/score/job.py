@@ -199,7 +199,7 @@ def _model_pass(batch: list[tuple[Any, dict[str, Any] | None, dict[str, bytes] |
         yield item, fields
 
 
-def score_shard(shard: str, options: ScoreOptions) -> ShardScored:
+def score_shard(options: ScoreOptions, shard: str) -> ShardScored:
     """Score one shard and write its score file (the unit; see the module docstring)."""
     from fgdata import storage
     from fgdata.errors import FgdataError
@@ -258,8 +258,7 @@ def score_datasets(paths: list[str], options: ScoreOptions, *, workers: int = 1,
         raise OptionError(f"{read_only[0]}: score files are written beside the shards, and http(s) is read-only; "
                           "copy the shards to a local folder or s3:// first")
     summary = ScoreSummary()
-    calls = ({"shard": s} for s in selection.shards)
-    for result in run_units(score_shard, calls, Pool(workers), shared={"options": options}):
+    for result in run_units(score_shard, selection.shards, Pool(workers), options):
         summary.shards.append(result)
         if progress is not None:
             progress(result)

@@ -45,7 +45,7 @@ from fgdata.jobs.local import ordered_map, threaded_map
 from fgdata.jobs.options import FLATTEN, RUNTIME, WHEN_SET, byte_options, check_record, fingerprint
 from fgdata.jobs.provenance import write_provenance
 from fgdata.jobs.ranks import owner, run_launch
-from fgdata.jobs.report import category
+from fgdata.jobs.report import Failure, ReportFields, category
 from fgdata.jobs.signals import critical
 from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.units import (
@@ -436,14 +436,38 @@ def _run_stream(job: ShardJob, units: Iterable[Unit[WorkItem]], stamp: tuple[str
         raise
 
 
-def run_unit(job: ShardJob, unit: Unit[WorkItem], stamp: tuple[str, str | None],
-             lease: tuple[str, str] | None) -> Marker:
+@dataclass(frozen=True)
+class UnitRun:
+    """What every unit run in its own process needs: the job, the run's stamp and the driver's lease."""
+
+    job: ShardJob
+    stamp: tuple[str, str | None]
+    lease: tuple[str, str] | None
+
+
+def run_unit(run: UnitRun, unit: Unit[WorkItem]) -> Marker:
     """One unit in one process (a Ray task, under the driver's ``lease`` on shared storage; a URL job's local
     worker): the same outputs as :func:`_run_stream` gives it."""
     from fgdata.jobs.lease import following
 
-    with following(job.dest, *lease) if lease else contextlib.nullcontext():
-        return next(_run_stream(job, [unit], stamp, 1, None, None))
+    with following(run.job.dest, *run.lease) if run.lease else contextlib.nullcontext():
+        return next(_run_stream(run.job, [unit], run.stamp, 1, None, None))
+
+
+@dataclass(frozen=True)
+class ShardReport(ReportFields):
+    """``failures.json``'s fields of ``shard``: what SRC held that is not an input (``skipped``), and the row
+    selection's outcome (``filtered``, ``filtered_by_reason``, ``selection``; empty without one)."""
+
+    skipped: list[Skipped]
+    selection: dict[str, Any]
+
+    @property
+    def filtered(self) -> int:
+        return int(self.selection.get("filtered", 0))
+
+    def to_json(self) -> dict[str, object]:
+        return {"skipped": [s.to_json() for s in self.skipped], **self.selection}
 
 
 # -- the job definition --------------------------------------------------------------------------------------
@@ -565,8 +589,7 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
         job = self.job
         workers = ctx.settings.workers
         if isinstance(executor, Ray) or (job.options.download is not None and workers > 1 and self.firsts is None):
-            shared = {"job": job, "stamp": ctx.stamp, "lease": ctx.lease}
-            for marker in run_units(run_unit, ({"unit": unit} for unit in pending), executor, shared):
+            for marker in run_units(run_unit, pending, executor, UnitRun(job, ctx.stamp, ctx.lease)):
                 ctx.progress(marker.count, ShardPayload.of(marker).nbytes)
                 yield marker
             return
@@ -595,9 +618,9 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
     def sweep(self, ctx: Context) -> None:
         sweep(self.dest, self.claims, ctx.units, ctx.notify)
 
-    def report_fields(self, ctx: Context) -> dict[str, object]:
-        return {"skipped": [s.to_json() for s in sorted(self.skipped, key=lambda s: s.name)],
-                **(self.selector.report() if self.selector is not None else {})}
+    def report_fields(self, ctx: Context) -> ShardReport:
+        return ShardReport(sorted(self.skipped, key=lambda s: s.name),
+                           self.selector.report() if self.selector is not None else {})
 
     def retryable(self, reason: str) -> bool:
         return retryable(reason)
@@ -620,7 +643,7 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
         summary.filtered_by_reason = fields.get("filtered_by_reason", {})
         summary.selection = fields.get("selection")
         summary.normalised = dict(sorted(self.normalised.items()))
-        summary.skipped = [s.to_json() for s in sorted(self.skipped, key=lambda s: s.name)]
+        summary.skipped = [Failure(s.name, s.reason) for s in sorted(self.skipped, key=lambda s: s.name)]
         summary.inputs, summary.rewritten = self.diff, self.rewritten
         summary.stats_path = storage.join(self.dest, STATS_FILE) if self.stats else None
         summary.retried, summary.recovered = sum(len(v) for v in self.retried.values()), self.recovered

@@ -241,12 +241,12 @@ _SKIP_WORDS = {"sidecar": ("sidecar without media", "sidecars without media"),
                "broken-link": ("broken link", "broken links"), "unreadable": ("unreadable entry", "unreadable entries")}
 
 
-def skip_summary(skipped: Sequence[Skipped | dict[str, Any]]) -> str:
+def skip_summary(skipped: Sequence[Skipped]) -> str:
     """``".heic ×3, .xyz ×2; 1 linked folder"``: skipped files by extension, then the other entries by kind."""
     by_ext: Counter[str] = Counter()
     by_kind: Counter[str] = Counter()
     for entry in skipped:
-        name, reason = (entry.name, entry.reason) if isinstance(entry, Skipped) else (entry["input"], entry["reason"])
+        name, reason = entry.name, entry.reason
         category = reason.partition(":")[0]
         if category == "extension":
             ext = _extension(name.rpartition("/")[2])
