@@ -318,6 +318,31 @@ def alive(pid: int) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _paused_at(cmd: Sequence[str], env: dict, cwd: Path | None, mark: str, timeout: float,
+               point: str) -> Iterator[tuple[subprocess.Popen, list[str]]]:
+    """Start ``cmd`` in a session of its own and read its stderr up to the line holding ``mark`` (the point the job
+    signals and waits at); yields the process and the lines read. A process still running when the block is left
+    (only when the test itself failed) is killed with its whole group: a test never leaves its job behind."""
+    proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if mark in line:
+                break
+        else:
+            proc.wait(timeout=timeout)
+            raise AssertionError(f"the command ended (exit {proc.returncode}) before {point}: {''.join(lines)[-2000:]}")
+        yield proc, lines
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def stop_and_signal(cmd: Sequence[str], *, after: int, sig: int, env: dict | None = None, cwd: Path | None = None,
                     timeout: float = 300) -> Stopped:
     """Run ``cmd`` until it pauses after its ``after``-th output, then send ``sig`` and wait for it to end.
@@ -326,18 +351,7 @@ def stop_and_signal(cmd: Sequence[str], *, after: int, sig: int, env: dict | Non
     process only (as ``kill PID`` does), so pool workers must be stopped by the job itself.
     """
     full_env = {**os.environ, **(env or {}), "FGDATA_TEST_STOP_AFTER": str(after)}
-    proc = subprocess.Popen(list(cmd), cwd=cwd, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    lines = []
-    try:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line)
-            if STOP_MARK in line:
-                break
-        else:
-            proc.wait(timeout=timeout)
-            raise AssertionError(f"the job ended (exit {proc.returncode}) before its output {after}: {''.join(lines)[-2000:]}")
+    with _paused_at(cmd, full_env, cwd, STOP_MARK, timeout, f"its output {after}") as (proc, lines):
         workers = descendants(proc.pid)
         if sig == signal.SIGINT:
             os.killpg(proc.pid, sig)
@@ -345,10 +359,6 @@ def stop_and_signal(cmd: Sequence[str], *, after: int, sig: int, env: dict | Non
             os.kill(proc.pid, sig)
         rest = proc.stderr.read()
         proc.wait(timeout=timeout)
-    finally:
-        if proc.poll() is None:  # only when the test itself failed: never leave our own job behind
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     return Stopped(proc.returncode, "".join(lines) + rest, workers)
 
 
@@ -484,28 +494,14 @@ def kill_worker_with_result(cmd: Sequence[str], *, env: dict | None = None, cwd:
     """Run ``cmd`` with its pool workers held where each has a result in hand, not yet sent
     (``FGDATA_TEST_HOLD=worker-result``); SIGKILL the first worker that says so, as the system's out-of-memory
     killer would, then wait for the command to end (``timeout`` only bounds a hang, which fails the test)."""
-    proc = subprocess.Popen(list(cmd), cwd=cwd, env={**os.environ, **(env or {}), "FGDATA_TEST_HOLD": "worker-result"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    lines: list[str] = []
-    try:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line)
-            if HELD_MARK in line:
-                break
-        else:
-            proc.wait(timeout=timeout)
-            raise AssertionError(f"the command ended (exit {proc.returncode}) before a worker held: {''.join(lines)}")
+    env = {**os.environ, **(env or {}), "FGDATA_TEST_HOLD": "worker-result"}
+    with _paused_at(cmd, env, cwd, HELD_MARK, timeout, "a worker held") as (proc, lines):
         worker = int(re.findall(r"pid (\d+)", lines[-1])[0])
         parent = int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1])
         siblings = [p for p in descendants(parent) if p != worker]
         os.kill(worker, signal.SIGKILL)
         rest = proc.stderr.read()
         proc.wait(timeout=timeout)
-    finally:
-        if proc.poll() is None:  # only when the test itself failed: never leave our own job behind
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     return WorkerKilled(proc.returncode, "".join(lines) + rest, worker, siblings)
 
 
