@@ -45,7 +45,7 @@ from fgdata.jobs import dest as destmod
 from fgdata.jobs import outputs
 from fgdata.jobs.driver import Context, JobDefinition, RunSettings
 from fgdata.jobs.executor import Executor, Pool, Ray, run_units
-from fgdata.jobs.options import JobRecord, byte_options, check_record, fingerprint
+from fgdata.jobs.options import JobRecord, JsonValue, byte_options, check_record, fingerprint
 from fgdata.jobs.provenance import PROVENANCE_FILE, write_provenance
 from fgdata.jobs.ranks import owner, run_launch
 from fgdata.jobs.report import FAILURES_FILE, ReportFields, clean_reason
@@ -428,7 +428,7 @@ class NotUpdated(ReportFields):
 
     not_updated: int
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JsonValue]:
         return {"not_updated": self.not_updated}
 
 

@@ -23,6 +23,7 @@ from fgdata import storage
 from fgdata.catalog import FAILURES_FILE as FAILURES_FILE  # the name every writer imports from here
 from fgdata.catalog import FAILURES_FORMAT as FORMAT
 from fgdata.errors import FgdataError
+from fgdata.jobs.options import JsonValue
 
 VERSION = 2
 _ADDRESS = re.compile(r"\s*<[^<>]* at 0x[0-9a-fA-F]+>| at 0x[0-9a-fA-F]+")
@@ -48,7 +49,7 @@ class ReportFields:
     def filtered(self) -> int:
         return 0
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JsonValue]:
         return {}
 
 
@@ -58,8 +59,8 @@ class Outputs(ReportFields):
 
     names: list[str]
 
-    def to_json(self) -> dict[str, object]:
-        return {"outputs": self.names}
+    def to_json(self) -> dict[str, JsonValue]:
+        return {"outputs": [*self.names]}
 
 
 def clean_reason(reason: str) -> str:

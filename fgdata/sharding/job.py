@@ -42,7 +42,8 @@ from fgdata.jobs import outputs
 from fgdata.jobs.driver import Context, JobDefinition, RunSettings, executor_of, markers_of, run_job
 from fgdata.jobs.executor import Executor, Ray, run_units
 from fgdata.jobs.local import ordered_map, threaded_map
-from fgdata.jobs.options import FLATTEN, RUNTIME, WHEN_SET, JobRecord, byte_options, check_record, fingerprint
+from fgdata.jobs.options import (FLATTEN, RUNTIME, WHEN_SET, JobRecord, JsonValue, byte_options, check_record,
+                                 fingerprint)
 from fgdata.jobs.provenance import write_provenance
 from fgdata.jobs.ranks import owner, run_launch
 from fgdata.jobs.report import Failure, ReportFields, category
@@ -466,7 +467,7 @@ class ShardReport(ReportFields):
     def filtered(self) -> int:
         return int(self.selection.get("filtered", 0))
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JsonValue]:
         return {"skipped": [s.to_json() for s in self.skipped], **self.selection}
 
 
