@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from fgdata import storage
 from fgdata.catalog import FAILURES_FILE as FAILURES_FILE  # the name every writer imports from here
@@ -29,6 +30,13 @@ VERSION = 2
 _ADDRESS = re.compile(r"\s*<[^<>]* at 0x[0-9a-fA-F]+>| at 0x[0-9a-fA-F]+")
 
 
+class FailureDoc(TypedDict):
+    """A failure as ``failures.json`` lists it (a command may add its own fields: a marker's entry adds ``index``)."""
+
+    input: str
+    reason: str
+
+
 @dataclass(frozen=True)
 class Failure:
     """An input a job could not write, and why, as ``failures.json`` lists it."""
@@ -36,7 +44,7 @@ class Failure:
     input: str
     reason: str
 
-    def to_json(self) -> dict[str, str]:
+    def to_json(self) -> FailureDoc:
         return {"input": self.input, "reason": self.reason}
 
 
@@ -74,7 +82,7 @@ def category(reason: str) -> str:
     return reason.split(":", 1)[0].strip()
 
 
-def write_failures(path: str, command: str, seen: int, written: int, failures: list[dict[str, Any]],
+def write_failures(path: str, command: str, seen: int, written: int, failures: Sequence[FailureDoc],
                    fields: ReportFields = ReportFields()) -> None:
     """Check the accounting, then write the report atomically (local or s3://)."""
     if seen != written + len(failures):

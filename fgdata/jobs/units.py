@@ -49,7 +49,7 @@ from typing import Any, BinaryIO, Generic, Protocol, TypedDict, TypeVar
 
 from fgdata import storage
 from fgdata.errors import FgdataError
-from fgdata.jobs.report import FAILURES_FILE, FORMAT, VERSION, ReportFields, category
+from fgdata.jobs.report import FAILURES_FILE, FORMAT, VERSION, FailureDoc, ReportFields, category
 
 UNITS_DIR = ".fgdata/units"
 WORK_DIR = ".fgdata/work"
@@ -75,9 +75,7 @@ def slots_per_unit(unit_size: int, maxcount: int, one_sample_per_input: bool) ->
     return WIDE_SLOTS
 
 
-class _EntryFields(TypedDict):
-    input: str
-    reason: str
+class _EntryFields(FailureDoc):
     index: int | None
 
 
