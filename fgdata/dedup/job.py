@@ -26,6 +26,7 @@ from fgdata import storage
 from fgdata.errors import DamagedShardError, FgdataError, OptionError
 from fgdata.jobs.driver import Context, JobDefinition
 from fgdata.jobs.executor import Executor
+from fgdata.jobs.options import JsonValue
 from fgdata.jobs.report import ReportFields
 from fgdata.jobs.units import Entry, Marker, Totals, marker_path
 
@@ -284,7 +285,7 @@ class DedupReport(ReportFields):
     dropped: int
     kept: int
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JsonValue]:
         return {"method": self.method, "dropped": self.dropped, "kept": self.kept}
 
 

@@ -45,7 +45,7 @@ from fgdata.jobs import dest as destmod
 from fgdata.jobs import outputs
 from fgdata.jobs.driver import Context, JobDefinition, RunSettings
 from fgdata.jobs.executor import Executor, Pool, Ray, run_units
-from fgdata.jobs.options import byte_options, check_record, fingerprint
+from fgdata.jobs.options import JobRecord, JsonValue, byte_options, check_record, fingerprint
 from fgdata.jobs.provenance import PROVENANCE_FILE, write_provenance
 from fgdata.jobs.ranks import owner, run_launch
 from fgdata.jobs.report import FAILURES_FILE, ReportFields, clean_reason
@@ -249,8 +249,8 @@ def _prepare_dest(job: TaskJob, run: RunSettings, rank: int, mine: list[int]) ->
         rewritten = ({t.name for t in job.tasks} | {t.name + destmod.INDEX_SUFFIX for t in job.tasks}
                      | {COUNT_FILE, FAILURES_FILE, PROVENANCE_FILE})  # written again by this job
         destmod.remove_files(job.dest, destmod.own_outputs(job.dest, keep=rewritten), "--overwrite", run.notify)
-    record = {"format": RECORD_FORMAT, "version": RECORD_VERSION, "command": job.command,
-              "options": byte_options(job.options)}
+    record: JobRecord = {"format": RECORD_FORMAT, "version": RECORD_VERSION, "command": job.command,
+                         "options": byte_options(job.options)}
     check_record(storage.join(job.state, RECORD_FILE), job.dest, record, run.resume, rank == 0,
                  "written by an earlier fgdata version; rerun with --no-resume to write it again")
     if not run.resume:
@@ -428,7 +428,7 @@ class NotUpdated(ReportFields):
 
     not_updated: int
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JsonValue]:
         return {"not_updated": self.not_updated}
 
 

@@ -390,7 +390,7 @@ def _plan(source_path: str, out: str, options: RefOptions, detectors: dict[str, 
         detectors = DetectorCache(options, device)
     dets = detectors.get(metrics) if isinstance(detectors, DetectorCache) else {m: detectors[m] for m in metrics}
     device_type = device.split(":")[0]
-    identity = {"job": JOB_FORMAT, "source": source.identity(), "metrics": list(metrics),
+    identity: dict[str, Any] = {"job": JOB_FORMAT, "source": source.identity(), "metrics": list(metrics),
                 "detectors": {m: d.identity for m, d in dets.items()}, "device_type": device_type,
                 **byte_options(options)}
     record = _record_options(byte_options(options), device_type, {m: d.provenance for m, d in dets.items()})

@@ -34,7 +34,7 @@ import json
 import os
 import socket
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TypedDict, cast
 
 from fgdata import storage
 from fgdata.errors import FgdataError
@@ -69,12 +69,27 @@ def clean_temps(directory: str) -> list[str]:
 # -- the lock --------------------------------------------------------------------------------------------
 
 
-def _read_owner(fd: int) -> dict[str, Any]:
+class LockOwner(TypedDict, total=False):
+    """What the lock file holds while a job runs (``{"host", "pid"}``); empty, or as read when foreign."""
+
+    host: str
+    pid: int
+
+
+class NotedFile(TypedDict):
+    """A file another command wrote into a job's DST, as ``outputs.json`` notes it (:func:`note_output`)."""
+
+    command: str
+    size: int
+    sha256: str
+
+
+def _read_owner(fd: int) -> LockOwner:
     try:
         os.lseek(fd, 0, os.SEEK_SET)
         data = os.read(fd, 4096)
         owner = json.loads(data) if data.strip() else {}
-        return owner if isinstance(owner, dict) else {}
+        return cast(LockOwner, owner) if isinstance(owner, dict) else {}
     except (OSError, ValueError):
         return {}
 
@@ -242,7 +257,7 @@ def _noted_record(folder: str) -> str | None:
     return storage.join(state, OUTPUTS_FILE)
 
 
-def _noted(dest: str) -> dict[str, dict[str, Any]]:
+def _noted(dest: str) -> dict[str, NotedFile]:
     record = _noted_record(dest)
     if record is None or not storage.exists(record):
         return {}
@@ -251,7 +266,7 @@ def _noted(dest: str) -> dict[str, dict[str, Any]]:
     except ValueError:
         return {}
     files = doc.get("files") if isinstance(doc, dict) and doc.get("format") == OUTPUTS_FORMAT else None
-    return {k: v for k, v in files.items() if isinstance(v, dict)} if isinstance(files, dict) else {}
+    return {k: cast(NotedFile, v) for k, v in files.items() if isinstance(v, dict)} if isinstance(files, dict) else {}
 
 
 def note_output(path: str, command: str) -> None:
@@ -270,7 +285,7 @@ def note_output(path: str, command: str) -> None:
     storage.write_bytes(record, (json.dumps(doc, indent=1) + "\n").encode())
 
 
-def _still_noted(dest: str, name: str, noted: dict[str, dict[str, Any]]) -> bool:
+def _still_noted(dest: str, name: str, noted: dict[str, NotedFile]) -> bool:
     """Whether ``name`` is a file another fgdata command wrote into ``dest`` and still holds the bytes it wrote."""
     entry = noted.get(name)
     if entry is None:

@@ -44,7 +44,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TypedDict, cast
 
 from fgdata import storage
 from fgdata.children import process_start
@@ -106,7 +106,20 @@ def _boot_id() -> str | None:
         return None
 
 
-def _runs_here(holder: dict[str, Any]) -> bool | None:
+class Holder(TypedDict, total=False):
+    """The lease object as read (the module docstring says each field); a torn or foreign one may lack any."""
+
+    job: str
+    host: str
+    pid: int
+    pid_start: int | None
+    boot: str | None
+    start: float
+    heartbeat: float
+    expires_after: float
+
+
+def _runs_here(holder: Holder) -> bool | None:
     """Whether the holder's process still runs on this host (None: it is another host's, or this host cannot tell)."""
     if holder.get("host") != socket.gethostname() or holder.get("boot") != _boot_id() or _boot_id() is None:
         return None
@@ -114,7 +127,7 @@ def _runs_here(holder: dict[str, Any]) -> bool | None:
     return isinstance(pid, int) and process_start(pid) is not None and process_start(pid) == holder.get("pid_start")
 
 
-def _expired(holder: dict[str, Any], now: float) -> bool:
+def _expired(holder: Holder, now: float) -> bool:
     if _runs_here(holder) is False:
         return True
     try:
@@ -123,7 +136,7 @@ def _expired(holder: dict[str, Any], now: float) -> bool:
         return True  # not a lease fgdata wrote: nobody holds it
 
 
-def _describe(holder: dict[str, Any] | None, now: float) -> str:
+def _describe(holder: Holder | None, now: float) -> str:
     if not holder:
         return "no lease"
     try:
@@ -159,7 +172,7 @@ class Lease:
 
     # -- the object ----------------------------------------------------------------------------------
 
-    def _read(self, url: str | None = None) -> dict[str, Any] | None:
+    def _read(self, url: str | None = None) -> Holder | None:
         url = url or self.url
         try:
             doc = json.loads(storage.read_bytes(url))
@@ -169,13 +182,13 @@ class Lease:
             raise
         except ValueError:
             return {}  # torn or foreign: holds nothing
-        return doc if isinstance(doc, dict) else {}
+        return cast(Holder, doc) if isinstance(doc, dict) else {}
 
     def _write(self) -> None:
         now = time.time()
         pid = os.getpid()
-        record = {"job": self.job, "host": socket.gethostname(), "pid": pid, "pid_start": process_start(pid),
-                  "boot": _boot_id(), "start": self._started, "heartbeat": now, "expires_after": self.expiry}
+        record: Holder = {"job": self.job, "host": socket.gethostname(), "pid": pid, "pid_start": process_start(pid),
+                          "boot": _boot_id(), "start": self._started, "heartbeat": now, "expires_after": self.expiry}
         started = time.monotonic()
         storage.write_bytes(self.url, json.dumps(record, sort_keys=True).encode())
         self._renewed = started

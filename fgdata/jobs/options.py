@@ -13,7 +13,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Collection
-from typing import Any
+from typing import TypedDict, Union
 
 from fgdata import storage
 from fgdata.catalog import RUNTIME
@@ -22,6 +22,20 @@ from fgdata.errors import FgdataError
 __all__ = ["FLATTEN", "RUNTIME", "byte_options", "check_record", "check_same", "fingerprint", "flag"]
 
 
+#: A JSON value, as a job record holds an option's value.
+JsonValue = Union[None, bool, int, float, str, list["JsonValue"], dict[str, "JsonValue"]]
+#: An options record: each option that changes bytes, by field name, as plain JSON data (:func:`byte_options`).
+OptionRecord = dict[str, JsonValue]
+
+
+class JobRecord(TypedDict):
+    """A job's record (``shard_job.json``, ``fid-refs``' record): what :func:`check_record` checks and writes."""
+
+    format: str
+    version: int
+    command: str
+    options: OptionRecord
+
 #: Field metadata: a nested option dataclass whose fields are recorded as the job's own.
 FLATTEN = {"flatten": True}
 #: Field metadata: an option recorded only when it is set (not None or False): a later option that leaves earlier
@@ -29,11 +43,11 @@ FLATTEN = {"flatten": True}
 WHEN_SET = {"when_set": True}
 
 
-def byte_options(options: object) -> dict[str, Any]:
+def byte_options(options: object) -> OptionRecord:
     """Every field of ``options`` not declared :data:`RUNTIME`, as plain JSON data (see the module docstring)."""
     if not dataclasses.is_dataclass(options) or isinstance(options, type):
         raise TypeError("options must be a dataclass instance")
-    record: dict[str, Any] = {}
+    record: OptionRecord = {}
     for f in dataclasses.fields(options):
         if f.metadata.get("runtime"):
             continue
@@ -53,7 +67,7 @@ def _plain(value: object) -> object:
     return value
 
 
-def fingerprint(record: dict[str, Any]) -> str:
+def fingerprint(record: OptionRecord) -> str:
     """A short hash of an options record."""
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -73,12 +87,12 @@ def _shown(value: object) -> str:
     return "not set" if value is None else repr(value)
 
 
-def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+def _differences(old: OptionRecord, new: OptionRecord) -> list[tuple[str, JsonValue, JsonValue]]:
     """``(field, old value, new value)`` for each recorded option that differs; a nested option record (a URL
     job's download settings) by its own fields, so each is named by its flag. A field the new record lacks is one
     this fgdata does not record (declared RUNTIME since, as ``--fetch-threads``): what an earlier run recorded
     for it is not compared."""
-    out: list[tuple[str, Any, Any]] = []
+    out: list[tuple[str, JsonValue, JsonValue]] = []
     for k in sorted(new.keys() | old.keys()):
         if k not in new:
             continue
@@ -90,7 +104,7 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, An
     return out
 
 
-def check_same(where: str, old: dict[str, Any], new: dict[str, Any], restart: str = "--no-resume",
+def check_same(where: str, old: OptionRecord, new: OptionRecord, restart: str = "--no-resume",
                facts: Collection[str] = ()) -> None:
     """Refuse to continue ``where`` when an option that changes bytes differs from the earlier run.
 
@@ -109,7 +123,7 @@ def check_same(where: str, old: dict[str, Any], new: dict[str, Any], restart: st
                       "replace what it holds")
 
 
-def check_record(path: str, where: str, record: dict[str, Any], resume: bool, write: bool, earlier: str) -> None:
+def check_record(path: str, where: str, record: JobRecord, resume: bool, write: bool, earlier: str) -> None:
     """A job's record at ``path`` (``{"format", "version", "command", "options"}``): resuming, the earlier
     record must be of this version (else ``earlier``: one line saying what to do) and hold the same options
     (else the option is named, :func:`check_same`); then the record is written (``write``: by the one process

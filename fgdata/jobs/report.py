@@ -16,16 +16,25 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from fgdata import storage
 from fgdata.catalog import FAILURES_FILE as FAILURES_FILE  # the name every writer imports from here
 from fgdata.catalog import FAILURES_FORMAT as FORMAT
 from fgdata.errors import FgdataError
+from fgdata.jobs.options import JsonValue
 
 VERSION = 2
 _ADDRESS = re.compile(r"\s*<[^<>]* at 0x[0-9a-fA-F]+>| at 0x[0-9a-fA-F]+")
+
+
+class FailureDoc(TypedDict):
+    """A failure as ``failures.json`` lists it (a command may add its own fields: a marker's entry adds ``index``)."""
+
+    input: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -35,7 +44,7 @@ class Failure:
     input: str
     reason: str
 
-    def to_json(self) -> dict[str, str]:
+    def to_json(self) -> FailureDoc:
         return {"input": self.input, "reason": self.reason}
 
 
@@ -48,7 +57,7 @@ class ReportFields:
     def filtered(self) -> int:
         return 0
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JsonValue]:
         return {}
 
 
@@ -58,8 +67,8 @@ class Outputs(ReportFields):
 
     names: list[str]
 
-    def to_json(self) -> dict[str, object]:
-        return {"outputs": self.names}
+    def to_json(self) -> dict[str, JsonValue]:
+        return {"outputs": [*self.names]}
 
 
 def clean_reason(reason: str) -> str:
@@ -73,7 +82,7 @@ def category(reason: str) -> str:
     return reason.split(":", 1)[0].strip()
 
 
-def write_failures(path: str, command: str, seen: int, written: int, failures: list[dict[str, Any]],
+def write_failures(path: str, command: str, seen: int, written: int, failures: Sequence[FailureDoc],
                    fields: ReportFields = ReportFields()) -> None:
     """Check the accounting, then write the report atomically (local or s3://)."""
     if seen != written + len(failures):

@@ -11,11 +11,23 @@ rank 0 reports the job and alone decides the exit code.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from fgdata.jobs.report import Failure
     from fgdata.jobs.units import ClipTally, InputDiff
+
+
+class SelectionDoc(TypedDict, total=False):
+    """A row selection's outcome as the summary and the provenance give it: ``--keep-top``'s cut (``by``,
+    ``keep_top``, ``rows``, ``kept``, ``threshold``) and ``--where``'s expression, each when given."""
+
+    by: str | None
+    keep_top: float | None
+    rows: int
+    kept: int
+    threshold: float | None
+    where: str
 
 
 @dataclass(kw_only=True)
@@ -67,7 +79,7 @@ class JobSummary(OutputSummary):
     stats_path: str | None = None  # URL jobs: shard_stats.json (per-shard successes and failures by reason)
     filtered: int = 0  # inputs --where / --keep-top left out (counted in seen, neither written nor failed)
     filtered_by_reason: dict[str, int] = field(default_factory=dict)
-    selection: dict[str, Any] | None = None  # --where and --keep-top's cut (threshold, rows, kept)
+    selection: SelectionDoc | None = None  # --where and --keep-top's cut (threshold, rows, kept)
     retried: int = 0  # --retry-failed: retryable failures of complete units tried again
     recovered: int = 0  # of those, the ones written now
     uncaptioned: int = 0  # inputs written without a caption, over the whole dataset (images, videos)

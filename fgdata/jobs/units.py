@@ -45,11 +45,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
-from typing import Any, BinaryIO, Generic, Protocol, TypeVar
+from typing import Any, BinaryIO, Generic, Protocol, TypedDict, TypeVar
 
 from fgdata import storage
 from fgdata.errors import FgdataError
-from fgdata.jobs.report import FAILURES_FILE, FORMAT, VERSION, ReportFields, category
+from fgdata.jobs.report import FAILURES_FILE, FORMAT, VERSION, FailureDoc, ReportFields, category
 
 UNITS_DIR = ".fgdata/units"
 WORK_DIR = ".fgdata/work"
@@ -75,6 +75,16 @@ def slots_per_unit(unit_size: int, maxcount: int, one_sample_per_input: bool) ->
     return WIDE_SLOTS
 
 
+class _EntryFields(FailureDoc):
+    index: int | None
+
+
+class EntryDoc(_EntryFields, total=False):
+    """An :class:`Entry` as a marker, the spool and ``failures.json`` write it (``kept``: in-place jobs only)."""
+
+    kept: bool
+
+
 @dataclass(frozen=True)
 class Entry:
     """A failure (or a warning) of one input: its name, why, and its index in the source order (``kept``: an
@@ -85,14 +95,14 @@ class Entry:
     index: int | None
     kept: bool = False
 
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"input": self.input, "reason": self.reason, "index": self.index}
+    def to_json(self) -> EntryDoc:
+        doc: EntryDoc = {"input": self.input, "reason": self.reason, "index": self.index}
         if self.kept:  # only in-place jobs write the key, so other reports keep their bytes
             doc["kept"] = True
         return doc
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> "Entry":
+    def from_json(cls, doc: EntryDoc) -> "Entry":
         return cls(str(doc["input"]), str(doc["reason"]), doc.get("index"), bool(doc.get("kept", False)))
 
 
@@ -136,6 +146,15 @@ class Unit(Generic[T]):
         return range(self.first, self.first + len(self.items))
 
 
+class ClipDoc(TypedDict):
+    """A :class:`ClipTally` as a marker's payload and the summary write it."""
+
+    asked_seconds: float
+    written: int
+    longer_than_asked: int
+    longest_seconds: float
+
+
 @dataclass
 class ClipTally:
     """The clips a ``--clip-seconds`` job wrote in one run, and how many came out longer than asked (cut at
@@ -157,12 +176,12 @@ class ClipTally:
         self.longer += other.longer
         self.longest = max(self.longest, other.longest)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ClipDoc:
         return {"asked_seconds": self.asked, "written": self.written, "longer_than_asked": self.longer,
                 "longest_seconds": round(self.longest, 3)}
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> ClipTally:
+    def from_json(cls, doc: ClipDoc) -> ClipTally:
         return cls(float(doc["asked_seconds"]), int(doc["written"]), int(doc["longer_than_asked"]),
                    float(doc["longest_seconds"]))
 

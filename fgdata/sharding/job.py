@@ -42,7 +42,8 @@ from fgdata.jobs import outputs
 from fgdata.jobs.driver import Context, JobDefinition, RunSettings, executor_of, markers_of, run_job
 from fgdata.jobs.executor import Executor, Ray, run_units
 from fgdata.jobs.local import ordered_map, threaded_map
-from fgdata.jobs.options import FLATTEN, RUNTIME, WHEN_SET, byte_options, check_record, fingerprint
+from fgdata.jobs.options import (FLATTEN, RUNTIME, WHEN_SET, JobRecord, JsonValue, byte_options, check_record,
+                                 fingerprint)
 from fgdata.jobs.provenance import write_provenance
 from fgdata.jobs.ranks import owner, run_launch
 from fgdata.jobs.report import Failure, ReportFields, category
@@ -248,7 +249,7 @@ def _check_record(job: ShardJob, resume: bool, write: bool = True) -> None:
     """Refuse to resume another job's shards, or shards of an earlier fgdata layout; then (re)write the record
     (``write``: the one process that does)."""
     options = {**byte_options(replace(job, unit_size=job.units_of)), "slots": job.slots}
-    record = {"format": "fgdata.shard-job", "version": RECORD_VERSION, "command": job.command, "options": options}
+    record: JobRecord = {"format": "fgdata.shard-job", "version": RECORD_VERSION, "command": job.command, "options": options}
     check_record(storage.join(job.dest, JOB_FILE), job.dest, record, resume, write,
                  "written by an earlier fgdata version (one numbering, no work units); "
                  "rerun with --overwrite to write it again")
@@ -466,7 +467,7 @@ class ShardReport(ReportFields):
     def filtered(self) -> int:
         return int(self.selection.get("filtered", 0))
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, JsonValue]:
         return {"skipped": [s.to_json() for s in self.skipped], **self.selection}
 
 
