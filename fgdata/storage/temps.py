@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 from collections.abc import Collection
 
@@ -18,6 +19,9 @@ TEMP_MARK = ".fgtmp-"
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 #: Outputs whose :func:`fgdata.storage.atomic_path` temporaries (``.X.tmp-…``) are recognised as leftovers.
 _OUTPUT_SUFFIXES = (".tar", ".tar.idx.json", ".zip", ".json", ".npy", ".log")
+#: The exact name :func:`fgdata.storage.atomic_path` gives (``.X.tmp-<pid>-<8 hex>``): fgdata's, whatever X is, so
+#: another rank's chunk being written (``.chunk-00001.npz.tmp-…``) is never taken for a stranger's file.
+_ATOMIC_NAME = re.compile(r"\..+\.tmp-\d+-[0-9a-f]{8}")
 
 
 def open_temp(directory: str, final_name: str) -> tuple[int, str]:
@@ -36,7 +40,7 @@ def is_temp(name: str, outputs: Collection[str] = ()) -> bool:
     (``outputs``: side-file names that count as outputs besides the usual suffixes)."""
     if not name.startswith("."):
         return False
-    if TEMP_MARK in name:
+    if TEMP_MARK in name or _ATOMIC_NAME.fullmatch(name):
         return True
     target = name[1:].split(".tmp-", 1)[0] if ".tmp-" in name else None
     return target is not None and (target in outputs or target.endswith(_OUTPUT_SUFFIXES))

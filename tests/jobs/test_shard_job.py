@@ -113,6 +113,20 @@ def test_planted_symlinks_at_temp_names_are_never_followed(photos, tmp_path, cle
     assert tree(dest, no_state) == clean
 
 
+def test_another_ranks_file_being_written_is_not_a_strangers(tmp_path):
+    """Ranks share DST: while one rank checks it for files fgdata did not write, another may be mid-way through an
+    atomic write of any kind of file (a chunk's ``.npz``); that temporary name is fgdata's, a look-alike is not."""
+    from fgdata.jobs.dest import foreign_files
+
+    dest = tmp_path / "work"
+    dest.mkdir()
+    ours = [f".chunk-00001.npz.tmp-{os.getpid()}-0a1b2c3d", ".anything.bin.tmp-7-ffffffff"]
+    theirs = [".notes.txt.tmp-7", ".chunk.npz.tmp-7-xyz", "chunk.npz.tmp-7-0a1b2c3d"]
+    for name in ours + theirs:
+        (dest / name).write_bytes(b"x")
+    assert sorted(foreign_files(str(dest))) == sorted(theirs)
+
+
 def test_foreign_files_are_refused_then_removed_with_overwrite(photos, tmp_path, clean):
     import webdataset as wds
 
