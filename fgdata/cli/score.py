@@ -25,7 +25,7 @@ class ScoreFlags:
     device: str = flag(typer.Option("cpu", "--device", help="Model signals: cpu, cuda (this rank's LOCAL_RANK GPU under torchrun) or auto."))
     batch_size: int = flag(typer.Option(32, "--batch-size", min=1, help="Model signals: images per forward pass."))
     text_ext: str = flag(typer.Option("txt", "--text-ext", help="The caption member's extension."))
-    image_ext: Optional[str] = flag(typer.Option(None, "--image-ext", help="The image member's extension (default: the sample's first image member)."))
+    image_ext: Optional[str] = flag(typer.Option(None, "--image-ext", help="The member to score (default: the sample's first image member, else its first video member, scored on 1 frame per second: mean and _min of each field)."))
     workers: int = flag(typer.Option(1, "--workers", "-w", min=1, help="Shards scored in parallel (processes)."))
     into: bool = flag(typer.Option(False, "--into", help="Write the scores into each sample's json member instead (the shards of the one folder given are rewritten in place, resumable; every other member kept)."))
 

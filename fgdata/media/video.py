@@ -20,7 +20,7 @@ import bisect
 import io
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -34,12 +34,14 @@ from fgdata.media.pixels import check_resize, video_frame_to_float
 
 if TYPE_CHECKING:
     import av
+    from PIL import Image
 
 __all__ = [
     "Clip",
     "ClipTooShort",
     "VideoInfo",
     "decode_clip",
+    "frames_shown_at",
     "probe_video",
     "select_frames",
 ]
@@ -189,6 +191,27 @@ def select_frames(
         max(0, bisect.bisect_right(times, start_time + k / target_fps + _EPS) - 1)
         for k in range(n)
     ]
+
+
+def frames_shown_at(data: bytes, times: Sequence[float], info: VideoInfo | None = None) -> list[Image.Image]:
+    """The frame shown at each of ``times`` (seconds from the start: the last frame shown at or before it), as
+    8-bit RGB images the way a player shows them (rotation applied), from one decoding pass over the video."""
+    from PIL import Image
+
+    info = info or probe_video(data)
+    if not info.frame_count:
+        raise VideoDecodeError("video has no frames")
+    shown = [info.frame_time(i) for i in range(info.frame_count)]
+    indices = [max(0, bisect.bisect_right(shown, t + _EPS) - 1) for t in times]
+    turn = {90: Image.Transpose.ROTATE_90, 180: Image.Transpose.ROTATE_180, 270: Image.Transpose.ROTATE_270}
+    images: dict[int, Image.Image] = {}
+    for i, frame in _decoded_frames(data, info, set(indices), seek=False):
+        im = frame.to_image()
+        images[i] = im.transpose(turn[info.rotation]) if info.rotation in turn else im
+    missing = sorted(set(indices) - set(images))
+    if missing:
+        raise VideoDecodeError(f"could not decode frames {missing[:5]} of {info.frame_count}")
+    return [images[i] for i in indices]
 
 
 def _display_geometry(info: VideoInfo, img_size: tuple[int, int]) -> ImageGeometry:

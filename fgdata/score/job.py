@@ -21,6 +21,9 @@ from fgdata.score.models import MODEL_SIGNALS
 from fgdata.score.signals import DESCRIPTIONS, IMAGE_SIGNALS, WEIGHT_FREE
 
 if TYPE_CHECKING:
+    import numpy as np
+    from PIL import Image
+
     from fgdata.jobs.summary import JobSummary
     from fgdata.jobs.driver import RunSettings
 
@@ -109,94 +112,131 @@ def signal_record(name: str, options: ScoreOptions) -> dict[str, Any]:
     return {"fields": list(WEIGHT_FREE[name]), "model": None, "model_sha256": None, **DESCRIPTIONS[name]}
 
 
-def _image_member(members: dict[str, bytes], image_ext: str | None) -> tuple[str, bytes] | None:
+def _media_member(members: dict[str, bytes], image_ext: str | None) -> tuple[str, bytes] | None:
+    """The member scored: ``--image-ext``'s, else the sample's first image, else its first video."""
+    from fgdata.media.decode import VIDEO_EXTS
     from fgdata.media.image import SourceImageExtensions
 
     if image_ext is not None:
         return (image_ext, members[image_ext]) if image_ext in members else None
     exts = SourceImageExtensions()
-    return next(((e, d) for e, d in members.items() if e in exts), None)
+    image = next(((e, d) for e, d in members.items() if e in exts), None)
+    return image or next(((e, d) for e, d in members.items() if e.rpartition(".")[2] in VIDEO_EXTS), None)
+
+
+def _pictures(ext: str, data: bytes) -> tuple[list[Image.Image], bool]:
+    """A member decoded once for every signal: ``([image], False)`` for an image, a video's scored frames
+    (:func:`fgdata.score.signals.video_times`) and True for a video."""
+    from fgdata.media.decode import VIDEO_EXTS
+    from fgdata.media.image import decode_display
+    from fgdata.score.signals import video_times
+
+    if ext.rpartition(".")[2] in VIDEO_EXTS:
+        from fgdata.media.video import frames_shown_at, probe_video
+
+        info = probe_video(data)
+        return frames_shown_at(data, video_times(info.duration), info), True
+    return [decode_display(data)[0]], False
+
+
+@dataclass
+class _Sample:
+    """One sample on its way through the scorer: its fields so far and, for the model signals, its pictures as the
+    model's input (None: nothing to score), whether they are a video's frames, and its caption."""
+
+    fields: dict[str, Any]
+    inputs: list[np.ndarray] | None = None
+    video: bool = False
+    caption: str | None = None
+
+
+def _sample(members: dict[str, bytes], options: ScoreOptions, model_size: int | None) -> _Sample:
+    """One sample's weight-free fields (``score_error`` when its media could not be read) and its model inputs
+    (``model_size``: the model's input size; None without model signals), from one decode of its media."""
+    from fgdata.media.errors import MediaError
+    from fgdata.score.models import preprocess_image
+    from fgdata.score.signals import analyse_image, caption_fields, caption_text, image_fields, reduce_frames
+    from fgdata.shards.scores import ERROR_FIELD
+
+    out = _Sample({}, caption=caption_text(members, options.text_ext))
+    wanted = frozenset(IMAGE_SIGNALS.intersection(options.signals))
+    if wanted or model_size is not None:
+        found = _media_member(members, options.image_ext)
+        if found is None:
+            out.fields[ERROR_FIELD] = f"no {options.image_ext or 'image or video'} member"
+        else:
+            try:
+                pictures, out.video = _pictures(*found)
+                if wanted:
+                    per_frame = [image_fields(analyse_image(p), wanted) for p in pictures]
+                    out.fields.update(reduce_frames(per_frame) if out.video else per_frame[0])
+                if model_size is not None:
+                    out.inputs = [preprocess_image(p, model_size) for p in pictures]
+            except MediaError as exc:
+                out.fields = {ERROR_FIELD: f".{found[0]}: {_ADDRESS.sub('>', str(exc))}"}
+                out.inputs = None
+    if "caption" in options.signals:
+        out.fields.update(caption_fields(out.caption))
+    return out
 
 
 def sample_scores(members: dict[str, bytes], options: ScoreOptions) -> dict[str, Any]:
-    """One sample's fields (and ``score_error`` when its image signals could not be computed)."""
-    from fgdata.media.errors import MediaError
-    from fgdata.score.signals import analyse, caption_fields, caption_text, image_fields
-    from fgdata.shards.scores import ERROR_FIELD
-
-    out: dict[str, Any] = {}
-    wanted = IMAGE_SIGNALS.intersection(options.signals)
-    if wanted:
-        found = _image_member(members, options.image_ext)
-        if found is None:
-            out[ERROR_FIELD] = f"no {options.image_ext or 'image'} member"
-        else:
-            try:
-                out.update(image_fields(analyse(found[1]), frozenset(wanted)))
-            except MediaError as exc:
-                out[ERROR_FIELD] = f".{found[0]}: {_ADDRESS.sub('>', str(exc))}"
-    if "caption" in options.signals:
-        out.update(caption_fields(caption_text(members, options.text_ext)))
-    return out
+    """One sample's weight-free fields (and ``score_error`` when its image or video could not be read)."""
+    return _sample(members, options, None).fields
 
 
 def scored(items: Iterable[Any], members_of: Callable[[Any], dict[str, bytes] | None], options: ScoreOptions
            ) -> Iterator[tuple[Any, dict[str, Any] | None]]:
     """Each item with its sample's fields, in order (None for an item ``members_of`` gives no sample for). The
-    weight-free fields are computed per sample; the model signals run on batches of ``options.batch_size``."""
+    weight-free fields are computed per sample; the model signals run on batches of about ``options.batch_size``
+    pictures (a video's frames stay in one batch)."""
     if not options.model_signals:
         for item in items:
             members = members_of(item)
             yield item, None if members is None else sample_scores(members, options)
         return
-    batch: list[tuple[Any, dict[str, Any] | None, dict[str, bytes] | None]] = []
+    from fgdata.score.models import scorer
+
+    assert options.model_dir is not None
+    size = scorer(options.model_dir, options.device, options.model_signals).image_size
+    batch: list[tuple[Any, _Sample | None]] = []
+    pictures = 0
     for item in items:
         members = members_of(item)
-        batch.append((item, None if members is None else sample_scores(members, options), members))
-        if sum(m is not None for _, _, m in batch) >= options.batch_size:
+        sample = None if members is None else _sample(members, options, size)
+        batch.append((item, sample))
+        pictures += len(sample.inputs or ()) if sample is not None else 0
+        if pictures >= options.batch_size:
             yield from _model_pass(batch, options)
-            batch = []
+            batch, pictures = [], 0
     yield from _model_pass(batch, options)
 
 
-def _model_pass(batch: list[tuple[Any, dict[str, Any] | None, dict[str, bytes] | None]], options: ScoreOptions
+def _model_pass(batch: list[tuple[Any, _Sample | None]], options: ScoreOptions
                 ) -> Iterator[tuple[Any, dict[str, Any] | None]]:
-    """Add the model fields to one batch: images that cannot be decoded get ``score_error`` and no model fields."""
-    from fgdata.media.errors import MediaError
-    from fgdata.score.models import preprocess, scorer
-    from fgdata.score.signals import caption_text
+    """Add the model fields to one batch (a video's: reduced over its frames, as its weight-free fields are)."""
+    from fgdata.score.models import scorer
+    from fgdata.score.signals import reduce_frames
     from fgdata.shards.scores import ERROR_FIELD
 
     if not batch:
         return
     assert options.model_dir is not None
     model = scorer(options.model_dir, options.device, options.model_signals)
-    ready: list[int] = []
-    images, captions = [], []
-    for i, (_, fields, members) in enumerate(batch):
-        if members is None or fields is None:
-            continue
-        found = _image_member(members, options.image_ext)
-        if found is None:
-            fields[ERROR_FIELD] = f"no {options.image_ext or 'image'} member"
-            continue
-        try:
-            images.append(preprocess(found[1], model.image_size))
-        except MediaError as exc:
-            fields[ERROR_FIELD] = f".{found[0]}: {_ADDRESS.sub('>', str(exc))}"
-            continue
-        ready.append(i)
-        captions.append(caption_text(members, options.text_ext))
+    ready = [s for _, s in batch if s is not None and s.inputs]
+    images = [x for s in ready for x in s.inputs or ()]
+    captions = [s.caption for s in ready for _ in s.inputs or ()]
     if images:
-        for i, got in zip(ready, model.score(images, captions, options.model_signals)):
-            fields = batch[i][1]
-            assert fields is not None
-            bad = sorted(k for k, v in got.items() if not math.isfinite(v))
+        got = iter(model.score(images, captions, options.model_signals))
+        for sample in ready:
+            per_frame = [next(got) for _ in sample.inputs or ()]
+            bad = sorted({k for f in per_frame for k, v in f.items() if not math.isfinite(v)})
             if bad:  # never a NaN where a number is expected: the sample is reported instead
-                fields[ERROR_FIELD] = f"the model gave a non-finite {', '.join(bad)}"
-            fields.update({k: v for k, v in got.items() if k not in bad})
-    for item, fields, _ in batch:
-        yield item, fields
+                sample.fields[ERROR_FIELD] = f"the model gave a non-finite {', '.join(bad)}"
+                per_frame = [{k: v for k, v in f.items() if k not in bad} for f in per_frame]
+            sample.fields.update(reduce_frames(per_frame) if sample.video else per_frame[0])
+    for item, done in batch:
+        yield item, None if done is None else done.fields
 
 
 def score_shard(options: ScoreOptions, shard: str) -> ShardScored:

@@ -41,6 +41,7 @@ from fgdata.errors import FgdataError, OptionError
 
 if TYPE_CHECKING:
     import torch
+    from PIL import Image
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -163,11 +164,15 @@ def signal_record(name: str, model_dir: str) -> dict[str, Any]:
 
 def preprocess(data: bytes, size: int) -> np.ndarray:
     """One image as CLIP's input, ``(3, size, size)`` float32 (see the module docstring)."""
-    from PIL import Image
-
     from fgdata.media.image import decode_display
 
-    im, _ = decode_display(data)
+    return preprocess_image(decode_display(data)[0], size)
+
+
+def preprocess_image(im: Image.Image, size: int) -> np.ndarray:
+    """A decoded, displayed image (a photo or a video frame) as CLIP's input."""
+    from PIL import Image
+
     im = im.convert("RGB")
     w, h = im.size
     if w <= h:

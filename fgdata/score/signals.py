@@ -17,16 +17,27 @@ orientation applied, alpha on white), decoded once per sample. Definitions (also
 - ``caption_words`` / ``caption_chars``: the caption's whitespace-separated words and its characters (Unicode code
   points) after stripping surrounding whitespace; a sample without a caption member has 0 of both.
 
+A sample whose media is a video (no image member) is scored on frames: :data:`VIDEO_FRAMES_PER_S` frames per second
+of video, at most :data:`VIDEO_MAX_FRAMES` spread evenly over a longer one, each at the middle of its equal share of
+the duration (:func:`video_times`), shown as a player shows them (rotation applied). Every per-frame field is
+written twice: ``FIELD``, the mean over the frames, and ``FIELD_min``, the smallest (``width``, ``height`` and
+``aspect`` are the video's own, once); ``score_frames`` says how many frames were scored. The model signals use
+the same frames and the same two reductions.
+
 Every value is a finite JSON number (``width``, ``height`` and the caption counts are integers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 ANALYSIS_SIZE = 512
 DARK_MAX = 8
@@ -43,17 +54,31 @@ WEIGHT_FREE: dict[str, tuple[str, ...]] = {
     "caption": ("caption_words", "caption_chars"),
 }
 IMAGE_SIGNALS = frozenset({"size", "sharpness", "exposure", "uniformity"})
+#: Video frames scored per second of video, and the most scored per video.
+VIDEO_FRAMES_PER_S = 1.0
+VIDEO_MAX_FRAMES = 16
+#: Fields of a video that are the video's own, not reduced over frames.
+VIDEO_CONSTANT_FIELDS = frozenset({"width", "height", "aspect"})
+#: How many frames a video sample's fields were reduced over.
+FRAMES_FIELD = "score_frames"
+VIDEO_SAMPLING = (f"videos: {VIDEO_FRAMES_PER_S:g} frame per second of video (at most {VIDEO_MAX_FRAMES}, spread "
+                  "evenly), each at the middle of its share of the duration; FIELD is the mean over the frames, "
+                  "FIELD_min the smallest")
 
 #: What each weight-free signal records once per dataset (no model: its definition and scale).
 DESCRIPTIONS: dict[str, dict[str, Any]] = {
     "size": {"preprocessing": "displayed image (EXIF orientation applied)",
-             "scale": "pixels; aspect = long side / short side (>= 1)"},
+             "scale": "pixels; aspect = long side / short side (>= 1)",
+             "videos": VIDEO_SAMPLING},
     "sharpness": {"preprocessing": f"8-bit luma (Pillow L), BOX-shrunk to a longer side <= {ANALYSIS_SIZE}",
-                  "scale": "variance of the 4-neighbour Laplacian on 0..255 luma, interior pixels"},
+                  "scale": "variance of the 4-neighbour Laplacian on 0..255 luma, interior pixels",
+                  "videos": VIDEO_SAMPLING},
     "exposure": {"preprocessing": f"8-bit luma (Pillow L), BOX-shrunk to a longer side <= {ANALYSIS_SIZE}",
-                 "scale": f"fractions 0..1 of pixels with luma <= {DARK_MAX} (dark) and >= {BRIGHT_MIN} (bright)"},
+                 "scale": f"fractions 0..1 of pixels with luma <= {DARK_MAX} (dark) and >= {BRIGHT_MIN} (bright)",
+                 "videos": VIDEO_SAMPLING},
     "uniformity": {"preprocessing": f"8-bit luma (Pillow L), BOX-shrunk to a longer side <= {ANALYSIS_SIZE}",
-                   "scale": f"fraction 0..1 of whole {BLOCK}x{BLOCK} blocks with luma std < {FLAT_STD}"},
+                   "scale": f"fraction 0..1 of whole {BLOCK}x{BLOCK} blocks with luma std < {FLAT_STD}",
+                   "videos": VIDEO_SAMPLING},
     "caption": {"preprocessing": "caption member decoded as UTF-8, surrounding whitespace stripped",
                 "scale": "words (whitespace-separated) and characters (code points); 0 without a caption"},
 }
@@ -70,11 +95,15 @@ class Analysis:
 
 def analyse(data: bytes) -> Analysis:
     """Decode ``data`` once and derive the analysis image (see the module docstring)."""
-    from PIL import Image
-
     from fgdata.media.image import decode_display
 
-    im, _ = decode_display(data)
+    return analyse_image(decode_display(data)[0])
+
+
+def analyse_image(im: Image.Image) -> Analysis:
+    """The analysis image of a decoded, displayed image (a photo or a video frame)."""
+    from PIL import Image
+
     width, height = im.size
     gray = im.convert("L")
     longer = max(width, height)
@@ -115,6 +144,27 @@ def image_fields(a: Analysis, signals: frozenset[str]) -> dict[str, float | int]
         out["exposure_bright"] = float(np.count_nonzero(a.luma >= BRIGHT_MIN)) / n
     if "uniformity" in signals:
         out["uniformity"] = flat_fraction(a.luma)
+    return out
+
+
+def video_times(duration: float) -> list[float]:
+    """Where a video of ``duration`` seconds is scored: the middle of each of ``n`` equal shares of it."""
+    n = max(1, min(VIDEO_MAX_FRAMES, math.floor(duration * VIDEO_FRAMES_PER_S)))
+    return [(k + 0.5) * max(duration, 0.0) / n for k in range(n)]
+
+
+def reduce_frames(per_frame: Sequence[Mapping[str, float | int]]) -> dict[str, float | int]:
+    """One video's fields from its frames' (see the module docstring): the mean as ``FIELD``, the smallest as
+    ``FIELD_min``, the video's own size once, and :data:`FRAMES_FIELD`. A field some frame lacks is left out."""
+    out: dict[str, float | int] = {}
+    for name in sorted(set.intersection(*(set(f) for f in per_frame))) if per_frame else []:
+        values = [f[name] for f in per_frame]
+        if name in VIDEO_CONSTANT_FIELDS:
+            out[name] = values[0]
+        else:
+            out[name] = math.fsum(values) / len(values)
+            out[f"{name}_min"] = min(values)
+    out[FRAMES_FIELD] = len(per_frame)
     return out
 
 

@@ -356,3 +356,36 @@ def test_a_non_finite_model_output_is_reported_not_written(models, shards, tmp_p
     for row in rows.values():
         assert "p_nsfw" not in row and "p_safe" not in row and row["score_error"]
     assert "non-finite p_nsfw, p_safe" in rows["nocaption"]["score_error"]
+
+
+def test_a_video_gets_the_mean_and_min_of_its_frames_scores(models, tmp_path):
+    """A video sample is scored on the frames the weight-free signals use: each model field is the mean of the
+    scores those frames get as photos (computed directly), ``FIELD_min`` the smallest; a video without a caption
+    has no clip_score."""
+    import io
+
+    from PIL import Image
+    from scorevideo import encode_frames, frames_at, varied_frames
+
+    data = encode_frames(varied_frames(), fps=10, rotation=90)
+    videos, photos = tmp_path / "videos", tmp_path / "photos"
+    with ShardWriter(str(videos), maxcount=10) as w:
+        w.write("clip", {"mp4": data, "txt": b"a short clip"})
+        w.write("silent", {"mp4": data})
+    with ShardWriter(str(photos), maxcount=10) as w:
+        for i, frame in enumerate(frames_at(data, [5, 15, 25], rotation=90)):
+            buf = io.BytesIO()
+            Image.fromarray(frame).save(buf, format="PNG")
+            w.write(f"frame_{i}", {"png": buf.getvalue(), "txt": b"a short clip"})
+    done = fg("score", str(videos), "--with", "clip,aesthetic,nsfw", "--model-dir", str(models["hf"]),
+              "--batch-size", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = _rows(videos)
+    per_frame = list(_expected(models["hf"], photos).values())
+    for name in ("clip_score", "aesthetic", "p_nsfw"):
+        values = [f[name] for f in per_frame]
+        assert rows["clip"][name] == pytest.approx(float(np.mean(values)), abs=1e-5), name
+        assert rows["clip"][f"{name}_min"] == pytest.approx(min(values), abs=1e-5), name
+    assert rows["clip"]["p_safe_min"] == pytest.approx(1.0 - max(f["p_nsfw"] for f in per_frame), abs=1e-5)
+    assert rows["clip"]["score_frames"] == 3 and "score_error" not in rows["clip"]
+    assert "clip_score" not in rows["silent"] and rows["silent"]["aesthetic"] == rows["clip"]["aesthetic"]

@@ -89,3 +89,41 @@ def test_caption_fields():
     assert sg.caption_fields("  a red  fox\njumps ") == {"caption_words": 4, "caption_chars": len("a red  fox\njumps")}
     assert sg.caption_fields(None) == {"caption_words": 0, "caption_chars": 0}
     assert sg.caption_fields("café") == {"caption_words": 1, "caption_chars": 4}
+
+
+def test_video_times_cover_the_duration_at_one_frame_per_second():
+    assert sg.video_times(3.0) == [0.5, 1.5, 2.5]
+    assert sg.video_times(0.4) == [0.2]  # a clip under a second: its middle
+    long = sg.video_times(100.0)
+    assert len(long) == sg.VIDEO_MAX_FRAMES and long[0] == pytest.approx(100 / 32) and long[-1] < 100
+
+
+@pytest.mark.parametrize("rotation", [0, 90])
+def test_a_video_is_scored_on_its_frames_mean_and_min(rotation):
+    """Three seconds (noise, gradient, near-black) at 10 fps: frames 5, 15, 25 are scored, as a player shows them;
+    each field is their mean and ``FIELD_min`` their smallest, against numpy on an independent decode."""
+    from scorevideo import encode_frames, frames_at, varied_frames
+
+    from fgdata.score.job import ScoreOptions, sample_scores
+
+    data = encode_frames(varied_frames(), fps=10, rotation=rotation)
+    fields = sample_scores({"mp4": data, "txt": b"a clip"}, ScoreOptions(signals=tuple(sg.WEIGHT_FREE)))
+    frames = frames_at(data, [5, 15, 25], rotation)
+    per_frame = [_reference(_luma(f)) for f in frames]
+    h, w = frames[0].shape[:2]
+    assert (fields["width"], fields["height"], fields["score_frames"]) == (w, h, 3)
+    assert (w, h) == ((64, 96) if rotation == 90 else (96, 64))
+    for name in ("sharpness", "exposure_dark", "exposure_bright", "uniformity"):
+        values = [f[name] for f in per_frame]
+        assert fields[name] == pytest.approx(np.mean(values), rel=1e-9, abs=1e-12), name
+        assert fields[f"{name}_min"] == pytest.approx(min(values), rel=1e-9, abs=1e-12), name
+    assert fields["sharpness_min"] < fields["sharpness"]  # the frames differ: the reductions are not the same
+    assert (fields["caption_words"], fields["caption_chars"]) == (2, 6)
+
+
+def test_an_undecodable_video_is_reported_not_scored():
+    from fgdata.score.job import ScoreOptions, sample_scores
+
+    fields = sample_scores({"mp4": b"not a video", "txt": b"x"}, ScoreOptions(signals=("sharpness", "caption")))
+    assert fields["score_error"].startswith(".mp4:") and "sharpness" not in fields
+    assert fields["caption_words"] == 1
