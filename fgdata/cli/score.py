@@ -12,6 +12,7 @@ from fgdata.cli.options import OutputFlags
 from fgdata.cli.render import console, err_console, print_json, progress
 
 if TYPE_CHECKING:
+    from fgdata.jobs.driver import RunSettings
     from fgdata.jobs.summary import JobSummary
     from fgdata.score.job import ScoreOptions
 
@@ -26,7 +27,9 @@ class ScoreFlags:
     batch_size: int = flag(typer.Option(32, "--batch-size", min=1, help="Model signals: images per forward pass."))
     text_ext: str = flag(typer.Option("txt", "--text-ext", help="The caption member's extension."))
     image_ext: Optional[str] = flag(typer.Option(None, "--image-ext", help="The member to score (default: the sample's first image member, else its first video member, scored on 1 frame per second: mean and _min of each field)."))
-    workers: int = flag(typer.Option(1, "--workers", "-w", min=1, help="Shards scored in parallel (processes)."))
+    workers: int = flag(typer.Option(1, "--workers", "-w", min=1, help="Shards scored in parallel (local processes)."))
+    engine: str = flag(typer.Option("local", "--engine", help="local (processes on this machine; under torchrun each rank scores its share of the shards) or ray (one Ray task per shard)."))
+    ray_address: Optional[str] = flag(typer.Option(None, "--ray-address", help="Ray cluster address, or auto to join the running one (default: RAY_ADDRESS, else start a private local one)."))
     into: bool = flag(typer.Option(False, "--into", help="Write the scores into each sample's json member instead (the shards of the one folder given are rewritten in place, resumable; every other member kept)."))
 
 
@@ -47,23 +50,26 @@ def score_cmd(
     FOLDER/scores.json records what each signal is (preprocessing, scale, model). Exit code 1 when a shard could
     not be read.
     """
+    from fgdata.jobs.driver import RunSettings
     from fgdata.score.job import ScoreOptions, parse_signals, score_datasets
 
     options = ScoreOptions(parse_signals(opts.signals), text_ext=opts.text_ext.lower().lstrip("."),
                            image_ext=opts.image_ext.lower().lstrip(".") if opts.image_ext else None,
                            model_dir=opts.model_dir, device=opts.device, batch_size=opts.batch_size)
+    settings = RunSettings(engine=opts.engine, workers=opts.workers, ray_address=opts.ray_address,
+                           num_gpus=1.0 if opts.device.startswith("cuda") else 0.0)
     if opts.into:
-        _into(paths, options, opts.workers, out)
+        _into(paths, options, settings, out)
         return
     with progress(enabled=out.bars) as bar:
         task = bar.add_task("scoring", total=None, rate="")
-        summary = score_datasets(paths, options, workers=opts.workers,
-                                 progress=lambda _r: bar.update(task, advance=1))
+        summary = score_datasets(paths, options, settings, progress=lambda _r: bar.update(task, advance=1))
     if out.json_out:
         print_json(summary.to_json())
     elif not out.quiet:
         skipped = sum(s.skipped for s in summary.shards)
-        console.print(f"scored {summary.samples:,} samples in {len(summary.shards):,} shard(s) "
+        share = f" (rank {summary.rank} of {summary.world})" if summary.world > 1 else ""
+        console.print(f"scored {summary.samples:,} samples in {len(summary.shards):,} shard(s){share} "
                       f"({skipped} already scored) with {', '.join(options.signals)}; "
                       f"{summary.failed:,} sample(s) could not be scored", highlight=False)
     for s in summary.failed_shards:
@@ -72,13 +78,13 @@ def score_cmd(
         raise typer.Exit(1)
 
 
-def _into(paths: list[str], options: ScoreOptions, workers: int, out: OutputFlags) -> None:
+def _into(paths: list[str], options: ScoreOptions, settings: RunSettings, out: OutputFlags) -> None:
     """``--into``: the scores in each sample's json, the shards rewritten in place by the job core."""
+    import dataclasses
     import time
 
     from fgdata.cli.jobrun import ShardsDone, finish_job, job_progress, notes, run_job
     from fgdata.errors import OptionError
-    from fgdata.jobs.driver import RunSettings
     from fgdata.score.job import score_into
 
     if len(paths) != 1:
@@ -88,8 +94,8 @@ def _into(paths: list[str], options: ScoreOptions, workers: int, out: OutputFlag
 
     def call() -> JobSummary:
         with job_progress("scoring", enabled=out.bars, total=None) as bar:
-            return score_into(paths[0], options, RunSettings(workers=workers, log=say, notify=say,
-                                                             progress=bar.advance))
+            return score_into(paths[0], options, dataclasses.replace(settings, log=say, notify=say,
+                                                                     progress=bar.advance))
 
     summary = run_job(call)
     rows = [("output shards written", f"{summary.shards_done:,}"),

@@ -82,7 +82,11 @@ class ShardScored:
 
 @dataclass
 class ScoreSummary:
+    """The shards this process scored: all of them, or under torchrun this ``rank``'s share of ``world``."""
+
     shards: list[ShardScored] = field(default_factory=list)
+    rank: int = 0
+    world: int = 1
 
     @property
     def samples(self) -> int:
@@ -97,8 +101,11 @@ class ScoreSummary:
         return [s for s in self.shards if s.error is not None]
 
     def to_json(self) -> dict[str, Any]:
-        return {"samples": self.samples, "failed_samples": self.failed,
-                "shards": [vars(s) for s in self.shards]}
+        doc: dict[str, Any] = {"samples": self.samples, "failed_samples": self.failed,
+                               "shards": [vars(s) for s in self.shards]}
+        if self.world > 1:
+            doc.update(rank=self.rank, world=self.world)
+        return doc
 
 
 def signal_record(name: str, options: ScoreOptions) -> dict[str, Any]:
@@ -275,20 +282,24 @@ def score_shard(options: ScoreOptions, shard: str) -> ShardScored:
     return done
 
 
-def score_datasets(paths: list[str], options: ScoreOptions, *, workers: int = 1,
+def score_datasets(paths: list[str], options: ScoreOptions, run: RunSettings | None = None,
                    progress: Callable[[ShardScored], None] | None = None) -> ScoreSummary:
-    """Score every shard named by ``paths`` (folders, shards, brace patterns; local, s3://, http(s)://)."""
+    """Score every shard named by ``paths`` (folders, shards, brace patterns; local, s3://, http(s)://) on the
+    executor ``run`` names (local processes or Ray). Under torchrun, shard ``i`` of the sorted selection is this
+    rank's when ``i mod world == rank`` (each rank reports its share); rank 0 writes each folder's ``scores.json``."""
     from fgdata.jobs import outputs
-    from fgdata.jobs.executor import Pool, run_units
+    from fgdata.jobs.driver import RunSettings, executor_of
+    from fgdata.jobs.executor import run_units
+    from fgdata.jobs.ranks import dist_env, owned
     from fgdata.shards.scores import read_meta, write_meta
     from fgdata.shards.select import resolve_shards
 
     from fgdata.score.models import check_files
 
-    if workers < 1:
-        raise OptionError("--workers must be at least 1")
+    run = run or RunSettings()
+    rank, world = (run.rank, run.world) if run.rank is not None and run.world is not None else dist_env()
     check_files(options.model_dir, options.signals, options.device)
-    if workers > 1:
+    if run.workers > 1 or run.engine == "ray":
         from fgdata.score.models import scorer
 
         scorer.cache_clear()  # each worker process loads its own copy; this one need not hold the model meanwhile
@@ -297,17 +308,18 @@ def score_datasets(paths: list[str], options: ScoreOptions, *, workers: int = 1,
     if read_only:
         raise OptionError(f"{read_only[0]}: score files are written beside the shards, and http(s) is read-only; "
                           "copy the shards to a local folder or s3:// first")
-    summary = ScoreSummary()
-    for result in run_units(score_shard, selection.shards, Pool(workers), options):
+    summary = ScoreSummary(rank=rank, world=world)
+    for result in run_units(score_shard, owned(selection.shards, rank, world), executor_of(run), options):
         summary.shards.append(result)
         if progress is not None:
             progress(result)
         outputs.output_done()
-    for folder in selection.folders:
-        meta = read_meta(folder)
-        new = {name: signal_record(name, options) for name in options.signals}
-        if any(meta.get(k) != v for k, v in new.items()):
-            write_meta(folder, dict(sorted({**meta, **new}.items())))
+    if rank == 0:
+        for folder in selection.folders:
+            meta = read_meta(folder)
+            new = {name: signal_record(name, options) for name in options.signals}
+            if any(meta.get(k) != v for k, v in new.items()):
+                write_meta(folder, dict(sorted({**meta, **new}.items())))
     return summary
 
 

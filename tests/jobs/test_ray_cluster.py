@@ -88,6 +88,22 @@ def test_encode_latents_on_the_cluster_equals_local(cluster, tmp_path):
     assert tree(tmp_path / "ray", no_state) == tree(tmp_path / "local", no_state)
 
 
+def test_score_on_the_cluster_equals_local(cluster, tmp_path):
+    """``score --engine ray``: one Ray task per shard; the score files are those of the local run."""
+    import shutil
+
+    c, _ = cluster
+    items = [(f"s_{i:03d}", {"png": png_bytes(i, size=40), "txt": f"caption {i}".encode()}) for i in range(10)]
+    local = write_shards(tmp_path / "local", items, per_shard=3)
+    remote = tmp_path / "ray"
+    shutil.copytree(local, remote)
+    assert run("score", str(local), "--with", "basic", "-q").returncode == 0
+    done = run("score", str(remote), "--with", "basic", "--engine", "ray", "--ray-address", c.address, "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["samples"] == 10
+    assert tree(remote) == tree(local)
+
+
 def test_a_node_removed_mid_job_never_leaves_a_silent_gap(cluster, tmp_path):
     c, workers = cluster
     src = photos(tmp_path / "src", 48)

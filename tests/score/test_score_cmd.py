@@ -85,6 +85,32 @@ def test_score_writes_every_sample_beside_its_shard(shards):
     assert {t.name: t.read_bytes() for t in tars} == media
 
 
+def test_torchrun_ranks_score_their_share_and_together_the_whole(shards, tmp_path):
+    """Two ranks started at once: rank r scores shards r, r+2, ...; the files they leave are those of one process."""
+    import shutil
+
+    alone = tmp_path / "alone"
+    shutil.copytree(shards, alone)
+    assert fg("score", str(alone), "--with", "basic", "-q").returncode == 0
+    ranks = [subprocess.Popen([FGDATA, "score", str(shards), "--with", "basic", "--json"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r)})
+             for r in (0, 1)]
+    docs = []
+    for p in ranks:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        docs.append(json.loads(out))
+    tars = sorted(t.name for t in shards.glob("*.tar"))
+    for r, doc in enumerate(docs):
+        assert (doc["rank"], doc["world"]) == (r, 2)
+        assert [Path(s["shard"]).name for s in doc["shards"]] == tars[r::2]
+    written = sorted(p.name for p in shards.iterdir() if p.suffix != ".tar")
+    assert written == sorted(p.name for p in alone.iterdir() if p.suffix != ".tar")
+    for name in written:
+        assert (shards / name).read_bytes() == (alone / name).read_bytes(), name
+
+
 def test_rescoring_adds_fields(shards):
     assert fg("score", str(shards), "--with", "caption").returncode == 0
     assert set(_rows(shards)["photo_000"]) == {"caption_words", "caption_chars"}
