@@ -612,7 +612,7 @@ def finalize(dest: str, command: str, spool: Spool, fields: ReportFields, stats:
     """Stream ``shard_count.json``, ``failures.json`` (and with ``stats`` ``shard_stats.json``) from the
     spooled markers in unit order; return the totals. ``fields``: the report's own fields (``skipped``; with
     ``filtered``, the inputs a row selection left out, which ``seen`` counts too)."""
-    from fgdata.shards.index import COUNT_FILE
+    from fgdata.shards.index import COUNT_FILE, write_count_entries
 
     totals = Totals()
     with tempfile.TemporaryFile() as counts, tempfile.TemporaryFile() as failures, \
@@ -639,14 +639,9 @@ def finalize(dest: str, command: str, spool: Spool, fields: ReportFields, stats:
             raise FgdataError(f"{dest}: accounting mismatch: {totals.inputs} inputs seen, {totals.written} written, "
                               f"{totals.failed} failed")
 
-        def count_file(out: BinaryIO) -> None:  # as shard_counts_bytes writes it (shards in numeric order)
+        def count_file(out: BinaryIO) -> None:  # shards in unit order, which is their numeric order
             counts.seek(0)
-            out.write(b"{")
-            n = 0
-            for n, line in enumerate(counts, 1):
-                name, samples = json.loads(line)
-                out.write(b"%s\n %s: %d" % (b"," if n > 1 else b"", json.dumps(name).encode(), samples))
-            out.write(b"\n}\n" if n else b"}\n")
+            write_count_entries(out, (tuple(json.loads(line)) for line in counts))
 
         def report(out: BinaryIO) -> None:
             head = {"format": FORMAT, "version": VERSION, "command": command,

@@ -23,8 +23,10 @@ A shard rewritten by fgdata with its first and last samples in place is not told
 
 from __future__ import annotations
 
+import io
 import json
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, BinaryIO
 
 from fgdata import storage
 from fgdata.errors import FgdataError, ShardError
@@ -138,11 +140,23 @@ def read_shard_counts(path: str) -> dict[str, int]:
     return doc
 
 
+def write_count_entries(out: BinaryIO, entries: Iterable[tuple[str, int]]) -> None:
+    """A shard-count file from ``(shard name, samples)`` pairs in file order, streamed (a job's finalize need not
+    hold every shard's count); the layout is ``json.dumps(counts, indent=1)`` plus a newline."""
+    out.write(b"{")
+    n = 0
+    for n, (name, samples) in enumerate(entries, 1):
+        out.write(b"%s\n %s: %d" % (b"," if n > 1 else b"", json.dumps(name).encode(), samples))
+    out.write(b"\n}\n" if n else b"}\n")
+
+
 def shard_counts_bytes(counts: dict[str, int]) -> bytes:
+    """A shard-count file's bytes, shards in numeric order."""
     from fgdata.shards.keys import sort_shards
 
-    ordered = {k: counts[k] for k in sort_shards(counts)}
-    return (json.dumps(ordered, indent=1) + "\n").encode()
+    buf = io.BytesIO()
+    write_count_entries(buf, ((k, counts[k]) for k in sort_shards(counts)))
+    return buf.getvalue()
 
 
 def write_shard_counts(path: str, counts: dict[str, int]) -> None:

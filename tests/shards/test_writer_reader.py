@@ -286,3 +286,21 @@ def test_sample_with_many_members_round_trips(tmp_path):
     assert sample.members == members
     with tarfile.open(tmp_path / "s" / "00000.tar") as tf:
         assert len(tf.getnames()) == 400
+
+
+def test_the_count_file_is_jsons_own_layout_whatever_the_names():
+    """Both writers of shard_count.json (the whole-dict one and a job's streamed finalize) share one encoder: its
+    bytes are ``json.dumps(counts, indent=1)`` in numeric shard order, for any names."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from fgdata.shards.index import shard_counts_bytes
+    from fgdata.shards.keys import sort_shards
+
+    @given(st.dictionaries(st.text(min_size=1, max_size=12).map(lambda s: s + ".tar"), st.integers(0, 10**9),
+                           max_size=8))
+    def check(counts: dict[str, int]) -> None:
+        ordered = {k: counts[k] for k in sort_shards(counts)}
+        assert shard_counts_bytes(counts) == (json.dumps(ordered, indent=1) + "\n").encode()
+
+    check()
