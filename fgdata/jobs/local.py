@@ -92,8 +92,13 @@ def _portable(error: BaseException) -> tuple[BaseException, str]:
 
 
 def _serve(fn: Callable[[Any], Any], tasks: Queue[tuple[int, list[Any]] | None], results: Connection, parent_alive: Connection,
-           initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
-    """A worker: take ``(index, chunk)`` tasks until ``None``; send ``(index, results, error, traceback)`` back."""
+           initializer: Callable[..., None] | None, initargs: tuple[Any, ...], environ: dict[str, str]) -> None:
+    """A worker: take ``(index, chunk)`` tasks until ``None``; send ``(index, results, error, traceback)`` back.
+
+    ``environ`` is the job's environment when the pool started: the forkserver copied the environment once, when
+    it started, so credentials or settings the process set since (a library caller, a test) would be missing."""
+    os.environ.clear()
+    os.environ.update(environ)
     ignore_in_worker()
     # A worker must not outlive a job killed with SIGKILL: nothing else would ever tell it to stop.
     threading.Thread(target=_exit_with_parent, args=(parent_alive,), daemon=True).start()
@@ -129,7 +134,8 @@ class _Pool(Generic[R]):
                 for _ in range(workers):
                     reader, writer = ctx.Pipe(duplex=False)
                     process = ctx.Process(target=_serve, daemon=True,
-                                          args=(fn, self.tasks, writer, self.alive_reader, initializer, initargs))
+                                          args=(fn, self.tasks, writer, self.alive_reader, initializer, initargs,
+                                                dict(os.environ)))
                     self.answers.append(reader)
                     process.start()
                     writer.close()  # the worker holds the only writing end: its death reads as the pipe's end

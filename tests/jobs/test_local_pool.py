@@ -44,6 +44,17 @@ def test_results_come_in_argument_order_for_any_worker_count():
         assert list(ordered_map(square, range(50), workers, chunk)) == expected
 
 
+def test_workers_see_the_environment_of_the_moment_the_map_starts(monkeypatch):
+    """The forkserver copies the environment once, when it starts; a setting made afterwards (credentials a
+    library caller sets, a test's S3 fixture) still reaches the workers of every later map, and one removed is gone."""
+    monkeypatch.setenv("FGDATA_TEST_BEFORE", "old")
+    assert list(ordered_map(os.getenv, ["FGDATA_TEST_BEFORE"] * 4, workers=2)) == ["old"] * 4  # the server runs
+    monkeypatch.setenv("FGDATA_TEST_AFTER", "set later")
+    monkeypatch.delenv("FGDATA_TEST_BEFORE")
+    got = list(ordered_map(os.getenv, ["FGDATA_TEST_AFTER", "FGDATA_TEST_BEFORE"] * 2, workers=2))
+    assert got == ["set later", None] * 2
+
+
 def test_a_worker_that_dies_is_a_one_line_error_not_a_hang():
     with pytest.raises(FgdataError, match="a worker process died") as err:
         list(ordered_map(die_on_five, range(20), 2, 1))
