@@ -75,7 +75,7 @@ def threshold_line(name: str, th: dict[str, Any], total: int) -> str:
 
 def clips_line(c: dict[str, Any]) -> str:
     """A scene split's clips: how many, their length and motion, and what its filters dropped, by reason."""
-    dropped = ", ".join(f"{reason} {n:,}" for reason, n in c["filtered"].items()) or "none"
+    dropped = ", ".join(f"{reason} {n:,}" for reason, n in c.get("filtered", {}).items()) or "none"
     return (f"{c['clips']:,}; length {dist(c['length_s'], ' s')}; motion_mean {dist(c['motion_mean'])}; "
             f"filtered: {dropped}")
 

@@ -539,46 +539,50 @@ def _collect_job(job: tuple[str, int, int, str, dict[str, float]]) -> Stats:
     return collect_shard(path, budget, tiles, label, thresholds=thresholds)
 
 
-def _near_job(job: tuple[str, str, dict[str, str]]) -> list[Tile]:
-    """Contact-sheet tiles of the samples ``captions`` names (key -> the line above their own caption) in one
-    shard, in reading order: the shard's second read, for the few samples nearest a threshold."""
+def _near_job(job: tuple[str, str, frozenset[str]]) -> list[Tile]:
+    """Contact-sheet tiles of the samples ``keys`` names in one shard, in reading order: the shard's second read,
+    for the few samples nearest a threshold."""
     from fgdata.media.decode import member_kind
 
-    path, name, captions = job
+    path, name, keys = job
     scratch = Stats()  # the first pass counted and checked everything; this one only draws
     scratch.shards.append({"shard": name, "path": path, "samples": 0, "bytes": storage.size(path), "damage": None})
     try:
         for entry in _open(path, scratch)[1]:
-            if entry.key not in captions:
+            if entry.key not in keys:
                 continue
             media = next(((e, k) for e in sorted(entry.sizes) if (k := member_kind(e)) in ("image", "video")), None)
             if media is not None:
-                caption = _caption(entry, scratch, name)
-                _tile(entry, media[0], media[1], f"{captions[entry.key]} · {caption or ''}", scratch, name, 192)
+                _tile(entry, media[0], media[1], _caption(entry, scratch, name), scratch, name, 192)
     except FgdataError:  # changed since the first pass, which found and reported what it could read
         pass
     return scratch.tiles
 
 
 def _near_tiles(stats: Stats, pool: OrderedMap) -> None:
-    """Thumbnails of the samples nearest each threshold, read again from only the shards that hold them."""
+    """Thumbnails of the samples nearest each threshold, read again from only the shards that hold them; each
+    tile's caption starts with the field's value."""
+    from dataclasses import replace
+
     from fgdata.formatting import number
 
-    wanted: dict[str, dict[str, str]] = {}  # path -> key -> "field value"
+    wanted: dict[str, set[str]] = {}  # path -> keys
     labels: dict[str, str] = {}
-    for name, sides in stats.near.items():
+    for sides in stats.near.values():
         for picks in sides.values():
             for n in picks:
-                wanted.setdefault(n.path, {})[n.key] = f"{name} {number(n.value)}"
+                wanted.setdefault(n.path, set()).add(n.key)
                 labels[n.path] = n.shard
-    found: dict[tuple[str, str], Tile] = {}
     order = {row["path"]: i for i, row in enumerate(stats.shards)}
     paths = sorted(wanted, key=order.__getitem__)
-    for path, drawn in zip(paths, pool(_near_job, [(p, labels[p], wanted[p]) for p in paths])):
+    found: dict[tuple[str, str], Tile] = {}
+    for path, drawn in zip(paths, pool(_near_job, [(p, labels[p], frozenset(wanted[p])) for p in paths])):
         found.update({(path, t.key): t for t in drawn})
     for name, sides in stats.near.items():
-        stats.near_tiles[name] = {side: [found[(n.path, n.key)] for n in picks if (n.path, n.key) in found]
-                                  for side, picks in sides.items()}
+        stats.near_tiles[name] = {
+            side: [replace(t, caption=f"{name} {number(n.value)} · {t.caption}")
+                   for n in picks if (t := found.get((n.path, n.key))) is not None]
+            for side, picks in sides.items()}
 
 
 def collect(shards: list[str] | ShardSet, *, sample: int = 1000, tiles: int = 24, pool: OrderedMap = serial_map,

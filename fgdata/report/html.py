@@ -317,9 +317,9 @@ def _clips(doc: dict[str, Any], stats: Stats) -> Section | None:
         return None
     c = doc["clips"]
     motion = stats.numeric.get("motion_mean", ())
-    rows = [[_e(reason), f"{n:,}"] for reason, n in c["filtered"].items()]
+    rows = [[_e(reason), f"{n:,}"] for reason, n in c.get("filtered", {}).items()]
     kept = f"{c['clips']:,} clips written"
-    dropped = sum(c["filtered"].values())
+    dropped = sum(c.get("filtered", {}).values())
     body = (f'<p class="lead">Clips cut by <code>shard videos --split scenes</code>: {kept}'
             + (f", {dropped:,} dropped by its filters" if dropped else "; its filters dropped none") + ".</p>"
             + _chips([("length", _dist(c["length_s"], " s")), ("motion_mean", _dist(c["motion_mean"])),
