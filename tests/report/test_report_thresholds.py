@@ -105,6 +105,25 @@ def test_kept_count_and_the_samples_either_side_of_each_threshold(scored, tmp_pa
     assert "nope ≥ 1 keeps 21 of 21 (100.0%), drops 0; no sample has nope" in text
 
 
+def test_thresholds_on_s3_pick_and_draw_the_same_samples(scored, s3_bucket, tmp_path):
+    """On s3:// the shards are streamed (twice for the shards holding samples near a threshold) and the score files
+    read beside them: the same counts, picks and tiles as on the local copy."""
+    from fgdata import storage
+
+    for p in sorted(x for x in scored.iterdir() if x.is_file()):
+        storage.upload(str(p), f"{s3_bucket}/photos/{p.name}")
+    docs, sections = [], []
+    for where, page in ((scored, tmp_path / "local.html"), (f"{s3_bucket}/photos", tmp_path / "s3.html")):
+        res = fg("report", where, "-o", page, "--json", "-w", "1", "--threshold", "clip_score=0.3",
+                 "--threshold", "sharpness=1000")
+        assert res.returncode == 0, res.stderr
+        docs.append(json.loads(res.stdout)["thresholds"])
+        html = page.read_text()
+        sections.append(html[html.index('<section id="thresholds">'):].split("</section>")[0])
+    assert docs[0] == docs[1] and sections[0] == sections[1]
+    assert sections[0].count('class="tile"') == sum(len(t[side]) for t in docs[0].values() for side in ("above", "below"))
+
+
 def test_a_threshold_on_a_media_field_counts_it(scored, tmp_path):
     """width (from `score --with size`) is one of the media's own fields, not listed among the numeric fields, yet
     a threshold on it counts what the filter keeps."""
