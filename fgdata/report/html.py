@@ -256,7 +256,8 @@ def _selection(doc: dict[str, Any], stats: Stats) -> Section | None:
 
 
 def _filtered(doc: dict[str, Any], stats: Stats) -> Section | None:
-    if "filtered" not in doc:
+    """What the job's filters dropped, by reason; a scene split's clips show it in their own section."""
+    if "filtered" not in doc or "clips" in doc:
         return None
     rows = [[_e(reason), f"{n:,}"] for reason, n in doc["filtered"].items()]
     body = ('<p class="lead">Outputs the job\'s filters dropped (warnings of its failures.json).</p>'
@@ -320,7 +321,8 @@ def _clips(doc: dict[str, Any], stats: Stats) -> Section | None:
     rows = [[_e(reason), f"{n:,}"] for reason, n in c.get("filtered", {}).items()]
     kept = f"{c['clips']:,} clips written"
     dropped = sum(c.get("filtered", {}).values())
-    body = (f'<p class="lead">Clips cut by <code>shard videos --split scenes</code>: {kept}'
+    body = ('<p class="lead">Clips with <code>clip_start_s</code> and <code>clip_end_s</code> (as '
+            f"<code>shard videos --split scenes</code> writes them): {kept}"
             + (f", {dropped:,} dropped by its filters" if dropped else "; its filters dropped none") + ".</p>"
             + _chips([("length", _dist(c["length_s"], " s")), ("motion_mean", _dist(c["motion_mean"])),
                       ("motion_min_patch", _dist(c["motion_min_patch"]))])
