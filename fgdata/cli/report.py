@@ -53,6 +53,33 @@ def numeric_field_line(f: dict[str, Any]) -> str:
             f"kept{share}")
 
 
+def dist(d: Optional[dict], unit: str = "") -> str:
+    """A distribution (see ``fgdata.report.summary.distribution``) in a few words: median (min–max)."""
+    from fgdata.formatting import number
+
+    return f"{number(float(d['p50']))}{unit} median ({number(float(d['min']))}–{number(float(d['max']))})" if d else "–"
+
+
+def threshold_line(name: str, th: dict[str, Any], total: int) -> str:
+    """A threshold the user passed: what the score filter keeps, and the values nearest it on each side."""
+    from fgdata.formatting import number
+
+    t = th["presets_filter"]["score"]["threshold"]
+    share = f" ({th['kept_share']:.1%})" if th["kept_share"] is not None else ""
+    line = f"{name} ≥ {number(t)} keeps {th['kept']:,} of {total:,}{share}, drops {th['dropped']:,}"
+    if not th["present"]:
+        return line + f"; no sample has {name}"
+    near = [f"{side} {', '.join(number(n['value']) for n in th[side][:3])}" for side in ("above", "below") if th[side]]
+    return line + (f"; nearest {'; '.join(near)} (contact sheet in the page)" if near else "")
+
+
+def clips_line(c: dict[str, Any]) -> str:
+    """A scene split's clips: how many, their length and motion, and what its filters dropped, by reason."""
+    dropped = ", ".join(f"{reason} {n:,}" for reason, n in c.get("filtered", {}).items()) or "none"
+    return (f"{c['clips']:,}; length {dist(c['length_s'], ' s')}; motion_mean {dist(c['motion_mean'])}; "
+            f"filtered: {dropped}")
+
+
 def download_line(d: dict[str, Any]) -> str:
     """A URL job's successes and failures by reason (its shard_stats.json), in one line."""
     seen = d["successes"] + d["failed"]
@@ -72,10 +99,7 @@ def selection_line(d: dict[str, Any]) -> str:
 def _summary_table(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from fgdata.formatting import human_bytes, number
-
-    def dist(d: Optional[dict], unit: str = "") -> str:
-        return f"{number(float(d['p50']))}{unit} median ({number(float(d['min']))}–{number(float(d['max']))})" if d else "–"
+    from fgdata.formatting import human_bytes
 
     total = doc["total_samples"]
     table = Table(title=f"{doc['dataset']}", title_justify="left", show_header=False, box=None, padding=(0, 2))
@@ -103,8 +127,12 @@ def _summary_table(doc: dict[str, Any]) -> None:
         c = doc["captions"]
         first = ", ".join(f"“{w}”" for w, _ in c["first_words"][:3])
         table.add_row("captions", f"{c['samples']:,}; {dist(c['words'], ' words')}; often starting {first}")
+    if "clips" in doc:
+        table.add_row("clips", clips_line(doc["clips"]))
     for name, f in doc.get("numeric_fields", {}).items():
         table.add_row(name, numeric_field_line(f))
+    for name, th in doc.get("thresholds", {}).items():
+        table.add_row("threshold", threshold_line(name, th, total))
     if "downloads" in doc:
         table.add_row("downloads", download_line(doc["downloads"]))
     if "selection" in doc:
@@ -133,7 +161,8 @@ class ReportFlags:
     contact_sheet: Optional[str] = flag(typer.Option(None, "--contact-sheet", metavar="PNG",
                                                      help="Also write the contact sheet as a PNG."))
     threshold: list[str] = flag(typer.Option([], "--threshold", metavar="FIELD=VALUE", help="The score threshold "
-                                             "shown for a numeric json field (repeatable; default: the score "
+                                             "shown for a numeric json field, with the kept count and the samples "
+                                             "just above and just below it (repeatable; default: the score "
                                              "filter's, else the median)."))
     name: Optional[str] = flag(typer.Option(None, "--name",
                                             help="The dataset's name in the report (default: its folder)."))

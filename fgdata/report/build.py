@@ -29,7 +29,7 @@ def build_report(shards: Sequence[str] | ShardSet, *, name: str, paths: Sequence
     from fgdata.report.summary import summarise
 
     selection = shards if isinstance(shards, ShardSet) else list(shards)
-    stats = collect(selection, sample=sample, tiles=tiles, pool=pool, progress=progress)
+    stats = collect(selection, sample=sample, tiles=tiles, pool=pool, thresholds=thresholds, progress=progress)
     doc = summarise(stats, name=name, paths=paths, thresholds=thresholds, sample=sample)
     paths_ = selection.shards if isinstance(selection, ShardSet) else selection
     downloads = download_stats(paths_)
@@ -41,6 +41,8 @@ def build_report(shards: Sequence[str] | ShardSet, *, name: str, paths: Sequence
     filtered = filtered_counts(paths_)
     if filtered:
         doc["filtered"] = filtered
+    if "clips" in doc:
+        doc["clips"]["filtered"] = filtered
     return Report(doc, stats, html.render(doc, stats))
 
 

@@ -40,6 +40,7 @@ MEDIA_FIELDS = frozenset({"width", "height", "duration", "fps", "frame_count", "
 _HEADER_BYTES = 1 << 16  # enough for an image's size in its header, nearly always
 _EXAMPLES = 5  # example keys kept per kind of problem
 _MAX_FIELDS = 64  # numeric json fields tracked at most (the most frequent are shown)
+NEAR = 6  # samples shown on each side of a threshold the user passes
 
 
 @dataclass
@@ -58,6 +59,22 @@ class Problem:
     def merge(self, other: Problem) -> None:
         self.count += other.count
         self.examples.extend(other.examples[: _EXAMPLES - len(self.examples)])
+
+
+@dataclass(frozen=True)
+class Near:
+    """A sample whose field is close to a threshold: how far from it, where it is, and its value."""
+
+    distance: float
+    path: str
+    shard: str
+    key: str
+    value: float
+
+
+def _closest(candidates: list[Near], n: int) -> list[Near]:
+    """The ``n`` nearest, ties in reading order (the sort is stable): the same picks for any worker count."""
+    return sorted(candidates, key=lambda c: c.distance)[:n]
 
 
 @dataclass
@@ -89,6 +106,10 @@ class Stats:
     numeric: dict[str, array] = field(default_factory=dict)
     non_numeric: Counter[str] = field(default_factory=Counter)  # field present with a non-numeric value
     tensors: Counter[str] = field(default_factory=Counter)  # "latent.pth float32[4,32,32]" -> samples
+    clip_seconds: array = field(default_factory=lambda: array("d"))  # clip_end_s - clip_start_s (split scenes)
+    #: field -> ("above", "below") -> the samples nearest a threshold the user passed, kept or dropped by the filter
+    near: dict[str, dict[str, list[Near]]] = field(default_factory=dict)
+    near_tiles: dict[str, dict[str, list[Tile]]] = field(default_factory=dict)  # the same, as contact-sheet tiles
     decoded: int = 0
     tiles: list[Tile] = field(default_factory=list)
     problems: dict[str, Problem] = field(default_factory=dict)
@@ -114,7 +135,7 @@ class Stats:
         for k, v in other.ext_examples.items():
             self.ext_examples.setdefault(k, v)
         for name in ("image_w", "image_h", "video_duration", "video_fps", "video_frames", "caption_words",
-                     "caption_chars"):
+                     "caption_chars", "clip_seconds"):
             getattr(self, name).extend(getattr(other, name))
         for name in ("image_members", "image_sizes_from_json", "video_members", "video_audio",
                      "video_facts_from_json", "captions", "json_members", "decoded"):
@@ -124,6 +145,10 @@ class Stats:
                 self.numeric[k].extend(values)
             elif len(self.numeric) < _MAX_FIELDS:
                 self.numeric[k] = array("d", values)
+        for name, sides in other.near.items():
+            mine = self.near.setdefault(name, {"above": [], "below": []})
+            for side, found in sides.items():
+                mine[side] = _closest(mine[side] + found, NEAR)
         self.tiles += other.tiles
         self.checks += other.checks
         for kind, p in other.problems.items():
@@ -234,20 +259,44 @@ def _json(entry: _Entry, stats: Stats, name: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _numeric_fields(doc: dict[str, Any], stats: Stats) -> None:
+def _clip_seconds(doc: dict[str, Any], stats: Stats) -> None:
+    """A clip's length from the fields ``shard videos --split scenes`` writes (docs/FORMATS.md)."""
+    start, end = doc.get("clip_start_s"), doc.get("clip_end_s")
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v == v for v in (start, end)):
+        stats.clip_seconds.append(float(end) - float(start))  # type: ignore[arg-type]
+
+
+def _near(doc: dict[str, Any], thresholds: dict[str, float], where: tuple[str, str, str], stats: Stats) -> None:
+    """Keep the sample among the nearest to each threshold on its side: at or above it is what the loaders'
+    ``score`` filter keeps (its own rule), below is what it drops."""
+    from fgdata.catalog import score_verdict
+
+    for name, t in thresholds.items():
+        v = doc.get(name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+            continue
+        side = "above" if score_verdict(v, name, t) is None else "below"
+        sides = stats.near.setdefault(name, {"above": [], "below": []})
+        sides[side].append(Near(abs(float(v) - t), *where, float(v)))
+        if len(sides[side]) > 4 * NEAR:
+            sides[side] = _closest(sides[side], NEAR)
+
+
+def _numeric_fields(doc: dict[str, Any], stats: Stats, wanted: dict[str, float]) -> None:
+    """Collect the numeric fields; the media's own (width, fps...) only when the user passed a threshold on one."""
     for k, v in doc.items():
-        if k in MEDIA_FIELDS:
+        if k in MEDIA_FIELDS and k not in wanted:
             continue
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             if v != v:  # NaN: the score filter drops it like a non-numeric value
                 stats.non_numeric[k] += 1
                 continue
             if k not in stats.numeric:
-                if len(stats.numeric) >= _MAX_FIELDS:
+                if len(stats.numeric) >= _MAX_FIELDS and k not in wanted:
                     continue
                 stats.numeric[k] = array("d")
             stats.numeric[k].append(float(v))
-        elif k in stats.numeric:
+        elif k in stats.numeric or k in wanted:
             stats.non_numeric[k] += 1
 
 
@@ -385,9 +434,11 @@ def _score_rows(path: str) -> dict[str, dict[str, Any]]:
     return {} if found is None else {k: numeric_fields(r) for k, r in found.rows.items()}
 
 
-def collect_shard(path: str, budget: int, tiles: int, label: str | None = None, thumb: int = 192) -> Stats:
+def collect_shard(path: str, budget: int, tiles: int, label: str | None = None, thumb: int = 192,
+                  thresholds: dict[str, float] | None = None) -> Stats:
     """Statistics of one shard; ``budget`` samples get their media decoded, ``tiles`` become thumbnails.
-    ``label`` names the shard in rows and examples (its path when several datasets are read; default its name)."""
+    ``label`` names the shard in rows and examples (its path when several datasets are read; default its name);
+    the samples nearest each of ``thresholds`` (field -> value) are noted on either side."""
     from fgdata.media.decode import member_kind
 
     stats = Stats()
@@ -422,7 +473,9 @@ def collect_shard(path: str, budget: int, tiles: int, label: str | None = None, 
             if entry.key in scores:  # scores beside the shard read as json fields, as the loaders join them
                 doc = {**(doc or {}), **scores[entry.key]}
             if doc is not None:
-                _numeric_fields(doc, stats)
+                _numeric_fields(doc, stats, thresholds or {})
+                _clip_seconds(doc, stats)
+                _near(doc, thresholds or {}, (path, name, entry.key), stats)
             caption = _caption(entry, stats, name)
             decode = i in decode_at
             media = None
@@ -479,15 +532,64 @@ def _structure(stats: Stats, selection: ShardSet) -> None:
 # -- the dataset ---------------------------------------------------------------
 
 
-def _collect_job(job: tuple[str, int, int, str]) -> Stats:
-    """:func:`collect_shard` on one ``(path, budget, tiles, label)``: module-level, so a pool worker can run it."""
-    return collect_shard(*job)
+def _collect_job(job: tuple[str, int, int, str, dict[str, float]]) -> Stats:
+    """:func:`collect_shard` on one ``(path, budget, tiles, label, thresholds)``: module-level, so a pool worker
+    can run it."""
+    path, budget, tiles, label, thresholds = job
+    return collect_shard(path, budget, tiles, label, thresholds=thresholds)
+
+
+def _near_job(job: tuple[str, str, frozenset[str]]) -> list[Tile]:
+    """Contact-sheet tiles of the samples ``keys`` names in one shard, in reading order: the shard's second read,
+    for the few samples nearest a threshold."""
+    from fgdata.media.decode import member_kind
+
+    path, name, keys = job
+    scratch = Stats()  # the first pass counted and checked everything; this one only draws
+    scratch.shards.append({"shard": name, "path": path, "samples": 0, "bytes": storage.size(path), "damage": None})
+    try:
+        for entry in _open(path, scratch)[1]:
+            if entry.key not in keys:
+                continue
+            media = next(((e, k) for e in sorted(entry.sizes) if (k := member_kind(e)) in ("image", "video")), None)
+            if media is not None:
+                _tile(entry, media[0], media[1], _caption(entry, scratch, name), scratch, name, 192)
+    except FgdataError:  # changed since the first pass, which found and reported what it could read
+        pass
+    return scratch.tiles
+
+
+def _near_tiles(stats: Stats, pool: OrderedMap) -> None:
+    """Thumbnails of the samples nearest each threshold, read again from only the shards that hold them; each
+    tile's caption starts with the field's value."""
+    from dataclasses import replace
+
+    from fgdata.formatting import number
+
+    wanted: dict[str, set[str]] = {}  # path -> keys
+    labels: dict[str, str] = {}
+    for sides in stats.near.values():
+        for picks in sides.values():
+            for n in picks:
+                wanted.setdefault(n.path, set()).add(n.key)
+                labels[n.path] = n.shard
+    order = {row["path"]: i for i, row in enumerate(stats.shards)}
+    paths = sorted(wanted, key=order.__getitem__)
+    found: dict[tuple[str, str], Tile] = {}
+    for path, drawn in zip(paths, pool(_near_job, [(p, labels[p], frozenset(wanted[p])) for p in paths])):
+        found.update({(path, t.key): t for t in drawn})
+    for name, sides in stats.near.items():
+        stats.near_tiles[name] = {
+            side: [replace(t, caption=f"{name} {number(n.value)} · {t.caption}")
+                   for n in picks if (t := found.get((n.path, n.key))) is not None]
+            for side, picks in sides.items()}
 
 
 def collect(shards: list[str] | ShardSet, *, sample: int = 1000, tiles: int = 24, pool: OrderedMap = serial_map,
-            progress: Callable[[str], None] | None = None) -> Stats:
+            thresholds: dict[str, float] | None = None, progress: Callable[[str], None] | None = None) -> Stats:
     """Statistics of all ``shards`` (in order); ``sample`` bounds decoded members, ``tiles`` the contact sheet.
     ``pool`` reads the shards (the CLI hands down the job core's process pool; default: one at a time here).
+    For each of ``thresholds`` (field -> value) the :data:`NEAR` samples nearest it on each side are drawn too.
 
     The figures are of all shards together; each folder is its own dataset for the checks (keys unique within
     it, its own count file), and with several folders every row and example names its shard by path.
@@ -498,8 +600,8 @@ def collect(shards: list[str] | ShardSet, *, sample: int = 1000, tiles: int = 24
     paths = selection.shards
     if not paths:
         raise FgdataError("no shards to report on")
-    jobs = [(path, _spread(sample, len(paths), i), _spread(tiles, len(paths), i), selection.label(path))
-            for i, path in enumerate(paths)]
+    jobs = [(path, _spread(sample, len(paths), i), _spread(tiles, len(paths), i), selection.label(path),
+             dict(thresholds or {})) for i, path in enumerate(paths)]
     total = Stats()
     for path, stats in zip(paths, pool(_collect_job, jobs)):
         total.merge(stats)
@@ -508,4 +610,6 @@ def collect(shards: list[str] | ShardSet, *, sample: int = 1000, tiles: int = 24
     for row in total.shards:
         row["dataset"] = selection.folder_of(row["path"])
     _structure(total, selection)
+    if total.near:
+        _near_tiles(total, pool)
     return total

@@ -9,6 +9,7 @@ import json
 from typing import Any, Callable
 
 from fgdata.report import plots
+from fgdata.media.preview import Tile
 from fgdata.report.collect import Stats
 from fgdata.formatting import human_bytes, number, terminal_safe
 
@@ -255,7 +256,8 @@ def _selection(doc: dict[str, Any], stats: Stats) -> Section | None:
 
 
 def _filtered(doc: dict[str, Any], stats: Stats) -> Section | None:
-    if "filtered" not in doc:
+    """What the job's filters dropped, by reason; a scene split's clips show it in their own section."""
+    if "filtered" not in doc or "clips" in doc:
         return None
     rows = [[_e(reason), f"{n:,}"] for reason, n in doc["filtered"].items()]
     body = ('<p class="lead">Outputs the job\'s filters dropped (warnings of its failures.json).</p>'
@@ -267,14 +269,66 @@ def _samples(doc: dict[str, Any], stats: Stats) -> Section | None:
     """The contact sheet: a thumbnail and caption of samples spread over the dataset."""
     if not stats.tiles:
         return None
+    body = (f'<p class="lead">{len(stats.tiles)} samples spread evenly over the dataset (images, and the first '
+            "frame of videos).</p>" + _sheet(stats.tiles))
+    return ("samples", "Samples", body)
+
+
+def _sheet(tiles: list[Tile]) -> str:
+    """The contact sheet of the page: each tile's picture with its key and the start of its caption."""
     figures = []
-    for t in stats.tiles:
+    for t in tiles:
         figures.append(f'<figure title="{_e(t.shard)} {_e(t.key)}: {_e(t.caption)}"><div class="thumb">'
                        + _img(t.png, f"{t.key}", cls="tile") + f"</div><figcaption><b>{_e(t.key)}</b> "
                        f"{_e(t.caption[:140])}</figcaption></figure>")
-    body = (f'<p class="lead">{len(stats.tiles)} samples spread evenly over the dataset (images, and the first '
-            "frame of videos).</p>" + f'<div class="sheet">{"".join(figures)}</div>')
-    return ("samples", "Samples", body)
+    return f'<div class="sheet">{"".join(figures)}</div>'
+
+
+def _thresholds(doc: dict[str, Any], stats: Stats) -> Section | None:
+    """Each threshold the user passed: what the ``score`` filter keeps, and the samples just above and just below
+    it, to judge by eye whether the line falls where it should."""
+    if "thresholds" not in doc:
+        return None
+    total = doc["total_samples"]
+    body = ('<p class="lead">The thresholds passed with <code>--threshold FIELD=VALUE</code>: how many samples the '
+            "loaders' <code>score</code> filter keeps (a value at or above the threshold, or no such field), and "
+            "the samples nearest the threshold on each side.</p>")
+    for name, th in doc["thresholds"].items():
+        t = th["presets_filter"]["score"]["threshold"]
+        share = f" ({th['kept_share']:.1%})" if th["kept_share"] is not None else ""
+        body += (f"<h3><code>{_e(name)}</code> ≥ {_e(number(t))}</h3>"
+                 + _chips([("kept", f"{th['kept']:,} of {total:,}{share}"), ("dropped", f"{th['dropped']:,}"),
+                           ("with the field", f"{th['present']:,}"),
+                           ("kept with it", f"{th['kept_with_field']:,}")]))
+        if not th["present"]:
+            body += f"<p>No sample has <code>{_e(name)}</code>: the filter keeps them all.</p>"
+        tiles = stats.near_tiles.get(name, {})
+        for side, words in (("above", "just above (kept)"), ("below", "just below (dropped)")):
+            values = [number(n["value"]) for n in th[side]]
+            if values:
+                body += (f"<p>{len(values)} {words}, nearest first: {_e(', '.join(values))}</p>"
+                         + (_sheet(tiles[side]) if tiles.get(side) else ""))
+        body += f"<pre>presets_filter={_e(json.dumps(th['presets_filter']))}</pre>"
+    return ("thresholds", "Thresholds", body)
+
+
+def _clips(doc: dict[str, Any], stats: Stats) -> Section | None:
+    """The clips of a scene split: their lengths and motion, and what its filters dropped, by reason."""
+    if "clips" not in doc:
+        return None
+    c = doc["clips"]
+    motion = stats.numeric.get("motion_mean", ())
+    rows = [[_e(reason), f"{n:,}"] for reason, n in c.get("filtered", {}).items()]
+    kept = f"{c['clips']:,} clips written"
+    dropped = sum(c.get("filtered", {}).values())
+    body = ('<p class="lead">Clips with <code>clip_start_s</code> and <code>clip_end_s</code> (as '
+            f"<code>shard videos --split scenes</code> writes them): {kept}"
+            + (f", {dropped:,} dropped by its filters" if dropped else "; its filters dropped none") + ".</p>"
+            + _chips([("length", _dist(c["length_s"], " s")), ("motion_mean", _dist(c["motion_mean"])),
+                      ("motion_min_patch", _dist(c["motion_min_patch"]))])
+            + _img(plots.clips(stats.clip_seconds, motion), "clip length and motion histograms")
+            + (_table(["filter reason", "clips dropped"], rows, {1}) if rows else ""))
+    return ("clips", "Clips", body)
 
 
 def _problems(doc: dict[str, Any], stats: Stats) -> Section:
@@ -298,8 +352,8 @@ def _problems(doc: dict[str, Any], stats: Stats) -> Section:
 
 
 _SECTIONS: tuple[Callable[[dict[str, Any], Stats], Section | None], ...] = (
-    _shards, _members, _images, _videos, _captions, _numeric_fields, _tensors, _downloads, _selection, _filtered,
-    _samples, _problems)
+    _shards, _members, _images, _videos, _clips, _captions, _numeric_fields, _thresholds, _tensors, _downloads,
+    _selection, _filtered, _samples, _problems)
 
 
 def _cards(doc: dict[str, Any]) -> str:

@@ -251,6 +251,20 @@ def videos(duration: Sequence[float], fps: Sequence[float], frames: Sequence[int
     return _png(fig)
 
 
+def clips(seconds: Sequence[float], motion: Sequence[float]) -> bytes:
+    """A scene split's clip lengths and, when the clips carry it, their ``motion_mean``, side by side."""
+    plt = _plt()
+    panels = [(seconds, "clip length", "seconds")] + ([(motion, "motion", "motion_mean")] if motion else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(9, 3.0), layout="constrained", squeeze=False)
+    for ax, (values, title, xlabel) in zip(axes[0], panels):
+        ax.hist(values, bins=_bins(values), color=ACCENT, edgecolor="white", linewidth=0.5)
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("clips")
+        _counts_axis(ax)
+    return _png(fig)
+
+
 def captions(words: Sequence[int], first_words: list[tuple[str, int]]) -> bytes:
     """Caption length in words, and the most common first words."""
     plt = _plt()

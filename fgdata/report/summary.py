@@ -42,6 +42,24 @@ def kept_by_score_filter(stats: Stats, field: str, threshold: float) -> tuple[in
     return stats.samples - invalid - stats.non_numeric.get(field, 0) - (len(values) - passing), passing
 
 
+#: The motion fields of a scene split's clips (docs/FORMATS.md), shown beside the clip lengths.
+CLIP_MOTION = ("motion_mean", "motion_min_patch")
+
+
+def _at_threshold(stats: Stats, key: str, threshold: float) -> dict[str, Any]:
+    """What the loaders' ``score`` filter keeps at a threshold the user passed, and the samples nearest it on each
+    side (their contact sheet is on the page)."""
+    total = stats.samples
+    kept, with_field = kept_by_score_filter(stats, key, threshold)
+    present = len(stats.numeric.get(key, ())) + stats.non_numeric.get(key, 0)
+    sides = stats.near.get(key, {})
+    return {"presets_filter": {"score": {"score_key": key, "threshold": threshold}}, "present": present,
+            "kept": kept, "kept_share": kept / total if total else None, "kept_with_field": with_field,
+            "dropped": total - kept,
+            **{side: [{"shard": n.shard, "key": n.key, "value": n.value} for n in sides.get(side, [])]
+               for side in ("above", "below")}}
+
+
 def datasets(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Shards, samples and bytes per dataset (folder), in first-seen order: the report's figures are of them all."""
     out: dict[str, dict[str, Any]] = {}
@@ -125,6 +143,11 @@ def summarise(stats: Stats, *, name: str, paths: Sequence[str], thresholds: dict
                                         "passed_without_field": total - present - invalid}}
     if fields:
         doc["numeric_fields"] = fields
+    if thresholds:
+        doc["thresholds"] = {key: _at_threshold(stats, key, t) for key, t in thresholds.items()}
+    if stats.clip_seconds:  # clips of `shard videos --split scenes` (its filtered counts: build.py adds them)
+        doc["clips"] = {"clips": len(stats.clip_seconds), "length_s": distribution(stats.clip_seconds),
+                        **{key: distribution(stats.numeric.get(key, ())) for key in CLIP_MOTION}}
     if stats.tensors:
         doc["tensors"] = dict(stats.tensors.most_common())
     doc["contact_sheet"] = [{"shard": t.shard, "key": t.key} for t in stats.tiles]
