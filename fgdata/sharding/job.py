@@ -469,6 +469,10 @@ class ShardReport(ReportFields):
     def filtered(self) -> int:
         return int(self.selection.get("filtered", 0))
 
+    @property
+    def filtered_by_reason(self) -> dict[str, int] | None:
+        return dict(self.selection["filtered_by_reason"]) if self.selection else None
+
     def to_json(self) -> dict[str, JsonValue]:
         return {"skipped": [s.to_json() for s in self.skipped], **self.selection}
 
@@ -491,7 +495,7 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
         self.skipped: list[Skipped] = []
         self.selector: Selector | None = None
         self.items: Iterable[WorkItem] = ()
-        self.whole_units = False  # a shard source: each unit to one worker, which writes its shards
+        self.whole_units = False  # local source shards: each unit to one worker, which writes its shards
         self.firsts: dict[str, str] | None = None
         self.shards_of = array("I")  # per unit: its shards (for the sweep)
         self.nbytes = 0
@@ -517,7 +521,8 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
             raise FgdataError(f"shard prompts runs in one process: launch it once, not under torchrun (WORLD_SIZE={world})")
         destmod.check_sources(job.dest, [job.src])
         shards = shard_source(job)
-        self.whole_units = shards is not None
+        # (remote shards' media are read by this process, inline: a unit in flight would hold them all)
+        self.whole_units = shards is not None and not any(storage.is_url(s) for s in shards)
         self.selector = selector_of(job, shards)
         stream = stream_items(job, self.skipped, self.selector, shards)
         head = list(islice(stream, job.units_of))  # the first unit: it decides whether the inputs are URLs
@@ -591,9 +596,9 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
 
     def execute(self, pending: Iterator[Unit[WorkItem]], executor: Executor, ctx: Context) -> Iterator[Marker]:
         """A local job's inputs go to a pool across unit boundaries; a URL job's local workers (fetching with their
-        own threads across a unit), a shard source's local workers and Ray take each unit as one task that writes
-        the unit's shards itself. (Re-sharding is mostly moving bytes: written by the driver, every sample's media
-        would cross the pipe back and be written by one process; a unit holds its media by reference.)"""
+        own threads across a unit), local source shards' workers and Ray take each unit as one task that writes the
+        unit's shards itself. (Re-sharding is mostly moving bytes: written by the driver, every sample's media
+        would cross the pipe back and be written by one process; such a unit holds its media by reference.)"""
         job = self.job
         workers = ctx.settings.workers
         by_units = (job.options.download is not None or self.whole_units) and workers > 1 and self.firsts is None
