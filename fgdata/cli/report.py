@@ -85,8 +85,9 @@ def download_line(d: dict[str, Any]) -> str:
     seen = d["successes"] + d["failed"]
     reasons = ", ".join(f"{reason} {n:,}" for reason, n in d["failed_by_reason"].items())
     retry = f"; {d['retryable']:,} retryable (shard again with --retry-failed)" if d["retryable"] else ""
+    filtered = ", ".join(f"{reason} {n:,}" for reason, n in d.get("filtered_by_reason", {}).items())
     return (f"{d['successes']:,} of {seen:,} URLs written, {d['failed']:,} failed" + (f" ({reasons})" if reasons else "")
-            + retry)
+            + retry + (f"; {d['filtered']:,} rows filtered ({filtered})" if d.get("filtered") else ""))
 
 
 def selection_line(d: dict[str, Any]) -> str:

@@ -51,11 +51,16 @@ class Failure:
 class ReportFields:
     """A command's own fields of ``failures.json``, after the common ones: none here; a command's frozen dataclass
     subclasses it and says them in :meth:`to_json` (in the order they are written). ``filtered``: the inputs a row
-    selection left out, which ``seen`` counts too."""
+    selection left out, which ``seen`` counts too; ``filtered_by_reason``: those by reason (None: the job selects
+    no rows), which ``shard_stats.json`` repeats."""
 
     @property
     def filtered(self) -> int:
         return 0
+
+    @property
+    def filtered_by_reason(self) -> dict[str, int] | None:
+        return None
 
     def to_json(self) -> dict[str, JsonValue]:
         return {}

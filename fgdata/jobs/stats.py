@@ -4,7 +4,8 @@ A failure belongs to the shard of its work unit that was open when it happened (
 closes); failures after a unit's last shard count for that shard, and a unit that wrote no shard has its
 failures in the totals only. Units are the same for every executor, so the file is the same for ``--workers``,
 Ray and torchrun runs of the same job. ``retryable`` counts the failures that another try may fix (timeouts,
-dropped connections, 429, 5xx).
+dropped connections, 429, 5xx). A job that selects rows (``--where``, ``--keep-top``) adds ``filtered`` and
+``filtered_by_reason`` to the totals: the inputs left out, which belong to no shard.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ if TYPE_CHECKING:
 VERSION = 1
 
 
-def write_stats(out: IO[bytes], totals: Totals, per_shard: IO[bytes]) -> None:
-    """Write the file to ``out``: the job's ``totals`` (successes, failed, failed_by_reason, retryable), then the
-    shards from ``per_shard``, one ``[name, {"samples", "failed_by_reason"}]`` JSON line each."""
+def write_stats(out: IO[bytes], totals: Totals, per_shard: IO[bytes], filtered: dict[str, int] | None = None) -> None:
+    """Write the file to ``out``: the job's ``totals`` (successes, failed, failed_by_reason, retryable; with a row
+    selection, the inputs it ``filtered`` by reason), then the shards from ``per_shard``, one
+    ``[name, {"samples", "failed_by_reason"}]`` JSON line each."""
     head = {"successes": totals.written, "failed": totals.failed,
             "failed_by_reason": dict(sorted(totals.failed_by_reason.items())), "retryable": totals.retryable}
+    if filtered is not None:
+        head.update(filtered=sum(filtered.values()), filtered_by_reason=dict(sorted(filtered.items())))
     out.write(b"{\n")
     for key, value in {"format": FORMAT, "version": VERSION, **head}.items():
         out.write(f" {json.dumps(key)}: {json.dumps(value)},\n".encode())

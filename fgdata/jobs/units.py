@@ -659,7 +659,8 @@ def finalize(dest: str, command: str, spool: Spool, fields: ReportFields, stats:
         if stats:
             from fgdata.jobs.stats import STATS_FILE, write_stats
 
-            write_side_file(storage.join(dest, STATS_FILE), partial(write_stats, totals=totals, per_shard=per_shard))
+            write_side_file(storage.join(dest, STATS_FILE), partial(write_stats, totals=totals, per_shard=per_shard,
+                                                                    filtered=fields.filtered_by_reason))
     return totals
 
 

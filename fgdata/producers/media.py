@@ -22,12 +22,14 @@ is fully decoded (to learn whether a viewer shows it differently), and so is eve
 from __future__ import annotations
 
 import codecs
+import contextlib
 import hashlib
 import io
 import json
 import math
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -195,18 +197,64 @@ def _read(path: str) -> bytes:
         raise _Failed("read", _first_line(e)) from None
 
 
+class _SourceShard:
+    """The local source shard a process last read a member of, kept open while :func:`source_shards_open` holds
+    (a unit written by one process): one open per source shard, not one per sample. Outside it each read opens
+    the shard, so a process that outlives a job never reads a replaced file through an old descriptor."""
+
+    scoped = 0
+    path: str | None = None
+    fd: int | None = None
+
+    @classmethod
+    def read(cls, path: str, size: int, offset: int) -> bytes:
+        import os
+
+        from fgdata.shards.scan import pread_exact
+
+        if not cls.scoped:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                return pread_exact(fd, size, offset)
+            finally:
+                os.close(fd)
+        if cls.path != path:
+            cls.close()
+            cls.fd, cls.path = os.open(path, os.O_RDONLY), path
+        assert cls.fd is not None
+        return pread_exact(cls.fd, size, offset)
+
+    @classmethod
+    def close(cls) -> None:
+        import os
+
+        if cls.fd is not None:
+            os.close(cls.fd)
+        cls.fd = cls.path = None
+
+
+@contextlib.contextmanager
+def source_shards_open() -> Iterator[None]:
+    """Within it, the media of a local source shard's samples (``WorkItem.data_at``) are read through one open
+    descriptor per shard (see :class:`_SourceShard`); closed on leaving."""
+    _SourceShard.scoped += 1
+    try:
+        yield
+    finally:
+        _SourceShard.scoped -= 1
+        if not _SourceShard.scoped:
+            _SourceShard.close()
+
+
 def _media(item: WorkItem) -> tuple[bytes, str]:
     """The input's media bytes (inline from a table, or read from its path) and the name its extension comes
     from."""
     if item.data is not None:
         return item.data, item.name
     if item.data_at is not None:  # a member of a local source shard: read here, one sample at a time
-        from fgdata.shards.scan import pread_exact
-
         offset, size = item.data_at
         try:
-            with open(item.path, "rb") as f:
-                data = pread_exact(f.fileno(), size, offset)
+            data = _SourceShard.read(item.path, size, offset)
         except OSError as e:
             raise _Failed("read", f"{item.path}: {_first_line(e)}") from None
         if len(data) != size:

@@ -91,8 +91,11 @@ def download_stats(shards: Sequence[str]) -> dict[str, Any] | None:
     if found is None:
         return None
     path, doc = found
-    return {"file": path, "successes": doc.get("successes", 0), "failed": doc.get("failed", 0),
-            "failed_by_reason": doc.get("failed_by_reason", {}), "retryable": doc.get("retryable", 0)}
+    out = {"file": path, "successes": doc.get("successes", 0), "failed": doc.get("failed", 0),
+           "failed_by_reason": doc.get("failed_by_reason", {}), "retryable": doc.get("retryable", 0)}
+    if "filtered" in doc:  # a job that selected rows: what it left out, by reason
+        out.update(filtered=doc["filtered"], filtered_by_reason=doc.get("filtered_by_reason", {}))
+    return out
 
 
 def selection_stats(shards: Sequence[str]) -> dict[str, Any] | None:

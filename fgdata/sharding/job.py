@@ -67,7 +67,7 @@ from fgdata.jobs.units import (
     sweep,
     unit_stage,
 )
-from fgdata.producers.media import Outcome, ShardOptions, mixed_format_warning, transform
+from fgdata.producers.media import Outcome, ShardOptions, mixed_format_warning, source_shards_open, transform
 from fgdata.progress import Notify, ProgressFn
 from fgdata.shards import ShardWriter, iter_samples
 from fgdata.shards.metadata import FGDATA_FIELD
@@ -131,13 +131,14 @@ class ShardJob:
 # -- inputs --------------------------------------------------------------------------------------------------
 
 
-def selector_of(job: ShardJob) -> Selector | None:
-    """The job's row selection (``--where``, ``--keep-top``), parsed and checked; None without one."""
+def selector_of(job: ShardJob, shards: list[str] | None) -> Selector | None:
+    """The job's row selection (``--where``, ``--keep-top``), parsed and checked; None without one. ``shards``:
+    the job's source shards (:func:`shard_source`), whose failed downloads are always filtered."""
     from fgdata.sources.manifest import is_manifest, text_cells
     from fgdata.sources.selection import Selection
 
     selection = Selection(where=job.where, keep_top=job.keep_top, by=job.by)
-    if job.options.kind != "prompts" and _shards(job) is not None:  # its failed downloads are filtered
+    if shards is not None:
         return Selector(selection, (SHARD_KEY_FIELD, "txt"), False)
     if not selection:
         return None
@@ -157,7 +158,7 @@ def _media_exts(job: ShardJob) -> frozenset[str]:
     return IMAGE_EXTS if job.options.kind == "images" else VIDEO_EXTS
 
 
-def _shards(job: ShardJob) -> list[str] | None:
+def shard_source(job: ShardJob) -> list[str] | None:
     """A shard source's shards (:mod:`fgdata.sources.shards`), or None."""
     from fgdata.sources.shards import shard_list
 
@@ -182,11 +183,12 @@ def _fetch_src_with(download: DownloadOptions | None) -> None:
         read_environment()
 
 
-def stream_items(job: ShardJob, skipped: list[Skipped], selector: Selector | None = None) -> Iterator[WorkItem]:
+def stream_items(job: ShardJob, skipped: list[Skipped], selector: Selector | None = None,
+                 shards: list[str] | None = None) -> Iterator[WorkItem]:
     """The job's inputs in source order, as a stream (a folder walk, manifest rows or prompt lines); a folder's
     files that are not inputs are appended to ``skipped`` as the walk meets them; a ``selector`` leaves out the
     rows it filters (``--keep-top``: after its first pass over the manifest). A DST inside the folder is left out
-    of the walk: its shards are not inputs."""
+    of the walk: its shards are not inputs. ``shards``: the source shards when the caller has listed them."""
     from fgdata.media import VIDEO_EXTS
     from fgdata.media.image import SourceImageExtensions, missing_decoder
     from fgdata.sources.folder import walk_folder
@@ -197,7 +199,7 @@ def stream_items(job: ShardJob, skipped: list[Skipped], selector: Selector | Non
     web = ("http://", "https://")
     if job.src.startswith(web):
         _fetch_src_with(job.download)
-    shards = _shards(job)
+    shards = shards if shards is not None else shard_source(job)
     if shards and any(s.startswith(web) for s in shards):  # a local list of shards on the web
         _fetch_src_with(job.download)
     table = _table(job) if shards is None else None
@@ -451,7 +453,7 @@ def run_unit(run: UnitRun, unit: Unit[WorkItem]) -> Marker:
     worker): the same outputs as :func:`_run_stream` gives it."""
     from fgdata.jobs.lease import following
 
-    with following(run.job.dest, *run.lease) if run.lease else contextlib.nullcontext():
+    with following(run.job.dest, *run.lease) if run.lease else contextlib.nullcontext(), source_shards_open():
         return next(_run_stream(run.job, [unit], run.stamp, 1, None, None))
 
 
@@ -466,6 +468,10 @@ class ShardReport(ReportFields):
     @property
     def filtered(self) -> int:
         return int(self.selection.get("filtered", 0))
+
+    @property
+    def filtered_by_reason(self) -> dict[str, int] | None:
+        return dict(self.selection["filtered_by_reason"]) if self.selection else None
 
     def to_json(self) -> dict[str, JsonValue]:
         return {"skipped": [s.to_json() for s in self.skipped], **self.selection}
@@ -489,6 +495,7 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
         self.skipped: list[Skipped] = []
         self.selector: Selector | None = None
         self.items: Iterable[WorkItem] = ()
+        self.whole_units = False  # local source shards: each unit to one worker, which writes its shards
         self.firsts: dict[str, str] | None = None
         self.shards_of = array("I")  # per unit: its shards (for the sweep)
         self.nbytes = 0
@@ -513,8 +520,11 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
         if world > 1 and job.options.kind == "prompts":
             raise FgdataError(f"shard prompts runs in one process: launch it once, not under torchrun (WORLD_SIZE={world})")
         destmod.check_sources(job.dest, [job.src])
-        self.selector = selector_of(job)
-        stream = stream_items(job, self.skipped, self.selector)
+        shards = shard_source(job)
+        # (remote shards' media are read by this process, inline: a unit in flight would hold them all)
+        self.whole_units = shards is not None and not any(storage.is_url(s) for s in shards)
+        self.selector = selector_of(job, shards)
+        stream = stream_items(job, self.skipped, self.selector, shards)
         head = list(islice(stream, job.units_of))  # the first unit: it decides whether the inputs are URLs
         if not head and self.selector is not None:
             filtered = self.selector.filtered
@@ -586,15 +596,19 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
 
     def execute(self, pending: Iterator[Unit[WorkItem]], executor: Executor, ctx: Context) -> Iterator[Marker]:
         """A local job's inputs go to a pool across unit boundaries; a URL job's local workers (fetching with their
-        own threads across a unit) and Ray take each unit as one task that writes the unit's shards itself."""
+        own threads across a unit), local source shards' workers and Ray take each unit as one task that writes the
+        unit's shards itself. (Re-sharding is mostly moving bytes: written by the driver, every sample's media
+        would cross the pipe back and be written by one process; such a unit holds its media by reference.)"""
         job = self.job
         workers = ctx.settings.workers
-        if isinstance(executor, Ray) or (job.options.download is not None and workers > 1 and self.firsts is None):
+        by_units = (job.options.download is not None or self.whole_units) and workers > 1 and self.firsts is None
+        if isinstance(executor, Ray) or by_units:
             for marker in run_units(run_unit, pending, executor, UnitRun(job, ctx.stamp, ctx.lease)):
                 ctx.progress(marker.count, ShardPayload.of(marker).nbytes)
                 yield marker
             return
-        yield from _run_stream(job, pending, ctx.stamp, workers, self.firsts, ctx.settings.progress)
+        with source_shards_open():  # (read in this process with --workers 1)
+            yield from _run_stream(job, pending, ctx.stamp, workers, self.firsts, ctx.settings.progress)
 
     def count(self, marker: Marker, ctx: Context, fresh: bool | None) -> None:
         while len(self.shards_of) <= marker.unit:

@@ -129,6 +129,10 @@ def test_where_reads_the_json_fields_of_the_samples(cli, laion, tmp_path):
                          "'https://example.com/5.jpg')", "--no-progress", "--json").stdout)
     assert [s.key for s in _samples(tmp_path / "out")] == [rows[0]["key"], rows[5]["key"]]
     assert doc["filtered_by_reason"] == {"status": 3, "where": 4}
+    report = json.loads((tmp_path / "out" / "failures.json").read_text())
+    assert (report["seen"], report["filtered"], report["filtered_by_reason"]) == (9, 7, {"status": 3, "where": 4})
+    shown = json.loads(cli("report", tmp_path / "out", "--output", tmp_path / "report.html", "--json").stdout)
+    assert shown["selection"]["filtered_by_reason"] == {"status": 3, "where": 4}
     bad = cli("shard", "images", folder, tmp_path / "bad", "--where", "aesthetic > 5", expect=2)
     assert "no field 'aesthetic'" in bad.output and not (tmp_path / "bad").exists()
 
@@ -223,3 +227,19 @@ def test_the_driver_holds_references_to_a_local_shards_media_not_its_bytes(laion
             f.seek(offset)
             assert f.read(size) == row["photo"].read_bytes()
         assert item.members is not None and set(item.members) == {"cls"} and item.caption == row["caption"]
+
+
+def test_the_ray_engine_writes_the_bytes_of_the_process_pool(cli, laion, tmp_path, snapshot, ray_local):
+    """Source shards under ``--engine ray`` (each unit a task that reads its samples' media from the source shards
+    and writes its own shards) and under the local pool: the same files, byte for byte, and the same accounting."""
+    folder, rows = laion
+    args = ["--maxcount", "2", "--unit-size", "3", "--no-progress"]
+    pool = json.loads(cli("shard", "images", folder, tmp_path / "pool", *args, "--workers", "2", "--json").stdout)
+    ray = json.loads(cli("shard", "images", folder, tmp_path / "ray", *args, "--engine", "ray", "--json").stdout)
+    assert (ray["seen"], ray["written"], ray["filtered_by_reason"]) == (9, 6, {"status": 3})
+    assert {k: ray[k] for k in ("seen", "written", "failed", "filtered", "samples")} == \
+        {k: pool[k] for k in ("seen", "written", "failed", "filtered", "samples")}
+    assert [Path(s).name for s in ray["shards"]] == [Path(s).name for s in pool["shards"]]
+    written = snapshot(tmp_path / "ray")
+    assert written == snapshot(tmp_path / "pool") and sum(k.endswith(".tar") for k in written) == 4
+    assert [s.key for s in _samples(tmp_path / "ray")] == [r["key"] for r in rows if r["status"] == "success"]

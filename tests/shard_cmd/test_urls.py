@@ -356,6 +356,27 @@ def test_report_shows_the_download_stats(cli, server, tmp_path):
                                 "failed_by_reason": {"http": 2, "image-decode": 1}, "retryable": 1}
 
 
+def test_rows_a_selection_leaves_out_are_counted_by_reason_in_the_stats_summary_and_report(cli, server, tmp_path):
+    """A URL job with ``--where`` and ``--keep-top``: the rows left out are neither fetched nor failed; shard_stats.json
+    (beside the per-shard counts), the summary, failures.json and ``fgdata report`` count them by reason."""
+    paths = [f"/img/{i}.png" for i in range(6)] + ["/missing.png"]  # aesthetic 0, 0.25, ..., 1.5
+    manifest = _manifest(tmp_path, server.url, paths)
+    dest = tmp_path / "out"
+    doc = json.loads(cli("shard", "images", manifest, dest, "--path-column", "url", "--retries", "0", "--maxcount", "2",
+                         "--where", "aesthetic >= 0.5", "--keep-top", "0.8", "--by", "aesthetic", "--json").stdout)
+    assert (doc["seen"], doc["written"], doc["failed"], doc["filtered"]) == (7, 3, 1, 3)
+    assert doc["filtered_by_reason"] == {"keep-top": 1, "where": 2}  # 5 rows pass --where: the top 4 kept
+    assert set(server.hits) == {"/img/3.png", "/img/4.png", "/img/5.png", "/missing.png"}
+    stats = json.loads((dest / "shard_stats.json").read_text())
+    assert (stats["successes"], stats["failed"], stats["filtered"]) == (3, 1, 3)
+    assert stats["filtered_by_reason"] == doc["filtered_by_reason"] == \
+        json.loads((dest / "failures.json").read_text())["filtered_by_reason"]
+    assert sum(s["samples"] for s in stats["shards"].values()) == 3
+    report = json.loads(cli("report", dest, "--output", tmp_path / "report.html", "--json").stdout)
+    assert report["downloads"]["filtered_by_reason"] == report["selection"]["filtered_by_reason"] == \
+        {"keep-top": 1, "where": 2}
+
+
 def test_retry_failed_ends_as_a_fresh_run_that_succeeded(cli, server, tmp_path):
     """A 500 (with --retries 0) is fetched again by --retry-failed once the server answers: the bytes are those of
     a fresh run against the answering server. A 404 in an earlier shard is final: not fetched again."""
