@@ -6,7 +6,7 @@ into shots of 0.8-2 s over the sample photos, panning at 0-6 px/frame, with hard
 back, and a one-frame white flash. The truth is every transition's frame span.
 
 (a) Cut detection, same files, same number of processes (``--processes``, a pool over the videos on both
-sides): fgdata's analysis (one decode, thumbnails, motion vectors, cuts) against PySceneDetect 0.7's
+sides): fgdata's analysis (one decode of the reference frames, thumbnails, motion vectors, cuts) against PySceneDetect 0.7's
 ``ContentDetector(threshold=27, min_scene_len=15)`` and ``AdaptiveDetector(adaptive_threshold=3.5,
 window_width=3, min_scene_len=15)`` through its own API (``open_video``, ``SceneManager``) at
 video2dataset's downscale (``width // 64``). Frames/s = frames of all videos / wall clock. F1: a detected
@@ -172,11 +172,11 @@ def peer(python: Path, mode: str, procs: int, paths: list[str], out: str) -> dic
 
 
 DECODE_MODES = (  # (label, thread type, decoder options, skip_frame)
-    ("analysis now: slice threads, motion vectors", "SLICE", {"flags2": "+export_mvs", "skip_loop_filter": "all"}, None),
+    ("all frames: slice threads, motion vectors", "SLICE", {"flags2": "+export_mvs", "skip_loop_filter": "all"}, None),
     ("slice threads, no motion vectors", "SLICE", {"skip_loop_filter": "all"}, None),
     ("frame threads, motion vectors (racy)", "AUTO", {"flags2": "+export_mvs", "skip_loop_filter": "all"}, None),
     ("frame threads, no motion vectors", "AUTO", {"skip_loop_filter": "all"}, None),
-    ("slice threads, motion vectors, skip non-ref", "SLICE", {"flags2": "+export_mvs", "skip_loop_filter": "all"},
+    ("analysis now: slice threads, motion vectors, skip non-ref", "SLICE", {"flags2": "+export_mvs", "skip_loop_filter": "all"},
      "NONREF"),
     ("frame threads, no motion vectors, skip non-ref", "AUTO", {"skip_loop_filter": "all"}, "NONREF"),
 )
