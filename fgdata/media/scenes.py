@@ -1,8 +1,9 @@
 """Shots and motion of a video from ONE low-resolution decode: content scores, cuts, fades, dissolves.
 
-:func:`analyse_video` reads the video's packets for every frame's time, then decodes the reference frames
-once (``skip_frame=NONREF``: the non-reference B-frames, about 45 % of x264's default output, are not
-decoded; slice threads, loop filter skipped, the codec's motion vectors exported) and keeps, per decoded
+:func:`analyse_video` reads the video's packets for every frame's time, then decodes the video once: of
+codecs whose decoder exports motion vectors, the reference frames only (``skip_frame=NONREF``: the
+non-reference B-frames, about 45 % of x264's default output, are not decoded; slice threads, loop filter
+skipped, the codec's motion vectors exported) and keeps, per decoded
 frame, a ~64 px wide YUV thumbnail (every ``width // 64``-th pixel of the decoded planes, as
 video2dataset downscales for PySceneDetect; no scaler pass over the full frame) and, about 8 times a
 second, the frame's motion vectors. Everything after is pure numpy over those arrays:
@@ -45,6 +46,9 @@ PATCH = 256
 DARK_LUMA = 36.0
 #: Motion vectors are read from about this many frames per second.
 MV_RATE = 8.0
+#: Decoders that export motion vectors: only these skip non-reference frames, so that the frame-difference
+#: motion of the others (intra-only, HEVC, VP9) stays a difference between consecutive frames.
+MV_CODECS = frozenset({"h264", "mpeg1video", "mpeg2video", "mpeg4", "h263"})
 
 
 @dataclass(frozen=True)
@@ -147,8 +151,9 @@ def _packet_times(container: Any, vs: Any) -> list[int] | None:
 def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Analysis:
     """Decode ``src`` once: thumbnails for the cut detector and, with ``motion``, the codec's motion vectors.
 
-    Only the reference frames are decoded (``skip_frame=NONREF``: x264's default preset leaves about 45 % of
-    the frames unreferenced, B-frames no other frame predicts from); the detector runs on those and maps
+    Where the decoder exports motion vectors (MV_CODECS), only the reference frames are decoded
+    (``skip_frame=NONREF``: x264's default preset leaves about 45 % of the frames unreferenced, B-frames no
+    other frame predicts from); the detector runs on those and maps
     what it finds back to source frames (:func:`detect_transitions`). The frames' times come from a pass
     over the packets before the decode, so the skipped frames keep theirs."""
     import av
@@ -173,7 +178,7 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
         else:
             vs.codec_context.options = {"skip_loop_filter": "all"}
         cc = vs.codec_context
-        if every:
+        if every and (not motion or cc.name in MV_CODECS):
             cc.skip_frame = "NONREF"
         width, height = cc.width, cc.height
         rate = vs.average_rate or vs.guessed_rate
