@@ -6,7 +6,8 @@ into shots of 0.8-2 s over the sample photos, panning at 0-6 px/frame, with hard
 back, and a one-frame white flash. The truth is every transition's frame span.
 
 (a) Cut detection, same files, same number of processes (``--processes``, a pool over the videos on both
-sides): fgdata's analysis (one decode, thumbnails, motion vectors, cuts) against PySceneDetect 0.7's
+sides): fgdata's analysis (one decode of the reference frames, thumbnails, motion vectors, cuts) against
+PySceneDetect 0.7's
 ``ContentDetector(threshold=27, min_scene_len=15)`` and ``AdaptiveDetector(adaptive_threshold=3.5,
 window_width=3, min_scene_len=15)`` through its own API (``open_video``, ``SceneManager``) at
 video2dataset's downscale (``width // 64``). Frames/s = frames of all videos / wall clock. F1: a detected
@@ -17,6 +18,11 @@ of slack) a fade or dissolve; a flash has no truth transition, so a cut there is
 tar shards) against video2dataset's two steps per video in a pool of P: PySceneDetect's ContentDetector as
 above, then one ``ffmpeg -ss START -i VIDEO -t LENGTH -c copy -map 0`` per scene (the ffmpeg binary of the
 ``imageio-ffmpeg`` wheel), the clips then written into one tar per video. Videos/s = videos / wall clock.
+(a) also prints frames per CPU-second of the pool's processes (user + system, children included): on a
+loaded box the wall clock favours the side with more decoder threads (PySceneDetect's OpenCV reader uses
+FFmpeg's frame threads; fgdata's analysis one slice thread per process). (b) has no CPU figure: fgdata's
+job core starts its workers from a fork server this process does not reap, so their CPU time is not
+counted here.
 
 PySceneDetect and imageio-ffmpeg run in their own venv (created on first use, like bench_download.py's
 img2dataset): ``--venv /tmp/scenes-bench-venv``.
@@ -30,6 +36,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -160,6 +167,13 @@ def ensure_venv(venv: Path) -> Path:
     return python
 
 
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children and theirs: on a shared, loaded box
+    the figure that does not depend on what else runs."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def peer(python: Path, mode: str, procs: int, paths: list[str], out: str) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(PEER)
@@ -172,11 +186,11 @@ def peer(python: Path, mode: str, procs: int, paths: list[str], out: str) -> dic
 
 
 DECODE_MODES = (  # (label, thread type, decoder options, skip_frame)
-    ("analysis now: slice threads, motion vectors", "SLICE", {"flags2": "+export_mvs", "skip_loop_filter": "all"}, None),
+    ("all frames: slice threads, motion vectors", "SLICE", {"flags2": "+export_mvs", "skip_loop_filter": "all"}, None),
     ("slice threads, no motion vectors", "SLICE", {"skip_loop_filter": "all"}, None),
     ("frame threads, motion vectors (racy)", "AUTO", {"flags2": "+export_mvs", "skip_loop_filter": "all"}, None),
     ("frame threads, no motion vectors", "AUTO", {"skip_loop_filter": "all"}, None),
-    ("slice threads, motion vectors, skip non-ref", "SLICE", {"flags2": "+export_mvs", "skip_loop_filter": "all"},
+    ("analysis now: slice threads, motion vectors, skip non-ref", "SLICE", {"flags2": "+export_mvs", "skip_loop_filter": "all"},
      "NONREF"),
     ("frame threads, no motion vectors, skip non-ref", "AUTO", {"skip_loop_filter": "all"}, "NONREF"),
 )
@@ -237,22 +251,24 @@ def main() -> None:
             decode_modes(paths[: args.decode_modes])
             return
 
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), children_cpu()
         with Pool(args.processes) as pool:
             done = pool.map(_fgdata_detect, paths, chunksize=1)
-        fg_seconds = time.perf_counter() - t
+        fg_seconds, fg_cpu = time.perf_counter() - t, children_cpu() - cpu
         frames = sum(n for _, _, n in done)
-        rows = [("fgdata (adaptive, flashes, fades, dissolves)", fg_seconds, {p: c for p, c, _ in done})]
+        rows = [("fgdata (adaptive, flashes, fades, dissolves)", fg_seconds, fg_cpu, {p: c for p, c, _ in done})]
         for mode, label in (("content", "PySceneDetect ContentDetector(27)"),
                             ("adaptive", "PySceneDetect AdaptiveDetector(3.5, 3)")):
+            cpu = children_cpu()
             res = peer(python, mode, args.processes, paths, str(work))
-            rows.append((label, res["seconds"], res["result"]))
+            rows.append((label, res["seconds"], children_cpu() - cpu, res["result"]))
         print(f"\n(a) cut detection, {len(paths)} videos, {frames} frames, {args.processes} processes")
-        print(f"{'detector':48s} {'frames/s':>9s} {'F1':>6s} {'TP':>4s} {'FP':>4s} {'FN':>4s}")
-        for label, seconds, found in rows:
+        print(f"{'detector':48s} {'frames/s':>9s} {'/CPU-s':>7s} {'F1':>6s} {'TP':>4s} {'FP':>4s} {'FN':>4s}")
+        for label, seconds, cpu_s, found in rows:
             score, tp, fp, fn = f1(truths, found)
-            print(f"{label:48s} {frames / seconds:9.0f} {score:6.3f} {tp:4d} {fp:4d} {fn:4d}")
-        print(f"fgdata / ContentDetector frames/s: {rows[1][1] / rows[0][1]:.2f}x")
+            print(f"{label:48s} {frames / seconds:9.0f} {frames / cpu_s:7.0f} {score:6.3f} {tp:4d} {fp:4d} {fn:4d}")
+        print(f"fgdata / ContentDetector frames/s: {rows[1][1] / rows[0][1]:.2f}x wall, "
+              f"{rows[1][2] / rows[0][2]:.2f}x per CPU-second")
 
         dest = work / "fg"
         t = time.perf_counter()

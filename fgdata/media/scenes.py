@@ -1,8 +1,10 @@
 """Shots and motion of a video from ONE low-resolution decode: content scores, cuts, fades, dissolves.
 
-:func:`analyse_video` decodes the video once (slice threads, loop filter skipped, the codec's motion vectors
-exported) and
-keeps, per frame, a ~64 px wide YUV thumbnail (every ``width // 64``-th pixel of the decoded planes, as
+:func:`analyse_video` reads the video's packets for every frame's time, then decodes the video once: of
+codecs whose decoder exports motion vectors, the reference frames only (``skip_frame=NONREF``: the
+non-reference B-frames, about 45 % of x264's default output, are not decoded; slice threads, loop filter
+skipped, the codec's motion vectors exported) and keeps, per decoded
+frame, a ~64 px wide YUV thumbnail (every ``width // 64``-th pixel of the decoded planes, as
 video2dataset downscales for PySceneDetect; no scaler pass over the full frame) and, about 8 times a
 second, the frame's motion vectors. Everything after is pure numpy over those arrays:
 
@@ -21,8 +23,8 @@ second, the frame's motion vectors. Everything after is pure numpy over those ar
 - **motion** (:func:`motion_scores`): NeMo Curator's two figures over the codec's motion vectors,
   or over frame differences at the analysis size for intra-only streams (no motion vectors).
 
-Frame ``i`` is the ``i``-th frame in decode (presentation) order; :class:`Analysis` keeps each frame's
-time so callers cut by seconds.
+Frame ``i`` is the ``i``-th frame in presentation order; :class:`Analysis` keeps each frame's time so
+callers cut by seconds, and which frames were decoded (``sample``): the rules run over the decoded frames.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ PATCH = 256
 DARK_LUMA = 36.0
 #: Motion vectors are read from about this many frames per second.
 MV_RATE = 8.0
+#: Decoders that export motion vectors: only these skip non-reference frames, so that the frame-difference
+#: motion of the others (intra-only, HEVC, VP9) stays a difference between consecutive frames.
+MV_CODECS = frozenset({"h264", "mpeg1video", "mpeg2video", "mpeg4", "h263"})
 
 
 @dataclass(frozen=True)
@@ -65,11 +70,12 @@ class Analysis:
     """What one decode says: per-frame times, thumbnails and motion, and the coded size."""
 
     times: np.ndarray  # float64 [N] seconds from the first frame
-    thumbs: np.ndarray  # uint8 [N, h, w, 3] YUV, every (width // ANALYSIS_WIDTH)-th pixel
+    thumbs: np.ndarray  # uint8 [M, h, w, 3] YUV of the decoded frames, every (width // ANALYSIS_WIDTH)-th pixel
     width: int  # coded size
     height: int
     fps: float
     codec: str
+    sample: np.ndarray  # int64 [M] ascending: the frame each thumbnail shows (all N when none was skipped)
     # per frame: mean and per-256-px-patch mean of |motion vector| / (H + W); NaN where the frame has none
     mv_mean: np.ndarray = field(default_factory=lambda: np.zeros(0))
     mv_patches: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
@@ -77,7 +83,7 @@ class Analysis:
     pts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # each frame's pts (stream time_base)
     time_base: float = 0.0
     rotation: int = 0  # display rotation, degrees counter-clockwise
-    declared_frames: int = 0  # the container's frame count (0: not given); fewer decoded means truncation
+    declared_frames: int = 0  # the container's frame count (0: not given); fewer frames means truncation
 
     def frame_seconds(self) -> float:
         """One frame's duration (1 / fps)."""
@@ -126,21 +132,44 @@ def _mv_field(mvs: np.ndarray, width: int, height: int) -> tuple[float, np.ndarr
     return float(grid.mean()), patches.ravel()
 
 
+def _packet_times(container: Any, vs: Any) -> list[int] | None:
+    """Every frame's pts from one pass over the video packets (no decode), sorted: presentation order; None
+    when a packet has no pts or two share one (then no frame may be skipped: a skipped frame's place would
+    be unknown)."""
+    times: list[int] = []
+    for packet in container.demux(vs):
+        if packet.size == 0:
+            continue
+        if packet.pts is None:
+            times = []
+            break
+        times.append(packet.pts)
+    container.seek(0, stream=vs, backward=True, any_frame=False)
+    return sorted(times) if times and len(set(times)) == len(times) else None
+
+
 def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Analysis:
-    """Decode ``src`` once: thumbnails for the cut detector and, with ``motion``, the codec's motion vectors."""
+    """Decode ``src`` once: thumbnails for the cut detector and, with ``motion``, the codec's motion vectors.
+
+    Where the decoder exports motion vectors (MV_CODECS), only the reference frames are decoded
+    (``skip_frame=NONREF``: x264's default preset leaves about 45 % of the frames unreferenced, B-frames no
+    other frame predicts from); the detector runs on those and maps
+    what it finds back to source frames (:func:`detect_transitions`). The frames' times come from a pass
+    over the packets before the decode, so the skipped frames keep theirs."""
     import av
 
     thumbs: list[np.ndarray] = []
-    pts: list[float] = []
-    raw_pts: list[int] = []
+    shown: list[int] = []
+    missing = False  # a decoded frame without pts (only where none is skipped): times from the frame rate
     rotation = 0
-    mv_mean: list[float] = []
-    mv_patches: list[np.ndarray] = []
-    has_mvs = False
     with _open(src) as container:
         if not container.streams.video:
             raise VideoDecodeError("no video stream")
         vs = container.streams.video[0]
+        try:
+            every = _packet_times(container, vs)
+        except av.error.FFmpegError as e:
+            raise VideoDecodeError(f"cannot read video packets: {e}") from e
         # FFmpeg's frame threads export motion vectors racily (a rerun gives other vectors for a few frames, so
         # other motion fields and other bytes): with motion, the decoder's slice threads only
         vs.thread_type = "SLICE" if motion else "AUTO"
@@ -149,46 +178,60 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
         else:
             vs.codec_context.options = {"skip_loop_filter": "all"}
         cc = vs.codec_context
+        if every and (not motion or cc.name in MV_CODECS):
+            cc.skip_frame = "NONREF"
         width, height = cc.width, cc.height
         rate = vs.average_rate or vs.guessed_rate
         step = max(1, width // ANALYSIS_WIDTH)  # video2dataset's downscale factor for PySceneDetect
         tw, th = -(-width // step), -(-height // step)
-        ph, pw = _patch_grid(width, height)
         mv_every = max(1, round((float(rate) if rate else 25.0) / MV_RATE))
         tb = float(vs.time_base) if vs.time_base else 0.0
         declared = vs.frames or 0
+        vectors: list[tuple[int, np.ndarray]] = []  # (position in decode output, motion vectors)
         try:
             for frame in container.decode(vs):
                 thumbs.append(_thumbnail(frame, step, tw, th))
                 if not thumbs[1:]:
                     rotation = round(frame.rotation) % 360
-                pts.append(frame.pts * tb if frame.pts is not None else float("nan"))
-                raw_pts.append(frame.pts if frame.pts is not None else -1)
-                sd = frame.side_data.get("MOTION_VECTORS") if motion and (len(pts) - 1) % mv_every == 0 else None
+                shown.append(frame.pts if frame.pts is not None else -1)
+                missing = missing or frame.pts is None
+                sd = frame.side_data.get("MOTION_VECTORS") if motion else None
                 if sd is not None:
                     arr = sd.to_ndarray()
                     if len(arr):
-                        has_mvs = True
-                        m, p = _mv_field(arr, width, height)
-                        mv_mean.append(m)
-                        mv_patches.append(p)
-                        continue
-                mv_mean.append(float("nan"))
-                mv_patches.append(np.full(ph * pw, np.nan, np.float32))
+                        vectors.append((len(thumbs) - 1, arr))
         except av.error.FFmpegError as e:
             raise VideoDecodeError(f"cannot decode video: {e}") from e
     if not thumbs:
         raise VideoDecodeError("no video frames")
+    if every:  # the decoded frames' places among all frames
+        raw_pts = np.array(every, np.int64)
+        sample = np.searchsorted(raw_pts, np.array(shown, np.int64))
+        if missing or not np.array_equal(raw_pts[np.minimum(sample, len(raw_pts) - 1)], shown):
+            raise VideoDecodeError("the decoded frames' times are not those of the video's packets")
+    else:
+        raw_pts = np.array(shown, np.int64)
+        sample = np.arange(len(shown))
+    sample_of = sample  # by decode output position
+    order = np.argsort(sample, kind="stable")
+    sample = sample[order]
+    n = len(raw_pts)
+    ph, pw = _patch_grid(width, height)
+    mv_mean = np.full(n, np.nan, np.float64)
+    mv_patches = np.full((n, ph * pw), np.nan, np.float32)
+    due = 0  # motion vectors of the first decoded frame at or after every mv_every-th frame
+    for frame_index, arr in sorted(((int(sample_of[k]), arr) for k, arr in vectors), key=lambda v: v[0]):
+        if frame_index >= due:
+            mv_mean[frame_index], mv_patches[frame_index] = _mv_field(arr, width, height)
+            due = frame_index + mv_every
     fps = float(rate) if rate else 0.0
-    times = np.array(pts, np.float64)
-    if np.isnan(times).any() or not tb:
-        times = np.arange(len(thumbs)) / (fps or 25.0)
-    times -= times[0]
-    if not fps and len(times) > 1 and times[-1] > 0:
-        fps = (len(times) - 1) / times[-1]
-    return Analysis(times=times, thumbs=np.stack(thumbs), width=width, height=height, fps=fps, codec=cc.name,
-                    mv_mean=np.array(mv_mean, np.float64), mv_patches=np.stack(mv_patches), has_mvs=has_mvs,
-                    pts=np.array(raw_pts, np.int64), time_base=tb, rotation=rotation,
+    times = raw_pts * tb if tb and not missing else np.arange(n) / (fps or 25.0)
+    times = times - times[0]
+    if not fps and n > 1 and times[-1] > 0:
+        fps = (n - 1) / times[-1]
+    return Analysis(times=times.astype(np.float64), thumbs=np.stack(thumbs)[order], width=width, height=height,
+                    fps=fps, codec=cc.name, sample=sample, mv_mean=mv_mean, mv_patches=mv_patches,
+                    has_mvs=bool((~np.isnan(mv_mean)).any()), pts=raw_pts, time_base=tb, rotation=rotation,
                     declared_frames=declared)
 
 
@@ -303,8 +346,26 @@ def _dissolves(hsv: np.ndarray, d1: np.ndarray, taken: np.ndarray, fps: float) -
 
 
 def detect_transitions(analysis: Analysis, settings: CutSettings) -> list[Transition]:
-    """Hard cuts, fades and dissolves in frame order (see the module docstring for the rules)."""
-    thumbs = analysis.thumbs
+    """Hard cuts, fades and dissolves in frame order (see the module docstring for the rules), found over
+    the decoded frames as if they were consecutive, then placed among all frames: a hard cut on the middle
+    of the frames skipped before the first decoded frame of the new shot (within one frame of the true cut
+    where at most two frames in a row are skipped, as in x264's output), a fade or dissolve on the decoded
+    frames it spans."""
+    sample = analysis.sample
+    found = _transitions(analysis.thumbs, analysis.fps * len(sample) / max(1, len(analysis.times)), settings)
+    out = []
+    for t in found:
+        if t.kind == "hard":
+            before, first = int(sample[t.first - 1]), int(sample[t.first])
+            cut = before + 1 + (first - before - 1) // 2
+            out.append(Transition("hard", cut, cut - 1))
+        else:
+            out.append(Transition(t.kind, int(sample[t.first]), int(sample[t.last])))
+    return out
+
+
+def _transitions(thumbs: np.ndarray, fps: float, settings: CutSettings) -> list[Transition]:
+    """:func:`detect_transitions` over consecutive thumbnails at ``fps``."""
     n = len(thumbs)
     if n < 2:
         return []
@@ -316,11 +377,11 @@ def detect_transitions(analysis: Analysis, settings: CutSettings) -> list[Transi
     taken = np.zeros(n, bool)
     for t in soft:
         taken[max(0, t.first) : min(n, t.last + 2)] = True
-    soft += _dissolves(hsv, d1, taken, analysis.fps)
+    soft += _dissolves(hsv, d1, taken, fps)
     for t in soft:
         taken[max(0, t.first) : min(n, t.last + 2)] = True
     w = settings.window
-    min_gap = max(1, round(settings.min_scene_seconds * (analysis.fps or 25.0)))
+    min_gap = max(1, round(settings.min_scene_seconds * (fps or 25.0)))
     hard: list[Transition] = []
     last_cut = 0
     for i in range(1, n):
@@ -382,6 +443,7 @@ def motion_scores(analysis: Analysis, first: int, last: int) -> tuple[float, flo
         ok = ~np.isnan(means)
         if ok.any():
             return float(means[ok].mean()), float(np.nanmin(np.nanmean(patches[ok], axis=0))), "motion-vectors"
+    idx = np.flatnonzero((analysis.sample >= first) & (analysis.sample <= last))  # the clip's decoded frames
     if len(idx) < 2:
         return 0.0, 0.0, "frame-diff"
     y = analysis.thumbs[idx][..., 0].astype(np.float32) / 255.0

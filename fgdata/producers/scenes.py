@@ -169,6 +169,7 @@ def copy_clips(data: bytes, analysis: Any, clips: list[PlannedClip], container_f
     import av
 
     from fgdata.media.errors import VideoDecodeError
+    from fgdata.producers.transcode import mux_packets
 
     pts = analysis.pts
     index = {int(p): i for i, p in enumerate(pts)}
@@ -209,47 +210,22 @@ def copy_clips(data: bytes, analysis: Any, clips: list[PlannedClip], container_f
                         ta = float(_packet_time(p) * aud.time_base) - origin
                         if t0 - _EPS <= ta < t1 - _EPS:
                             sounds.append(p)
-                out.append(WrittenClip(_mux(chosen, sounds, vs, aud, container_format), a, b, True))
+                tracks = [(vs, chosen, min(_packet_time(p) for p in chosen)),
+                          (aud, sounds, min(_packet_time(p) for p in sounds) if sounds else 0)]
+                out.append(WrittenClip(mux_packets(tracks, container_format), a, b, True))
     except av.error.FFmpegError as e:
         raise VideoDecodeError(f"cannot copy video clips: {e}") from e
     return out
-
-
-def _mux(vpackets: list[Any], apackets: list[Any], vs: Any, aud: Any, container_format: str) -> bytes:
-    """Packets into a new container, each stream's timestamps shifted to start at 0."""
-    import av
-
-    buf = io.BytesIO()
-    with av.open(buf, "w", format=container_format) as dst:
-        ovs = dst.add_stream_from_template(vs)
-        oas = dst.add_stream_from_template(aud) if aud is not None and apackets else None
-        for packets, stream in ((vpackets, ovs), (apackets, oas)):
-            if stream is None:
-                continue
-            offset = min(_packet_time(p) for p in packets)
-            for p in packets:
-                if p.pts is not None:
-                    p.pts -= offset
-                if p.dts is not None:
-                    p.dts -= offset
-                p.stream = stream
-                dst.mux(p)
-                if p.pts is not None:  # the same packet object may serve a later, overlapping clip
-                    p.pts += offset
-                if p.dts is not None:
-                    p.dts += offset
-    return buf.getvalue()
 
 
 def exact_clips(data: bytes, analysis: Any, clips: list[PlannedClip]) -> list[WrittenClip | None]:
     """Decode only each clip's span (seek to the keyframe before it) and encode it frame-exact with
     ``shard videos --exact``'s settings (libx264 one thread, AAC stereo)."""
     import av
-    import numpy as np
 
     from fgdata.media.audio import decode_audio
     from fgdata.media.errors import VideoDecodeError
-    from fgdata.producers.transcode import AUDIO_RATE, X264_OPTIONS
+    from fgdata.producers.transcode import AUDIO_RATE, add_clip_streams, finish_clip
 
     rate = Fraction(analysis.fps or 25.0).limit_denominator(1001)
     width, height = analysis.width - analysis.width % 2, analysis.height - analysis.height % 2
@@ -267,13 +243,9 @@ def exact_clips(data: bytes, analysis: Any, clips: list[PlannedClip]) -> list[Wr
                 src.seek(first_pts, stream=vsrc, backward=True, any_frame=False)
                 buf = io.BytesIO()
                 with av.open(buf, "w", format="mp4") as dst:
-                    vs = dst.add_stream("libx264", rate=rate, options=dict(X264_OPTIONS))
-                    vs.width, vs.height, vs.pix_fmt = width, height, "yuv420p"
-                    vs.codec_context.thread_count = 1
-                    vs.codec_context.time_base = Fraction(1) / rate
+                    vs, aus = add_clip_streams(dst, rate, width, height, sound is not None)
                     if analysis.rotation:
                         vs.set_display_rotation(analysis.rotation)
-                    aus = dst.add_stream("aac", rate=AUDIO_RATE, layout="stereo") if sound is not None else None
                     k = 0
                     for frame in src.decode(vsrc):
                         if frame.pts is None or frame.pts < first_pts:
@@ -284,15 +256,7 @@ def exact_clips(data: bytes, analysis: Any, clips: list[PlannedClip]) -> list[Wr
                         small.pts, small.time_base = k, vs.codec_context.time_base
                         dst.mux(vs.encode(small))
                         k += 1
-                    dst.mux(vs.encode(None))
-                    if aus is not None and sound is not None:
-                        samples = np.ascontiguousarray(sound[0], dtype=np.float32)
-                        for off in range(0, samples.shape[1], 1024):
-                            af = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples[:, off : off + 1024]),
-                                                            format="fltp", layout="stereo")
-                            af.sample_rate, af.pts, af.time_base = AUDIO_RATE, off, Fraction(1, AUDIO_RATE)
-                            dst.mux(aus.encode(af))
-                        dst.mux(aus.encode(None))
+                    finish_clip(dst, vs, aus, sound[0] if sound is not None else None)
                 out.append(WrittenClip(buf.getvalue(), clip.first, clip.first + k - 1, False) if k else None)
     except av.error.FFmpegError as e:
         raise VideoDecodeError(f"cannot encode video clips: {e}") from e

@@ -19,6 +19,8 @@ import bisect
 import io
 import math
 from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -99,26 +101,67 @@ def copy_clips(data: bytes, info: VideoInfo, bounds: list[tuple[float, float]], 
             for (start, end), (vpackets, apackets) in zip(bounds, clips):
                 if not vpackets:
                     continue
-                buf = io.BytesIO()
-                with av.open(buf, "w", format=_container_format(ext)) as dst:
-                    ovs = dst.add_stream_from_template(vs)
-                    oas = dst.add_stream_from_template(aud) if aud is not None and apackets else None
-                    v0 = min(p.dts if p.dts is not None else p.pts for p in vpackets)
-                    a0 = min(p.dts if p.dts is not None else p.pts for p in apackets) if oas else 0
-                    for packets, stream, offset in ((vpackets, ovs, v0), (apackets, oas, a0)):
-                        if stream is None:
-                            continue
-                        for p in packets:
-                            if p.pts is not None:
-                                p.pts -= offset
-                            if p.dts is not None:
-                                p.dts -= offset
-                            p.stream = stream
-                            dst.mux(p)
-                out.append(ClipOut(buf.getvalue(), start, end, _frames_in(info, start, end)))
+                v0 = min(p.dts if p.dts is not None else p.pts for p in vpackets)
+                a0 = min(p.dts if p.dts is not None else p.pts for p in apackets) if aud is not None and apackets else 0
+                data_out = mux_packets([(vs, vpackets, v0), (aud, apackets, a0)], _container_format(ext))
+                out.append(ClipOut(data_out, start, end, _frames_in(info, start, end)))
     except av.error.FFmpegError as e:
         raise VideoDecodeError(f"cannot copy video clips: {e}") from e
     return out
+
+
+def mux_packets(tracks: list[tuple[Any, list[Any], int]], container_format: str) -> bytes:
+    """Stream-copy packets into a new container: per track (template stream, packets, offset), a stream like
+    the template (none for a missing template or no packets), each packet's timestamps less ``offset``.
+    The packets' timestamps are restored after muxing: a packet may serve a later, overlapping clip."""
+    import av
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format=container_format) as dst:
+        outs = [dst.add_stream_from_template(t) if t is not None and packets else None for t, packets, _ in tracks]
+        for (_, packets, offset), stream in zip(tracks, outs):
+            if stream is None:
+                continue
+            for p in packets:
+                if p.pts is not None:
+                    p.pts -= offset
+                if p.dts is not None:
+                    p.dts -= offset
+                p.stream = stream
+                dst.mux(p)
+                if p.pts is not None:
+                    p.pts += offset
+                if p.dts is not None:
+                    p.dts += offset
+    return buf.getvalue()
+
+
+def add_clip_streams(dst: Any, rate: Fraction, width: int, height: int, audio: bool) -> tuple[Any, Any]:
+    """The clip encoder of ``shard videos`` (exact and re-encoded clips): libx264 with X264_OPTIONS on one
+    thread (the bytes do not depend on the machine), yuv420p at ``rate``; AAC stereo at AUDIO_RATE with
+    ``audio``. Returns (video stream, audio stream or None)."""
+    vs = dst.add_stream("libx264", rate=rate, options=dict(X264_OPTIONS))
+    vs.width, vs.height, vs.pix_fmt = width, height, "yuv420p"
+    vs.codec_context.thread_count = 1
+    vs.codec_context.time_base = Fraction(1) / rate
+    aus = dst.add_stream("aac", rate=AUDIO_RATE, layout="stereo") if audio else None
+    return vs, aus
+
+
+def finish_clip(dst: Any, vs: Any, aus: Any, sound: np.ndarray | None) -> None:
+    """Flush the video encoder, then encode ``sound`` ([channels, samples] float at AUDIO_RATE) on ``aus``."""
+    import av
+
+    dst.mux(vs.encode(None))
+    if aus is None or sound is None:
+        return
+    samples = np.ascontiguousarray(sound, dtype=np.float32)
+    for off in range(0, samples.shape[1], 1024):
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples[:, off : off + 1024]), format="fltp",
+                                           layout="stereo")
+        frame.sample_rate, frame.pts, frame.time_base = AUDIO_RATE, off, Fraction(1, AUDIO_RATE)
+        dst.mux(aus.encode(frame))
+    dst.mux(aus.encode(None))
 
 
 def _output_size(info: VideoInfo, max_side: int | None) -> tuple[int, int]:
@@ -148,7 +191,6 @@ def encode_clips(
 ) -> list[ClipOut]:
     """Decode once and encode each clip to h264 (+ AAC stereo) mp4 at ``fps`` and ``max_side``."""
     import av
-    from fractions import Fraction
 
     out_fps = fps or info.fps
     if not out_fps:
@@ -166,27 +208,13 @@ def encode_clips(
 
     def open_clip(c: int) -> tuple:
         dst = av.open(buffers[c], "w", format="mp4")
-        vs = dst.add_stream("libx264", rate=rate, options=dict(X264_OPTIONS))
-        vs.width, vs.height, vs.pix_fmt = width, height, "yuv420p"
-        vs.codec_context.thread_count = 1
-        vs.codec_context.time_base = Fraction(1) / rate
         audio = decode_audio(data, bounds[c][0], bounds[c][1] - bounds[c][0], AUDIO_RATE) if info.audio_codec else None
-        aus = dst.add_stream("aac", rate=AUDIO_RATE, layout="stereo") if audio is not None else None
+        vs, aus = add_clip_streams(dst, rate, width, height, audio is not None)
         return dst, vs, aus, audio
 
     def finish(c: int) -> None:
         dst, vs, aus, audio = outputs.pop(c)
-        dst.mux(vs.encode(None))
-        if aus is not None:
-            samples = np.ascontiguousarray(audio[0], dtype=np.float32)
-            step = 1024
-            for off in range(0, samples.shape[1], step):
-                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples[:, off : off + step]), format="fltp", layout="stereo")
-                frame.sample_rate = AUDIO_RATE
-                frame.pts = off
-                frame.time_base = Fraction(1, AUDIO_RATE)
-                dst.mux(aus.encode(frame))
-            dst.mux(aus.encode(None))
+        finish_clip(dst, vs, aus, audio[0] if audio is not None else None)
         dst.close()
 
     try:

@@ -44,6 +44,8 @@ def _check(truth, transitions) -> None:
 def test_cuts_fades_dissolves_found_flashes_pans_zooms_ignored(edited):
     truth, analysis = edited
     assert len(analysis.times) == len(truth.frames)
+    # x264's B-frames that no frame references are not decoded; at most two in a row are skipped
+    assert len(analysis.sample) < len(truth.frames) and np.diff(analysis.sample).max() <= 3
     _check(truth, detect_transitions(analysis, CutSettings()))
 
 
@@ -110,6 +112,7 @@ def test_intra_only_mjpeg_motion_from_frame_differences():
     truth = build(SIZE, [("shot", 0, 30, 0.0), ("cut",), ("shot", 1, 30, 4.0)])
     analysis = analyse_video(encode(truth.frames, codec="mjpeg"))
     assert analysis.codec == "mjpeg" and not analysis.has_mvs
+    assert analysis.sample.tolist() == list(range(len(truth.frames)))  # intra-only: every frame is decoded
     clips, _, method = plan_clips(analysis, SceneOptions())
     assert method == "frame-diff" and len(clips) == 2 and abs(clips[1].first - 30) <= 1
     assert clips[0].motion_mean < clips[1].motion_mean
