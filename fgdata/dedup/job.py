@@ -296,13 +296,15 @@ def _search(paths: list[str], output: str, opts: DedupOptions, work: str, shards
     from fgdata.jobs.report import write_failures
     from fgdata.shards.ignore import write_ignore_records
 
+    from fgdata.shards.ignore import qualified_names
+
     keys: list[tuple[str, str]] = []
     tables, scores, failures = [], [], []
+    names = qualified_names(shards)
     for number, shard in enumerate(shards):
         with np.load(io.BytesIO(storage.read_bytes(storage.join(work, _hashes_name(number)))),
                      allow_pickle=False) as unit:
-            name = storage.absolute(shard)
-            keys.extend((name, str(k)) for k in unit["keys"])
+            keys.extend((names[shard], str(k)) for k in unit["keys"])
             tables.append(unit["values"])
             scores.append(unit["scores"])
             failures.extend(json.loads(str(unit["failures"])))

@@ -51,8 +51,8 @@ def test_phash_finds_resized_and_reencoded_copies_and_keeps_distinct_photos(near
     assert r["seen"] == r["hashed"] == len(items) and r["failed"] == 0
     found = drops(out)
     assert {rec["method"] for rec in found.values()} == {"phash64"}
-    assert all(0 <= rec["distance"] <= 10 and rec["dup_of"]["shard"] == str(ds / Path(rec["dup_of"]["shard"]).name)
-               for rec in found.values())
+    assert all(0 <= rec["distance"] <= 10 and rec["dup_of"]["shard"] == f"ds/{Path(rec['dup_of']['shard']).name}"
+               for rec in found.values())  # qualified by the dataset's folder name, not by where it lies
     kept_named = {(rec["dup_of"]["shard"], rec["dup_of"]["key"]) for rec in found.values()}
     assert not kept_named & set(found)  # every drop names a kept sample
     m = score(items, {int(k): int(rec["dup_of"]["key"]) for (_, k), rec in found.items()})
@@ -137,7 +137,7 @@ def test_embedding_semdedup(tmp_path):
 
 def test_two_datasets_with_colliding_shard_names(nearset, tmp_path):
     """A copy of a dataset under another folder: every sample of the second is a copy of the first, and the
-    index keys both by path, so the loaders reading both skip exactly the second."""
+    index keys both by their folders' names, so the loaders reading both skip exactly the second."""
     from fgdata.loaders import WDSLoader
 
     items, ds = nearset
@@ -146,13 +146,55 @@ def test_two_datasets_with_colliding_shard_names(nearset, tmp_path):
     out = tmp_path / "both.json"
     dedup(str(ds), str(other), "-o", str(out), "--by", "sha256")
     found = drops(out)
-    in_other = {k for s, k in found if Path(s).parent == other}
-    in_first = {k for s, k in found if Path(s).parent == ds}
+    assert {str(Path(s).parent) for s, _ in found} == {"ds", "other"}
+    in_other = {k for s, k in found if Path(s).parent.name == "other"}
+    in_first = {k for s, k in found if Path(s).parent.name == "ds"}
     assert in_other == {f"{n:06d}" for n in range(len(items))}  # same shard names, kept apart by path
     assert in_first == {f"{n:06d}" for n, it in enumerate(items) if it.kind == "exact"}
     loader = WDSLoader(["WDS:" + str(ds), "WDS:" + str(other)], batch_size=1, num_workers=0, deterministic=True,
                        train=False, partial=True, ignore_index_paths=[str(out)], key_map={"meta": "json"})
     assert sum(1 for _ in loader) == 2 * len(items) - len(found)
+
+
+def test_the_index_follows_moved_datasets(nearset, tmp_path):
+    """Dedup two datasets, move both to another folder (another disk, a sync): the loaders reading them there
+    with the same index drop exactly the same samples, and an index written there is byte-identical. Two
+    datasets whose folders share a name too are told apart by the folder above."""
+    from fgdata.loaders import WDSLoader
+
+    _, ds = nearset
+    first = tmp_path / "disk1"
+    shutil.copytree(ds, first / "a")
+    (first / "a" / "00000.tar").unlink()  # so the two datasets differ and drops land in both
+    shutil.copytree(ds, first / "b")
+    out = tmp_path / "dups.json"
+    dedup(str(first / "a"), str(first / "b"), "-o", str(out))
+    assert {Path(s).parent.name for s in json.loads(out.read_text())} == {"a", "b"}
+
+    def kept(root: Path) -> list[tuple[str, str]]:
+        loader = WDSLoader(["WDS:" + str(root / "a"), "WDS:" + str(root / "b")], batch_size=1, num_workers=0,
+                           deterministic=True, train=False, partial=True, ignore_index_paths=[str(out)],
+                           key_map={"meta": "json"})
+        return sorted((Path(s).parent.name + "/" + Path(s).name, k) for b in loader
+                      for s, k in zip(b["shard"], b["fname"]))
+
+    before = kept(first)
+    moved = tmp_path / "elsewhere" / "disk2"
+    moved.parent.mkdir()
+    shutil.move(first, moved)
+    assert kept(moved) == before
+    dropped = {(s, k) for s, keys in json.loads(out.read_text()).items() for k in keys}
+    assert {s for s, _ in dropped} & {"a/00001.tar"} and {s for s, _ in dropped} & {"b/00000.tar"}
+    assert not set(before) & dropped and len(before) + len(dropped) == 2 * len(nearset[0]) - 40
+    again = tmp_path / "again.json"
+    dedup(str(moved / "a"), str(moved / "b"), "-o", str(again))
+    assert again.read_bytes() == out.read_bytes()
+    nested = tmp_path / "x" / "data"
+    shutil.copytree(ds, nested)
+    shutil.copytree(ds, tmp_path / "y" / "data")
+    both = tmp_path / "both.json"
+    dedup(str(nested), str(tmp_path / "y" / "data"), "-o", str(both), "--by", "sha256")
+    assert {str(Path(s).parent) for s in json.loads(both.read_text())} <= {"x/data", "y/data"}
 
 
 def test_sigkill_after_a_unit_then_rerun_gives_the_same_index(nearset, tmp_path):
@@ -235,7 +277,7 @@ def test_shards_and_index_on_s3(nearset, s3_bucket, tmp_path):
     remote = json.loads(storage.read_bytes(f"{s3_bucket}/dups.json"))
     assert {k: r["dup_of"]["key"] for keys in remote.values() for k, r in keys.items()} == {
         k: r["dup_of"]["key"] for (_, k), r in drops(local).items()}
-    assert all(s.startswith(f"{s3_bucket}/ds/") for s in remote)
+    assert list(remote) == list(json.loads(local.read_text()))  # the same qualified names: ds/NNNNN.tar
     report = json.loads(storage.read_bytes(f"{s3_bucket}/dups.json.failures.json"))
     assert report["seen"] == report["written"] == len(items)
     assert not [i.path for i in storage.list_recursive(s3_bucket) if "fgdata-dedup" in i.path]  # markers gone
