@@ -281,3 +281,90 @@ def test_shards_and_index_on_s3(nearset, s3_bucket, tmp_path):
     report = json.loads(storage.read_bytes(f"{s3_bucket}/dups.json.failures.json"))
     assert report["seen"] == report["written"] == len(items)
     assert not [i.path for i in storage.list_recursive(s3_bucket) if "fgdata-dedup" in i.path]  # markers gone
+
+
+# pdqhash 0.2.8's compute() (Python bindings of ThreatExchange's C++ PDQ) of the sample photos: the hash in its
+# hex form and the quality, computed once where it installs; fgdata's numpy PDQ must give the same.
+PDQHASH = {
+    "camera.png": ("dc9c9d3b746978f888f40ce6e5c3f70f7266623e8d989cb99f21f2010841e1c7", 100),
+    "chelsea.png": ("5feb5321f01da156898e2bf629a5d3438412cdbd23f48942464526315db33ffd", 100),
+    "coffee.png": ("8c629e779a663698b9a33866c026726c21a679f61eb6e1f8c79ba7e23c8299e0", 100),
+    "grace_hopper.jpg": ("cc6c7cb9fbf7c44f31837672900233f3ffd9d012223ccdf561606309dd97c020", 100),
+    "horse.png": ("690d885b2f16c1de5966d6f2fa01a2d8a857ae1eb5d645d6d93634b001a5e92f", 100),
+    "hubble_deep_field.jpg": ("1c6715e46266634f72d42df2324ad397e70e86be9c665c59a42ec19c3369b919", 100),
+    "rocket.jpg": ("8792786c87937064bf1bc0e43f1fc0e03f1cc2e33da4c2537cec821b2ce4f376", 100),
+}
+
+
+def _pdq_hex(im: Image.Image) -> tuple[str, int]:
+    from fgdata.dedup.hashes import pdq
+
+    words, quality = pdq(im)
+    return "".join(f"{int(w):016x}" for w in words), quality
+
+
+def test_pdq_equals_the_stored_reference(sample_images):
+    assert {p.name for p in sample_images} == set(PDQHASH)
+    for path in sample_images:
+        assert _pdq_hex(Image.open(path)) == PDQHASH[path.name], path.name
+
+
+def test_pdq_equals_pdqhash_on_other_shapes_and_qualities(sample_images):
+    """Against the reference itself: the 64x64 path (no filter), blurred (quality below 100), very tall, noise,
+    the smallest hashable size and one below it (zero hash, quality 0). Below quality 50 (a flat image, a pure
+    gradient) the coefficients are float rounding and PDQ says not to trust the bits: only the quality is
+    compared there."""
+    from PIL import ImageFilter
+
+    pdqhash = pytest.importorskip("pdqhash")
+    rng = np.random.default_rng(0)
+    im = Image.open(sample_images[0]).convert("RGB")
+    cases = [im.resize((64, 64)), im.filter(ImageFilter.GaussianBlur(20)), im.resize((70, 900)),
+             Image.fromarray(rng.integers(0, 256, (97, 133, 3), dtype=np.uint8)),
+             Image.fromarray(rng.integers(0, 256, (5, 7, 3), dtype=np.uint8)),
+             Image.fromarray(rng.integers(0, 256, (4, 9, 3), dtype=np.uint8)),
+             Image.new("RGB", (100, 80), (30, 60, 90)),
+             Image.fromarray(np.tile(np.linspace(0, 255, 300).astype(np.uint8)[None, :, None], (200, 1, 3)))]
+    qualities = []
+    for case in cases + [Image.open(p).convert("RGB") for p in sample_images]:
+        bits, quality = pdqhash.compute(np.ascontiguousarray(np.asarray(case)))
+        got, got_quality = _pdq_hex(case)
+        assert got_quality == quality
+        if quality >= 50 or quality == 0 and min(case.size) < 5:
+            assert got == f"{int(''.join(map(str, bits)), 2):064x}", case.size
+        qualities.append(quality)
+    assert 0 in qualities and any(50 <= q < 100 for q in qualities)  # a flat case and a blurred one compared
+
+
+def test_pdq_distances_copies_near_distinct_far(nearset, tmp_path):
+    """Identical bytes 0 bits apart, re-encoded and brightened copies within the default 31, half-size copies
+    mostly; distinct photos far apart. The index names method pdq and no distance above the default."""
+    from tests.dedup.nearset import near_duplicate_set
+
+    items = near_duplicate_set()
+    hexes = [_pdq_hex(Image.open(io.BytesIO(it.data)))[0] for it in items]
+    original = {it.group: hexes[n] for n, it in enumerate(items) if it.kind == "original"}
+
+    def apart(a: str, b: str) -> int:
+        return bin(int(a, 16) ^ int(b, 16)).count("1")
+
+    by_kind: dict[str, list[int]] = {}
+    for n, it in enumerate(items):
+        if it.kind != "original":
+            by_kind.setdefault(it.kind, []).append(apart(hexes[n], original[it.group]))
+    assert set(by_kind["exact"]) == {0}
+    assert max(by_kind["jpeg60"]) <= 16 and max(by_kind["bright10"]) <= 16
+    assert sum(d <= 31 for d in by_kind["resized"]) >= 0.9 * len(by_kind["resized"])
+    groups = sorted(original.values())
+    assert min(apart(a, b) for n, a in enumerate(groups) for b in groups[n + 1:]) > 64
+    _, ds = nearset
+    out = tmp_path / "pdq.json"
+    r = json.loads(dedup(str(ds), "-o", str(out), "--by", "pdq", "--json").stdout)
+    assert r["method"] == "pdq" and r["hashed"] == len(items)
+    found = drops(out)
+    assert {rec["method"] for rec in found.values()} == {"pdq"} and max(rec["distance"] for rec in found.values()) <= 31
+    m = score(items, {int(k): int(rec["dup_of"]["key"]) for (_, k), rec in found.items()})
+    assert m["precision"] == 1.0 and m["distinct_dropped"] == 0
+    assert m["recall_jpeg60"] == m["recall_bright10"] == m["recall_exact"] == 1.0 and m["recall_resized"] >= 0.9
+    bad = dedup(str(ds), "-o", str(out), "--by", "pdq", "--bits", "64", check=False)
+    assert bad.returncode == 2 and "--bits" in bad.stderr
