@@ -54,20 +54,22 @@ def _pdq_dct() -> np.ndarray:
     return np.sqrt(2.0 / PDQ_SIDE) * np.cos(np.pi / 2.0 / PDQ_SIDE * k * (2 * j + 1))
 
 
-def _box(x: np.ndarray, window: int, axis: int) -> np.ndarray:
+def _box(x: np.ndarray, window: int, axis: int, at: np.ndarray | None = None) -> np.ndarray:
     """A box filter of ``window`` samples along ``axis``, centred on ``(window + 2) // 2 - 1`` samples before
-    each output; at the edges the mean of the part of the window inside the image (the reference's ``box1D``)."""
+    each output; at the edges the mean of the part of the window inside the image (the reference's ``box1D``).
+    ``at``: only these output positions (the filter is separable, so later steps need no others)."""
     length = x.shape[axis]
     half = (window + 2) // 2
-    out_at = np.arange(length)
+    out_at = np.arange(length) if at is None else at
     start = np.clip(out_at + half - window, 0, length)
     end = np.clip(out_at + half, 0, length)
-    sums = np.cumsum(x, axis=axis, dtype=np.float64)
-    sums = np.concatenate([np.zeros_like(np.take(sums, [0], axis=axis)), sums], axis=axis)
-    shape = [1, 1]
-    shape[axis] = length
-    count = (end - start).reshape(shape)
-    return (np.take(sums, end, axis=axis) - np.take(sums, start, axis=axis)) / count
+    shape = list(x.shape)
+    shape[axis] = length + 1
+    sums = np.zeros(shape, dtype=np.float64)
+    np.cumsum(x, axis=axis, out=sums[(slice(None),) * axis + (slice(1, None),)])
+    count = [1, 1]
+    count[axis] = len(out_at)
+    return (np.take(sums, end, axis=axis) - np.take(sums, start, axis=axis)) / (end - start).reshape(count)
 
 
 def pdq_float(luma: np.ndarray) -> tuple[np.ndarray, int]:
@@ -77,10 +79,11 @@ def pdq_float(luma: np.ndarray) -> tuple[np.ndarray, int]:
     if (rows, cols) != (PDQ_SIDE, PDQ_SIDE):
         along_rows = (cols + 2 * PDQ_SIDE - 1) // (2 * PDQ_SIDE)
         along_cols = (rows + 2 * PDQ_SIDE - 1) // (2 * PDQ_SIDE)
-        for _ in range(2):
-            x = _box(_box(x, along_rows, axis=1), along_cols, axis=0)
         centres = (np.arange(PDQ_SIDE) + 0.5) / PDQ_SIDE
-        x = x[(centres * rows).astype(np.int64)][:, (centres * cols).astype(np.int64)]
+        x = _box(_box(x, along_rows, axis=1), along_cols, axis=0)
+        # the second pass only where the 64x64 samples are taken (the window centres)
+        x = _box(x, along_rows, axis=1, at=(centres * cols).astype(np.int64))
+        x = _box(x, along_cols, axis=0, at=(centres * rows).astype(np.int64))
     x = x.astype(np.float32)
     steps = np.concatenate([np.diff(x, axis=0).ravel(), np.diff(x, axis=1).ravel()])
     gradient = int(np.abs(np.trunc(steps * 100 / 255)).sum())
