@@ -5,15 +5,17 @@
     the CLI on shards, imagededup on the same images as files. A copy counts as found when a reported pair joins
     it to its own photo group; precision is the share of reported pairs inside one group (fgdata reports a
     pair per dropped sample, imagededup every pair within the threshold).
-(b) Search time and peak memory (each in a fresh process, ru_maxrss) at 20,000 and 100,000 hashes, and fgdata
-    alone at 1,000,000. These stores are built directly from generated 64-bit hashes (random, plus 10 % copies
-    with 0-6 flipped bits), not from images: both tools then do only their search (imagededup's
-    ``find_duplicates(encoding_map=...)``, fgdata's multi-index search and keep rule).
+(b) Search time, CPU time and peak memory (each in a fresh process, ru_maxrss) at each of ``--sizes``, and
+    fgdata alone at ``--large``. These stores are built directly from generated 64-bit hashes (random, plus 10 %
+    copies with 0-6 flipped bits), not from images: both tools then do only their search (imagededup's
+    ``find_duplicates(encoding_map=...)`` with its default all-pairs ``brute_force_cython`` up to
+    ``--peer-max`` and its ``search_method="bktree"`` up to ``--bktree-max``, each with its default workers;
+    fgdata's multi-index search and keep rule).
 
 imagededup runs in its own virtualenv (``--venv``, default /tmp/dedup-bench-venv), created and filled here when
 missing; it is never installed into fgdata's environment.
 
-    python benchmarks/bench_dedup.py [--sizes 20000,100000] [--large 1000000]
+    python benchmarks/bench_dedup.py [--sizes 1000,2000,4000,20000,30000,100000] [--large 1000000]
 """
 
 from __future__ import annotations
@@ -71,10 +73,12 @@ from imagededup.methods import PHash
 h = np.load(sys.argv[1])
 enc = {f"{i}": f"{int(x):016x}" for i, x in enumerate(h)}
 t = time.perf_counter()
-dups = PHash(verbose=False).find_duplicates(encoding_map=enc, max_distance_threshold=10)
+dups = PHash(verbose=False).find_duplicates(encoding_map=enc, max_distance_threshold=10, search_method=sys.argv[3])
 s = time.perf_counter() - t
 pairs = sum(len(v) for v in dups.values()) // 2
-print(json.dumps({"seconds": s, "pairs": pairs, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+use = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+print(json.dumps({"seconds": s, "pairs": pairs, "cpu_s": sum(u.ru_utime + u.ru_stime for u in use),
+                  "peak_mb": max(u.ru_maxrss for u in use) / 1024}))
 """
 
 OURS_SEARCH = r"""
@@ -86,8 +90,9 @@ h = np.load(sys.argv[1]).reshape(-1, 1)
 t = time.perf_counter()
 d = keep_greedy(h, 10, np.arange(len(h)))
 s = time.perf_counter() - t
-print(json.dumps({"seconds": s, "dropped": int(len(d.index)),
-                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+use = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"seconds": s, "dropped": int(len(d.index)), "cpu_s": use.ru_utime + use.ru_stime,
+                  "peak_mb": use.ru_maxrss / 1024}))
 """
 
 
@@ -144,8 +149,12 @@ def generated_hashes(n: int, path: Path) -> None:
     np.save(path, np.concatenate([base, copies]))
 
 
-def search(python: str, script: str, hashes: Path, timeout: int) -> dict:
-    r = subprocess.run([python, "-c", script, str(hashes), str(ROOT)], capture_output=True, text=True, timeout=timeout)
+def search(python: str, script: str, hashes: Path, timeout: int, method: str = "") -> dict:
+    try:
+        r = subprocess.run([python, "-c", script, str(hashes), str(ROOT), method], capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"not finished in {timeout} s"}
     if r.returncode:
         return {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"}
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -154,12 +163,15 @@ def search(python: str, script: str, hashes: Path, timeout: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--venv", default="/tmp/dedup-bench-venv")
-    ap.add_argument("--sizes", default="20000,100000")
+    ap.add_argument("--sizes", default="1000,2000,4000,20000,30000,100000")
     ap.add_argument("--large", type=int, default=1_000_000)
     ap.add_argument("--timeout", type=int, default=3600)
     ap.add_argument("--skip-quality", action="store_true")
-    ap.add_argument("--peer-max", type=int, default=100_000,
-                    help="largest size imagededup runs at (its search is all pairs: time grows with n**2)")
+    ap.add_argument("--peer-max", type=int, default=30_000,
+                    help="largest size imagededup's default search runs at (all pairs: time grows with n**2)")
+    ap.add_argument("--bktree-max", type=int, default=4_000,
+                    help="largest size imagededup's search_method='bktree' runs at (pure Python; on 64-bit hashes "
+                         "at distance 10 it visits nearly the whole tree per query)")
     args = ap.parse_args()
     peer = ensure_venv(Path(args.venv))
     with tempfile.TemporaryDirectory() as tmp:
@@ -171,9 +183,13 @@ def main() -> None:
             path = work / f"h{n}.npy"
             generated_hashes(n, path)
             ours = search(sys.executable, OURS_SEARCH, path, args.timeout)
-            theirs = search(str(peer), PEER_SEARCH, path, args.timeout) if n <= args.peer_max else {}
-            ratio = round(theirs["seconds"] / ours["seconds"], 1) if "seconds" in ours and "seconds" in theirs else None
-            print(json.dumps({"hashes": n, "fgdata": ours, "imagededup": theirs, "time_ratio": ratio}), flush=True)
+            row: dict = {"hashes": n, "fgdata": ours}
+            for method, most in (("brute_force_cython", args.peer_max), ("bktree", args.bktree_max)):
+                if n <= most:
+                    theirs = row[f"imagededup_{method}"] = search(str(peer), PEER_SEARCH, path, args.timeout, method)
+                    if "seconds" in ours and "seconds" in theirs:
+                        row[f"time_ratio_{method}"] = round(theirs["seconds"] / ours["seconds"], 1)
+            print(json.dumps(row), flush=True)
         if args.large:
             path = work / f"h{args.large}.npy"
             generated_hashes(args.large, path)

@@ -19,9 +19,9 @@ class DedupFlags:
     """What ``dedup`` compares, how close counts as a copy, and which copy is kept."""
 
     output: str = flag(typer.Option(..., "--output", "-o", help="The ignore index to write (local or s3://); failures go to OUTPUT.failures.json."))
-    by: str = flag(typer.Option("phash", "--by", help="sha256 (exact bytes, or pixels with --pixels), phash (DCT hash, Hamming distance) or embedding (SemDeDup on a .npy member)."))
-    bits: int = flag(typer.Option(64, "--bits", help="phash size: 64 or 256 bits."))
-    max_distance: Optional[int] = flag(typer.Option(None, "--max-distance", help="phash: most differing bits of a copy (default 10 for 64 bits, 40 for 256)."))
+    by: str = flag(typer.Option("phash", "--by", help="sha256 (exact bytes, or pixels with --pixels), phash (DCT hash, Hamming distance), pdq (Facebook's 256-bit PDQ hash) or embedding (SemDeDup on a .npy member)."))
+    bits: Optional[int] = flag(typer.Option(None, "--bits", help="phash size: 64 (default) or 256 bits."))
+    max_distance: Optional[int] = flag(typer.Option(None, "--max-distance", help="phash, pdq: most differing bits of a copy (default 10 for 64-bit phash, 40 for 256, 31 for pdq)."))
     pixels: bool = flag(typer.Option(False, "--pixels", help="sha256: hash the decoded pixels, so re-encoded lossless copies match."))
     member: Optional[str] = flag(typer.Option(None, "--member", help="The member extension to hash (default: the first image member; the first .npy for --by embedding)."))
     keep: str = flag(typer.Option("first", "--keep", help="Which copy stays: first (input order) or highest:FIELD (a number in the sample's json)."))

@@ -30,8 +30,10 @@ from fgdata.jobs.options import JsonValue
 from fgdata.jobs.report import ReportFields
 from fgdata.jobs.units import Entry, Marker, Totals, marker_path
 
-METHODS = ("sha256", "phash", "embedding")
-DEFAULT_DISTANCE = {64: 10, 256: 40}
+METHODS = ("sha256", "phash", "pdq", "embedding")
+# Most differing bits of a copy, by method: phash's measured on the near-duplicate set (README); PDQ's is
+# ThreatExchange's published match threshold.
+DEFAULT_DISTANCE = {"phash64": 10, "phash256": 40, "pdq": 31}
 COMMAND = "dedup"
 
 
@@ -40,8 +42,8 @@ class DedupOptions:
     """What ``fgdata dedup`` hashes and how it decides."""
 
     by: str = "phash"
-    bits: int = 64
-    max_distance: int | None = None  # None: DEFAULT_DISTANCE[bits]
+    bits: int | None = None  # phash only; None: 64
+    max_distance: int | None = None  # None: DEFAULT_DISTANCE[method]
     pixels: bool = False
     member: str | None = None  # None: the first image member (the first .npy one for --by embedding)
     keep: str = "first"
@@ -53,13 +55,17 @@ class DedupOptions:
     def method(self) -> str:
         """The ``method`` each record names."""
         if self.by == "phash":
-            return f"phash{self.bits}"
+            return f"phash{self.hash_bits()}"
         if self.by == "sha256":
             return "sha256-pixels" if self.pixels else "sha256"
-        return "semdedup"
+        return "pdq" if self.by == "pdq" else "semdedup"
+
+    def hash_bits(self) -> int:
+        """The length of each perceptual hash: ``--bits`` for phash (64 unless given), 256 for PDQ."""
+        return 256 if self.by == "pdq" else self.bits or 64
 
     def distance(self) -> int:
-        return DEFAULT_DISTANCE[self.bits] if self.max_distance is None else self.max_distance
+        return DEFAULT_DISTANCE.get(self.method(), 0) if self.max_distance is None else self.max_distance
 
     def keep_field(self) -> str | None:
         """The json field of ``--keep highest:FIELD`` (None for ``first``)."""
@@ -72,10 +78,10 @@ class DedupOptions:
     def check(self) -> None:
         if self.by not in METHODS:
             raise OptionError(f"--by {self.by}: expected one of {', '.join(METHODS)}")
-        if self.bits not in DEFAULT_DISTANCE:
-            raise OptionError(f"--bits {self.bits}: expected 64 or 256")
-        if not 0 <= self.distance() < self.bits:
-            raise OptionError(f"--max-distance {self.max_distance}: expected 0 to {self.bits - 1}")
+        if self.bits is not None and (self.by != "phash" or self.bits not in (64, 256)):
+            raise OptionError(f"--bits {self.bits}: expected 64 or 256, with --by phash (pdq is 256 bits)")
+        if not 0 <= self.distance() < self.hash_bits():
+            raise OptionError(f"--max-distance {self.max_distance}: expected 0 to {self.hash_bits() - 1}")
         if not 0 <= self.eps < 1:
             raise OptionError(f"--eps {self.eps}: expected 0 <= eps < 1")
         self.keep_field()
@@ -137,7 +143,9 @@ def _hash_member(ext: str, data: bytes, opts: DedupOptions) -> np.ndarray:
         raise FgdataError(f"image-decode: cannot decode image: {exc}") from exc
     if opts.by == "sha256":
         return hashes.digest_words(hashes.sha256_pixels(im))
-    return hashes.phash(im, opts.bits)
+    if opts.by == "pdq":
+        return hashes.pdq(im)[0]
+    return hashes.phash(im, opts.hash_bits())
 
 
 @dataclass(frozen=True)
@@ -184,7 +192,7 @@ def hash_shard(opts: DedupOptions, call: HashCall) -> tuple[int, int, list[dict[
     dims = {len(v) for v in values}
     if len(dims) > 1:
         raise FgdataError(f"{shard}: embeddings of different lengths {sorted(dims)}")
-    table = np.stack(values) if values else np.zeros((0, 4 if opts.by == "sha256" else opts.bits // 64))
+    table = np.stack(values) if values else np.zeros((0, 4 if opts.by == "sha256" else opts.hash_bits() // 64))
     buf = io.BytesIO()
     np.savez(buf, keys=np.array(keys, dtype=str), values=table, scores=np.array(scores, dtype=np.float64),
              failures=np.array(json.dumps(failures)))
@@ -242,7 +250,7 @@ class DedupJob(JobDefinition[ShardUnit]):
         return [i.name for i in storage.list_dir(self.dest, ".npz") if re.fullmatch(r"\d{6}\.npz", i.name)]
 
     def fingerprint(self) -> str:
-        what = [self.opts.by, self.opts.bits, self.opts.pixels, self.opts.member, self.opts.keep_field()]
+        what = [self.opts.by, self.opts.hash_bits(), self.opts.pixels, self.opts.member, self.opts.keep_field()]
         return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:24]
 
     def plan(self) -> Iterator[ShardUnit]:
@@ -296,13 +304,15 @@ def _search(paths: list[str], output: str, opts: DedupOptions, work: str, shards
     from fgdata.jobs.report import write_failures
     from fgdata.shards.ignore import write_ignore_records
 
+    from fgdata.shards.ignore import qualified_names
+
     keys: list[tuple[str, str]] = []
     tables, scores, failures = [], [], []
+    names = qualified_names(shards)
     for number, shard in enumerate(shards):
         with np.load(io.BytesIO(storage.read_bytes(storage.join(work, _hashes_name(number)))),
                      allow_pickle=False) as unit:
-            name = storage.absolute(shard)
-            keys.extend((name, str(k)) for k in unit["keys"])
+            keys.extend((names[shard], str(k)) for k in unit["keys"])
             tables.append(unit["values"])
             scores.append(unit["scores"])
             failures.extend(json.loads(str(unit["failures"])))

@@ -17,6 +17,7 @@ import numpy as np
 from fgdata import storage
 from fgdata.errors import FgdataError, StorageError
 from fgdata.media.decode import decode_member
+from fgdata.shards.ignore import shard_parts
 from fgdata.shards.scan import BLOCK
 from fgdata.shards import (
     count_one,
@@ -122,7 +123,9 @@ class SideFileLookup:
     A plain basename is accepted only when it names one shard; when two datatags hold the
     same basename the key must be the shard's path or URL. A path matches however it and the
     datatag spell the folder (relative or absolute, through a symlink): ``fgdata verify`` over
-    several folders writes absolute paths, and a relative datatag must still find them.
+    several folders writes absolute paths, and a relative datatag must still find them. A
+    relative path that names no file from here is a qualified name (``a/00000.tar``, as
+    ``fgdata dedup`` writes): it names the shard whose path ends with it, so it survives a move.
     """
 
     def __init__(self, discovered: Sequence[ShardRef]):
@@ -140,7 +143,8 @@ class SideFileLookup:
         if storage.basename(key) != key:  # a path or URL
             if self._by_file is None:
                 self._by_file = {storage.same_file_key(r.path): r for r in self._discovered}
-            return self._by_file.get(storage.same_file_key(key))
+            found = self._by_file.get(storage.same_file_key(key))
+            return found if found is not None or storage.is_absolute(key) else self._by_tail(key, what)
         refs = self._by_name.get(key)
         if not refs:
             return None
@@ -151,13 +155,29 @@ class SideFileLookup:
             )
         return refs[0]
 
+    def _by_tail(self, key: str, what: str) -> ShardRef | None:
+        """The shard a qualified name (``a/00000.tar``, as ``fgdata dedup`` writes) names: the one whose path, as
+        spelled or with its links resolved, ends with the name's parts. Two such shards are an error."""
+        want = key.split("/")
+        if any(p in ("", ".", "..") for p in want):
+            return None
+        refs = {r.path: r for r in self._by_name.get(want[-1], ())
+                if any(shard_parts(spelling)[-len(want):] == want
+                       for spelling in (r.path, storage.same_file_key(r.path)))}
+        if len(refs) > 1:
+            raise LoaderConfigError(
+                f"{what}: {key!r} matches several shards ({', '.join(sorted(refs))}); "
+                "use full shard paths or URLs as keys"
+            )
+        return next(iter(refs.values()), None)
+
     def map(self, mapping: Mapping[str, Any], what: str) -> dict[str, Any]:
         """Re-key ``mapping`` by shard path.
 
-        A basename that names no discovered shard is dropped with a warning (the reference's rule:
-        a side file may cover more shards than a run selects). A path or URL names one shard
-        exactly, so one that matches none is an error: skipping it would silently keep samples
-        the file meant to remove.
+        A basename or qualified name that names no discovered shard is dropped with a warning (the
+        reference's rule: a side file may cover more shards than a run selects). An absolute path or
+        URL names one shard exactly, so one that matches none is an error: skipping it would silently
+        keep samples the file meant to remove.
         """
         out: dict[str, Any] = {}
         unknown, unmatched = [], []
@@ -165,7 +185,7 @@ class SideFileLookup:
             ref = self.resolve(key, what)
             if ref is not None:
                 out[ref.path] = value
-            elif storage.basename(key) != key:
+            elif storage.is_absolute(key):
                 unmatched.append(key)
             else:
                 unknown.append(key)

@@ -1,5 +1,10 @@
 """The ignore index: shard -> sample keys to skip, as a list of keys or (``fgdata dedup``) an object of key ->
-record saying why (docs/FORMATS.md)."""
+record saying why (docs/FORMATS.md).
+
+A shard is named by its basename, its absolute path or URL, or (``fgdata dedup``) a *qualified name*: the
+trailing parts of its path, from its dataset's folder name down (``a/00000.tar``). A qualified name still
+matches after the datasets move (another disk, a sync to s3), and two datasets whose shard names collide stay
+apart by their folder names; the loaders match it against the end of each shard's path."""
 
 from __future__ import annotations
 
@@ -46,6 +51,29 @@ def load_ignore_index(paths: list[str] | tuple[str, ...] | str | None) -> dict[s
         for shard, keys in listed.items():
             merged.setdefault(shard, set()).update(keys or ())
     return merged
+
+
+def shard_parts(shard: str) -> list[str]:
+    """The ``/``-separated parts of a shard's absolute path or URL, without the scheme."""
+    full = storage.absolute(shard)
+    if storage.is_url(full):
+        full = full.split("://", 1)[1]
+    return [p for p in full.split("/") if p]
+
+
+def qualified_names(shards: list[str]) -> dict[str, str]:
+    """Each shard's qualified name: the fewest trailing parts of its path (at least its folder's name and its
+    own) that tell every two of ``shards`` apart, the same count for all; the absolute path or URL where no
+    count does (a shard at the top of a disk or bucket has no folder name)."""
+    parts = {s: shard_parts(s) for s in shards}
+    longest = max((len(p) for p in parts.values()), default=0)
+    for depth in range(2, longest + 1):
+        if any(len(p) < depth for p in parts.values()):
+            break
+        names = {s: "/".join(p[-depth:]) for s, p in parts.items()}
+        if len(set(names.values())) == len(names):
+            return names
+    return {s: storage.absolute(s) for s in shards}
 
 
 def ignore_index_bytes(mapping: dict[str, list[str] | set[str]]) -> bytes:

@@ -51,8 +51,8 @@ def test_phash_finds_resized_and_reencoded_copies_and_keeps_distinct_photos(near
     assert r["seen"] == r["hashed"] == len(items) and r["failed"] == 0
     found = drops(out)
     assert {rec["method"] for rec in found.values()} == {"phash64"}
-    assert all(0 <= rec["distance"] <= 10 and rec["dup_of"]["shard"] == str(ds / Path(rec["dup_of"]["shard"]).name)
-               for rec in found.values())
+    assert all(0 <= rec["distance"] <= 10 and rec["dup_of"]["shard"] == f"ds/{Path(rec['dup_of']['shard']).name}"
+               for rec in found.values())  # qualified by the dataset's folder name, not by where it lies
     kept_named = {(rec["dup_of"]["shard"], rec["dup_of"]["key"]) for rec in found.values()}
     assert not kept_named & set(found)  # every drop names a kept sample
     m = score(items, {int(k): int(rec["dup_of"]["key"]) for (_, k), rec in found.items()})
@@ -137,7 +137,7 @@ def test_embedding_semdedup(tmp_path):
 
 def test_two_datasets_with_colliding_shard_names(nearset, tmp_path):
     """A copy of a dataset under another folder: every sample of the second is a copy of the first, and the
-    index keys both by path, so the loaders reading both skip exactly the second."""
+    index keys both by their folders' names, so the loaders reading both skip exactly the second."""
     from fgdata.loaders import WDSLoader
 
     items, ds = nearset
@@ -146,13 +146,55 @@ def test_two_datasets_with_colliding_shard_names(nearset, tmp_path):
     out = tmp_path / "both.json"
     dedup(str(ds), str(other), "-o", str(out), "--by", "sha256")
     found = drops(out)
-    in_other = {k for s, k in found if Path(s).parent == other}
-    in_first = {k for s, k in found if Path(s).parent == ds}
+    assert {str(Path(s).parent) for s, _ in found} == {"ds", "other"}
+    in_other = {k for s, k in found if Path(s).parent.name == "other"}
+    in_first = {k for s, k in found if Path(s).parent.name == "ds"}
     assert in_other == {f"{n:06d}" for n in range(len(items))}  # same shard names, kept apart by path
     assert in_first == {f"{n:06d}" for n, it in enumerate(items) if it.kind == "exact"}
     loader = WDSLoader(["WDS:" + str(ds), "WDS:" + str(other)], batch_size=1, num_workers=0, deterministic=True,
                        train=False, partial=True, ignore_index_paths=[str(out)], key_map={"meta": "json"})
     assert sum(1 for _ in loader) == 2 * len(items) - len(found)
+
+
+def test_the_index_follows_moved_datasets(nearset, tmp_path):
+    """Dedup two datasets, move both to another folder (another disk, a sync): the loaders reading them there
+    with the same index drop exactly the same samples, and an index written there is byte-identical. Two
+    datasets whose folders share a name too are told apart by the folder above."""
+    from fgdata.loaders import WDSLoader
+
+    _, ds = nearset
+    first = tmp_path / "disk1"
+    shutil.copytree(ds, first / "a")
+    (first / "a" / "00000.tar").unlink()  # so the two datasets differ and drops land in both
+    shutil.copytree(ds, first / "b")
+    out = tmp_path / "dups.json"
+    dedup(str(first / "a"), str(first / "b"), "-o", str(out))
+    assert {Path(s).parent.name for s in json.loads(out.read_text())} == {"a", "b"}
+
+    def kept(root: Path) -> list[tuple[str, str]]:
+        loader = WDSLoader(["WDS:" + str(root / "a"), "WDS:" + str(root / "b")], batch_size=1, num_workers=0,
+                           deterministic=True, train=False, partial=True, ignore_index_paths=[str(out)],
+                           key_map={"meta": "json"})
+        return sorted((Path(s).parent.name + "/" + Path(s).name, k) for b in loader
+                      for s, k in zip(b["shard"], b["fname"]))
+
+    before = kept(first)
+    moved = tmp_path / "elsewhere" / "disk2"
+    moved.parent.mkdir()
+    shutil.move(first, moved)
+    assert kept(moved) == before
+    dropped = {(s, k) for s, keys in json.loads(out.read_text()).items() for k in keys}
+    assert {s for s, _ in dropped} & {"a/00001.tar"} and {s for s, _ in dropped} & {"b/00000.tar"}
+    assert not set(before) & dropped and len(before) + len(dropped) == 2 * len(nearset[0]) - 40
+    again = tmp_path / "again.json"
+    dedup(str(moved / "a"), str(moved / "b"), "-o", str(again))
+    assert again.read_bytes() == out.read_bytes()
+    nested = tmp_path / "x" / "data"
+    shutil.copytree(ds, nested)
+    shutil.copytree(ds, tmp_path / "y" / "data")
+    both = tmp_path / "both.json"
+    dedup(str(nested), str(tmp_path / "y" / "data"), "-o", str(both), "--by", "sha256")
+    assert {str(Path(s).parent) for s in json.loads(both.read_text())} == {"x/data", "y/data"}
 
 
 def test_sigkill_after_a_unit_then_rerun_gives_the_same_index(nearset, tmp_path):
@@ -235,7 +277,94 @@ def test_shards_and_index_on_s3(nearset, s3_bucket, tmp_path):
     remote = json.loads(storage.read_bytes(f"{s3_bucket}/dups.json"))
     assert {k: r["dup_of"]["key"] for keys in remote.values() for k, r in keys.items()} == {
         k: r["dup_of"]["key"] for (_, k), r in drops(local).items()}
-    assert all(s.startswith(f"{s3_bucket}/ds/") for s in remote)
+    assert list(remote) == list(json.loads(local.read_text()))  # the same qualified names: ds/NNNNN.tar
     report = json.loads(storage.read_bytes(f"{s3_bucket}/dups.json.failures.json"))
     assert report["seen"] == report["written"] == len(items)
     assert not [i.path for i in storage.list_recursive(s3_bucket) if "fgdata-dedup" in i.path]  # markers gone
+
+
+# pdqhash 0.2.8's compute() (Python bindings of ThreatExchange's C++ PDQ) of the sample photos: the hash in its
+# hex form and the quality, computed once where it installs; fgdata's numpy PDQ must give the same.
+PDQHASH = {
+    "camera.png": ("dc9c9d3b746978f888f40ce6e5c3f70f7266623e8d989cb99f21f2010841e1c7", 100),
+    "chelsea.png": ("5feb5321f01da156898e2bf629a5d3438412cdbd23f48942464526315db33ffd", 100),
+    "coffee.png": ("8c629e779a663698b9a33866c026726c21a679f61eb6e1f8c79ba7e23c8299e0", 100),
+    "grace_hopper.jpg": ("cc6c7cb9fbf7c44f31837672900233f3ffd9d012223ccdf561606309dd97c020", 100),
+    "horse.png": ("690d885b2f16c1de5966d6f2fa01a2d8a857ae1eb5d645d6d93634b001a5e92f", 100),
+    "hubble_deep_field.jpg": ("1c6715e46266634f72d42df2324ad397e70e86be9c665c59a42ec19c3369b919", 100),
+    "rocket.jpg": ("8792786c87937064bf1bc0e43f1fc0e03f1cc2e33da4c2537cec821b2ce4f376", 100),
+}
+
+
+def _pdq_hex(im: Image.Image) -> tuple[str, int]:
+    from fgdata.dedup.hashes import pdq
+
+    words, quality = pdq(im)
+    return "".join(f"{int(w):016x}" for w in words), quality
+
+
+def test_pdq_equals_the_stored_reference(sample_images):
+    assert {p.name for p in sample_images} == set(PDQHASH)
+    for path in sample_images:
+        assert _pdq_hex(Image.open(path)) == PDQHASH[path.name], path.name
+
+
+def test_pdq_equals_pdqhash_on_other_shapes_and_qualities(sample_images):
+    """Against the reference itself: the 64x64 path (no filter), blurred (quality below 100), very tall, noise,
+    the smallest hashable size and one below it (zero hash, quality 0). Below quality 50 (a flat image, a pure
+    gradient) the coefficients are float rounding and PDQ says not to trust the bits: only the quality is
+    compared there."""
+    from PIL import ImageFilter
+
+    pdqhash = pytest.importorskip("pdqhash")
+    rng = np.random.default_rng(0)
+    im = Image.open(sample_images[0]).convert("RGB")
+    cases = [im.resize((64, 64)), im.filter(ImageFilter.GaussianBlur(20)), im.resize((70, 900)),
+             Image.fromarray(rng.integers(0, 256, (97, 133, 3), dtype=np.uint8)),
+             Image.fromarray(rng.integers(0, 256, (5, 7, 3), dtype=np.uint8)),
+             Image.fromarray(rng.integers(0, 256, (4, 9, 3), dtype=np.uint8)),
+             Image.new("RGB", (100, 80), (30, 60, 90)),
+             Image.fromarray(np.tile(np.linspace(0, 255, 300).astype(np.uint8)[None, :, None], (200, 1, 3)))]
+    qualities = []
+    for case in cases + [Image.open(p).convert("RGB") for p in sample_images]:
+        bits, quality = pdqhash.compute(np.ascontiguousarray(np.asarray(case)))
+        got, got_quality = _pdq_hex(case)
+        assert got_quality == quality
+        if quality >= 50 or quality == 0 and min(case.size) < 5:
+            assert got == f"{int(''.join(map(str, bits)), 2):064x}", case.size
+        qualities.append(quality)
+    assert 0 in qualities and any(50 <= q < 100 for q in qualities)  # a flat case and a blurred one compared
+
+
+def test_pdq_distances_copies_near_distinct_far(nearset, tmp_path):
+    """Identical bytes 0 bits apart, re-encoded and brightened copies within the default 31, half-size copies
+    mostly; distinct photos far apart. The index names method pdq and no distance above the default."""
+    from tests.dedup.nearset import near_duplicate_set
+
+    items = near_duplicate_set()
+    hexes = [_pdq_hex(Image.open(io.BytesIO(it.data)))[0] for it in items]
+    original = {it.group: hexes[n] for n, it in enumerate(items) if it.kind == "original"}
+
+    def apart(a: str, b: str) -> int:
+        return bin(int(a, 16) ^ int(b, 16)).count("1")
+
+    by_kind: dict[str, list[int]] = {}
+    for n, it in enumerate(items):
+        if it.kind != "original":
+            by_kind.setdefault(it.kind, []).append(apart(hexes[n], original[it.group]))
+    assert set(by_kind["exact"]) == {0}
+    assert max(by_kind["jpeg60"]) <= 16 and max(by_kind["bright10"]) <= 16
+    assert sum(d <= 31 for d in by_kind["resized"]) >= 0.9 * len(by_kind["resized"])
+    groups = sorted(original.values())
+    assert min(apart(a, b) for n, a in enumerate(groups) for b in groups[n + 1:]) > 64
+    _, ds = nearset
+    out = tmp_path / "pdq.json"
+    r = json.loads(dedup(str(ds), "-o", str(out), "--by", "pdq", "--json").stdout)
+    assert r["method"] == "pdq" and r["hashed"] == len(items)
+    found = drops(out)
+    assert {rec["method"] for rec in found.values()} == {"pdq"} and max(rec["distance"] for rec in found.values()) <= 31
+    m = score(items, {int(k): int(rec["dup_of"]["key"]) for (_, k), rec in found.items()})
+    assert m["precision"] == 1.0 and m["distinct_dropped"] == 0
+    assert m["recall_jpeg60"] == m["recall_bright10"] == m["recall_exact"] == 1.0 and m["recall_resized"] >= 0.9
+    bad = dedup(str(ds), "-o", str(out), "--by", "pdq", "--bits", "64", check=False)
+    assert bad.returncode == 2 and "--bits" in bad.stderr

@@ -175,6 +175,33 @@ def test_ignore_index_unknown_shards_warn(grid, tmp_path):
         det(grid, batch_size=2, ignore_index_paths=[str(path)])
 
 
+def test_qualified_shard_names_match_the_end_of_the_path(tmp_path, monkeypatch):
+    """``folder/shard`` keys (as ``fgdata dedup`` writes) name the shard whose path ends so, from any working
+    folder; a name two datatags end with is refused, one none ends with is dropped with a warning."""
+    for top in ("x", "y"):
+        write_grid(str(tmp_path / top / "data"), shards=1)
+        write_grid(str(tmp_path / top / "other"), shards=1)
+    monkeypatch.chdir(tmp_path / "x")
+    ign = tmp_path / "ign.json"
+
+    def kept(tags, key):
+        ign.write_text(json.dumps({key: [grid_key(0, 1)]}))
+        loader = WDSLoader(["WDS:" + str(tmp_path / t) for t in tags], batch_size=16, key_map=KM, partial=True,
+                           deterministic=True, train=False, num_workers=0, ignore_index_paths=str(ign))
+        return sorted((s_.rsplit("/", 3)[-3], s_.rsplit("/", 2)[-2], k) for b_ in loader
+                      for s_, k in zip(b_["shard"], b_["fname"]))
+
+    got = kept(["y/data", "y/other"], "data/00000.tar")  # not a file from x/: matched by its end
+    assert len(got) == 15 and ("y", "data", grid_key(0, 1)) not in got
+    got = kept(["x/data", "y/data"], "y/data/00000.tar")
+    assert len(got) == 15 and ("y", "data", grid_key(0, 1)) not in got and ("x", "data", grid_key(0, 1)) in got
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LoaderConfigError, match="matches several shards"):
+        kept(["x/data", "y/data"], "data/00000.tar")
+    with pytest.warns(UserWarning, match="not among the discovered shards"):
+        assert len(kept(["x/other"], "data/00000.tar")) == 8
+
+
 def test_shard_selection_is_absolute_and_validated(grid):
     assert flat(keys(det(grid, batch_size=8, shard_start=1, shard_end=1, train=False), 10)) == ALL[8:16]
     assert flat(keys(det(grid, batch_size=8, shard_start=2, train=False), 10)) == ALL[16:24]
