@@ -27,7 +27,9 @@ class DedupFlags:
     keep: str = flag(typer.Option("first", "--keep", help="Which copy stays: first (input order) or highest:FIELD (a number in the sample's json)."))
     eps: float = flag(typer.Option(0.01, "--eps", help="embedding: drop at cosine >= 1 - eps to a kept sample of its cluster."))
     clusters: Optional[int] = flag(typer.Option(None, "--clusters", min=1, help="embedding: k-means clusters (default: one per 1,000 samples)."))
-    workers: int = flag(typer.Option(1, "--workers", "-w", min=1, help="Shards hashed in parallel (processes)."))
+    workers: int = flag(typer.Option(1, "--workers", "-w", min=1, help="Shards hashed in parallel (local processes)."))
+    engine: str = flag(typer.Option("local", "--engine", help="local (processes on this machine; under torchrun the ranks share the shards and rank 0 writes the index) or ray (one Ray task per shard)."))
+    ray_address: Optional[str] = flag(typer.Option(None, "--ray-address", help="Ray cluster address, or auto to join the running one (default: RAY_ADDRESS, else start a private local one)."))
     resume: bool = flag(options.RESUME)
 
 
@@ -46,19 +48,26 @@ def dedup_cmd(
     from fgdata.cli.jobrun import run_job
     from fgdata.cli.render import console, err_console, print_json
     from fgdata.dedup.job import DedupOptions, run_dedup
+    from fgdata.jobs.driver import RunSettings
 
     opts = DedupOptions(by=dd.by, bits=dd.bits, max_distance=dd.max_distance, pixels=dd.pixels, member=dd.member,
-                        keep=dd.keep, eps=dd.eps, clusters=dd.clusters, workers=dd.workers, resume=dd.resume)
+                        keep=dd.keep, eps=dd.eps, clusters=dd.clusters)
+    settings = RunSettings(engine=dd.engine, workers=dd.workers, ray_address=dd.ray_address, resume=dd.resume)
     started = time.perf_counter()
-    result = run_job(lambda: run_dedup(paths, dd.output, opts))
+    result = run_job(lambda: run_dedup(paths, dd.output, opts, settings))
     doc = {"command": "dedup", "method": opts.method(), "seen": result.seen, "hashed": result.hashed,
-           "failed": len(result.failures), "dropped": result.dropped, "kept": result.hashed - result.dropped,
+           "failed": result.failed, "dropped": result.dropped, "kept": result.hashed - result.dropped,
            "resumed_shards": result.resumed, "output": result.output, "failures_file": result.failures_file,
            "seconds": round(time.perf_counter() - started, 3)}
+    if result.world > 1:
+        doc.update(rank=result.rank, world=result.world)
     if out.json_out:
         print_json(doc)
+    elif not out.quiet and result.rank > 0:
+        console.print(f"rank {result.rank} of {result.world}: {result.seen:,} samples seen, {result.hashed:,} hashed, "
+                      f"{result.failed:,} failed; rank 0 writes {result.output}", highlight=False)
     elif not out.quiet:
-        console.print(f"{result.seen:,} samples seen: {result.hashed:,} hashed, {len(result.failures):,} failed; "
+        console.print(f"{result.seen:,} samples seen: {result.hashed:,} hashed, {result.failed:,} failed; "
                       f"{result.dropped:,} duplicate(s) listed in {result.output} ({opts.method()})", highlight=False)
         for f in result.failures[:10]:
             err_console.print(f"[red]failed[/] {f['input']}: {f['reason']}", highlight=False)

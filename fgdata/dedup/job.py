@@ -24,10 +24,11 @@ import numpy as np
 
 from fgdata import storage
 from fgdata.errors import DamagedShardError, FgdataError, OptionError
-from fgdata.jobs.driver import Context, JobDefinition
+from fgdata.jobs.driver import Context, JobDefinition, RunSettings
 from fgdata.jobs.executor import Executor
 from fgdata.jobs.options import JsonValue
 from fgdata.jobs.report import ReportFields
+from fgdata.jobs.summary import JobSummary
 from fgdata.jobs.units import Entry, Marker, Totals, marker_path
 
 METHODS = ("sha256", "phash", "pdq", "embedding")
@@ -49,8 +50,6 @@ class DedupOptions:
     keep: str = "first"
     eps: float = 0.01
     clusters: int | None = None  # None: one per 1,000 embeddings
-    workers: int = 1
-    resume: bool = True
 
     def method(self) -> str:
         """The ``method`` each record names."""
@@ -89,13 +88,19 @@ class DedupOptions:
 
 @dataclass
 class DedupResult:
+    """What a run did: the whole job, or under torchrun a rank's share (``rank`` > 0: its hashing only; rank 0
+    finds the duplicates and writes the index, so ``dropped`` is 0 and ``failures`` empty there)."""
+
     seen: int
     hashed: int
+    failed: int
     dropped: int
     failures: list[dict[str, Any]]
     output: str
     failures_file: str
     resumed: int
+    rank: int = 0
+    world: int = 1
 
 
 def _pick_member(members: dict[str, bytes], opts: DedupOptions) -> str | None:
@@ -242,6 +247,7 @@ class DedupJob(JobDefinition[ShardUnit]):
         self.selection = resolve_shards(paths)
         self.dest = _work_dir(output)
         self.result: DedupResult | None = None
+        self.kept_units = 0
 
     def kept_inputs(self) -> list[str]:
         """An earlier run's hash files are fgdata's own, not foreign (a run over more shards left more of them)."""
@@ -279,6 +285,10 @@ class DedupJob(JobDefinition[ShardUnit]):
             ctx.progress(marker.count, 0)
             yield marker
             outputs.reached(done)
+
+    def summarize(self, summary: JobSummary, ctx: Context, totals: Totals | None) -> JobSummary:
+        self.kept_units = ctx.kept  # a rank's share reports the units it found done
+        return summary
 
     def finish(self, ctx: Context, totals: Totals) -> None:
         self.result = _search(self.paths, self.output, self.opts, self.dest, self.selection.shards, ctx.kept)
@@ -334,17 +344,22 @@ def _search(paths: list[str], output: str, opts: DedupOptions, work: str, shards
     dropped = 0 if drops is None else len(drops.index)
     write_failures(failures_file, COMMAND, len(keys) + len(failures), len(keys), failures,
                    DedupReport(method, dropped, len(keys) - dropped))
-    return DedupResult(len(keys) + len(failures), len(keys), dropped, failures, output, failures_file, resumed)
+    return DedupResult(len(keys) + len(failures), len(keys), len(failures), dropped, failures, output, failures_file,
+                       resumed)
 
 
-def run_dedup(paths: list[str], output: str, opts: DedupOptions) -> DedupResult:
-    """Hash the shards ``paths`` name (several datasets at once), find duplicates and write the ignore index
-    ``output`` and ``<output>.failures.json``. Nothing in the datasets changes."""
-    from fgdata.jobs.driver import RunSettings, run_job
+def run_dedup(paths: list[str], output: str, opts: DedupOptions, run: RunSettings | None = None) -> DedupResult:
+    """Hash the shards ``paths`` name (several datasets at once) on the executor ``run`` names (local processes,
+    Ray, or torchrun ranks sharing the shards), find duplicates and write the ignore index ``output`` and
+    ``<output>.failures.json`` (rank 0, once every rank's hashes are in). Nothing in the datasets changes."""
+    from fgdata.jobs.driver import run_job
 
     opts.check()
     job = DedupJob(paths, output, opts)
-    run_job(job, RunSettings(workers=opts.workers, resume=opts.resume))
-    assert job.result is not None  # run_job finishes the one process it runs in
+    summary = run_job(job, run or RunSettings())
+    if job.result is None:  # a torchrun rank other than 0: its share of the hashing
+        return DedupResult(summary.seen, summary.written, summary.failed, 0, [], output, f"{output}.failures.json",
+                           job.kept_units, summary.rank, summary.world)
     storage.remove_tree(job.dest)
+    job.result.rank, job.result.world = summary.rank, summary.world
     return job.result

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -208,6 +209,29 @@ def test_sigkill_after_a_unit_then_rerun_gives_the_same_index(nearset, tmp_path)
     assert r["resumed_shards"] == 2
     assert out.read_bytes() == clean.read_bytes()
     assert not list(tmp_path.glob(".*fgdata-dedup"))
+
+
+def test_torchrun_ranks_share_the_hashing_and_rank_0_writes_the_one_index(nearset, tmp_path):
+    """Two ranks started at once: each hashes its share of the shards; rank 0 waits for the other's hashes and writes
+    the index and failure report of one process, byte for byte."""
+    _, ds = nearset
+    clean = tmp_path / "clean.json"
+    alone = json.loads(dedup(str(ds), "-o", str(clean), "--json").stdout)
+    out = tmp_path / "dups.json"
+    ranks = [subprocess.Popen([*FGDATA, "dedup", str(ds), "-o", str(out), "--json"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r)})
+             for r in (0, 1)]
+    docs = []
+    for p in ranks:
+        stdout, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+        docs.append(json.loads(stdout))
+    assert out.read_bytes() == clean.read_bytes()
+    assert Path(f"{out}.failures.json").read_bytes() == Path(f"{clean}.failures.json").read_bytes()
+    assert (docs[0]["rank"], docs[1]["rank"]) == (0, 1) and docs[0]["world"] == docs[1]["world"] == 2
+    assert docs[0]["seen"] == alone["seen"] and docs[0]["dropped"] == alone["dropped"]
+    assert 0 < docs[1]["seen"] < alone["seen"] and docs[1]["dropped"] == 0  # its share only
 
 
 def test_bad_input_is_one_line(tmp_path):

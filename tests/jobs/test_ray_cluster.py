@@ -104,6 +104,20 @@ def test_score_on_the_cluster_equals_local(cluster, tmp_path):
     assert tree(remote) == tree(local)
 
 
+def test_dedup_on_the_cluster_equals_local(cluster, tmp_path):
+    """``dedup --engine ray``: the shards hashed by Ray tasks, the same ignore index as the local run."""
+    c, _ = cluster
+    items = [(f"s_{i:03d}", {"png": png_bytes(i % 7, size=40)}) for i in range(14)]  # each picture twice
+    src = write_shards(tmp_path / "src", items, per_shard=3)
+    local, remote = tmp_path / "local.json", tmp_path / "ray.json"
+    alone = run("dedup", str(src), "-o", str(local), "--json")
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    done = run("dedup", str(src), "-o", str(remote), "--engine", "ray", "--ray-address", c.address, "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["dropped"] == json.loads(alone.stdout)["dropped"] >= 7  # every copy at least
+    assert remote.read_bytes() == local.read_bytes()
+
+
 def test_a_node_removed_mid_job_never_leaves_a_silent_gap(cluster, tmp_path):
     c, workers = cluster
     src = photos(tmp_path / "src", 48)
