@@ -178,11 +178,10 @@ def test_failure_report_schema(photos, tmp_path):
 
 
 @pytest.mark.s3
-def test_s3_kill_and_rerun_leaves_no_staging(photos, tmp_path, s3_bucket, monkeypatch):
+def test_s3_kill_and_rerun_leaves_no_staging(photos, tmp_path, s3_bucket, monkeypatch, short_tmp):
     from fgdata import storage
 
-    cache, temp = tmp_path / "cache", tmp_path / "temp"
-    temp.mkdir()  # the job's own system temp folder: what it leaves there is its own, whatever runs beside it
+    cache, temp = tmp_path / "cache", short_tmp  # the job's own system temp folder: what it leaves there is its own
     env = {"FGDATA_CACHE": str(cache), "TMPDIR": str(temp)}
     url = f"{s3_bucket}/shards"
     reference = tmp_path / "local"
