@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
+import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +27,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The loopback S3 server's writes land together: a lease's settle of 1 s (for a real store) would only make
 # every S3 test wait (fgdata.jobs.lease; child processes inherit it).
 os.environ.setdefault("FGDATA_S3_LEASE_SETTLE_SECONDS", "0.05")
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A private TMPDIR for a child process, at a short path: its process pool's forkserver puts a Unix socket
+    there, whose path may be at most 107 bytes, and ``tmp_path`` is longer under pytest-xdist (``popen-gw0/``)."""
+    path = Path(tempfile.mkdtemp(prefix="fgt-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -56,12 +56,11 @@ def test_quickstart_end_to_end(tmp_path):
     assert doc["steps"]["report"]["samples"] == 8 and doc["steps"]["report"]["problems"] == 0
 
 
-def test_quickstart_defaults_to_a_fresh_temp_folder(tmp_path):
+def test_quickstart_defaults_to_a_fresh_temp_folder(tmp_path, short_tmp):
     """Without OUTDIR nothing lands in the working directory (a clone stays clean)."""
     work = tmp_path / "clone"
     work.mkdir()
-    temp = tmp_path / "tmp"
-    temp.mkdir()
+    temp = short_tmp
     out = subprocess.run([FGDATA, "quickstart", "--json"], capture_output=True, text=True, timeout=300, cwd=work,
                          env={**os.environ, "TMPDIR": str(temp)})
     assert out.returncode == 0, out.stderr

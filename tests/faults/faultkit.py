@@ -368,6 +368,18 @@ def leftovers(root: Path) -> list[str]:
                   if ".fgtmp-" in p.name or ".tmp-" in p.name or p.name.endswith((".partial", ".partial.log")))
 
 
+def uninterrupted(cmd: Sequence[str], *, env: dict | None = None) -> subprocess.CompletedProcess:
+    """A reference run that nothing stops: ``fgdata`` runs in this process (tests/inprocess.py), sparing a new
+    interpreter's imports (torch for a model command); no signal or process tree is tested on it. The stopped run
+    and its rerun stay real processes."""
+    from inprocess import fgdata
+
+    if list(cmd[: len(FGDATA)]) != FGDATA:
+        return subprocess.run(list(cmd), env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                              timeout=300)
+    return fgdata(*cmd[len(FGDATA):], env=env)
+
+
 def stop_trials(cmd: Sequence[str], *, out: Path, clean: Path, stops: Sequence[tuple[int, int]],
                 env: dict | None = None, skip: Callable[[str], bool] = lambda rel: rel.startswith(".fgdata/")) -> None:
     """The kill/resume check at job-signalled points: for each ``(after, signal)``, stop the job once it paused after
@@ -377,7 +389,7 @@ def stop_trials(cmd: Sequence[str], *, out: Path, clean: Path, stops: Sequence[t
         return [a.replace("{out}", str(dest)) for a in cmd]
 
     full_env = {**os.environ, **(env or {})}
-    done = subprocess.run(argv(clean), env=full_env, capture_output=True, text=True, timeout=300)
+    done = uninterrupted(argv(clean), env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     reference = tree(clean, skip)
     for t, (after, sig) in enumerate(stops):

@@ -230,13 +230,12 @@ def test_two_jobs_from_two_caches_on_one_prefix(s3_bucket, s3_endpoint, tmp_path
     assert _leftovers(s3_bucket, "ds") == []  # the lease is given back, nothing staged is left
 
 
-def test_sighup_mid_upload(s3_bucket, s3_endpoint, tmp_path):
+def test_sighup_mid_upload(s3_bucket, s3_endpoint, tmp_path, short_tmp):
     """A closed terminal stops the job like SIGTERM: 129 and the resume line, its s5cmd gone, and after the rerun
     nothing staged is left, neither in DST, nor in the cache, nor in the system temp folder."""
     src = _photos(tmp_path / "src", 12)
     args = ["shard", "images", str(src), f"{s3_bucket}/ds", "--maxcount", "4", "--no-progress"]
-    systemp = tmp_path / "systemp"
-    systemp.mkdir()
+    systemp = short_tmp
     env = {"FGDATA_CACHE": str(tmp_path / "cache"), "TMPDIR": str(systemp)}
     endpoint = HoldingEndpoint(s3_endpoint, _put_of("00001.tar"))
     proc = _start(args, {**env, "S3_ENDPOINT_URL": endpoint.url})

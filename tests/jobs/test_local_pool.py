@@ -122,7 +122,7 @@ def test_workers_exit_when_the_job_is_killed(tmp_path):
     assert not any(alive(pid) for pid in workers), "a worker outlived the killed job"
 
 
-def test_a_killed_job_s_multiprocessing_folder_is_removed_by_the_next_run(tmp_path):
+def test_a_killed_job_s_multiprocessing_folder_is_removed_by_the_next_run(tmp_path, short_tmp):
     """SIGKILL of ``shard images --workers 2`` at a point the job signals leaves its ``pymp-*`` folder (the
     forkserver's socket) in a private TMPDIR; the rerun removes it, and its own at its normal end."""
     import signal
@@ -132,9 +132,8 @@ def test_a_killed_job_s_multiprocessing_folder_is_removed_by_the_next_run(tmp_pa
 
     from fgdata.jobs.local import POOL_LOCK
 
-    src, tmp = tmp_path / "src", tmp_path / "tmp"
+    src, tmp = tmp_path / "src", short_tmp
     src.mkdir()
-    tmp.mkdir()
     for i in range(12):
         (src / f"img{i:03d}.png").write_bytes(png_bytes(i, size=24))
     foreign = tmp / "pymp-other"  # another program's pool folder: not fgdata's to remove

@@ -178,15 +178,14 @@ def test_failure_report_schema(photos, tmp_path):
 
 
 @pytest.mark.s3
-def test_s3_kill_and_rerun_leaves_no_staging(photos, tmp_path, s3_bucket, monkeypatch):
+def test_s3_kill_and_rerun_leaves_no_staging(photos, tmp_path, s3_bucket, monkeypatch, short_tmp):
     from fgdata import storage
 
-    cache = tmp_path / "cache"
-    env = {"FGDATA_CACHE": str(cache)}
+    cache, temp = tmp_path / "cache", short_tmp  # the job's own system temp folder: what it leaves there is its own
+    env = {"FGDATA_CACHE": str(cache), "TMPDIR": str(temp)}
     url = f"{s3_bucket}/shards"
     reference = tmp_path / "local"
     assert run_cli(*shard_cmd(photos, reference)[3:]).returncode == 0
-    tmp_before = set(os.listdir("/tmp"))
     stopped = stop_and_signal(shard_cmd(photos, url), after=2, sig=signal.SIGKILL, env=env)
     assert stopped.returncode == -9
     [stage] = [p for p in (cache / "staging").iterdir()]  # this host's staging folder for that URL
@@ -196,4 +195,4 @@ def test_s3_kill_and_rerun_leaves_no_staging(photos, tmp_path, s3_bucket, monkey
     got = {i.name: storage.read_bytes(i.path) for i in storage.list_dir(url)}
     assert got == {p.name: p.read_bytes() for p in reference.iterdir() if p.is_file()}
     assert not [p for p in (cache / "staging").rglob("*") if p.is_file() and p.name != "lock"]
-    assert not [n for n in set(os.listdir("/tmp")) - tmp_before if n.startswith("fgdata-stage-")]
+    assert not [p for p in temp.rglob("*") if p.is_file()]  # staging lives under FGDATA_CACHE, never in TMPDIR
