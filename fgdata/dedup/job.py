@@ -358,8 +358,9 @@ def run_dedup(paths: list[str], output: str, opts: DedupOptions, run: RunSetting
     job = DedupJob(paths, output, opts)
     summary = run_job(job, run or RunSettings())
     if job.result is None:  # a torchrun rank other than 0: its share of the hashing
-        return DedupResult(summary.seen, summary.written, summary.failed, 0, [], output, f"{output}.failures.json",
-                           job.kept_units, summary.rank, summary.world)
+        return DedupResult(seen=summary.seen, hashed=summary.written, failed=summary.failed, dropped=0, failures=[],
+                           output=output, failures_file=f"{output}.failures.json", resumed=job.kept_units,
+                           rank=summary.rank, world=summary.world)
     storage.remove_tree(job.dest)
     job.result.rank, job.result.world = summary.rank, summary.world
     return job.result
