@@ -36,6 +36,25 @@ def _environment(env: Mapping[str, str], cwd: Path | None) -> Iterator[None]:
                 os.environ[k] = v
 
 
+@contextlib.contextmanager
+def _consoles_sized_now() -> Iterator[None]:
+    """fgdata's consoles as a fresh process makes them: as wide as ``COLUMNS`` says now. Rich reads ``COLUMNS``
+    once, when a console is made, and the consoles are made by whichever call imported them first (under
+    pytest-xdist, another test's, with another width)."""
+    from fgdata.cli import render
+
+    consoles = (render.console, render.err_console)
+    saved = [c._width for c in consoles]
+    columns = os.environ.get("COLUMNS", "")
+    for c in consoles:
+        c._width = int(columns) if columns.isdigit() else None  # None: measured at each use, 80 off a terminal
+    try:
+        yield
+    finally:
+        for c, width in zip(consoles, saved):
+            c._width = width
+
+
 def fgdata(*args: str | Path, env: Mapping[str, str] | None = None,
            cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run ``fgdata ARGS`` here; stdout, stderr and the exit status come back as from :func:`subprocess.run`."""
@@ -49,7 +68,8 @@ def fgdata(*args: str | Path, env: Mapping[str, str] | None = None,
     entry = sys.modules["__main__"]
     saved_argv, saved_package, saved_debug = sys.argv, getattr(entry, "__package__", None), dict(main._state)
     try:
-        with _environment(env or {}, cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with _environment(env or {}, cwd), _consoles_sized_now(), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
             sys.argv, entry.__package__ = argv, None
             try:
                 main.run()
