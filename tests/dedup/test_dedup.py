@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -21,7 +20,7 @@ from PIL import Image
 from fgdata.dedup.index import brute_pairs, keep_greedy, near_pairs
 from fgdata.shards import ShardWriter
 from tests.dedup.nearset import near_duplicate_set, score, write_shards
-from tests.faults.faultkit import stop_and_signal
+from tests.faults.faultkit import run_ranks, stop_and_signal
 
 FGDATA = [sys.executable, "-m", "fgdata"]
 
@@ -218,15 +217,7 @@ def test_torchrun_ranks_share_the_hashing_and_rank_0_writes_the_one_index(nearse
     clean = tmp_path / "clean.json"
     alone = json.loads(dedup(str(ds), "-o", str(clean), "--json").stdout)
     out = tmp_path / "dups.json"
-    ranks = [subprocess.Popen([*FGDATA, "dedup", str(ds), "-o", str(out), "--json"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r)})
-             for r in (0, 1)]
-    docs = []
-    for p in ranks:
-        stdout, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err
-        docs.append(json.loads(stdout))
+    docs = run_ranks([*FGDATA, "dedup", str(ds), "-o", str(out)])
     assert out.read_bytes() == clean.read_bytes()
     assert Path(f"{out}.failures.json").read_bytes() == Path(f"{clean}.failures.json").read_bytes()
     assert (docs[0]["rank"], docs[1]["rank"]) == (0, 1) and docs[0]["world"] == docs[1]["world"] == 2

@@ -343,6 +343,20 @@ def _paused_at(cmd: Sequence[str], env: dict, cwd: Path | None, mark: str, timeo
             proc.wait()
 
 
+def run_ranks(cmd: Sequence[str], world: int = 2, timeout: float = 600) -> list[dict[str, Any]]:
+    """``cmd`` started at once as each torchrun rank of ``world`` (RANK, WORLD_SIZE, LOCAL_RANK set), each asked for
+    ``--json``: every rank's JSON document, in rank order, once all have exited 0."""
+    procs = [subprocess.Popen([*cmd, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "RANK": str(r), "WORLD_SIZE": str(world), "LOCAL_RANK": str(r)})
+             for r in range(world)]
+    docs = []
+    for p in procs:
+        out, err = p.communicate(timeout=timeout)
+        assert p.returncode == 0, err
+        docs.append(json.loads(out))
+    return docs
+
+
 def stop_and_signal(cmd: Sequence[str], *, after: int, sig: int, env: dict | None = None, cwd: Path | None = None,
                     timeout: float = 300) -> Stopped:
     """Run ``cmd`` until it pauses after its ``after``-th output, then send ``sig`` and wait for it to end.

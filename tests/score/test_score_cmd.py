@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 from fgdata.score.job import ScoreOptions, sample_scores
+from tests.faults.faultkit import run_ranks
 from fgdata.shards import ShardWriter, iter_samples
 from fgdata.shards.scores import SUFFIX, read_scores
 
@@ -92,15 +93,7 @@ def test_torchrun_ranks_score_their_share_and_together_the_whole(shards, tmp_pat
     alone = tmp_path / "alone"
     shutil.copytree(shards, alone)
     assert fg("score", str(alone), "--with", "basic", "-q").returncode == 0
-    ranks = [subprocess.Popen([FGDATA, "score", str(shards), "--with", "basic", "--json"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r)})
-             for r in (0, 1)]
-    docs = []
-    for p in ranks:
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err
-        docs.append(json.loads(out))
+    docs = run_ranks([FGDATA, "score", str(shards), "--with", "basic"], timeout=300)
     tars = sorted(t.name for t in shards.glob("*.tar"))
     for r, doc in enumerate(docs):
         assert (doc["rank"], doc["world"]) == (r, 2)
