@@ -25,6 +25,7 @@ from fgdata import storage
 from fgdata.errors import FgdataError
 from fgdata.shards import COUNT_FILE, ShardCount, ShardSet, read_shard_counts, resolve_shards, write_ignore_index
 from fgdata.shards import write_counts as write_count_files
+from fgdata.shards.ignore import qualified_names
 from fgdata.shards.scan import scan_shard
 from fgdata.verify.shard import Problem, ShardResult, check_shard, key_hash
 from fgdata.workers import OrderedMap, serial_map
@@ -56,11 +57,6 @@ class VerifyReport:
     def label(self, result: ShardResult) -> str:
         """How rows and messages name a shard: its basename for one dataset, else its path."""
         return self.selection.label(result.shard)
-
-    def side_file_key(self, result: ShardResult) -> str:
-        """A shard's key in the ignore index: its basename for one dataset, else its absolute path
-        (basenames repeat across datasets; the loaders match a path however a datatag spells it)."""
-        return storage.absolute(result.shard) if self.several else result.name
 
     @property
     def samples(self) -> int:
@@ -111,8 +107,12 @@ class VerifyReport:
         return out
 
     def ignore_mapping(self) -> dict[str, list[str]]:
-        """Shard (see :meth:`side_file_key`) -> bad keys; every key listed is among the shard's readable samples."""
-        return {self.side_file_key(s): sorted(s.bad_keys) for s in self.shards if s.bad_keys}
+        """Shard -> bad keys; every key listed is among the shard's readable samples.
+
+        A shard is named by its basename for one dataset, else by its qualified name, as ``fgdata dedup`` names
+        it: basenames repeat across datasets, and a qualified name still matches after the datasets move."""
+        names = qualified_names([s.shard for s in self.shards]) if self.several else {s.shard: s.name for s in self.shards}
+        return {names[s.shard]: sorted(s.bad_keys) for s in self.shards if s.bad_keys}
 
     def readable_counts(self) -> dict[str, int]:
         """Shard (as rows name it) -> samples physically present and readable; never minus ignored keys."""

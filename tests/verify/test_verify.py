@@ -238,7 +238,7 @@ def test_each_folder_is_its_own_dataset(tmp_path):
     report = verify_dataset([str(tmp_path / "a"), str(tmp_path / "b")], require=["txt"], workers=1)
     assert reasons(report) == {"missing-member": 1}
     b0 = str(tmp_path / "b" / "00000.tar")
-    assert bad(report) == {b0: {"sample_000001"}}  # keyed by path: both folders hold a 00000.tar
+    assert bad(report) == {"b/00000.tar": {"sample_000001"}}  # folder and shard: both folders hold a 00000.tar
     assert [d["path"] for d in report.dataset_summaries()] == [str(tmp_path / "a"), str(tmp_path / "b")]
     assert [(d["samples"], d["ok"]) for d in report.dataset_summaries()] == [(6, True), (4, False)]
     # duplicates are still found inside one dataset
@@ -276,7 +276,7 @@ def test_cli_names_the_dataset_in_every_row_and_the_loader_takes_its_ignore_inde
     rows = [line for line in proc.stdout.splitlines() if ".tar" in line and "│" in line]
     assert len(rows) == 4 and all("a/0000" in r or "b/0000" in r for r in rows), proc.stdout
     assert "b/00001.tar sample_000003" in proc.stdout and "a: 2 shard(s), 4 samples, ok" in proc.stdout
-    assert json.loads((tmp_path / "ign.json").read_text()) == {str(tmp_path / "b" / "00001.tar"): ["sample_000003"]}
+    assert json.loads((tmp_path / "ign.json").read_text()) == {"b/00001.tar": ["sample_000003"]}
     loader = WDSLoader(["WDS:a", "WDS:b"], batch_size=7, key_map={"x": "npy"}, deterministic=True, train=False,
                        num_workers=0, ignore_index_paths="ign.json")
     got = [(shard, key) for b in loader for shard, key in zip(b["shard"], b["fname"])]
@@ -287,6 +287,28 @@ def test_cli_names_the_dataset_in_every_row_and_the_loader_takes_its_ignore_inde
     assert len(rows) == 4 and all("a/0000" in r or "b/0000" in r for r in rows), table.stdout
     doc = json.loads(run_cli("count-shards", "a", "b", "--no-write", "--json", cwd=tmp_path).stdout)
     assert [(d["path"], d["samples"]) for d in doc["datasets"]] == [("a", 4), ("b", 4)]
+
+
+def test_the_ignore_index_of_several_datasets_still_holds_after_they_move(tmp_path, monkeypatch):
+    """Over several folders, verify names shards by folder and shard (as dedup does), not by absolute path: the
+    datasets moved together elsewhere lose exactly the same sample."""
+    import shutil
+
+    from fgdata.loaders import WDSLoader
+
+    write_dataset(tmp_path / "old" / "a", n=4, maxcount=2, kinds=("txt", "npy"))
+    write_dataset(tmp_path / "old" / "b", n=4, maxcount=2, kinds=("txt", "npy"), override={1: {"npy": b"junk"}})
+    proc = run_cli("verify", tmp_path / "old" / "a", tmp_path / "old" / "b", "-w", "1", "--decode",
+                   "--write-ignore", tmp_path / "ign.json")
+    assert_clean_failure(proc)
+    assert json.loads((tmp_path / "ign.json").read_text()) == {"b/00000.tar": ["sample_000001"]}
+    shutil.move(tmp_path / "old", tmp_path / "new")
+    monkeypatch.chdir(tmp_path)
+    loader = WDSLoader(["WDS:new/a", "WDS:new/b"], batch_size=7, key_map={"x": "npy"}, deterministic=True,
+                       train=False, num_workers=0, ignore_index_paths="ign.json")
+    got = {(shard, key) for b in loader for shard, key in zip(b["shard"], b["fname"])}
+    assert len(got) == 7 and ("new/b/00000.tar", "sample_000001") not in got
+    assert ("new/a/00000.tar", "sample_000001") in got
 
 
 def test_one_folder_spelled_several_ways_is_one_dataset_read_once(tmp_path, monkeypatch):
