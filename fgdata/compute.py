@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -144,11 +145,24 @@ def check_model(id_or_dir: str, what: str, flag: str, subfolders: tuple[str | No
                           f"in the cache ({hf_cache_dir()}); {way_out}") from None
 
 
+def _follow_hub_progress_setting() -> None:
+    """diffusers reads no variable for its bars (loading checkpoint shards): it follows the hub's here, which the
+    CLI turns off when it draws no bars of its own."""
+    diffusers_logging = sys.modules.get("diffusers.utils.logging")
+    if diffusers_logging is None:
+        return
+    from huggingface_hub.utils import are_progress_bars_disabled
+
+    if are_progress_bars_disabled():
+        diffusers_logging.disable_progress_bar()
+
+
 def load_pretrained(cls: Any, id_or_dir: str, what: str, flag: str, subfolder: str | None = None, **kwargs: Any) -> Any:
     """``cls.from_pretrained`` with one-line errors naming the model and the ``flag`` that takes a directory."""
     source, local = model_source(id_or_dir)
     if local and subfolder and not (Path(source) / subfolder).is_dir():
         raise FgdataError(f"{source}: has no {subfolder}/ folder (expected a diffusers pipeline directory)")
+    _follow_hub_progress_setting()
     try:
         if subfolder:
             kwargs["subfolder"] = subfolder

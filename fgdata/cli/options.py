@@ -119,25 +119,23 @@ def show_progress(progress: bool | None, *, quiet: bool = False, json_out: bool 
 
 def quiet_model_libraries(*, bars: bool, quiet: bool) -> None:
     """transformers, diffusers and the hub draw their own bars (loading weights, downloads) and advisories on
-    stderr: without our bars theirs go too, and ``-q`` keeps only their errors."""
-    import importlib
+    stderr: without our bars theirs go too, and ``-q`` keeps only their errors.
 
-    for name in ("transformers.utils.logging", "diffusers.utils.logging"):
-        try:
-            hf_logging: Any = importlib.import_module(name)
-        except ImportError:  # an extra that is not installed: nothing of it to silence
-            continue
-        if not bars:
-            hf_logging.disable_progress_bar()
-        if quiet:
-            hf_logging.set_verbosity_error()
+    Each library reads these settings from the environment when it loads (``fgdata.compute`` tells diffusers,
+    which reads no variable for its bars), so nothing heavy is imported here: a missing model still fails in a
+    second, not after diffusers' import. A library already loaded is told directly."""
+    if quiet:
+        os.environ["TRANSFORMERS_VERBOSITY"] = os.environ["DIFFUSERS_VERBOSITY"] = "error"
     if not bars:
         os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # for the processes this one starts, too
-        try:
-            from huggingface_hub.utils import disable_progress_bars
-        except ImportError:
-            return
-        disable_progress_bars()
+    for name in ("transformers.utils.logging", "diffusers.utils.logging", "huggingface_hub.utils"):
+        library: Any = sys.modules.get(name)
+        if library is None:
+            continue
+        if not bars:
+            getattr(library, "disable_progress_bars" if name.startswith("huggingface") else "disable_progress_bar")()
+        if quiet and not name.startswith("huggingface"):
+            library.set_verbosity_error()
 
 
 def say_removed(paths: Iterable[str], *, quiet: bool = False) -> list[str]:

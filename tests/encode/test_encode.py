@@ -658,3 +658,24 @@ def test_ray_rerun_of_a_finished_job_keeps_every_unit_without_ray(tmp_path, mode
     assert (doc["shards_written"], doc["shards_resumed"], doc["written"]) == (0, 4, 4)
     assert {p.name: p.read_bytes() for p in dst.iterdir() if p.is_file()} == before
     assert not loads.exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["encode", "latents", "SRC", "DST", "--vae", "/no/such/vae", "-q"],
+    ["encode", "text", "SRC", "DST", "--encoder", "/no/such/encoder", "-q"],
+    ["kd", "pairs", "DST", "--teacher", "/no/such/teacher", "--prompts", "PROMPTS", "--steps", "4", "-q"],
+])
+def test_a_missing_model_fails_before_the_model_libraries_load(tmp_path, argv):
+    """The one-line error comes before diffusers or transformers are imported (each takes seconds), so a wrong
+    model path fails at once; -q's quieting of those libraries imports nothing."""
+    (tmp_path / "prompts.txt").write_text("a cat\n")
+    write_shards(tmp_path / "src", [("s_000", {"txt": b"a cat", "jpg": b"not needed"})], per_shard=1)
+    args = [str(tmp_path / "src") if a == "SRC" else str(tmp_path / "dst") if a == "DST" else
+            str(tmp_path / "prompts.txt") if a == "PROMPTS" else a for a in argv]
+    code = ("import sys\nfrom fgdata.cli.main import run\nsys.argv = ['fgdata', *sys.argv[1:]]\ntry:\n    run()\n"
+            "except SystemExit as exc:\n    code = exc.code\n"
+            "print(code, sorted(m for m in ('diffusers', 'transformers', 'torch') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "no such" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] in ("1 []", "2 []"), proc.stdout
