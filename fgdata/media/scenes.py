@@ -49,6 +49,8 @@ MV_RATE = 8.0
 #: Decoders that export motion vectors: only these skip non-reference frames, so that the frame-difference
 #: motion of the others (intra-only, HEVC, VP9) stays a difference between consecutive frames.
 MV_CODECS = frozenset({"h264", "mpeg1video", "mpeg2video", "mpeg4", "h263"})
+#: TransNetV2's input frames (W, H), scaled as its reference pipeline does (ffmpeg ``-s 48x27``: bicubic, RGB).
+NET_SIZE = (48, 27)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,8 @@ class Analysis:
     time_base: float = 0.0
     rotation: int = 0  # display rotation, degrees counter-clockwise
     declared_frames: int = 0  # the container's frame count (0: not given); fewer frames means truncation
+    # uint8 [N, 27, 48, 3] RGB of every frame, TransNetV2's input (``analyse_video(network_frames=True)``)
+    net_frames: np.ndarray = field(default_factory=lambda: np.zeros((0, *NET_SIZE[::-1], 3), np.uint8))
 
     def frame_seconds(self) -> float:
         """One frame's duration (1 / fps)."""
@@ -148,8 +152,10 @@ def _packet_times(container: Any, vs: Any) -> list[int] | None:
     return sorted(times) if times and len(set(times)) == len(times) else None
 
 
-def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Analysis:
-    """Decode ``src`` once: thumbnails for the cut detector and, with ``motion``, the codec's motion vectors.
+def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True, network_frames: bool = False) -> Analysis:
+    """Decode ``src`` once: thumbnails for the cut detector and, with ``motion``, the codec's motion vectors;
+    with ``network_frames``, every frame (none skipped: TransNetV2 reads each frame and its neighbours) also
+    scaled to 48x27 RGB for :mod:`fgdata.media.transnet`, in the same pass.
 
     Where the decoder exports motion vectors (MV_CODECS), only the reference frames are decoded
     (``skip_frame=NONREF``: x264's default preset leaves about 45 % of the frames unreferenced, B-frames no
@@ -159,6 +165,7 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
     import av
 
     thumbs: list[np.ndarray] = []
+    small: list[np.ndarray] = []
     shown: list[int] = []
     missing = False  # a decoded frame without pts (only where none is skipped): times from the frame rate
     rotation = 0
@@ -178,7 +185,7 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
         else:
             vs.codec_context.options = {"skip_loop_filter": "all"}
         cc = vs.codec_context
-        if every and (not motion or cc.name in MV_CODECS):
+        if every and (not motion or cc.name in MV_CODECS) and not network_frames:
             cc.skip_frame = "NONREF"
         width, height = cc.width, cc.height
         rate = vs.average_rate or vs.guessed_rate
@@ -191,6 +198,9 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
         try:
             for frame in container.decode(vs):
                 thumbs.append(_thumbnail(frame, step, tw, th))
+                if network_frames:
+                    small.append(frame.reformat(width=NET_SIZE[0], height=NET_SIZE[1], format="rgb24",
+                                                interpolation="BICUBIC").to_ndarray())
                 if not thumbs[1:]:
                     rotation = round(frame.rotation) % 360
                 shown.append(frame.pts if frame.pts is not None else -1)
@@ -232,7 +242,7 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
     return Analysis(times=times.astype(np.float64), thumbs=np.stack(thumbs)[order], width=width, height=height,
                     fps=fps, codec=cc.name, sample=sample, mv_mean=mv_mean, mv_patches=mv_patches,
                     has_mvs=bool((~np.isnan(mv_mean)).any()), pts=raw_pts, time_base=tb, rotation=rotation,
-                    declared_frames=declared)
+                    declared_frames=declared, **({"net_frames": np.stack(small)[order]} if small else {}))
 
 
 def _thumbnail(frame: Any, step: int, tw: int, th: int) -> np.ndarray:
