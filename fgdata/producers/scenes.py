@@ -78,14 +78,15 @@ class SceneOptions:
 
     def _check_transnet(self) -> None:
         """Before anything is read: the extra is installed, the threshold is a probability, the device a name."""
-        from fgdata.compute import check_device
+        from fgdata.compute import check_device, resolve_device
         from fgdata.media import transnet
 
         if not transnet.available():
             raise OptionError(transnet.EXTRA_MESSAGE)
         if not 0 < self.threshold < 1:
             raise OptionError("--cut-threshold for --cut-detector transnetv2 is a probability, between 0 and 1")
-        check_device(self.device)
+        if check_device(self.device) != "cpu":
+            resolve_device(self.device)  # CUDA asked for and absent: one line now, not a failure per video
 
     @property
     def threshold(self) -> float:
