@@ -23,6 +23,9 @@ second, the frame's motion vectors. Everything after is pure numpy over those ar
 - **motion** (:func:`motion_scores`): NeMo Curator's two figures over the codec's motion vectors,
   or over frame differences at the analysis size for intra-only streams (no motion vectors).
 
+For ``--cut-detector transnetv2`` the same decode (``network_frames``) decodes every frame and also scales
+each to TransNetV2's 48x27 RGB input; :mod:`fgdata.media.transnet` finds the transitions from those.
+
 Frame ``i`` is the ``i``-th frame in presentation order; :class:`Analysis` keeps each frame's time so
 callers cut by seconds, and which frames were decoded (``sample``): the rules run over the decoded frames.
 """
