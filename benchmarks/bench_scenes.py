@@ -24,6 +24,10 @@ FFmpeg's frame threads; fgdata's analysis one slice thread per process). (b) has
 job core starts its workers from a fork server this process does not reap, so their CPU time is not
 counted here.
 
+With the ``scenes-ml`` extra installed, (a) also runs ``--cut-detector transnetv2`` on the CPU in the same pool
+(``analyse_video(network_frames=True)``: every frame decoded and scaled to 48x27, then TransNetV2 at its
+default threshold 0.5, one torch thread per process); ``--no-transnet`` leaves it out.
+
 PySceneDetect and imageio-ffmpeg run in their own venv (created on first use, like bench_download.py's
 img2dataset): ``--venv /tmp/scenes-bench-venv``.
 
@@ -158,6 +162,15 @@ def _fgdata_detect(path: str) -> tuple[str, list[int], int]:
     return path, cuts, len(analysis.times)
 
 
+def _transnet_detect(path: str) -> tuple[str, list[int], int]:
+    from fgdata.media.scenes import analyse_video
+    from fgdata.media.transnet import DEFAULT_THRESHOLD, detect_transitions
+
+    analysis = analyse_video(path, network_frames=True)
+    cuts = [t.first for t in detect_transitions(analysis, DEFAULT_THRESHOLD, 0.6)]
+    return path, cuts, len(analysis.times)
+
+
 def ensure_venv(venv: Path) -> Path:
     python = venv / "bin" / "python"
     if not python.exists():
@@ -228,6 +241,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--venv", default="/tmp/scenes-bench-venv")
+    parser.add_argument("--no-transnet", action="store_true", help="leave TransNetV2 out of (a)")
     parser.add_argument("--videos-dir", help="keep the generated videos here and reuse them on the next run")
     parser.add_argument("--decode-modes", type=int, metavar="K",
                         help="only time the decoder's modes on the first K videos (see decode_modes), then stop")
@@ -257,6 +271,13 @@ def main() -> None:
         fg_seconds, fg_cpu = time.perf_counter() - t, children_cpu() - cpu
         frames = sum(n for _, _, n in done)
         rows = [("fgdata (adaptive, flashes, fades, dissolves)", fg_seconds, fg_cpu, {p: c for p, c, _ in done})]
+        from fgdata.media.transnet import available
+
+        if available() and not args.no_transnet:
+            t, cpu = time.perf_counter(), children_cpu()
+            with Pool(args.processes) as pool:
+                found = {p: c for p, c, _ in pool.map(_transnet_detect, paths, chunksize=1)}
+            rows.append(("fgdata --cut-detector transnetv2 (CPU)", time.perf_counter() - t, children_cpu() - cpu, found))
         for mode, label in (("content", "PySceneDetect ContentDetector(27)"),
                             ("adaptive", "PySceneDetect AdaptiveDetector(3.5, 3)")):
             cpu = children_cpu()
@@ -267,8 +288,9 @@ def main() -> None:
         for label, seconds, cpu_s, found in rows:
             score, tp, fp, fn = f1(truths, found)
             print(f"{label:48s} {frames / seconds:9.0f} {frames / cpu_s:7.0f} {score:6.3f} {tp:4d} {fp:4d} {fn:4d}")
-        print(f"fgdata / ContentDetector frames/s: {rows[1][1] / rows[0][1]:.2f}x wall, "
-              f"{rows[1][2] / rows[0][2]:.2f}x per CPU-second")
+        content = rows[-2]
+        print(f"fgdata / ContentDetector frames/s: {content[1] / rows[0][1]:.2f}x wall, "
+              f"{content[2] / rows[0][2]:.2f}x per CPU-second")
 
         dest = work / "fg"
         t = time.perf_counter()

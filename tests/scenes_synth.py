@@ -135,3 +135,24 @@ def encode(frames: list[np.ndarray], fps: int = 25, codec: str = "libx264", gop:
                 out.mux(aus.encode(af))
             out.mux(aus.encode(None))
     return buf.getvalue()
+
+
+#: Hard cuts (one into a fast pan), a 1-frame and a 2-frame white flash, a 12-frame dissolve, a fade to black
+#: and back, a fast pan and a zoom with no cut inside.
+EDITED = [("shot", 0, 40, 1.0), ("cut",), ("shot", 1, 20, 0.5), ("flash", 0.9), ("shot", 1, 15, 0.5, 1.0, 21),
+          ("flash", 1.0), ("flash", 1.0), ("shot", 1, 15, 0.5, 1.0, 38),
+          ("dissolve", 12), ("shot", 2, 40, 0.7), ("fade", 8, 4, 8), ("shot", 3, 40, 0.3), ("cut",),
+          ("shot", 4, 45, 8.0), ("cut",), ("shot", 5, 45, 0.5, 1.8), ("cut",), ("shot", 1, 30, 0.0)]
+
+
+def check_transitions(truth: Truth, transitions: list) -> None:
+    """The scene tests' gate: every hard cut within one frame, none on flashes, pans or zooms; each fade and
+    dissolve once, within its span."""
+    hard = [t.first for t in transitions if t.kind == "hard"]
+    assert len(hard) == len(truth.hard), (hard, truth.hard)  # none on flashes, pans or zooms
+    for want, got in zip(truth.hard, hard):
+        assert abs(want - got) <= 1, (want, got)
+    soft = [t for t in transitions if t.kind != "hard"]
+    assert [t.kind for t in soft] == [kind for kind, _, _ in truth.soft]
+    for t, (_, first, last) in zip(soft, truth.soft):  # once each, within its span (one frame of slack)
+        assert first - 1 <= t.first and t.last <= last + 1 and t.first <= t.last

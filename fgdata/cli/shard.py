@@ -129,8 +129,8 @@ class VideoFlags:
     max_side: Optional[int] = flag(MAX_SIDE)
     # --split scenes: single-shot clips from one analysis decode per video
     split: str = flag(typer.Option("fixed", "--split", help="fixed (--clip-seconds, or whole videos) or scenes (one clip per shot: hard cuts, fades and dissolves found in one low-resolution decode)."))
-    cut_detector: str = flag(typer.Option("adaptive", "--cut-detector", help="--split scenes: adaptive (content change against its quieter neighbours, flashes suppressed)."))
-    cut_threshold: float = flag(typer.Option(3.5, "--cut-threshold", help="--split scenes: a cut is a change this many times its neighbours' mean."))
+    cut_detector: str = flag(typer.Option("adaptive", "--cut-detector", help="--split scenes: adaptive (content change against its quieter neighbours, flashes suppressed) or transnetv2 (the TransNetV2 network, extra scenes-ml; every frame decoded)."))
+    cut_threshold: Optional[float] = flag(typer.Option(None, "--cut-threshold", help="--split scenes: adaptive: a cut is a change this many times its neighbours' mean (default 3.5); transnetv2: a transition is a frame the network gives at least this probability (default 0.5)."))
     min_scene_seconds: float = flag(typer.Option(0.6, "--min-scene-seconds", help="--split scenes: no cut closer than this to the previous one."))
     min_clip_seconds: float = flag(typer.Option(0.0, "--min-clip-seconds", help="--split scenes: shorter clips are dropped, counted as filtered (too-short)."))
     max_clip_seconds: Optional[float] = flag(typer.Option(None, "--max-clip-seconds", help="--split scenes: longer shots are cut into equal pieces no longer than this."))
@@ -138,6 +138,7 @@ class VideoFlags:
     clip_mode: str = flag(typer.Option("copy", "--clip-mode", help="--split scenes: copy (stream copy from the first keyframe in the shot; the span written is recorded) or exact (frame-exact re-encode)."))
     min_motion: Optional[float] = flag(typer.Option(None, "--min-motion", help="--split scenes: drop clips whose motion_mean is below this (filtered)."))
     max_motion: Optional[float] = flag(typer.Option(None, "--max-motion", help="--split scenes: drop clips whose motion_mean is above this (filtered)."))
+    device: str = flag(typer.Option("cpu", "--device", help="--cut-detector transnetv2: cpu, cuda, cuda:N or auto (CUDA when present)."))
 
     def scene_options(self) -> Any:  # a SceneOptions, or None for --split fixed
         from fgdata.errors import OptionError
@@ -150,7 +151,8 @@ class VideoFlags:
         return SceneOptions(cut_detector=self.cut_detector, cut_threshold=self.cut_threshold,
                             min_scene_seconds=self.min_scene_seconds, min_clip_seconds=self.min_clip_seconds,
                             max_clip_seconds=self.max_clip_seconds, trim_seconds=self.trim_seconds,
-                            clip_mode=self.clip_mode, min_motion=self.min_motion, max_motion=self.max_motion)
+                            clip_mode=self.clip_mode, min_motion=self.min_motion, max_motion=self.max_motion,
+                            device=self.device)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,6 +23,9 @@ second, the frame's motion vectors. Everything after is pure numpy over those ar
 - **motion** (:func:`motion_scores`): NeMo Curator's two figures over the codec's motion vectors,
   or over frame differences at the analysis size for intra-only streams (no motion vectors).
 
+For ``--cut-detector transnetv2`` the same decode (``network_frames``) decodes every frame and also scales
+each to TransNetV2's 48x27 RGB input; :mod:`fgdata.media.transnet` finds the transitions from those.
+
 Frame ``i`` is the ``i``-th frame in presentation order; :class:`Analysis` keeps each frame's time so
 callers cut by seconds, and which frames were decoded (``sample``): the rules run over the decoded frames.
 """
@@ -49,6 +52,8 @@ MV_RATE = 8.0
 #: Decoders that export motion vectors: only these skip non-reference frames, so that the frame-difference
 #: motion of the others (intra-only, HEVC, VP9) stays a difference between consecutive frames.
 MV_CODECS = frozenset({"h264", "mpeg1video", "mpeg2video", "mpeg4", "h263"})
+#: TransNetV2's input frames (W, H), scaled as its reference pipeline does (ffmpeg ``-s 48x27``: bicubic, RGB).
+NET_SIZE = (48, 27)
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,8 @@ class Analysis:
     time_base: float = 0.0
     rotation: int = 0  # display rotation, degrees counter-clockwise
     declared_frames: int = 0  # the container's frame count (0: not given); fewer frames means truncation
+    # uint8 [N, 27, 48, 3] RGB of every frame, TransNetV2's input (``analyse_video(network_frames=True)``)
+    net_frames: np.ndarray = field(default_factory=lambda: np.zeros((0, *NET_SIZE[::-1], 3), np.uint8))
 
     def frame_seconds(self) -> float:
         """One frame's duration (1 / fps)."""
@@ -148,8 +155,10 @@ def _packet_times(container: Any, vs: Any) -> list[int] | None:
     return sorted(times) if times and len(set(times)) == len(times) else None
 
 
-def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Analysis:
-    """Decode ``src`` once: thumbnails for the cut detector and, with ``motion``, the codec's motion vectors.
+def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True, network_frames: bool = False) -> Analysis:
+    """Decode ``src`` once: thumbnails for the cut detector and, with ``motion``, the codec's motion vectors;
+    with ``network_frames``, every frame (none skipped: TransNetV2 reads each frame and its neighbours) also
+    scaled to 48x27 RGB for :mod:`fgdata.media.transnet`, in the same pass.
 
     Where the decoder exports motion vectors (MV_CODECS), only the reference frames are decoded
     (``skip_frame=NONREF``: x264's default preset leaves about 45 % of the frames unreferenced, B-frames no
@@ -159,6 +168,7 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
     import av
 
     thumbs: list[np.ndarray] = []
+    small: list[np.ndarray] = []
     shown: list[int] = []
     missing = False  # a decoded frame without pts (only where none is skipped): times from the frame rate
     rotation = 0
@@ -178,7 +188,7 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
         else:
             vs.codec_context.options = {"skip_loop_filter": "all"}
         cc = vs.codec_context
-        if every and (not motion or cc.name in MV_CODECS):
+        if every and (not motion or cc.name in MV_CODECS) and not network_frames:
             cc.skip_frame = "NONREF"
         width, height = cc.width, cc.height
         rate = vs.average_rate or vs.guessed_rate
@@ -191,6 +201,9 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
         try:
             for frame in container.decode(vs):
                 thumbs.append(_thumbnail(frame, step, tw, th))
+                if network_frames:
+                    small.append(frame.reformat(width=NET_SIZE[0], height=NET_SIZE[1], format="rgb24",
+                                                interpolation="BICUBIC").to_ndarray())
                 if not thumbs[1:]:
                     rotation = round(frame.rotation) % 360
                 shown.append(frame.pts if frame.pts is not None else -1)
@@ -232,7 +245,7 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
     return Analysis(times=times.astype(np.float64), thumbs=np.stack(thumbs)[order], width=width, height=height,
                     fps=fps, codec=cc.name, sample=sample, mv_mean=mv_mean, mv_patches=mv_patches,
                     has_mvs=bool((~np.isnan(mv_mean)).any()), pts=raw_pts, time_base=tb, rotation=rotation,
-                    declared_frames=declared)
+                    declared_frames=declared, **({"net_frames": np.stack(small)[order]} if small else {}))
 
 
 def _thumbnail(frame: Any, step: int, tw: int, th: int) -> np.ndarray:
@@ -317,6 +330,13 @@ def _fades(luma: np.ndarray, dark: np.ndarray) -> list[Transition]:
     return out
 
 
+def black_fades(thumbs: np.ndarray) -> list[Transition]:
+    """The fades to black of consecutive YUV thumbnails: a frame is black when at most 5 % of its luma is
+    above DARK_LUMA (:func:`_fades`)."""
+    grey = thumbs[..., 0].astype(np.float32)
+    return _fades(grey.mean(axis=(1, 2)), (grey > DARK_LUMA).mean(axis=(1, 2)) <= 0.05)
+
+
 def _dissolves(hsv: np.ndarray, d1: np.ndarray, taken: np.ndarray, fps: float) -> list[Transition]:
     """Cross-fades: runs (at most 2 s) of frames changing more than twice the video's median change, whose
     ends differ as a cut does (>= 15) and whose middle frame is within a quarter of that of the average of
@@ -371,9 +391,7 @@ def _transitions(thumbs: np.ndarray, fps: float, settings: CutSettings) -> list[
         return []
     hsv = _hsv(_rgb(thumbs))
     d1, d2, d3 = content_scores(hsv)
-    grey = thumbs[..., 0].astype(np.float32)
-    luma = grey.mean(axis=(1, 2))
-    soft = _fades(luma, (grey > DARK_LUMA).mean(axis=(1, 2)) <= 0.05)
+    soft = black_fades(thumbs)
     taken = np.zeros(n, bool)
     for t in soft:
         taken[max(0, t.first) : min(n, t.last + 2)] = True

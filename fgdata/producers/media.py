@@ -649,7 +649,7 @@ def _scene_samples(item: WorkItem, options: ShardOptions, data: bytes,
     if clash:
         raise _Failed("metadata", f"{item.name}: the field {clash[0]!r} is a clip field of --split scenes")
     try:
-        analysis = analyse_video(data)
+        analysis = analyse_video(data, network_frames=scenes.cut_detector == "transnetv2")
     except MediaError as e:
         raise _Failed("video-decode", _first_line(e)) from None
     if analysis.declared_frames and len(analysis.times) < analysis.declared_frames:

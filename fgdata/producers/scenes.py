@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import io
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from fgdata.catalog import RUNTIME
 from fgdata.errors import OptionError
 
 SPLITS = ("fixed", "scenes")
 CLIP_MODES = ("copy", "exact")
-DETECTORS = ("adaptive",)
+DETECTORS = ("adaptive", "transnetv2")
+#: ``--cut-threshold``'s default per detector: the adaptive ratio, TransNetV2's transition probability.
+DEFAULT_THRESHOLDS = {"adaptive": 3.5, "transnetv2": 0.5}
 #: The clip fields written flat at the top level of the sample's json (docs/FORMATS.md).
 CLIP_FIELDS = ("source", "clip_index", "clip_start_s", "clip_end_s", "clip_frames", "fps", "width", "height",
                "keyframe_aligned", "cut_before", "cut_after", "motion_mean", "motion_min_patch", "scenes_meta")
@@ -38,7 +41,8 @@ class SceneOptions:
     """``--split scenes`` settings; part of the job record."""
 
     cut_detector: str = "adaptive"
-    cut_threshold: float = 3.5  # adaptive_threshold: a frame's change / its quieter neighbours' mean
+    # adaptive: a frame's change / its quieter neighbours' mean; transnetv2: a probability; None: the default
+    cut_threshold: float | None = None
     min_scene_seconds: float = 0.6
     min_clip_seconds: float = 0.0
     max_clip_seconds: float | None = None
@@ -46,14 +50,21 @@ class SceneOptions:
     clip_mode: str = "copy"
     min_motion: float | None = None
     max_motion: float | None = None
+    device: str = field(default="cpu", metadata=RUNTIME)  # where TransNetV2 runs
 
     def __post_init__(self) -> None:
         if self.cut_detector not in DETECTORS:
             raise OptionError(f"--cut-detector must be one of {', '.join(DETECTORS)}, not {self.cut_detector!r}")
         if self.clip_mode not in CLIP_MODES:
             raise OptionError(f"--clip-mode must be one of {', '.join(CLIP_MODES)}, not {self.clip_mode!r}")
-        if self.cut_threshold <= 1:
+        if self.cut_threshold is None:
+            object.__setattr__(self, "cut_threshold", DEFAULT_THRESHOLDS[self.cut_detector])
+        if self.cut_detector == "transnetv2":
+            self._check_transnet()
+        elif self.threshold <= 1:
             raise OptionError("--cut-threshold must be > 1 (a frame's change over its neighbours' mean)")
+        elif self.device != "cpu":
+            raise OptionError("--device is for --cut-detector transnetv2 (the adaptive detector runs on the CPU)")
         for name, value in (("--min-scene-seconds", self.min_scene_seconds), ("--min-clip-seconds", self.min_clip_seconds),
                             ("--trim-seconds", self.trim_seconds)):
             if value < 0:
@@ -65,10 +76,51 @@ class SceneOptions:
         if self.min_motion is not None and self.max_motion is not None and self.min_motion > self.max_motion:
             raise OptionError("--min-motion must be at most --max-motion")
 
+    def _check_transnet(self) -> None:
+        """Before anything is read: the extra is installed, the threshold is a probability, the device a name."""
+        from fgdata.compute import check_device, resolve_device
+        from fgdata.media import transnet
+
+        if not transnet.available():
+            raise OptionError(transnet.EXTRA_MESSAGE)
+        if not 0 < self.threshold < 1:
+            raise OptionError("--cut-threshold for --cut-detector transnetv2 is a probability, between 0 and 1")
+        if check_device(self.device) != "cpu":
+            resolve_device(self.device)  # CUDA asked for and absent: one line now, not a failure per video
+
+    @property
+    def threshold(self) -> float:
+        """``cut_threshold`` once resolved (never None after ``__post_init__``)."""
+        assert self.cut_threshold is not None
+        return self.cut_threshold
+
     def settings(self) -> Any:  # a CutSettings
         from fgdata.media.scenes import CutSettings
 
-        return CutSettings(adaptive_threshold=self.cut_threshold, min_scene_seconds=self.min_scene_seconds)
+        return CutSettings(adaptive_threshold=self.threshold, min_scene_seconds=self.min_scene_seconds)
+
+    def detector_json(self) -> dict[str, Any]:
+        """The detector's settings as ``scenes_meta`` records them (TransNetV2: its package and weights too)."""
+        if self.cut_detector == "adaptive":
+            return dict(self.settings().to_json())
+        from fgdata.media import transnet
+
+        return {"threshold": self.threshold, "soft_frames": transnet.SOFT_FRAMES,
+                "min_scene_seconds": self.min_scene_seconds, "window": transnet.WINDOW, "context": transnet.CONTEXT,
+                "package": f"{transnet.PACKAGE}=={transnet.package_version()}",
+                "weights_sha256": transnet.weights_sha256()}
+
+    def transitions(self, analysis: Any) -> list[Any]:
+        """The analysed video's transitions, by the chosen detector."""
+        from fgdata.media.scenes import detect_transitions
+
+        if self.cut_detector == "adaptive":
+            return detect_transitions(analysis, self.settings())
+        from fgdata.compute import resolve_device
+        from fgdata.media import transnet
+
+        return transnet.detect_transitions(analysis, self.threshold, self.min_scene_seconds,
+                                           resolve_device(self.device))
 
 
 @dataclass(frozen=True)
@@ -86,7 +138,7 @@ class PlannedClip:
 def plan_clips(analysis: Any, options: SceneOptions) -> tuple[list[PlannedClip], list[str], str]:
     """The clips of an analysed video, the reasons of those dropped (``"too-short ..."`` etc.) and the
     motion method."""
-    from fgdata.media.scenes import detect_transitions, motion_scores, scenes_from
+    from fgdata.media.scenes import motion_scores, scenes_from
 
     times = analysis.times
     frame = analysis.frame_seconds()
@@ -94,7 +146,7 @@ def plan_clips(analysis: Any, options: SceneOptions) -> tuple[list[PlannedClip],
     kept: list[PlannedClip] = []
     dropped: list[str] = []
     method = "motion-vectors" if analysis.has_mvs else "frame-diff"
-    for scene in scenes_from(detect_transitions(analysis, options.settings()), n):
+    for scene in scenes_from(options.transitions(analysis), n):
         first, last = scene.first, scene.last
         if options.trim_seconds:
             while first <= last and times[first] < times[scene.first] + options.trim_seconds - _EPS:
@@ -285,7 +337,7 @@ def clip_fields(source: str, index: int, analysis: Any, clip: PlannedClip, writt
         "cut_after": clip.after,
         "motion_mean": round(clip.motion_mean, 9),
         "motion_min_patch": round(clip.motion_min_patch, 9),
-        "scenes_meta": {"detector": options.cut_detector, "settings": {**options.settings().to_json(),
+        "scenes_meta": {"detector": options.cut_detector, "settings": {**options.detector_json(),
                                                                         **_clip_settings(options)},
                         "motion_method": method, "fgdata_version": __version__},
     }
@@ -293,6 +345,6 @@ def clip_fields(source: str, index: int, analysis: Any, clip: PlannedClip, writt
 
 def _clip_settings(options: SceneOptions) -> dict[str, Any]:
     d = asdict(options)
-    for k in ("cut_detector", "cut_threshold", "min_scene_seconds"):
+    for k in ("cut_detector", "cut_threshold", "min_scene_seconds", "device"):
         d.pop(k)
     return d

@@ -13,32 +13,13 @@ from fgdata.producers.scenes import SceneOptions, plan_clips
 
 pytest.importorskip("av")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from scenes_synth import build, encode, photo, view  # noqa: E402
+from scenes_synth import EDITED, build, check_transitions, encode, photo, view  # noqa: E402
 
 SIZE = (256, 144)
-#: Hard cuts (one into a fast pan), a 1-frame and a 2-frame white flash, a 12-frame dissolve, a fade to black
-#: and back, a fast pan and a zoom with no cut inside.
-PLAN = [("shot", 0, 40, 1.0), ("cut",), ("shot", 1, 20, 0.5), ("flash", 0.9), ("shot", 1, 15, 0.5, 1.0, 21),
-        ("flash", 1.0), ("flash", 1.0), ("shot", 1, 15, 0.5, 1.0, 38),
-        ("dissolve", 12), ("shot", 2, 40, 0.7), ("fade", 8, 4, 8), ("shot", 3, 40, 0.3), ("cut",),
-        ("shot", 4, 45, 8.0), ("cut",), ("shot", 5, 45, 0.5, 1.8), ("cut",), ("shot", 1, 30, 0.0)]
-
-
 @pytest.fixture(scope="module")
 def edited():
-    truth = build(SIZE, PLAN)
+    truth = build(SIZE, EDITED)
     return truth, analyse_video(encode(truth.frames))
-
-
-def _check(truth, transitions) -> None:
-    hard = [t.first for t in transitions if t.kind == "hard"]
-    assert len(hard) == len(truth.hard), (hard, truth.hard)  # none on flashes, pans or zooms
-    for want, got in zip(truth.hard, hard):
-        assert abs(want - got) <= 1, (want, got)
-    soft = [t for t in transitions if t.kind != "hard"]
-    assert [t.kind for t in soft] == [kind for kind, _, _ in truth.soft]
-    for t, (_, first, last) in zip(soft, truth.soft):  # once each, within its span (one frame of slack)
-        assert first - 1 <= t.first and t.last <= last + 1 and t.first <= t.last
 
 
 def test_cuts_fades_dissolves_found_flashes_pans_zooms_ignored(edited):
@@ -46,7 +27,7 @@ def test_cuts_fades_dissolves_found_flashes_pans_zooms_ignored(edited):
     assert len(analysis.times) == len(truth.frames)
     # x264's B-frames that no frame references are not decoded; at most two in a row are skipped
     assert len(analysis.sample) < len(truth.frames) and np.diff(analysis.sample).max() <= 3
-    _check(truth, detect_transitions(analysis, CutSettings()))
+    check_transitions(truth, detect_transitions(analysis, CutSettings()))
 
 
 def test_transition_frames_belong_to_no_scene(edited):

