@@ -264,9 +264,11 @@ def _thumbnail(frame: Any, step: int, tw: int, th: int) -> np.ndarray:
         small = frame.reformat(width=tw, height=th, format="yuv444p", interpolation="POINT")
         return np.stack([_plane(small, k) for k in range(3)], -1)
     y = _plane(frame, 0)[::step, ::step]
-    u = _plane(frame, 1)[:: step // 2, :: step // 2][: y.shape[0], : y.shape[1]]
-    v = _plane(frame, 2)[:: step // 2, :: step // 2][: y.shape[0], : y.shape[1]]
-    return np.stack([y, u, v], -1)
+    out = np.empty((*y.shape, 3), np.uint8)  # filled plane by plane: np.stack's own overhead is as large
+    out[..., 0] = y
+    out[..., 1] = _plane(frame, 1)[:: step // 2, :: step // 2][: y.shape[0], : y.shape[1]]
+    out[..., 2] = _plane(frame, 2)[:: step // 2, :: step // 2][: y.shape[0], : y.shape[1]]
+    return out
 
 
 def _plane(frame: Any, k: int) -> np.ndarray:
