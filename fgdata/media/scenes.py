@@ -2,8 +2,8 @@
 
 :func:`analyse_video` reads the video's packets for every frame's time, then decodes the video once: of
 codecs whose decoder exports motion vectors, the reference frames only (``skip_frame=NONREF``: the
-non-reference B-frames, about 45 % of x264's default output, are not decoded; slice threads, loop filter
-skipped, the codec's motion vectors exported) and keeps, per decoded
+non-reference B-frames, about 45 % of x264's default output, are not decoded; one decoder thread, loop
+filter skipped, the codec's motion vectors exported) and keeps, per decoded
 frame, a ~64 px wide YUV thumbnail (every ``width // 64``-th pixel of the decoded planes, as
 video2dataset downscales for PySceneDetect; no scaler pass over the full frame) and, about 8 times a
 second, the frame's motion vectors. Everything after is pure numpy over those arrays:
@@ -127,7 +127,7 @@ def _motion_vectors(frame: Any) -> dict[str, np.ndarray] | None:
     more than the decode of the frame."""
     from av.sidedata.sidedata import SideDataContainer
 
-    sd = SideDataContainer(frame).get("MOTION_VECTORS")
+    sd = SideDataContainer(frame).get("MOTION_VECTORS")  # type: ignore[call-arg]  # the stub omits __init__
     if sd is None:
         return None
     arr = sd.to_ndarray()
@@ -192,8 +192,10 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
             every = _packet_times(container, vs)
         except av.error.FFmpegError as e:
             raise VideoDecodeError(f"cannot read video packets: {e}") from e
-        # FFmpeg's frame threads export motion vectors racily (a rerun gives other vectors for a few frames, so
-        # other motion fields and other bytes): with motion, the decoder's slice threads only
+        # FFmpeg's frame threads export motion vectors racily (h264 exports an output picture's vectors while
+        # another thread may still be decoding it: a rerun gives other vectors for a few frames, so other
+        # motion fields and other bytes); slice threads gain nothing on x264's one slice per frame and cost
+        # their wake-ups: with motion, one decoder thread
         vs.thread_type = "SLICE" if motion else "AUTO"
         if motion:
             vs.thread_count = 1
