@@ -211,7 +211,7 @@ DECODE_MODES = (  # (label, thread type, decoder options, skip_frame)
     ("slice threads, no motion vectors", "SLICE", {"skip_loop_filter": "all"}, None),
     ("frame threads, motion vectors (racy)", "AUTO", {"flags2": "+export_mvs", "skip_loop_filter": "all"}, None),
     ("frame threads, no motion vectors", "AUTO", {"skip_loop_filter": "all"}, None),
-    ("analysis now: slice threads, motion vectors, skip non-ref", "SLICE", {"flags2": "+export_mvs", "skip_loop_filter": "all"},
+    ("slice threads, motion vectors, skip non-ref", "SLICE", {"flags2": "+export_mvs", "skip_loop_filter": "all"},
      "NONREF"),
     ("frame threads, no motion vectors, skip non-ref", "AUTO", {"skip_loop_filter": "all"}, "NONREF"),
 )
