@@ -192,10 +192,10 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True) -> Ana
             every = _packet_times(container, vs)
         except av.error.FFmpegError as e:
             raise VideoDecodeError(f"cannot read video packets: {e}") from e
-        # FFmpeg's frame threads export motion vectors racily (h264 exports an output picture's vectors while
-        # another thread may still be decoding it: a rerun gives other vectors for a few frames, so other
-        # motion fields and other bytes); slice threads gain nothing on x264's one slice per frame and cost
-        # their wake-ups: with motion, one decoder thread
+        # FFmpeg's frame threads export motion vectors racily (h264 exports a picture's vectors when it is
+        # output, in a later frame's thread: a rerun gave other vectors for a few frames, so other motion
+        # fields and other bytes); slice threads gain nothing on x264's one slice per frame and cost their
+        # wake-ups: with motion, one decoder thread
         vs.thread_type = "SLICE" if motion else "AUTO"
         if motion:
             vs.thread_count = 1
