@@ -20,9 +20,10 @@ above, then one ``ffmpeg -ss START -i VIDEO -t LENGTH -c copy -map 0`` per scene
 ``imageio-ffmpeg`` wheel), the clips then written into one tar per video. Videos/s = videos / wall clock.
 (a) also prints frames per CPU-second of the pool's processes (user + system, children included): on a
 loaded box the wall clock favours the side with more decoder threads (PySceneDetect's OpenCV reader uses
-FFmpeg's frame threads; fgdata's analysis one slice thread per process). (b) has no CPU figure: fgdata's
-job core starts its workers from a fork server this process does not reap, so their CPU time is not
-counted here.
+FFmpeg's frame threads; fgdata's analysis one decoder thread per process). (b) runs twice: with
+``--processes`` (wall clock only: fgdata's job core starts its workers from a fork server this process does
+not reap, so their CPU time is not counted here), then both sides with one process (fgdata's job runs in
+the command's process), where videos per CPU-second (ffmpeg's processes included) is counted too.
 
 With the ``scenes-ml`` extra installed, (a) also runs ``--cut-detector transnetv2`` on the CPU in the same pool
 (``analyse_video(network_frames=True)``: every frame decoded and scaled to 48x27, then TransNetV2 at its
@@ -198,12 +199,32 @@ def peer(python: Path, mode: str, procs: int, paths: list[str], out: str) -> dic
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def fgdata_split(src: Path, dest: Path, procs: int) -> tuple[float, float, int]:
+    """``fgdata shard videos SRC DEST --split scenes --workers PROCS``: (wall s, CPU s, clips). The CPU figure
+    counts only with one process: fgdata's job then runs in the command's process, while with more its workers
+    come from a fork server this process does not reap."""
+    t, cpu = time.perf_counter(), children_cpu()
+    subprocess.run([sys.executable, "-m", "fgdata", "shard", "videos", str(src), str(dest), "--split", "scenes",
+                    "--workers", str(procs), "--no-progress", "--quiet"], check=True,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    seconds, cpu_s = time.perf_counter() - t, children_cpu() - cpu
+    return seconds, cpu_s, json.loads((dest / "failures.json").read_text())["samples"]
+
+
+def v2d_split_run(python: Path, paths: list[str], out: Path, procs: int) -> tuple[float, float, int]:
+    """video2dataset's two steps in a pool of PROCS: (wall s, CPU s with the ffmpeg children, clips)."""
+    out.mkdir()
+    t, cpu = time.perf_counter(), children_cpu()
+    res = peer(python, "split", procs, paths, str(out))
+    return time.perf_counter() - t, children_cpu() - cpu, res["result"]
+
+
 DECODE_MODES = (  # (label, thread type, decoder options, skip_frame)
     ("all frames: slice threads, motion vectors", "SLICE", {"flags2": "+export_mvs", "skip_loop_filter": "all"}, None),
     ("slice threads, no motion vectors", "SLICE", {"skip_loop_filter": "all"}, None),
     ("frame threads, motion vectors (racy)", "AUTO", {"flags2": "+export_mvs", "skip_loop_filter": "all"}, None),
     ("frame threads, no motion vectors", "AUTO", {"skip_loop_filter": "all"}, None),
-    ("analysis now: slice threads, motion vectors, skip non-ref", "SLICE", {"flags2": "+export_mvs", "skip_loop_filter": "all"},
+    ("slice threads, motion vectors, skip non-ref", "SLICE", {"flags2": "+export_mvs", "skip_loop_filter": "all"},
      "NONREF"),
     ("frame threads, no motion vectors, skip non-ref", "AUTO", {"skip_loop_filter": "all"}, "NONREF"),
 )
@@ -292,22 +313,15 @@ def main() -> None:
         print(f"fgdata / ContentDetector frames/s: {content[1] / rows[0][1]:.2f}x wall, "
               f"{content[2] / rows[0][2]:.2f}x per CPU-second")
 
-        dest = work / "fg"
-        t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "fgdata", "shard", "videos", str(src), str(dest), "--split", "scenes",
-                        "--workers", str(args.processes), "--no-progress", "--quiet"], check=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
-        fg_split = time.perf_counter() - t
-        clips = json.loads((dest / "failures.json").read_text())["samples"]
-        out = work / "v2d"
-        out.mkdir()
-        t = time.perf_counter()
-        v2d = peer(python, "split", args.processes, paths, str(out))
-        v2d_split = time.perf_counter() - t
-        print(f"\n(b) whole split (detect + clip + shard), {len(paths)} videos, {args.processes} processes")
-        print(f"fgdata --split scenes:        {len(paths) / fg_split:6.2f} videos/s ({clips} clips)")
-        print(f"video2dataset's two steps:    {len(paths) / v2d_split:6.2f} videos/s ({v2d['result']} clips)")
-        print(f"ratio: {v2d_split / fg_split:.2f}x")
+        for procs in (args.processes, 1):
+            fg_split, fg_cpu, clips = fgdata_split(src, work / f"fg{procs}", procs)
+            v2d_split, v2d_cpu, v2d_clips = v2d_split_run(python, paths, work / f"v2d{procs}", procs)
+            print(f"\n(b) whole split (detect + clip + shard), {len(paths)} videos, {procs} process(es)")
+            print(f"fgdata --split scenes:        {len(paths) / fg_split:6.2f} videos/s ({clips} clips)"
+                  + (f", {len(paths) / fg_cpu:5.2f} videos per CPU-second" if procs == 1 else ""))
+            print(f"video2dataset's two steps:    {len(paths) / v2d_split:6.2f} videos/s ({v2d_clips} clips)"
+                  + (f", {len(paths) / v2d_cpu:5.2f} videos per CPU-second" if procs == 1 else ""))
+            print(f"ratio: {v2d_split / fg_split:.2f}x wall" + (f", {v2d_cpu / fg_cpu:.2f}x per CPU-second" if procs == 1 else ""))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

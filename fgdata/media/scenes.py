@@ -2,8 +2,8 @@
 
 :func:`analyse_video` reads the video's packets for every frame's time, then decodes the video once: of
 codecs whose decoder exports motion vectors, the reference frames only (``skip_frame=NONREF``: the
-non-reference B-frames, about 45 % of x264's default output, are not decoded; slice threads, loop filter
-skipped, the codec's motion vectors exported) and keeps, per decoded
+non-reference B-frames, about 45 % of x264's default output, are not decoded; one decoder thread, loop
+filter skipped, the codec's motion vectors exported) and keeps, per decoded
 frame, a ~64 px wide YUV thumbnail (every ``width // 64``-th pixel of the decoded planes, as
 video2dataset downscales for PySceneDetect; no scaler pass over the full frame) and, about 8 times a
 second, the frame's motion vectors. Everything after is pure numpy over those arrays:
@@ -120,16 +120,38 @@ def _patch_grid(width: int, height: int) -> tuple[int, int]:
     return max(1, -(-height // PATCH)), max(1, -(-width // PATCH))
 
 
-def _mv_field(mvs: np.ndarray, width: int, height: int) -> tuple[float, np.ndarray]:
+#: The fields of FFmpeg's motion vectors that the motion figures read.
+MV_FIELDS = ("motion_x", "motion_y", "motion_scale", "dst_x", "dst_y")
+
+
+def _motion_vectors(frame: Any) -> dict[str, np.ndarray] | None:
+    """The frame's exported motion vectors (MV_FIELDS, copied), None when it has none.
+
+    Read through a side-data container of our own: ``frame.side_data`` caches one on the frame, a reference
+    cycle that keeps each decoded picture out of the decoder's buffer pool until the garbage collector runs
+    (a fresh zeroed 720p picture per frame: a tenth of the analysis' instructions). The fields are copied
+    for the same reason (the array's base holds the frame); copying the whole structured array would cost
+    more than the decode of the frame."""
+    from av.sidedata.sidedata import SideDataContainer
+
+    sd = SideDataContainer(frame).get("MOTION_VECTORS")  # type: ignore[call-arg]  # the stub omits __init__
+    if sd is None:
+        return None
+    arr = sd.to_ndarray()
+    return {k: arr[k].copy() for k in MV_FIELDS} if len(arr) else None
+
+
+def _mv_field(mvs: dict[str, np.ndarray], width: int, height: int) -> tuple[float, np.ndarray]:
     """NeMo's per-frame figures from one frame's motion vectors: mean magnitude over the frame (16x16 grid,
     blocks without a vector count as still) and the mean of each 256-px patch, normalised by (H + W)."""
     gh, gw = -(-height // 16), -(-width // 16)
-    grid = np.zeros((gh, gw), np.float32)
     scale = np.maximum(mvs["motion_scale"].astype(np.float32), 1.0)
     mag = np.hypot(mvs["motion_x"], mvs["motion_y"]).astype(np.float32) / scale / (height + width)
-    gx = np.clip(mvs["dst_x"].astype(np.int64) // 16, 0, gw - 1)
-    gy = np.clip(mvs["dst_y"].astype(np.int64) // 16, 0, gh - 1)
-    np.maximum.at(grid, (gy, gx), mag)
+    gx = np.clip(mvs["dst_x"].astype(np.intp) // 16, 0, gw - 1)
+    gy = np.clip(mvs["dst_y"].astype(np.intp) // 16, 0, gh - 1)
+    flat = np.zeros(gh * gw, np.float32)
+    np.maximum.at(flat, gy * gw + gx, mag)  # a flat index: ufunc.at over a tuple of indices is ten times slower
+    grid = flat.reshape(gh, gw)
     ph, pw = _patch_grid(width, height)
     sums = np.zeros((ph * 16, pw * 16), np.float32)
     sums[:gh, :gw] = grid
@@ -180,9 +202,13 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True, networ
             every = _packet_times(container, vs)
         except av.error.FFmpegError as e:
             raise VideoDecodeError(f"cannot read video packets: {e}") from e
-        # FFmpeg's frame threads export motion vectors racily (a rerun gives other vectors for a few frames, so
-        # other motion fields and other bytes): with motion, the decoder's slice threads only
+        # FFmpeg's frame threads export motion vectors racily (h264 exports a picture's vectors when it is
+        # output, in a later frame's thread: a rerun gave other vectors for a few frames, so other motion
+        # fields and other bytes); slice threads gain nothing on x264's one slice per frame and cost their
+        # wake-ups: with motion, one decoder thread
         vs.thread_type = "SLICE" if motion else "AUTO"
+        if motion:
+            vs.thread_count = 1
         if motion:
             vs.codec_context.options = {"flags2": "+export_mvs", "skip_loop_filter": "all"}
         else:
@@ -197,7 +223,7 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True, networ
         mv_every = max(1, round((float(rate) if rate else 25.0) / MV_RATE))
         tb = float(vs.time_base) if vs.time_base else 0.0
         declared = vs.frames or 0
-        vectors: list[tuple[int, np.ndarray]] = []  # (position in decode output, motion vectors)
+        vectors: list[tuple[int, dict[str, np.ndarray]]] = []  # (position in decode output, motion vectors)
         try:
             for frame in container.decode(vs):
                 thumbs.append(_thumbnail(frame, step, tw, th))
@@ -208,11 +234,9 @@ def analyse_video(src: bytes | str | os.PathLike, *, motion: bool = True, networ
                     rotation = round(frame.rotation) % 360
                 shown.append(frame.pts if frame.pts is not None else -1)
                 missing = missing or frame.pts is None
-                sd = frame.side_data.get("MOTION_VECTORS") if motion else None
-                if sd is not None:
-                    arr = sd.to_ndarray()
-                    if len(arr):
-                        vectors.append((len(thumbs) - 1, arr))
+                fields = _motion_vectors(frame) if motion else None
+                if fields is not None:
+                    vectors.append((len(thumbs) - 1, fields))
         except av.error.FFmpegError as e:
             raise VideoDecodeError(f"cannot decode video: {e}") from e
     if not thumbs:
@@ -255,9 +279,11 @@ def _thumbnail(frame: Any, step: int, tw: int, th: int) -> np.ndarray:
         small = frame.reformat(width=tw, height=th, format="yuv444p", interpolation="POINT")
         return np.stack([_plane(small, k) for k in range(3)], -1)
     y = _plane(frame, 0)[::step, ::step]
-    u = _plane(frame, 1)[:: step // 2, :: step // 2][: y.shape[0], : y.shape[1]]
-    v = _plane(frame, 2)[:: step // 2, :: step // 2][: y.shape[0], : y.shape[1]]
-    return np.stack([y, u, v], -1)
+    out = np.empty((*y.shape, 3), np.uint8)  # filled plane by plane: np.stack's own overhead is as large
+    out[..., 0] = y
+    out[..., 1] = _plane(frame, 1)[:: step // 2, :: step // 2][: y.shape[0], : y.shape[1]]
+    out[..., 2] = _plane(frame, 2)[:: step // 2, :: step // 2][: y.shape[0], : y.shape[1]]
+    return out
 
 
 def _plane(frame: Any, k: int) -> np.ndarray:

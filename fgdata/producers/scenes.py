@@ -235,6 +235,10 @@ def copy_clips(data: bytes, analysis: Any, clips: list[PlannedClip], container_f
                 if packet.size == 0 or (packet.pts is None and packet.dts is None):
                     continue
                 (video if packet.stream is vs else audio).append(packet)
+            origin = float(pts[0] * analysis.time_base)
+            # each audio packet's time, once (exact Fractions: per clip, they cost more than the muxing)
+            heard = ([float(_packet_time(p) * aud.time_base) - origin for p in audio]
+                     if aud is not None and aud.time_base is not None else [])
             out: list[WrittenClip | None] = []
             for clip in clips:
                 start = next((i for i, p in enumerate(video) if p.is_keyframe and p.pts is not None
@@ -255,13 +259,7 @@ def copy_clips(data: bytes, analysis: Any, clips: list[PlannedClip], container_f
                 a, b = shown[0], shown[-1]
                 t0 = float(analysis.times[a])
                 t1 = float(analysis.times[b]) + analysis.frame_seconds()
-                sounds = []
-                if aud is not None and aud.time_base is not None:
-                    origin = float(pts[0] * analysis.time_base)
-                    for p in audio:
-                        ta = float(_packet_time(p) * aud.time_base) - origin
-                        if t0 - _EPS <= ta < t1 - _EPS:
-                            sounds.append(p)
+                sounds = [p for p, ta in zip(audio, heard) if t0 - _EPS <= ta < t1 - _EPS]
                 tracks = [(vs, chosen, min(_packet_time(p) for p in chosen)),
                           (aud, sounds, min(_packet_time(p) for p in sounds) if sounds else 0)]
                 out.append(WrittenClip(mux_packets(tracks, container_format), a, b, True))

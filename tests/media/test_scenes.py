@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fgdata.media.scenes import CutSettings, analyse_video, detect_transitions, scenes_from
+from fgdata.media.scenes import MV_FIELDS, CutSettings, _motion_vectors, analyse_video, detect_transitions, scenes_from
 from fgdata.producers.scenes import SceneOptions, plan_clips
 
 pytest.importorskip("av")
@@ -112,3 +113,25 @@ def test_trim_and_pieces_of_the_maximum_length(edited):
     for c in clips:
         assert 1.0 - 1e-6 <= analysis.times[c.last] - analysis.times[c.first] + frame <= 1.5 + 1e-6
     assert any("the rest of a shot" in d for d in dropped)
+
+
+def test_motion_vectors_are_read_without_holding_the_frame():
+    """Each frame's motion vectors come out as copies, and reading them leaves no reference to the frame:
+    ``frame.side_data`` caches a container that points back at the frame (a cycle), which kept every decoded
+    picture out of the decoder's buffer pool until the garbage collector ran."""
+    import av
+
+    data = encode(build(SIZE, [("shot", 0, 12, 2.0)]).frames)
+    read = 0
+    with av.open(io.BytesIO(data)) as container:
+        vs = container.streams.video[0]
+        vs.codec_context.options = {"flags2": "+export_mvs"}
+        for frame in container.decode(vs):
+            before = sys.getrefcount(frame)
+            fields = _motion_vectors(frame)
+            assert sys.getrefcount(frame) == before
+            if fields is not None:
+                read += 1
+                assert sorted(fields) == sorted(MV_FIELDS)
+                assert all(a.base is None and len(a) for a in fields.values())
+    assert read  # the pan's predicted frames have motion vectors
