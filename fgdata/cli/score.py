@@ -98,12 +98,8 @@ def _into(paths: list[str], options: ScoreOptions, settings: RunSettings, out: O
                                                                      progress=bar.advance))
 
     summary = run_job(call)
-    rows = [("output shards written", f"{summary.shards_done:,}"),
-            ("output shards resumed", f"{summary.shards_skipped:,}")]
-    if summary.not_updated:
-        rows.insert(0, ("  not updated (kept)", f"{summary.not_updated:,}"))
-    details = ShardsDone(summary.shards_done, summary.shards_skipped, not_updated=summary.not_updated)
-    finish_job(summary, source=paths[0], seconds=time.perf_counter() - started, rows=rows, details=details,
+    done = ShardsDone.of(summary, rate=False)
+    finish_job(summary, source=paths[0], seconds=time.perf_counter() - started, rows=done.rows(), details=done,
                quiet=out.quiet, json_out=out.json_out)
 
 

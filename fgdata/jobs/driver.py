@@ -22,8 +22,9 @@ job does the same way:
    (:meth:`JobDefinition.write_final`: by default ``shard_count.json`` and ``failures.json``,
    :func:`fgdata.jobs.units.finalize`; a command whose outputs are not shards writes its own), then the command
    writes its own side files (:meth:`JobDefinition.finish`).
-7. **Summary**: one :class:`~fgdata.jobs.summary.JobSummary` (a rank other than 0: its own share), which the
-   command completes with its own figures (:meth:`JobDefinition.summarize`).
+7. **Summary**: one :class:`~fgdata.jobs.summary.JobSummary` (a rank other than 0: its own share) of what every
+   job has, to which the command adds its own figures as the summary's typed ``payload``
+   (:meth:`JobDefinition.summarize`).
 
 A definition never imports a pool, a lock or a marker reader of its own; the engine never imports a command.
 """
@@ -260,7 +261,8 @@ class JobDefinition(ABC, Generic[U]):
         """The command's own side files, once the counts and the failure report are written."""
 
     def summarize(self, summary: JobSummary, ctx: Context, totals: Totals | None) -> JobSummary:
-        """Complete the summary with the command's figures (``totals`` None: a rank's share)."""
+        """Complete the summary with the command's figures, set as its ``payload`` (a dataclass of the command's;
+        ``totals`` None: a rank's share)."""
         return summary
 
     def finished(self, summary: JobSummary, ctx: Context) -> None:
@@ -395,18 +397,16 @@ def _gather(job: JobDefinition[U], ctx: Context) -> None:
 
 def _share(job: JobDefinition[U], ctx: Context) -> JobSummary:
     """What a rank other than 0 did (its units only); it writes no report file, rank 0 writes the job's."""
-    written = failed = samples = warned = 0
+    written = failed = samples = 0
     reasons: Counter[str] = Counter()
     for marker in ctx.spool.in_order():
         written += marker.written
         failed += len(marker.failures)
         samples += marker.samples
-        warned += len(marker.warnings)
         reasons.update(category(f.reason) for f in marker.failures)
     return JobSummary(command=job.command, path=job.dest, seen=written + failed, written=written, failed=failed,
                       samples=samples, failed_by_reason=dict(sorted(reasons.items())), failures_path=None,
-                      resumed=ctx.resumed, warned=warned, rank=ctx.rank, world=ctx.world, restarted=ctx.restarted,
-                      shards_done=ctx.fresh, shards_skipped=ctx.kept, whole_job=False)
+                      resumed=ctx.resumed, rank=ctx.rank, world=ctx.world, restarted=ctx.restarted, whole_job=False)
 
 
 def _whole(job: JobDefinition[U], ctx: Context, totals: Totals) -> JobSummary:
@@ -416,9 +416,7 @@ def _whole(job: JobDefinition[U], ctx: Context, totals: Totals) -> JobSummary:
                       failed_by_reason=dict(sorted(totals.failed_by_reason.items())),
                       shards=[storage.join(job.dest, n) for n in counts], counts=counts,
                       failures_path=storage.join(job.dest, FAILURES_FILE), resumed=ctx.resumed,
-                      warned=totals.warned, warned_by_reason=dict(sorted(totals.warned_by_reason.items())),
-                      rank=ctx.rank, world=ctx.world, restarted=ctx.restarted, shards_done=ctx.fresh,
-                      shards_skipped=ctx.kept)
+                      rank=ctx.rank, world=ctx.world, restarted=ctx.restarted)
 
 
 def markers_of(ctx: Context) -> Iterable[Marker]:

@@ -45,7 +45,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
-from typing import Any, BinaryIO, Generic, Protocol, TypedDict, TypeVar
+from typing import Any, BinaryIO, Generic, Protocol, TypeVar
 
 from fgdata import storage
 from fgdata.errors import FgdataError
@@ -144,46 +144,6 @@ class Unit(Generic[T]):
     @property
     def positions(self) -> range:
         return range(self.first, self.first + len(self.items))
-
-
-class ClipDoc(TypedDict):
-    """A :class:`ClipTally` as a marker's payload and the summary write it."""
-
-    asked_seconds: float
-    written: int
-    longer_than_asked: int
-    longest_seconds: float
-
-
-@dataclass
-class ClipTally:
-    """The clips a ``--clip-seconds`` job wrote in one run, and how many came out longer than asked (cut at
-    keyframes, a clip runs to the first keyframe at least ``clip_seconds`` on: sparse keyframes make long clips)."""
-
-    asked: float
-    written: int = 0
-    longer: int = 0  # longer than asked by more than one frame
-    longest: float = 0.0
-
-    def add(self, length: float, longer: bool) -> None:
-        self.written += 1
-        self.longer += longer
-        self.longest = max(self.longest, length)
-
-    def merge(self, other: ClipTally) -> None:
-        """Add another tally (a work unit's)."""
-        self.written += other.written
-        self.longer += other.longer
-        self.longest = max(self.longest, other.longest)
-
-    def to_json(self) -> ClipDoc:
-        return {"asked_seconds": self.asked, "written": self.written, "longer_than_asked": self.longer,
-                "longest_seconds": round(self.longest, 3)}
-
-    @classmethod
-    def from_json(cls, doc: ClipDoc) -> ClipTally:
-        return cls(float(doc["asked_seconds"]), int(doc["written"]), int(doc["longer_than_asked"]),
-                   float(doc["longest_seconds"]))
 
 
 class Payload(Protocol):
