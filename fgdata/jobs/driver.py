@@ -199,6 +199,16 @@ class JobDefinition(ABC, Generic[U]):
     def plan(self) -> Iterator[U]:
         """The units in order, streamed."""
 
+    def unit_state(self, number: int) -> Marker | Plan | None:
+        """What unit ``number`` left: its marker, its plan (started, not finished) or None; by default its marker
+        file under DST (:func:`fgdata.jobs.units.read_unit`). A command whose outputs record what made them (``score``'s
+        score files: the options and inputs they hold) reads them as its markers instead."""
+        return read_unit(self.dest, number, self.folder)
+
+    def units_left(self) -> set[int]:
+        """The units that may have left something (one listing): by default those with a marker file."""
+        return existing_markers(self.dest, self.folder)
+
     def redo(self, marker: Marker) -> bool:
         """Whether a unit the resume rule keeps is run again all the same (``--retry-failed``)."""
         return False
@@ -354,7 +364,7 @@ def _pending(job: JobDefinition[U], ctx: Context) -> Iterator[U]:
     """The units this process runs, in order, read as the executor takes them: an owned unit the resume rule
     keeps is counted and spooled here; another rank's unit is remembered by its inputs (what its marker must
     show)."""
-    markers = existing_markers(job.dest, job.folder) if ctx.resume else set()
+    markers = job.units_left() if ctx.resume else set()
     options_fp = ctx.stamp[0]
     size_of: SizeOf = listed_sizes(job.unit_outputs(ctx))
     mine = (lambda _n: True) if ctx.world == 1 else (lambda n: owner(n, ctx.world) == ctx.rank)
@@ -363,7 +373,7 @@ def _pending(job: JobDefinition[U], ctx: Context) -> Iterator[U]:
         if not mine(unit.number):
             ctx.expected[unit.number] = unit.inputs
             continue
-        found = read_unit(job.dest, unit.number, job.folder) if unit.number in markers else None
+        found = job.unit_state(unit.number) if unit.number in markers else None
         if isinstance(found, Plan):
             ctx.restarted += 1
         old = found if isinstance(found, Marker) else None
@@ -387,12 +397,11 @@ def _gather(job: JobDefinition[U], ctx: Context) -> None:
     def final(marker: Marker) -> bool:
         return is_final(marker, ctx.stamp, ctx.expected[marker.unit], ctx.resume, size_of, job.redo)
 
-    wait_for_units(job.dest, [u for u in range(ctx.units) if u not in ctx.spool],
+    wait_for_units(job.unit_state, [u for u in range(ctx.units) if u not in ctx.spool],
                    (final, lambda plan: is_started(plan, ctx.stamp, ctx.expected[plan.unit])),
                    partial(_add, job, ctx, fresh=None), ctx.world,
                    f"{job.dest}: {job.others}" if job.others else job.dest,
-                   ctx.settings.wait_timeout, ctx.settings.log, folder=job.folder,
-                   name=job.unit_name)
+                   ctx.settings.wait_timeout, ctx.settings.log, name=job.unit_name)
 
 
 def _share(job: JobDefinition[U], ctx: Context) -> JobSummary:

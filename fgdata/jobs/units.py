@@ -450,14 +450,14 @@ def is_started(plan: Plan, stamp: tuple[str, str | None], inputs: str) -> bool:
     return (plan.options, plan.inputs) == (options_fp, inputs) and (launch is None or plan.launch == launch)
 
 
-def wait_for_units(dest: str, missing: Iterable[int],
+def wait_for_units(read: Callable[[int], Marker | Plan | None], missing: Iterable[int],
                    judges: tuple[Callable[[Marker], bool], Callable[[Plan], bool]], add: Callable[[Marker], None],
                    world: int, what: str, timeout: float | None, log: Callable[[str], None] | None,
-                   folder: str = UNITS_DIR, name: Callable[[int], str] = lambda u: "unit %06d" % u) -> None:
+                   name: Callable[[int], str] = lambda u: "unit %06d" % u) -> None:
     """Rank 0: wait (bounded by ``timeout``) until every unit in ``missing`` has a marker ``final`` accepts
-    (``judges``: ``final`` and ``started``),
-    handing each to ``add`` as it is met; the error names the units still missing, their ranks and whether
-    their rank has started them (a plan ``started`` accepts: this run's, not one a killed run left)."""
+    (``read(unit)``: what the unit left, :func:`read_unit` of the job's markers folder; ``judges``: ``final`` and
+    ``started``), handing each to ``add`` as it is met; the error names the units still missing, their ranks and
+    whether their rank has started them (a plan ``started`` accepts: this run's, not one a killed run left)."""
     from fgdata.jobs.ranks import owner, wait_for
 
     final, started = judges
@@ -468,7 +468,7 @@ def wait_for_units(dest: str, missing: Iterable[int],
         waiting = []
         said = []
         for u in left:
-            found = read_unit(dest, u, folder)
+            found = read(u)
             if isinstance(found, Marker) and final(found):
                 add(found)
                 continue
