@@ -99,12 +99,8 @@ def _run(call: Callable[..., Any], source: str, device: str, engine: EngineFlags
             return call(run=replace(settings, progress=bar.advance))
 
     summary = run_job(with_bar)  # the bar is closed before an interrupt line is printed
-    rows = [("output shards written", f"{summary.shards_done:,}"),
-            ("output shards resumed", f"{summary.shards_skipped:,}")]
-    if summary.not_updated:  # --into in place: failed samples kept as they were
-        rows.insert(0, ("  not updated (kept)", f"{summary.not_updated:,}"))
-    details = ShardsDone(summary.shards_done, summary.shards_skipped, summary.rate, summary.not_updated)
-    finish_job(summary, source=source, seconds=time.perf_counter() - started, rows=rows, details=details,
+    done = ShardsDone.of(summary, rate=True)
+    finish_job(summary, source=source, seconds=time.perf_counter() - started, rows=done.rows(), details=done,
                quiet=out.quiet, json_out=out.json_out)
 
 

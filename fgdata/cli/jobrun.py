@@ -141,13 +141,29 @@ class Details(Protocol):
 
 @dataclass(frozen=True)
 class ShardsDone:
-    """The fields of a command that writes shards per input shard (encode, kd, score): output shards written and
-    found complete, samples per second (encode, kd) and the samples an in-place run kept as they were."""
+    """The fields of a job of tasks, which writes shards per input shard (encode, kd, score --into): output shards
+    written and found complete, samples per second (encode, kd) and the samples an in-place run kept as they were."""
 
     written: int
     resumed: int
     rate: float | None = None
     not_updated: int = 0
+
+    @classmethod
+    def of(cls, summary: JobSummary, *, rate: bool) -> ShardsDone:
+        """From the job's summary and its :class:`fgdata.encode.tasks.TaskFigures` (``rate``: report samples/s)."""
+        from fgdata.encode.tasks import TaskFigures
+        from fgdata.jobs.summary import payload_of
+
+        figures = payload_of(summary, TaskFigures)
+        return cls(figures.shards_done, figures.shards_skipped, summary.rate if rate else None, figures.not_updated)
+
+    def rows(self) -> list[tuple[str, str]]:
+        """The table's rows."""
+        rows = [("output shards written", f"{self.written:,}"), ("output shards resumed", f"{self.resumed:,}")]
+        if self.not_updated:  # --into in place: failed samples kept as they were
+            rows.insert(0, ("  not updated (kept)", f"{self.not_updated:,}"))
+        return rows
 
     def to_json(self) -> dict[str, object]:
         doc: dict[str, object] = {"shards_written": self.written, "shards_resumed": self.resumed}

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from fgdata.cli.flaggroups import flag, flag_groups
-from fgdata.cli.options import OutputFlags
-from fgdata.cli.render import console, err_console, print_json, progress
+from fgdata.cli.options import OutputFlags, TorchrunJobFlags
+from fgdata.cli.render import console, err_console, print_json
 
 if TYPE_CHECKING:
     from fgdata.jobs.driver import RunSettings
     from fgdata.jobs.summary import JobSummary
-    from fgdata.score.job import ScoreOptions
+    from fgdata.score.job import ScoreOptions, ScoreSummary
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +38,7 @@ def score_cmd(
     paths: list[str] = typer.Argument(..., help="Folders or s3:// prefixes of .tar shards, shards, or brace patterns."),
     *,
     opts: ScoreFlags,
+    job: TorchrunJobFlags,
     out: OutputFlags,
 ) -> None:
     """Compute per-sample scores and write them beside each shard as SHARD.tar.scores.jsonl (the shard is never
@@ -46,10 +47,14 @@ def score_cmd(
     Example: fgdata score /data/shards --with basic
     Example: fgdata score /data/shards --with clip,aesthetic,nsfw --model-dir /models/clip-vit-l-14 --device auto
 
-    Scoring again with another signal adds its fields; a rerun skips shards already scored (resumable).
-    FOLDER/scores.json records what each signal is (preprocessing, scale, model). Exit code 1 when a shard could
-    not be read.
+    Scoring again with another signal adds its fields; a rerun skips shards already scored with these signals
+    (--resume, the default; a run stopped at any point resumes to the same bytes), --no-resume scores every shard
+    again, --overwrite first removes the shards' score files (every signal's fields). FOLDER/scores.json records
+    what each signal is (preprocessing, scale, model). Exit code 1 when a shard could not be read.
     """
+    import dataclasses
+
+    from fgdata.cli.jobrun import job_progress, notes, run_job
     from fgdata.jobs.driver import RunSettings
     from fgdata.score.job import ScoreOptions, parse_signals, score_datasets
 
@@ -57,13 +62,19 @@ def score_cmd(
                            image_ext=opts.image_ext.lower().lstrip(".") if opts.image_ext else None,
                            model_dir=opts.model_dir, device=opts.device, batch_size=opts.batch_size)
     settings = RunSettings(engine=opts.engine, workers=opts.workers, ray_address=opts.ray_address,
-                           num_gpus=1.0 if opts.device.startswith("cuda") else 0.0)
+                           num_gpus=1.0 if opts.device.startswith("cuda") else 0.0, resume=job.resume,
+                           overwrite=job.overwrite, wait_timeout=job.wait_timeout)
     if opts.into:
         _into(paths, options, settings, out)
         return
-    with progress(enabled=out.bars) as bar:
-        task = bar.add_task("scoring", total=None, rate="")
-        summary = score_datasets(paths, options, settings, progress=lambda _r: bar.update(task, advance=1))
+    say = notes(out.quiet)
+
+    def call() -> ScoreSummary:
+        with job_progress("scoring", enabled=out.bars) as bar:
+            return score_datasets(paths, options, dataclasses.replace(settings, progress=bar.advance, notify=say,
+                                                                      log=say))
+
+    summary = run_job(call)
     if out.json_out:
         print_json(summary.to_json())
     elif not out.quiet:
@@ -98,12 +109,8 @@ def _into(paths: list[str], options: ScoreOptions, settings: RunSettings, out: O
                                                                      progress=bar.advance))
 
     summary = run_job(call)
-    rows = [("output shards written", f"{summary.shards_done:,}"),
-            ("output shards resumed", f"{summary.shards_skipped:,}")]
-    if summary.not_updated:
-        rows.insert(0, ("  not updated (kept)", f"{summary.not_updated:,}"))
-    details = ShardsDone(summary.shards_done, summary.shards_skipped, not_updated=summary.not_updated)
-    finish_job(summary, source=paths[0], seconds=time.perf_counter() - started, rows=rows, details=details,
+    done = ShardsDone.of(summary, rate=False)
+    finish_job(summary, source=paths[0], seconds=time.perf_counter() - started, rows=done.rows(), details=done,
                quiet=out.quiet, json_out=out.json_out)
 
 

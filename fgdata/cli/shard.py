@@ -17,6 +17,7 @@ from fgdata.cli.selectflags import ImageTableFlags, SelectFlags, VideoTableFlags
 
 if TYPE_CHECKING:
     from fgdata.jobs.summary import JobSummary
+    from fgdata.sharding.job import ClipTally, ShardFigures
 
 shard_app = typer.Typer(
     help="Turn folders or manifests of media into WebDataset shards (atomic, resumable, deterministic).",
@@ -189,28 +190,29 @@ class DownloadFlags:
 
 @dataclass(frozen=True)
 class ShardDetails:
-    """``shard``'s own fields of its ``--json`` document, from the job's summary."""
+    """``shard``'s own fields of its ``--json`` document, from the job's summary and its figures."""
 
     report: JobSummary
+    figures: ShardFigures
 
     def to_json(self) -> dict[str, object]:
-        report, diff = self.report, self.report.inputs
+        report, figures, diff = self.report, self.figures, self.figures.inputs
         doc: dict[str, object] = {
             "samples": report.samples, "failed_by_reason": report.failed_by_reason, "shards": report.shards,
-            "counts": report.counts, "resumed": report.resumed, "nbytes": report.nbytes,
-            "warnings": report.warned, "skipped": len(report.skipped),
+            "counts": report.counts, "resumed": report.resumed, "nbytes": figures.nbytes,
+            "warnings": figures.warned, "skipped": len(figures.skipped),
             "changed_inputs": diff.changed.names if diff else [], "added_inputs": diff.added.names if diff else [],
-            "removed_inputs": diff.removed.names if diff else [], "rewritten_shards": report.rewritten,
-            "normalised": report.normalised, "retried": report.retried, "recovered": report.recovered,
-            "restarted_units": report.restarted, "uncaptioned": report.uncaptioned,
-            "image_formats": report.formats, "filtered": report.filtered,
+            "removed_inputs": diff.removed.names if diff else [], "rewritten_shards": figures.rewritten,
+            "normalised": figures.normalised, "retried": figures.retried, "recovered": figures.recovered,
+            "restarted_units": report.restarted, "uncaptioned": figures.uncaptioned,
+            "image_formats": figures.formats, "filtered": report.filtered,
             "filtered_by_reason": report.filtered_by_reason}
         if report.selection:
             doc["selection"] = report.selection
-        if report.clips is not None:
-            doc["clips"] = report.clips.to_json()
-        if report.stats_path:
-            doc["stats"] = report.stats_path
+        if figures.clips is not None:
+            doc["clips"] = figures.clips.to_json()
+        if figures.stats_path:
+            doc["stats"] = figures.stats_path
         return doc
 
 
@@ -220,7 +222,8 @@ def _run(what: tuple[Any, Any], out: OutputFlags) -> None:
 
     from fgdata.cli.jobrun import finish_job, job_progress, notes, run_job
     from fgdata.jobs.ranks import dist_env
-    from fgdata.sharding.job import run_shard
+    from fgdata.jobs.summary import payload_of
+    from fgdata.sharding.job import ShardFigures, run_shard
     from fgdata.sources.folder import Skipped, skip_summary
 
     def categories(by_reason: dict[str, int]) -> str:
@@ -237,6 +240,7 @@ def _run(what: tuple[Any, Any], out: OutputFlags) -> None:
             return run_shard(job, replace(settings, progress=bar.advance, on_start=bar.total, notify=say, log=say))
 
     report = run_job(shard)  # the bar is closed before an interrupt line is printed
+    figures = payload_of(report, ShardFigures)
     rows = [(f"  {reason}", f"{n:,}") for reason, n in report.failed_by_reason.items()]
     if report.filtered:
         rows.append(("filtered", f"{report.filtered:,}: {categories(report.filtered_by_reason)}"))
@@ -245,36 +249,36 @@ def _run(what: tuple[Any, Any], out: OutputFlags) -> None:
         rows.append(("keep-top", f"{cut['kept']:,} of {cut['rows']:,} by {cut['by']} (threshold {cut['threshold']})"))
     if report.samples != report.written:
         rows.append(("samples (clips)", f"{report.samples:,}"))
-    if report.clips is not None:
-        rows += _clip_rows(report.clips)
-    if report.normalised:
-        rows.append(("normalised", ", ".join(f"{change} {n:,}" for change, n in report.normalised.items())))
-    if report.uncaptioned:
-        rows.append(("no caption", f"[yellow]{report.uncaptioned:,} of {report.written:,} written "
+    if figures.clips is not None:
+        rows += _clip_rows(figures.clips)
+    if figures.normalised:
+        rows.append(("normalised", ", ".join(f"{change} {n:,}" for change, n in figures.normalised.items())))
+    if figures.uncaptioned:
+        rows.append(("no caption", f"[yellow]{figures.uncaptioned:,} of {report.written:,} written "
                      "(--require-caption skips them)[/]"))
     rows.append(("shards", f"{len(report.shards):,}"))
     if report.resumed:
         rows.append(("resumed after", f"{report.resumed:,} inputs"))
     if report.restarted:
         rows.append(("restarted", f"{report.restarted:,} work unit(s) an earlier run stopped half-way"))
-    if report.retried:
-        rows.append(("retried", f"{report.retried:,} retryable failure(s): {report.recovered:,} now written"))
-    diff = report.inputs
+    if figures.retried:
+        rows.append(("retried", f"{figures.retried:,} retryable failure(s): {figures.recovered:,} now written"))
+    diff = figures.inputs
     if diff is not None and (diff.added.count or diff.removed.count or diff.changed.count):
         rows.append(("since the earlier run", f"{diff.added.count:,} added, {diff.removed.count:,} removed, "
-                     f"{diff.changed.count:,} changed inputs: wrote {len(report.rewritten):,} shard(s) again"))
-    rows.append(("read", human_bytes(report.nbytes)))
-    if report.warned:
-        rows.append(("warnings", f"{report.warned:,}: {categories(report.warned_by_reason)} (in failures.json)"))
-    if report.skipped:
-        rows.append(("skipped", f"{len(report.skipped):,}: {skip_summary([Skipped(f.input, f.reason) for f in report.skipped])} (in failures.json)"))
-    if report.stats_path:
-        rows.append(("per-shard stats", report.stats_path))
-    finish_job(report, source=job.src, seconds=time.perf_counter() - started, rows=rows, details=ShardDetails(report),
-               quiet=out.quiet, json_out=out.json_out)
+                     f"{diff.changed.count:,} changed inputs: wrote {len(figures.rewritten):,} shard(s) again"))
+    rows.append(("read", human_bytes(figures.nbytes)))
+    if figures.warned:
+        rows.append(("warnings", f"{figures.warned:,}: {categories(figures.warned_by_reason)} (in failures.json)"))
+    if figures.skipped:
+        rows.append(("skipped", f"{len(figures.skipped):,}: {skip_summary([Skipped(f.input, f.reason) for f in figures.skipped])} (in failures.json)"))
+    if figures.stats_path:
+        rows.append(("per-shard stats", figures.stats_path))
+    finish_job(report, source=job.src, seconds=time.perf_counter() - started, rows=rows,
+               details=ShardDetails(report, figures), quiet=out.quiet, json_out=out.json_out)
 
 
-def _clip_rows(clips) -> list[tuple[str, str]]:  # noqa: ANN001 - a ClipTally
+def _clip_rows(clips: ClipTally) -> list[tuple[str, str]]:
     """``--clip-seconds``: the clips this run wrote, and those keyframes made longer than asked."""
     rows = [("clips written", f"{clips.written:,}")]
     if clips.longer:

@@ -403,7 +403,7 @@ class TaskDefinition(JobDefinition[TaskUnit]):
 
     def summarize(self, summary: JobSummary, ctx: Context, totals: Totals | None) -> JobSummary:
         summary.seconds = ctx.seconds
-        summary.not_updated = self.not_updated
+        summary.payload = TaskFigures(ctx.fresh, ctx.kept, self.not_updated)
         return summary
 
 
@@ -420,6 +420,17 @@ def _kept_job(token: str, job: TaskJob) -> tuple[TaskJob, bool]:
         return _kept[1], False
     _kept = (token, job)  # the earlier run's producer and its model go now, before this run's model loads
     return job, True
+
+
+@dataclass(frozen=True)
+class TaskFigures:
+    """The own figures of a job of tasks (``encode``, ``kd``, ``score --into``) in its summary
+    (:attr:`fgdata.jobs.summary.JobSummary.payload`): output shards written by this run and found complete, and (in
+    place) the samples written back unchanged, whose failures say "kept"."""
+
+    shards_done: int
+    shards_skipped: int
+    not_updated: int = 0
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ for ``shard``, ``fgdata/encode/tasks.py`` for ``encode``/``kd``), that subclasse
   (default: what the settings name), ``count`` (the command's own figures from each marker), ``sweep``,
   ``report_fields`` (``failures.json``'s own fields, a :class:`fgdata.jobs.report.ReportFields`), ``write_final`` (the job's final files from the markers: by
   default ``shard_count.json`` and ``failures.json``), ``finish`` (its side files: provenance, stats),
-  ``summarize`` (its fields of the :class:`fgdata.jobs.summary.JobSummary`) and ``finished`` (closing notices).
+  ``summarize`` (its own figures, the typed ``payload`` of the :class:`fgdata.jobs.summary.JobSummary`) and ``finished`` (closing notices).
 
 :class:`fgdata.jobs.driver.RunSettings` is how every job runs (engine, workers, resume, overwrite, wait timeout,
 the progress and notice callbacks of :mod:`fgdata.progress`); it never changes the bytes. ``run_job`` owns the

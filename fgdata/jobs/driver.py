@@ -22,8 +22,9 @@ job does the same way:
    (:meth:`JobDefinition.write_final`: by default ``shard_count.json`` and ``failures.json``,
    :func:`fgdata.jobs.units.finalize`; a command whose outputs are not shards writes its own), then the command
    writes its own side files (:meth:`JobDefinition.finish`).
-7. **Summary**: one :class:`~fgdata.jobs.summary.JobSummary` (a rank other than 0: its own share), which the
-   command completes with its own figures (:meth:`JobDefinition.summarize`).
+7. **Summary**: one :class:`~fgdata.jobs.summary.JobSummary` (a rank other than 0: its own share) of what every
+   job has, to which the command adds its own figures as the summary's typed ``payload``
+   (:meth:`JobDefinition.summarize`).
 
 A definition never imports a pool, a lock or a marker reader of its own; the engine never imports a command.
 """
@@ -198,6 +199,16 @@ class JobDefinition(ABC, Generic[U]):
     def plan(self) -> Iterator[U]:
         """The units in order, streamed."""
 
+    def unit_state(self, number: int) -> Marker | Plan | None:
+        """What unit ``number`` left: its marker, its plan (started, not finished) or None; by default its marker
+        file under DST (:func:`fgdata.jobs.units.read_unit`). A command whose outputs record what made them (``score``'s
+        score files: the options and inputs they hold) reads them as its markers instead."""
+        return read_unit(self.dest, number, self.folder)
+
+    def units_left(self) -> set[int]:
+        """The units that may have left something (one listing): by default those with a marker file."""
+        return existing_markers(self.dest, self.folder)
+
     def redo(self, marker: Marker) -> bool:
         """Whether a unit the resume rule keeps is run again all the same (``--retry-failed``)."""
         return False
@@ -260,7 +271,8 @@ class JobDefinition(ABC, Generic[U]):
         """The command's own side files, once the counts and the failure report are written."""
 
     def summarize(self, summary: JobSummary, ctx: Context, totals: Totals | None) -> JobSummary:
-        """Complete the summary with the command's figures (``totals`` None: a rank's share)."""
+        """Complete the summary with the command's figures, set as its ``payload`` (a dataclass of the command's;
+        ``totals`` None: a rank's share)."""
         return summary
 
     def finished(self, summary: JobSummary, ctx: Context) -> None:
@@ -352,7 +364,7 @@ def _pending(job: JobDefinition[U], ctx: Context) -> Iterator[U]:
     """The units this process runs, in order, read as the executor takes them: an owned unit the resume rule
     keeps is counted and spooled here; another rank's unit is remembered by its inputs (what its marker must
     show)."""
-    markers = existing_markers(job.dest, job.folder) if ctx.resume else set()
+    markers = job.units_left() if ctx.resume else set()
     options_fp = ctx.stamp[0]
     size_of: SizeOf = listed_sizes(job.unit_outputs(ctx))
     mine = (lambda _n: True) if ctx.world == 1 else (lambda n: owner(n, ctx.world) == ctx.rank)
@@ -361,7 +373,7 @@ def _pending(job: JobDefinition[U], ctx: Context) -> Iterator[U]:
         if not mine(unit.number):
             ctx.expected[unit.number] = unit.inputs
             continue
-        found = read_unit(job.dest, unit.number, job.folder) if unit.number in markers else None
+        found = job.unit_state(unit.number) if unit.number in markers else None
         if isinstance(found, Plan):
             ctx.restarted += 1
         old = found if isinstance(found, Marker) else None
@@ -385,28 +397,25 @@ def _gather(job: JobDefinition[U], ctx: Context) -> None:
     def final(marker: Marker) -> bool:
         return is_final(marker, ctx.stamp, ctx.expected[marker.unit], ctx.resume, size_of, job.redo)
 
-    wait_for_units(job.dest, [u for u in range(ctx.units) if u not in ctx.spool],
+    wait_for_units(job.unit_state, [u for u in range(ctx.units) if u not in ctx.spool],
                    (final, lambda plan: is_started(plan, ctx.stamp, ctx.expected[plan.unit])),
                    partial(_add, job, ctx, fresh=None), ctx.world,
                    f"{job.dest}: {job.others}" if job.others else job.dest,
-                   ctx.settings.wait_timeout, ctx.settings.log, folder=job.folder,
-                   name=job.unit_name)
+                   ctx.settings.wait_timeout, ctx.settings.log, name=job.unit_name)
 
 
 def _share(job: JobDefinition[U], ctx: Context) -> JobSummary:
     """What a rank other than 0 did (its units only); it writes no report file, rank 0 writes the job's."""
-    written = failed = samples = warned = 0
+    written = failed = samples = 0
     reasons: Counter[str] = Counter()
     for marker in ctx.spool.in_order():
         written += marker.written
         failed += len(marker.failures)
         samples += marker.samples
-        warned += len(marker.warnings)
         reasons.update(category(f.reason) for f in marker.failures)
     return JobSummary(command=job.command, path=job.dest, seen=written + failed, written=written, failed=failed,
                       samples=samples, failed_by_reason=dict(sorted(reasons.items())), failures_path=None,
-                      resumed=ctx.resumed, warned=warned, rank=ctx.rank, world=ctx.world, restarted=ctx.restarted,
-                      shards_done=ctx.fresh, shards_skipped=ctx.kept, whole_job=False)
+                      resumed=ctx.resumed, rank=ctx.rank, world=ctx.world, restarted=ctx.restarted, whole_job=False)
 
 
 def _whole(job: JobDefinition[U], ctx: Context, totals: Totals) -> JobSummary:
@@ -416,9 +425,7 @@ def _whole(job: JobDefinition[U], ctx: Context, totals: Totals) -> JobSummary:
                       failed_by_reason=dict(sorted(totals.failed_by_reason.items())),
                       shards=[storage.join(job.dest, n) for n in counts], counts=counts,
                       failures_path=storage.join(job.dest, FAILURES_FILE), resumed=ctx.resumed,
-                      warned=totals.warned, warned_by_reason=dict(sorted(totals.warned_by_reason.items())),
-                      rank=ctx.rank, world=ctx.world, restarted=ctx.restarted, shards_done=ctx.fresh,
-                      shards_skipped=ctx.kept)
+                      rank=ctx.rank, world=ctx.world, restarted=ctx.restarted)
 
 
 def markers_of(ctx: Context) -> Iterable[Marker]:

@@ -1,21 +1,16 @@
 """The one summary every writing command returns: :class:`OutputSummary`, the counts each reports, and its
-command-specific extensions (:class:`JobSummary` for the job core's ``shard``, ``encode`` and ``kd``;
-``fgdata.prepare.build.ZipSummary``; ``fgdata.fid.refs.RefResult``), which the CLI renders the same way for
-each (the table, ``--json`` and ``-q``: :mod:`fgdata.cli.jobrun`).
+extensions (:class:`JobSummary` for the jobs of :func:`fgdata.jobs.driver.run_job`, with the command's own figures
+as its typed ``payload``; ``fgdata.prepare.build.ZipSummary``; ``fgdata.fid.refs.RefResult``), which the CLI
+renders the same way for each (the table, ``--json`` and ``-q``: :mod:`fgdata.cli.jobrun`).
 
-The shared fields come first; a command fills those of its own below and leaves the others at their
-defaults. A torchrun rank other than 0 returns its own share (``whole_job`` False, no ``failures_path``):
-rank 0 reports the job and alone decides the exit code.
+A torchrun rank other than 0 returns its own share (``whole_job`` False, no ``failures_path``): rank 0 reports
+the job and alone decides the exit code.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypedDict
-
-if TYPE_CHECKING:
-    from fgdata.jobs.report import Failure
-    from fgdata.jobs.units import ClipTally, InputDiff
+from typing import TypedDict, TypeVar
 
 
 class SelectionDoc(TypedDict, total=False):
@@ -52,40 +47,40 @@ class OutputSummary:
 
 @dataclass(kw_only=True)
 class JobSummary(OutputSummary):
-    """What a job of the job core did (or one torchrun rank's share of it); ``path`` is DST."""
+    """What a job of the job core did (or one torchrun rank's share of it); ``path`` is DST.
+
+    It holds what every job has; the command's own figures are one typed ``payload`` (a dataclass defined with the
+    command's code: ``fgdata.sharding.job.ShardFigures``, ``fgdata.encode.tasks.TaskFigures``), which the
+    definition's ``summarize`` hook sets and the command's renderer reads back with :func:`payload_of`, as a
+    unit's :class:`~fgdata.jobs.units.Marker` carries its command's payload. The engine never reads it.
+    """
 
     command: str
     samples: int = 0  # samples in the output shards (clips: several per input)
     failed_by_reason: dict[str, int] = field(default_factory=dict)
+    filtered: int = 0  # inputs a row selection left out (counted in seen, neither written nor failed)
+    filtered_by_reason: dict[str, int] = field(default_factory=dict)
+    selection: SelectionDoc | None = None  # the row selection's cut (threshold, rows, kept)
     rank: int = 0
     world: int = 1
     resumed: int = 0  # inputs of units already complete when the job started
+    restarted: int = 0  # work units an earlier run started and did not finish, written again from their start
     shards: list[str] = field(default_factory=list)  # the output shards (paths)
     counts: dict[str, int] = field(default_factory=dict)  # shard name -> samples
-    # encode / kd
-    shards_done: int = 0  # output shards written by this run
-    shards_skipped: int = 0  # output shards found complete
-    not_updated: int = 0  # in place: samples written back unchanged (failures with "kept")
-    # shard
-    nbytes: int = 0  # input bytes read in this run
-    normalised: dict[str, int] = field(default_factory=dict)  # images changed to display as a viewer does (this run)
-    warned: int = 0  # inputs written without a part (a caption), listed in failures.json
-    warned_by_reason: dict[str, int] = field(default_factory=dict)
-    skipped: list[Failure] = field(default_factory=list)  # files below SRC that are not inputs, and why
-    clips: ClipTally | None = None  # --clip-seconds: the clips written in this run
-    inputs: InputDiff | None = None  # inputs added, removed and replaced since the earlier run
-    rewritten: list[str] = field(default_factory=list)  # shards of the earlier run written again for them
-    restarted: int = 0  # work units an earlier run started and did not finish, written again from their start
-    stats_path: str | None = None  # URL jobs: shard_stats.json (per-shard successes and failures by reason)
-    filtered: int = 0  # inputs --where / --keep-top left out (counted in seen, neither written nor failed)
-    filtered_by_reason: dict[str, int] = field(default_factory=dict)
-    selection: SelectionDoc | None = None  # --where and --keep-top's cut (threshold, rows, kept)
-    retried: int = 0  # --retry-failed: retryable failures of complete units tried again
-    recovered: int = 0  # of those, the ones written now
-    uncaptioned: int = 0  # inputs written without a caption, over the whole dataset (images, videos)
-    formats: dict[str, int] = field(default_factory=dict)  # image member -> inputs written with it, whole dataset
+    payload: object | None = None  # the command's own figures (see above); None: the command has none
 
     @property
     def rate(self) -> float:
         """Samples written per second of this process's work."""
         return self.written / self.seconds if self.seconds > 0 else 0.0
+
+
+P = TypeVar("P")
+
+
+def payload_of(summary: JobSummary, kind: type[P]) -> P:
+    """The command's own figures in ``summary``, of the type its definition sets (a mismatch is a bug, not input)."""
+    if not isinstance(summary.payload, kind):
+        raise TypeError(f"{summary.command}: its summary carries {type(summary.payload).__name__}, "
+                        f"not {kind.__name__}")
+    return summary.payload

@@ -45,7 +45,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
-from typing import Any, BinaryIO, Generic, Protocol, TypedDict, TypeVar
+from typing import Any, BinaryIO, Generic, Protocol, TypeVar
 
 from fgdata import storage
 from fgdata.errors import FgdataError
@@ -144,46 +144,6 @@ class Unit(Generic[T]):
     @property
     def positions(self) -> range:
         return range(self.first, self.first + len(self.items))
-
-
-class ClipDoc(TypedDict):
-    """A :class:`ClipTally` as a marker's payload and the summary write it."""
-
-    asked_seconds: float
-    written: int
-    longer_than_asked: int
-    longest_seconds: float
-
-
-@dataclass
-class ClipTally:
-    """The clips a ``--clip-seconds`` job wrote in one run, and how many came out longer than asked (cut at
-    keyframes, a clip runs to the first keyframe at least ``clip_seconds`` on: sparse keyframes make long clips)."""
-
-    asked: float
-    written: int = 0
-    longer: int = 0  # longer than asked by more than one frame
-    longest: float = 0.0
-
-    def add(self, length: float, longer: bool) -> None:
-        self.written += 1
-        self.longer += longer
-        self.longest = max(self.longest, length)
-
-    def merge(self, other: ClipTally) -> None:
-        """Add another tally (a work unit's)."""
-        self.written += other.written
-        self.longer += other.longer
-        self.longest = max(self.longest, other.longest)
-
-    def to_json(self) -> ClipDoc:
-        return {"asked_seconds": self.asked, "written": self.written, "longer_than_asked": self.longer,
-                "longest_seconds": round(self.longest, 3)}
-
-    @classmethod
-    def from_json(cls, doc: ClipDoc) -> ClipTally:
-        return cls(float(doc["asked_seconds"]), int(doc["written"]), int(doc["longer_than_asked"]),
-                   float(doc["longest_seconds"]))
 
 
 class Payload(Protocol):
@@ -490,14 +450,14 @@ def is_started(plan: Plan, stamp: tuple[str, str | None], inputs: str) -> bool:
     return (plan.options, plan.inputs) == (options_fp, inputs) and (launch is None or plan.launch == launch)
 
 
-def wait_for_units(dest: str, missing: Iterable[int],
+def wait_for_units(read: Callable[[int], Marker | Plan | None], missing: Iterable[int],
                    judges: tuple[Callable[[Marker], bool], Callable[[Plan], bool]], add: Callable[[Marker], None],
                    world: int, what: str, timeout: float | None, log: Callable[[str], None] | None,
-                   folder: str = UNITS_DIR, name: Callable[[int], str] = lambda u: "unit %06d" % u) -> None:
+                   name: Callable[[int], str] = lambda u: "unit %06d" % u) -> None:
     """Rank 0: wait (bounded by ``timeout``) until every unit in ``missing`` has a marker ``final`` accepts
-    (``judges``: ``final`` and ``started``),
-    handing each to ``add`` as it is met; the error names the units still missing, their ranks and whether
-    their rank has started them (a plan ``started`` accepts: this run's, not one a killed run left)."""
+    (``read(unit)``: what the unit left, :func:`read_unit` of the job's markers folder; ``judges``: ``final`` and
+    ``started``), handing each to ``add`` as it is met; the error names the units still missing, their ranks and
+    whether their rank has started them (a plan ``started`` accepts: this run's, not one a killed run left)."""
     from fgdata.jobs.ranks import owner, wait_for
 
     final, started = judges
@@ -508,7 +468,7 @@ def wait_for_units(dest: str, missing: Iterable[int],
         waiting = []
         said = []
         for u in left:
-            found = read_unit(dest, u, folder)
+            found = read(u)
             if isinstance(found, Marker) and final(found):
                 add(found)
                 continue

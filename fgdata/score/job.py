@@ -1,11 +1,14 @@
 """``fgdata score``: per-sample scores of every shard, written beside it (:mod:`fgdata.shards.scores`).
 
-One work unit per shard, run by :func:`fgdata.jobs.executor.run_units`. The unit's output, the score file, is
-also its marker: it is written whole and atomically once the shard is read, and it records the shard's byte size
-and the signals it holds. A rerun skips a shard whose score file holds every asked-for signal for the same shard
-size, so a run stopped at any point (SIGKILL included) and rerun gives the bytes of an uninterrupted run.
-Scoring another signal later reads the file, adds the new fields to each row and rewrites it: the shard itself
-is only read, never written.
+Each folder's shards are one job of the job core (:func:`fgdata.jobs.driver.run_job`, :class:`ScoreJob`): one work
+unit per shard. The unit's output, the score file, is also its marker: it is written whole and atomically once the
+shard is read, and it records the shard's byte size and the signals it holds, which the job reads back as the
+unit's :class:`~fgdata.jobs.units.Marker` (:meth:`ScoreJob.unit_state`). A rerun (``--resume``, the default) keeps
+a shard whose score file holds every asked-for signal for the same shard size, so a run stopped at any point
+(SIGKILL included) and rerun gives the bytes of an uninterrupted run; ``--no-resume`` scores every shard again,
+``--overwrite`` first removes the shards' score files. Scoring another signal later reads the file, adds the new
+fields to each row and rewrites it: the shard itself is only read, never written. The job's own state (its lock)
+lives in ``FOLDER/.fgdata-score/``, removed once the job ends.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fgdata.errors import OptionError
+from fgdata.jobs.driver import Context, JobDefinition, RunSettings
+from fgdata.jobs.executor import Executor
+from fgdata.jobs.units import Marker, Totals
 from fgdata.score.models import MODEL_SIGNALS
 from fgdata.score.signals import DESCRIPTIONS, IMAGE_SIGNALS, WEIGHT_FREE
 
@@ -25,10 +31,11 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from fgdata.jobs.summary import JobSummary
-    from fgdata.jobs.driver import RunSettings
 
 #: An object's address in an error message (Pillow names the BytesIO it read): dropped, so reruns write the same bytes.
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+#: The job's state folder (its lock) inside each scored folder, removed when the job ends.
+STATE_FOLDER = ".fgdata-score"
 #: ``--with`` names that stand for several signals.
 GROUPS = {"basic": tuple(WEIGHT_FREE)}
 #: Every signal, in the order its fields are computed and listed.
@@ -247,7 +254,8 @@ def _model_pass(batch: list[tuple[Any, _Sample | None]], options: ScoreOptions
 
 
 def score_shard(options: ScoreOptions, shard: str) -> ShardScored:
-    """Score one shard and write its score file (the unit; see the module docstring)."""
+    """Score one shard and write its score file (the unit; see the module docstring): the asked-for signals
+    anew, the fields of other signals kept when the file describes the same shard bytes."""
     from fgdata import storage
     from fgdata.errors import FgdataError
     from fgdata.shards import iter_samples
@@ -258,11 +266,6 @@ def score_shard(options: ScoreOptions, shard: str) -> ShardScored:
     if old is not None and old.shard_size != size:
         old = None  # the shard was rewritten: its old scores describe other bytes
     done = ShardScored(shard)
-    if old is not None and all(old.signals.get(n) == signal_record(n, options) for n in options.signals):
-        done.samples = len(old.rows)
-        done.failed = sum(ERROR_FIELD in r for r in old.rows.values())
-        done.skipped = True
-        return done
     rows: dict[str, dict[str, Any]] = {}
     try:
         for s, fields in scored(iter_samples(shard), lambda s: s.members, options):
@@ -282,22 +285,18 @@ def score_shard(options: ScoreOptions, shard: str) -> ShardScored:
     return done
 
 
-def score_datasets(paths: list[str], options: ScoreOptions, run: RunSettings | None = None,
-                   progress: Callable[[ShardScored], None] | None = None) -> ScoreSummary:
+def score_datasets(paths: list[str], options: ScoreOptions, run: RunSettings | None = None) -> ScoreSummary:
     """Score every shard named by ``paths`` (folders, shards, brace patterns; local, s3://, http(s)://) on the
-    executor ``run`` names (local processes or Ray). Under torchrun, shard ``i`` of the sorted selection is this
-    rank's when ``i mod world == rank`` (each rank reports its share); rank 0 writes each folder's ``scores.json``."""
-    from fgdata.jobs import outputs
-    from fgdata.jobs.driver import RunSettings, executor_of
-    from fgdata.jobs.executor import run_units
-    from fgdata.jobs.ranks import dist_env, owned
-    from fgdata.shards.scores import read_meta, write_meta
+    executor ``run`` names (local processes or Ray), one job per folder (:class:`ScoreJob`). Under torchrun, shard
+    ``i`` of each folder's selection is this rank's when ``i mod world == rank`` (each rank reports its share);
+    rank 0 waits for the other ranks' score files and writes each folder's ``scores.json``."""
+    from fgdata import storage
+    from fgdata.jobs.driver import RunSettings, run_job
     from fgdata.shards.select import resolve_shards
 
     from fgdata.score.models import check_files
 
     run = run or RunSettings()
-    rank, world = (run.rank, run.world) if run.rank is not None and run.world is not None else dist_env()
     check_files(options.model_dir, options.signals, options.device)
     if run.workers > 1 or run.engine == "ray":
         from fgdata.score.models import scorer
@@ -308,19 +307,172 @@ def score_datasets(paths: list[str], options: ScoreOptions, run: RunSettings | N
     if read_only:
         raise OptionError(f"{read_only[0]}: score files are written beside the shards, and http(s) is read-only; "
                           "copy the shards to a local folder or s3:// first")
-    summary = ScoreSummary(rank=rank, world=world)
-    for result in run_units(score_shard, owned(selection.shards, rank, world), executor_of(run), options):
-        summary.shards.append(result)
-        if progress is not None:
-            progress(result)
-        outputs.output_done()
-    if rank == 0:
-        for folder in selection.folders:
-            meta = read_meta(folder)
-            new = {name: signal_record(name, options) for name in options.signals}
-            if any(meta.get(k) != v for k, v in new.items()):
-                write_meta(folder, dict(sorted({**meta, **new}.items())))
+    summary = ScoreSummary()
+    for folder, shards in selection.datasets.items():
+        job = ScoreJob(folder, shards, selection.sizes, options, selection.given_whole(shards[0]))
+        done = run_job(job, run)
+        summary.rank, summary.world = done.rank, done.world
+        summary.shards += [scored for _, scored in sorted(job.scored)]
+        if done.whole_job:
+            storage.remove_tree(job.dest)
     return summary
+
+
+@dataclass(frozen=True)
+class ScoreUnit:
+    """One unit: the ``number``-th shard of a folder, and its inputs' fingerprint (the shard's path and size)."""
+
+    number: int
+    inputs: str
+    shard: str
+
+
+@dataclass(frozen=True)
+class ScoredPayload:
+    """``score``'s own field of a unit's marker: the samples that could not be scored (``score_error``)."""
+
+    failed: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"failed": self.failed}
+
+
+def _inputs(shard: str, size: int | None) -> str:
+    import hashlib
+    import json
+
+    from fgdata import storage
+
+    return hashlib.sha256(json.dumps([storage.absolute(shard), size]).encode()).hexdigest()[:24]
+
+
+class ScoreJob(JobDefinition[ScoreUnit]):
+    """One folder's shards for :func:`fgdata.jobs.driver.run_job`: DST is the job's state folder
+    ``FOLDER/.fgdata-score`` (its lock; nothing else), the units' outputs are the score files beside the shards and
+    those files are the units' markers (see the module docstring)."""
+
+    command = "score"
+
+    def __init__(self, folder: str, shards: list[str], sizes: dict[str, int], options: ScoreOptions, whole: bool):
+        from fgdata import storage
+
+        self.folder_path, self.shards, self.sizes, self.options, self.whole = folder, shards, sizes, options, whole
+        self.dest = storage.join(folder, STATE_FOLDER)
+        self.scored: list[tuple[int, ShardScored]] = []  # this process's shards: (unit, what it did)
+
+    def fingerprint(self) -> str:
+        import hashlib
+        import json
+
+        records = {name: signal_record(name, self.options) for name in self.options.signals}
+        return hashlib.sha256(json.dumps(records, sort_keys=True).encode()).hexdigest()[:24]
+
+    def start(self, settings: RunSettings, rank: int, world: int) -> None:
+        if world > 1 and not settings.resume:
+            flag = "--overwrite" if settings.overwrite else "--no-resume"
+            raise OptionError(f"{flag}: under torchrun rank 0 cannot tell this launch's score files from an earlier "
+                              "run's; run it in one process (or remove the score files first)")
+
+    def prepare(self, ctx: Context) -> None:
+        """``--overwrite`` removes the shards' score files (every signal's fields, and ``scores.json`` of a folder
+        given whole), saying so; ``--no-resume`` says it scores every shard again."""
+        from fgdata import storage
+        from fgdata.shards.scores import META_FILE, scores_path
+
+        notify, signals = ctx.notify, "+".join(self.options.signals)
+        if ctx.settings.overwrite and ctx.rank == 0:
+            files = [p for p in (scores_path(s) for s in self.shards) if storage.exists(p)]
+            meta = storage.join(self.folder_path, META_FILE)
+            if self.whole and storage.exists(meta):
+                files.append(meta)
+            if files and notify:
+                shown = ", ".join(storage.basename(f) for f in files[:5]) + (" and more" if len(files) > 5 else "")
+                notify(f"--overwrite: removing {len(files)} score file(s) from {self.folder_path}: {shown}")
+            for path in files:
+                storage.remove(path)
+        elif not ctx.resume and notify:
+            notify(f"--no-resume: scoring every shard of {self.folder_path} again with {signals} (the fields of "
+                   "other signals in their score files are kept)")
+
+    def plan(self) -> Iterator[ScoreUnit]:
+        from fgdata import storage
+
+        for number, shard in enumerate(self.shards):
+            size = self.sizes.get(shard)
+            yield ScoreUnit(number, _inputs(shard, storage.size(shard) if size is None else size), shard)
+
+    def units_left(self) -> set[int]:
+        from fgdata import storage
+        from fgdata.shards.scores import SUFFIX
+
+        names = set(storage.list_names(self.folder_path))
+        return {n for n, shard in enumerate(self.shards) if storage.basename(shard) + SUFFIX in names}
+
+    def unit_state(self, number: int) -> Marker | None:
+        """A shard's score file as its unit's marker: this job's options when it holds every asked-for signal as
+        this run computes it, its inputs the shard bytes it describes (None: no readable score file)."""
+        from fgdata.errors import FgdataError
+        from fgdata.shards.scores import ERROR_FIELD, read_scores
+
+        if number >= len(self.shards):
+            return None
+        shard = self.shards[number]
+        try:
+            found = read_scores(shard)
+        except FgdataError:
+            return None  # torn or foreign: scored again
+        if found is None:
+            return None
+        holds = all(found.signals.get(n) == signal_record(n, self.options) for n in self.options.signals)
+        failed = sum(ERROR_FIELD in r for r in found.rows.values())
+        return self._marker(number, shard, self.fingerprint() if holds else "", _inputs(shard, found.shard_size),
+                            len(found.rows), failed)
+
+    @staticmethod
+    def _marker(number: int, shard: str, options: str, inputs: str, samples: int, failed: int,
+                error: str | None = None) -> Marker:
+        from fgdata.jobs.units import Entry
+
+        return Marker(unit=number, first=number, count=samples, options=options, inputs=inputs, stamps=[],
+                      names=[shard], shards=[], written=samples, warnings=[],
+                      failures=[Entry(shard, error, None)] if error else [], payload=ScoredPayload(failed))
+
+    def keep(self, marker: Marker, ctx: Context) -> None:
+        failed = marker.payload.failed if isinstance(marker.payload, ScoredPayload) else 0
+        self.scored.append((marker.unit, ShardScored(self.shards[marker.unit], marker.count, failed, skipped=True)))
+
+    def execute(self, pending: Iterator[ScoreUnit], executor: Executor, ctx: Context) -> Iterator[Marker]:
+        from fgdata.jobs import outputs
+        from fgdata.jobs.executor import run_units
+
+        units: dict[str, ScoreUnit] = {}
+
+        def calls() -> Iterator[str]:
+            for unit in pending:
+                units[unit.shard] = unit
+                yield unit.shard
+
+        for n, done in enumerate(run_units(score_shard, calls(), executor, self.options), 1):
+            unit = units.pop(done.shard)
+            self.scored.append((unit.number, done))
+            marker = self._marker(unit.number, done.shard, ctx.stamp[0], unit.inputs, done.samples, done.failed,
+                                  done.error)
+            ctx.progress(marker.count, 0)
+            yield marker
+            outputs.reached(n)
+
+    def sweep(self, ctx: Context) -> None:
+        """Nothing to sweep: the markers are the score files, and those of shards not selected are the dataset's."""
+
+    def write_final(self, ctx: Context) -> Totals:
+        """``scores.json``: what each signal in the folder's score files is (written once every unit is in)."""
+        from fgdata.shards.scores import read_meta, write_meta
+
+        meta = read_meta(self.folder_path)
+        new = {name: signal_record(name, self.options) for name in self.options.signals}
+        if any(meta.get(k) != v for k, v in new.items()):
+            write_meta(self.folder_path, dict(sorted({**meta, **new}.items())))
+        return Totals()
 
 
 def score_into(path: str, options: ScoreOptions, run: RunSettings | None = None) -> JobSummary:

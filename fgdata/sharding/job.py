@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import chain, islice
-from typing import Any
+from typing import Any, TypedDict
 
 from fgdata import storage
 from fgdata.errors import FgdataError, OptionError
@@ -48,9 +48,8 @@ from fgdata.jobs.provenance import write_provenance
 from fgdata.jobs.ranks import owner, run_launch
 from fgdata.jobs.report import Failure, ReportFields, category
 from fgdata.jobs.signals import critical
-from fgdata.jobs.summary import JobSummary
+from fgdata.jobs.summary import JobSummary, payload_of
 from fgdata.jobs.units import (
-    ClipTally,
     Entry,
     InputDiff,
     Marker,
@@ -262,6 +261,69 @@ def _options_fingerprint(job: ShardJob) -> str:
 
 
 # -- one unit's sink -----------------------------------------------------------------------------------------
+
+
+class ClipDoc(TypedDict):
+    """A :class:`ClipTally` as a marker's payload and the summary write it."""
+
+    asked_seconds: float
+    written: int
+    longer_than_asked: int
+    longest_seconds: float
+
+
+@dataclass
+class ClipTally:
+    """The clips a ``--clip-seconds`` job wrote in one run, and how many came out longer than asked (cut at
+    keyframes, a clip runs to the first keyframe at least ``clip_seconds`` on: sparse keyframes make long clips)."""
+
+    asked: float
+    written: int = 0
+    longer: int = 0  # longer than asked by more than one frame
+    longest: float = 0.0
+
+    def add(self, length: float, longer: bool) -> None:
+        self.written += 1
+        self.longer += longer
+        self.longest = max(self.longest, length)
+
+    def merge(self, other: ClipTally) -> None:
+        """Add another tally (a work unit's)."""
+        self.written += other.written
+        self.longer += other.longer
+        self.longest = max(self.longest, other.longest)
+
+    def to_json(self) -> ClipDoc:
+        return {"asked_seconds": self.asked, "written": self.written, "longer_than_asked": self.longer,
+                "longest_seconds": round(self.longest, 3)}
+
+    @classmethod
+    def from_json(cls, doc: ClipDoc) -> ClipTally:
+        return cls(float(doc["asked_seconds"]), int(doc["written"]), int(doc["longer_than_asked"]),
+                   float(doc["longest_seconds"]))
+
+
+@dataclass
+class ShardFigures:
+    """``shard``'s own figures of its job's summary (:attr:`fgdata.jobs.summary.JobSummary.payload`): input bytes
+    read and images normalised (this run), the clips written (this run), warnings, the files below SRC that are not
+    inputs, the inputs changed since the earlier run and the shards written again for them, ``--retry-failed``'s
+    retried and recovered inputs, ``shard_stats.json`` (URL jobs), and over the whole dataset the inputs written
+    without a caption and the image member extensions. A rank's share fills only this run's figures and warnings."""
+
+    nbytes: int = 0
+    normalised: dict[str, int] = field(default_factory=dict)
+    clips: ClipTally | None = None
+    warned: int = 0  # inputs written without a part (a caption), listed in failures.json
+    warned_by_reason: dict[str, int] = field(default_factory=dict)
+    skipped: list[Failure] = field(default_factory=list)
+    inputs: InputDiff | None = None
+    rewritten: list[str] = field(default_factory=list)
+    retried: int = 0
+    recovered: int = 0
+    stats_path: str | None = None
+    uncaptioned: int = 0
+    formats: dict[str, int] = field(default_factory=dict)  # image member -> inputs written with it
 
 
 def _clip_tally(options: ShardOptions) -> ClipTally | None:
@@ -647,8 +709,10 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
                                                                                     "selection") if key in fields})
 
     def summarize(self, summary: JobSummary, ctx: Context, totals: Totals | None) -> JobSummary:
-        summary.nbytes, summary.clips = self.nbytes, self.clips
-        if totals is None:
+        figures = ShardFigures(nbytes=self.nbytes, clips=self.clips)
+        summary.payload = figures
+        if totals is None:  # a rank's share: its own units' warnings
+            figures.warned = sum(len(m.warnings) for m in markers_of(ctx))
             return summary
         from fgdata.jobs.stats import STATS_FILE
 
@@ -657,18 +721,19 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
         summary.filtered = fields.get("filtered", 0)
         summary.filtered_by_reason = fields.get("filtered_by_reason", {})
         summary.selection = fields.get("selection")
-        summary.normalised = dict(sorted(self.normalised.items()))
-        summary.skipped = [Failure(s.name, s.reason) for s in sorted(self.skipped, key=lambda s: s.name)]
-        summary.inputs, summary.rewritten = self.diff, self.rewritten
-        summary.stats_path = storage.join(self.dest, STATS_FILE) if self.stats else None
-        summary.retried, summary.recovered = sum(len(v) for v in self.retried.values()), self.recovered
+        figures.warned, figures.warned_by_reason = totals.warned, dict(sorted(totals.warned_by_reason.items()))
+        figures.normalised = dict(sorted(self.normalised.items()))
+        figures.skipped = [Failure(s.name, s.reason) for s in sorted(self.skipped, key=lambda s: s.name)]
+        figures.inputs, figures.rewritten = self.diff, self.rewritten
+        figures.stats_path = storage.join(self.dest, STATS_FILE) if self.stats else None
+        figures.retried, figures.recovered = sum(len(v) for v in self.retried.values()), self.recovered
         uncaptioned, formats = 0, Counter[str]()  # over the whole dataset, in unit order
         for marker in markers_of(ctx):
             payload = ShardPayload.of(marker)
             uncaptioned += payload.uncaptioned
             formats.update(payload.formats)
-        summary.uncaptioned = uncaptioned if self.job.options.kind != "prompts" else 0
-        summary.formats = dict(formats.most_common())
+        figures.uncaptioned = uncaptioned if self.job.options.kind != "prompts" else 0
+        figures.formats = dict(formats.most_common())
         return summary
 
     def finished(self, summary: JobSummary, ctx: Context) -> None:
@@ -677,8 +742,9 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
             notify(f"{summary.restarted} work unit(s) an earlier run stopped half-way were written again from their "
                    "start")
         if summary.whole_job:
-            _said(summary, notify)
-            warning = mixed_format_warning(Counter(summary.formats), self.job.options)
+            figures = payload_of(summary, ShardFigures)
+            _said(figures, notify)
+            warning = mixed_format_warning(Counter(figures.formats), self.job.options)
             if warning and notify:
                 notify(warning)
 
@@ -688,16 +754,16 @@ def run_shard(job: ShardJob, settings: RunSettings | None = None) -> JobSummary:
     return run_job(ShardDefinition(job), settings)
 
 
-def _said(report: JobSummary, notify: Notify | None) -> None:
+def _said(figures: ShardFigures, notify: Notify | None) -> None:
     """Say which inputs were added, removed or replaced since the earlier run and which shards were written again
     for them."""
-    diff = report.inputs
+    diff = figures.inputs
     told = [] if diff is None else [
         f"{n.count} input(s) {what} ({', '.join(n.names)}{' and more' if n.count > len(n.names) else ''})"
         for what, n in (("added", diff.added), ("removed", diff.removed), ("changed", diff.changed)) if n.count]
-    if notify and (told or report.rewritten):
-        notify(f"since the earlier run: {'; '.join(told) or 'inputs moved'}: wrote {len(report.rewritten)} shard(s) "
-               f"again ({', '.join(report.rewritten[:5])}{' and more' if len(report.rewritten) > 5 else ''})")
+    if notify and (told or figures.rewritten):
+        notify(f"since the earlier run: {'; '.join(told) or 'inputs moved'}: wrote {len(figures.rewritten)} shard(s) "
+               f"again ({', '.join(figures.rewritten[:5])}{' and more' if len(figures.rewritten) > 5 else ''})")
 
 
 def quickstart_videos(outdir: str | os.PathLike[str]) -> dict[str, Any]:

@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 import torch
 
+from fgdata.encode.tasks import TaskFigures
+from fgdata.jobs.summary import payload_of
 from fgdata.shards import iter_samples, read_shard_counts
 
 from .conftest import PROMPTS, write_shards
@@ -441,7 +443,8 @@ def test_stopped_job_resumes_to_identical_output(tmp_path, models):
     assert stopped.returncode == 143, stopped.stderr
     assert stopped.stderr.strip().splitlines()[-1] == "interrupted: 4 inputs done; rerun the same command to resume"
     summary = kd_run(str(prompts), str(out), options)
-    assert (summary.shards_skipped, summary.shards_done) == (2, 2)
+    figures = payload_of(summary, TaskFigures)
+    assert (figures.shards_skipped, figures.shards_done) == (2, 2)
     assert leftovers(out) == []
     ref_s, out_s = samples(tmp_path / "ref"), samples(out)
     assert sorted(ref_s) == sorted(out_s) and len(out_s) == 8
@@ -631,7 +634,7 @@ def test_ray_loads_the_model_once_per_worker_process_not_per_unit(tmp_path, mode
                                  run=RunSettings(engine="ray", workers=1, num_gpus=1.0))
     finally:
         ray.shutdown()
-    assert (summary.written, summary.shards_done) == (6, 6)
+    assert (summary.written, payload_of(summary, TaskFigures).shards_done) == (6, 6)
     pids = _loads(loads, "VAE")
     assert pids and len(pids) == len(set(pids)) and str(os.getpid()) not in pids, pids
     assert len(pids) < 6  # not once per unit (the node has two CPUs and one GPU: Ray keeps one or two processes)

@@ -177,6 +177,32 @@ def test_sigkill_and_rerun_give_the_uninterrupted_result(shards, tmp_path):
     assert {p.name: p.read_bytes() for p in shards.iterdir()} == want
 
 
+def test_no_resume_scores_again_and_overwrite_removes_the_score_files(shards):
+    """Resume is the default (a rerun keeps every shard); --no-resume scores every shard again, saying so, to the
+    same bytes and keeping other signals' fields; --overwrite names and removes the score files first, so only the
+    asked-for signal's fields are left."""
+    from inprocess import fgdata
+
+    assert fgdata("score", shards, "--with", "caption", "-q").returncode == 0
+    assert fgdata("score", shards, "--with", "size", "-q").returncode == 0
+    before = {p.name: p.read_bytes() for p in shards.iterdir() if p.is_file()}
+    kept = fgdata("score", shards, "--with", "size", "--json")
+    assert kept.returncode == 0 and all(s["skipped"] for s in json.loads(kept.stdout)["shards"])
+    again = fgdata("score", shards, "--with", "size", "--no-resume", "--json")
+    assert again.returncode == 0, again.stderr
+    assert f"--no-resume: scoring every shard of {shards} again with size" in again.stderr
+    assert not any(s["skipped"] for s in json.loads(again.stdout)["shards"])
+    assert {p.name: p.read_bytes() for p in shards.iterdir() if p.is_file()} == before
+    assert set(_rows(shards)["photo_000"]) == {"caption_words", "caption_chars", "width", "height", "aspect"}
+    files = sorted(shards.glob("*" + SUFFIX))
+    fresh = fgdata("score", shards, "--with", "size", "--overwrite")
+    assert fresh.returncode == 0, fresh.stderr
+    assert f"--overwrite: removing {len(files) + 1} score file(s) from {shards}: {files[0].name}" in fresh.stderr
+    assert set(_rows(shards)["photo_000"]) == {"width", "height", "aspect"}
+    assert set(json.loads((shards / "scores.json").read_text())["signals"]) == {"size"}
+    assert sorted(shards.glob("*" + SUFFIX)) == files and not (shards / ".fgdata-score").exists()
+
+
 def test_score_on_s3(shards, s3_bucket):
     from fgdata import storage
 
