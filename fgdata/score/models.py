@@ -123,6 +123,8 @@ def check_files(model_dir: str | None, signals: tuple[str, ...], device: str = "
         raise OptionError(f"--with {','.join(wanted)}: needs --model-dir DIR with the model files (nothing is "
                           "downloaded)")
     clip_files(model_dir)
+    if "clip" in wanted:
+        clean_caption("")  # ftfy is importable: otherwise one line now, before any shard is read
     for s in wanted:
         if s != "clip":
             head_file(model_dir, s)
@@ -272,10 +274,30 @@ def open_clip_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+def clean_caption(text: str) -> str:
+    """A caption as open_clip's tokenizer sees it before BPE: ``ftfy.fix_text`` (mojibake, curly quotes, ligatures,
+    full-width forms, NFC), HTML entities unescaped twice, runs of whitespace as one space, stripped, lower case.
+    transformers' ``CLIPTokenizer`` normalises only NFC, whitespace and case, so ``&amp;`` or ``it’s`` would give
+    other token ids than the ones LAION and DataComp scored with."""
+    import html
+
+    try:
+        import ftfy
+    except ImportError:
+        raise FgdataError("the clip signal needs the ftfy package to clean captions as open_clip does "
+                          "(pip install 'fgdata[latents]')") from None
+    return " ".join(html.unescape(html.unescape(ftfy.fix_text(text))).split()).lower()
+
+
 def _tokenizer(model_dir: str) -> Any:
+    """transformers' CLIP tokenizer without its normaliser: :func:`clean_caption` has done open_clip's whole
+    cleaning, and normalising again (NFC after the HTML unescape, Rust's lower case) would change some ids."""
+    from tokenizers import normalizers
     from transformers import CLIPTokenizer  # tokenizers-backed: reads tokenizer.json or vocab.json + merges.txt
 
-    return CLIPTokenizer.from_pretrained(model_dir, local_files_only=True)
+    tokenizer = CLIPTokenizer.from_pretrained(model_dir, local_files_only=True)
+    tokenizer.backend_tokenizer.normalizer = normalizers.Sequence([])
+    return tokenizer
 
 
 def _load_clip(model_dir: str) -> tuple[Any, Any, int]:
@@ -377,39 +399,54 @@ class Scorer:
     device: str
     heads: dict[str, Any]
 
+    def image_embeddings(self, images: list[np.ndarray]) -> torch.Tensor:
+        """The L2-normalised image embeddings (float32, on the device) of already preprocessed images."""
+        import torch
+
+        pixels = torch.from_numpy(np.stack(images)).to(self.device)
+        with torch.no_grad():
+            img = self.model.visual_projection(self.model.vision_model(pixel_values=pixels).pooler_output)
+        return torch.nn.functional.normalize(img.float(), dim=-1)
+
+    def token_ids(self, captions: list[str]) -> dict[str, torch.Tensor]:
+        """``input_ids`` and ``attention_mask`` of cleaned captions (:func:`clean_caption`), truncated and padded to
+        the context length (the last kept token is the end token, as open_clip truncates)."""
+        return dict(self.tokenizer([clean_caption(c) for c in captions], padding="max_length", truncation=True,
+                                   max_length=self.model.config.text_config.max_position_embeddings,
+                                   return_tensors="pt"))
+
+    def text_embeddings(self, captions: list[str]) -> torch.Tensor:
+        """The L2-normalised text embeddings (float32, on the device) of captions."""
+        import torch
+
+        tok = self.token_ids(captions)
+        with torch.no_grad():
+            txt = self.model.text_projection(self.model.text_model(
+                input_ids=tok["input_ids"].to(self.device),
+                attention_mask=tok["attention_mask"].to(self.device)).pooler_output)
+        return torch.nn.functional.normalize(txt.float(), dim=-1)
+
     def score(self, images: list[np.ndarray], captions: list[str | None], signals: tuple[str, ...]
               ) -> list[dict[str, float]]:
         """The model fields of one batch (already preprocessed images; None caption: no ``clip_score``)."""
-        import torch
-
-        with torch.no_grad():
-            return self._score(torch, images, captions, signals)
-
-    def _score(self, torch: Any, images: list[np.ndarray], captions: list[str | None], signals: tuple[str, ...]
-               ) -> list[dict[str, float]]:
-        pixels = torch.from_numpy(np.stack(images)).to(self.device)
-        img = self.model.visual_projection(self.model.vision_model(pixel_values=pixels).pooler_output)
-        img = torch.nn.functional.normalize(img.float(), dim=-1)
+        img = self.image_embeddings(images)
         out: list[dict[str, float]] = [{} for _ in images]
         if "clip" in signals:
             which = [i for i, c in enumerate(captions) if c is not None]
             if which:
-                tok = self.tokenizer([captions[i] for i in which], padding="max_length", truncation=True,
-                                     max_length=self.model.config.text_config.max_position_embeddings,
-                                     return_tensors="pt")
-                txt = self.model.text_projection(self.model.text_model(
-                    input_ids=tok["input_ids"].to(self.device),
-                    attention_mask=tok["attention_mask"].to(self.device)).pooler_output)
-                txt = torch.nn.functional.normalize(txt.float(), dim=-1)
+                txt = self.text_embeddings([c for c in captions if c is not None])
                 cos = (img[which] * txt).sum(-1).cpu().tolist()
                 for i, c in zip(which, cos):
                     out[i]["clip_score"] = float(c)
-        if "aesthetic" in signals:
-            for o, v in zip(out, self.heads["aesthetic"](img).squeeze(-1).cpu().tolist()):
-                o["aesthetic"] = float(v)
-        if "nsfw" in signals:
-            for o, v in zip(out, self.heads["nsfw"](img).squeeze(-1).cpu().tolist()):
-                o["p_nsfw"], o["p_safe"] = float(v), 1.0 - float(v)
+        import torch
+
+        with torch.no_grad():
+            if "aesthetic" in signals:
+                for o, v in zip(out, self.heads["aesthetic"](img).squeeze(-1).cpu().tolist()):
+                    o["aesthetic"] = float(v)
+            if "nsfw" in signals:
+                for o, v in zip(out, self.heads["nsfw"](img).squeeze(-1).cpu().tolist()):
+                    o["p_nsfw"], o["p_safe"] = float(v), 1.0 - float(v)
         return out
 
 
