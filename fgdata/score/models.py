@@ -205,6 +205,61 @@ def _load_state(path: str) -> dict[str, torch.Tensor]:
     return dict(state.get("state_dict", state))
 
 
+#: open_clip config keys fgdata maps or that do not change inference, per section.
+_MAPPED = {
+    "model_cfg": {"embed_dim", "quick_gelu", "vision_cfg", "text_cfg", "init_logit_scale"},
+    "vision_cfg": {"image_size", "layers", "width", "patch_size", "head_width", "mlp_ratio", "patch_dropout",
+                   "output_tokens", "attn_pooler_queries", "attn_pooler_heads", "timm_model_pretrained", "timm_pool",
+                   "timm_proj", "timm_proj_bias", "timm_drop", "timm_drop_path"},
+    "text_cfg": {"context_length", "vocab_size", "width", "heads", "layers", "mlp_ratio", "pad_id", "eos_id",
+                 "output_tokens", "tokenizer_mode", "hf_model_pretrained", "hf_proj_type", "hf_pooler_type"},
+    "preprocess_cfg": {"mean", "std", "fill_color"},
+}
+#: Keys that change the computation, accepted only at the value of a plain ViT CLIP (open_clip's defaults).
+_PLAIN = {
+    "vision_cfg": {"ls_init_value": None, "attentional_pool": False, "no_ln_pre": False, "pos_embed_type": "learnable",
+                   "final_ln_after_pool": False, "pool_type": "tok", "act_kwargs": None, "norm_kwargs": None,
+                   "block_type": None, "qk_norm": False, "scaled_cosine_attn": False, "scale_heads": False,
+                   "scale_attn_inner": False, "scale_attn": False, "scale_fc": False, "timm_model_name": None,
+                   "image_mean": None, "image_std": None},
+    "text_cfg": {"hf_tokenizer_name": None, "tokenizer_kwargs": None, "ls_init_value": None, "embed_cls": False,
+                 "no_causal_mask": False, "final_ln_after_pool": False, "pool_type": "argmax", "proj_bias": False,
+                 "proj_type": "linear", "act_kwargs": None, "norm_kwargs": None, "block_type": None, "qk_norm": False,
+                 "scaled_cosine_attn": False, "scale_heads": False, "scale_attn_inner": False, "scale_attn": False,
+                 "scale_fc": False, "hf_model_name": None},
+    "preprocess_cfg": {"interpolation": "bicubic", "resize_mode": "shortest"},
+}
+
+
+def check_open_clip_config(doc: dict[str, Any], path: str) -> None:
+    """Refuse, in one line naming the key, an ``open_clip_config.json`` that fgdata would compute differently
+    from open_clip: a model that is not a plain ViT CLIP (layer scale, attentional or mean pooling, another
+    tokenizer or its options, a timm or Hugging Face tower) or preprocessing other than CLIP's (mean, std,
+    bicubic resize of the shorter side)."""
+    sections = {"model_cfg": doc.get("model_cfg"), "preprocess_cfg": doc.get("preprocess_cfg") or {}}
+    if not isinstance(sections["model_cfg"], dict):
+        raise FgdataError(f"{path}: no model_cfg object")
+    for name in ("vision_cfg", "text_cfg"):
+        sections[name] = sections["model_cfg"].get(name)
+        if not isinstance(sections[name], dict):
+            raise FgdataError(f"{path}: model_cfg has no {name} object")
+    for name, section in sections.items():
+        plain = _PLAIN.get(name, {})
+        for key, value in section.items():
+            if key in _MAPPED[name] or (key in plain and (value == plain[key] or (plain[key] is None and value == {}))):
+                continue  # an empty kwargs object is as plain as none
+            what = f"{name}.{key} = {json.dumps(value)}" if key in plain else f"{name}.{key}"
+            raise FgdataError(f"{path}: {what} is not supported (fgdata scores plain ViT CLIP models with CLIP's "
+                              "preprocessing, as open_clip computes them)")
+    pre = sections["preprocess_cfg"]
+    for key, want in (("mean", CLIP_MEAN), ("std", CLIP_STD)):
+        got = pre.get(key, want)
+        if not isinstance(got, list | tuple) or len(got) != 3 or any(abs(float(a) - b) > 1e-6
+                                                                      for a, b in zip(got, want)):
+            raise FgdataError(f"{path}: preprocess_cfg.{key} = {json.dumps(got)} is not CLIP's {list(want)} "
+                              "(fgdata normalises with CLIP's)")
+
+
 def open_clip_config(model_cfg: dict[str, Any], tokenizer: Any) -> Any:
     """open_clip's ``model_cfg`` as a transformers ``CLIPConfig`` (heads = width / head_width for the image tower;
     ``quick_gelu`` -> activation ``quick_gelu`` as OpenAI's models use, else ``gelu``)."""
@@ -313,6 +368,7 @@ def _load_clip(model_dir: str) -> tuple[Any, Any, int]:
     else:
         with open(files.config, encoding="utf-8") as fh:
             cfg = json.load(fh)
+        check_open_clip_config(cfg, files.config)
         model = CLIPModel(open_clip_config(cfg["model_cfg"], tokenizer))
         state = open_clip_to_hf(_load_state(files.weights))
         expected = {k for k in model.state_dict()}

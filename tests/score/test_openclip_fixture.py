@@ -115,3 +115,23 @@ def test_token_ids_and_embeddings_are_open_clips(model_dirs, activation):
     assert torch.allclose(images, torch.tensor([want["images"][n]["displayed"] for n in names]), atol=TOLERANCE,
                           rtol=0)
 
+
+
+@pytest.mark.parametrize(("section", "key", "value"), [
+    ("text_cfg", "pool_type", "last"),  # a computation fgdata's CLIPModel does not make
+    ("text_cfg", "hf_tokenizer_name", "bert-base-uncased"),  # another tokenizer
+    ("preprocess_cfg", "mean", [0.5, 0.5, 0.5]),  # other preprocessing
+])
+def test_a_config_fgdata_would_compute_differently_is_one_line(tmp_path, section, key, value):
+    """An open_clip config that is not a plain ViT CLIP with CLIP's preprocessing is refused before any shard is
+    read, in one line naming the key, instead of scoring with other values than open_clip's."""
+    model = tmp_path / "model"
+    shutil.copytree(FIXTURE / "model", model)
+    doc = json.loads((model / "open_clip_config.json").read_text())
+    (doc if section == "preprocess_cfg" else doc["model_cfg"])[section][key] = value
+    (model / "open_clip_config.json").write_text(json.dumps(doc))
+    _shards(tmp_path / "wds")
+    done = fgdata("score", tmp_path / "wds", "--with", "clip", "--model-dir", model)
+    assert done.returncode == 1 and f"{section}.{key}" in done.stderr and "open_clip_config.json" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert not list((tmp_path / "wds").glob("*.scores.jsonl"))
