@@ -206,7 +206,7 @@ def _load_state(path: str) -> dict[str, torch.Tensor]:
 
 
 #: open_clip config keys fgdata maps or that do not change inference, per section.
-_MAPPED = {
+_MAPPED: dict[str, set[str]] = {
     "model_cfg": {"embed_dim", "quick_gelu", "vision_cfg", "text_cfg", "init_logit_scale"},
     "vision_cfg": {"image_size", "layers", "width", "patch_size", "head_width", "mlp_ratio", "patch_dropout",
                    "output_tokens", "attn_pooler_queries", "attn_pooler_heads", "timm_model_pretrained", "timm_pool",
@@ -216,7 +216,7 @@ _MAPPED = {
     "preprocess_cfg": {"mean", "std", "fill_color"},
 }
 #: Keys that change the computation, accepted only at the value of a plain ViT CLIP (open_clip's defaults).
-_PLAIN = {
+_PLAIN: dict[str, dict[str, Any]] = {
     "vision_cfg": {"ls_init_value": None, "attentional_pool": False, "no_ln_pre": False, "pos_embed_type": "learnable",
                    "final_ln_after_pool": False, "pool_type": "tok", "act_kwargs": None, "norm_kwargs": None,
                    "block_type": None, "qk_norm": False, "scaled_cosine_attn": False, "scale_heads": False,
@@ -236,13 +236,15 @@ def check_open_clip_config(doc: dict[str, Any], path: str) -> None:
     from open_clip: a model that is not a plain ViT CLIP (layer scale, attentional or mean pooling, another
     tokenizer or its options, a timm or Hugging Face tower) or preprocessing other than CLIP's (mean, std,
     bicubic resize of the shorter side)."""
-    sections = {"model_cfg": doc.get("model_cfg"), "preprocess_cfg": doc.get("preprocess_cfg") or {}}
-    if not isinstance(sections["model_cfg"], dict):
+    model_cfg = doc.get("model_cfg")
+    if not isinstance(model_cfg, dict):
         raise FgdataError(f"{path}: no model_cfg object")
+    sections: dict[str, dict[str, Any]] = {"model_cfg": model_cfg, "preprocess_cfg": doc.get("preprocess_cfg") or {}}
     for name in ("vision_cfg", "text_cfg"):
-        sections[name] = sections["model_cfg"].get(name)
-        if not isinstance(sections[name], dict):
+        section = model_cfg.get(name)
+        if not isinstance(section, dict):
             raise FgdataError(f"{path}: model_cfg has no {name} object")
+        sections[name] = section
     for name, section in sections.items():
         plain = _PLAIN.get(name, {})
         for key, value in section.items():
