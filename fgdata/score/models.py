@@ -52,12 +52,15 @@ OPEN_CLIP_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin
 TOKENIZER_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"))
 AESTHETIC_FILES = ("sac+logos+ava1-l14-linearMSE.pth", "sac+logos+ava1-l14-linearMSE.safetensors")
 NSFW_FILES = ("clip_autokeras_binary_nsfw.pth", "clip_autokeras_binary_nsfw.safetensors")
+#: The signals that run the CLIP model (the watermark detector does not).
+CLIP_SIGNALS = ("clip", "aesthetic", "nsfw")
 
 #: Signal name -> the fields it writes.
 MODEL_SIGNALS: dict[str, tuple[str, ...]] = {
     "clip": ("clip_score",),
     "aesthetic": ("aesthetic",),
     "nsfw": ("p_nsfw", "p_safe"),
+    "watermark": ("p_watermark", "p_no_watermark"),
 }
 PREPROCESSING = ("displayed image in RGB; shorter side resized to {size} (Pillow bicubic), centre crop {size}x{size}, "
                  "/255, normalised with CLIP mean (0.48145466, 0.4578275, 0.40821073) and std "
@@ -109,7 +112,10 @@ def clip_files(model_dir: str) -> ClipFiles:
 
 
 def head_file(model_dir: str, signal: str) -> str:
-    return _need(model_dir, AESTHETIC_FILES if signal == "aesthetic" else NSFW_FILES, f"the {signal} signal")
+    from fgdata.score import watermark
+
+    files = {"aesthetic": AESTHETIC_FILES, "nsfw": NSFW_FILES, "watermark": watermark.FILES}[signal]
+    return _need(model_dir, files, f"the {signal} signal")
 
 
 def check_files(model_dir: str | None, signals: tuple[str, ...], device: str = "cpu") -> None:
@@ -122,7 +128,8 @@ def check_files(model_dir: str | None, signals: tuple[str, ...], device: str = "
     if model_dir is None:
         raise OptionError(f"--with {','.join(wanted)}: needs --model-dir DIR with the model files (nothing is "
                           "downloaded)")
-    clip_files(model_dir)
+    if any(s in CLIP_SIGNALS for s in wanted):
+        clip_files(model_dir)
     if "clip" in wanted:
         clean_caption("")  # ftfy is importable: otherwise one line now, before any shard is read
     for s in wanted:
@@ -154,6 +161,13 @@ def clip_image_size(files: ClipFiles) -> int:
 
 def signal_record(name: str, model_dir: str) -> dict[str, Any]:
     """What a model signal is: its fields, model files with their sha256, preprocessing and scale."""
+    if name == "watermark":
+        from fgdata.score import watermark
+
+        path = head_file(model_dir, name)
+        return {"fields": list(MODEL_SIGNALS[name]), "model": {name: os.path.basename(path)},
+                "model_sha256": {name: file_sha256(path)}, "preprocessing": watermark.PREPROCESSING,
+                "scale": watermark.SCALE}
     files = clip_files(model_dir)
     model: dict[str, Any] = {"clip": os.path.basename(files.weights), "clip_layout": files.layout}
     sha: dict[str, Any] = {"clip": file_sha256(files.weights)}
@@ -449,13 +463,25 @@ def _load_head(head: torch.nn.Module, state: dict[str, torch.Tensor], path: str)
 
 @dataclass
 class Scorer:
-    """A loaded CLIP model (and heads) on one device."""
+    """The loaded models of a set of model signals on one device: the CLIP model (None when only the watermark
+    detector runs) with its tokenizer, image size and heads, and the watermark detector."""
 
     model: Any
     tokenizer: Any
-    image_size: int
+    image_size: int | None
     device: str
     heads: dict[str, Any]
+
+    def prepare(self, picture: Image.Image) -> dict[str, np.ndarray]:
+        """A displayed picture as each loaded model's input: ``clip`` and/or ``watermark``."""
+        out: dict[str, np.ndarray] = {}
+        if self.image_size is not None:
+            out["clip"] = preprocess_image(picture, self.image_size)
+        if "watermark" in self.heads:
+            from fgdata.score import watermark
+
+            out["watermark"] = watermark.preprocess_image(picture)
+        return out
 
     def image_embeddings(self, images: list[np.ndarray]) -> torch.Tensor:
         """The L2-normalised image embeddings (float32, on the device) of already preprocessed images."""
@@ -484,11 +510,22 @@ class Scorer:
                 attention_mask=tok["attention_mask"].to(self.device)).pooler_output)
         return torch.nn.functional.normalize(txt.float(), dim=-1)
 
-    def score(self, images: list[np.ndarray], captions: list[str | None], signals: tuple[str, ...]
+    def score(self, inputs: list[dict[str, np.ndarray]], captions: list[str | None], signals: tuple[str, ...]
               ) -> list[dict[str, float]]:
-        """The model fields of one batch (already preprocessed images; None caption: no ``clip_score``)."""
-        img = self.image_embeddings(images)
-        out: list[dict[str, float]] = [{} for _ in images]
+        """The model fields of one batch (each picture as :meth:`prepare` made it; None caption: no
+        ``clip_score``)."""
+        import torch
+
+        out: list[dict[str, float]] = [{} for _ in inputs]
+        if "watermark" in signals:
+            from fgdata.score import watermark
+
+            pixels = torch.from_numpy(np.stack([i["watermark"] for i in inputs])).to(self.device)
+            for o, v in zip(out, watermark.p_watermark(self.heads["watermark"], pixels).cpu().tolist()):
+                o["p_watermark"], o["p_no_watermark"] = float(v), 1.0 - float(v)
+        if not any(s in CLIP_SIGNALS for s in signals):
+            return out
+        img = self.image_embeddings([i["clip"] for i in inputs])
         if "clip" in signals:
             which = [i for i, c in enumerate(captions) if c is not None]
             if which:
@@ -496,8 +533,6 @@ class Scorer:
                 cos = (img[which] * txt).sum(-1).cpu().tolist()
                 for i, c in zip(which, cos):
                     out[i]["clip_score"] = float(c)
-        import torch
-
         with torch.no_grad():
             if "aesthetic" in signals:
                 for o, v in zip(out, self.heads["aesthetic"](img).squeeze(-1).cpu().tolist()):
@@ -514,10 +549,17 @@ def scorer(model_dir: str, device: str, signals: tuple[str, ...]) -> Scorer:
     from fgdata.compute import resolve_device
 
     dev = resolve_device(device)
+    heads: dict[str, Any] = {}
+    if "watermark" in signals:
+        from fgdata.score import watermark
+
+        path = head_file(model_dir, "watermark")
+        heads["watermark"] = watermark.build(_load_state(path), path).to(dev)
+    if not any(s in CLIP_SIGNALS for s in signals):
+        return Scorer(None, None, None, dev, heads)
     model, tokenizer, size = _load_clip(model_dir)
     model.to(dev)
     width = int(model.config.projection_dim)
-    heads: dict[str, Any] = {}
     for name in signals:
         if name in ("aesthetic", "nsfw"):
             path = head_file(model_dir, name)
