@@ -1,4 +1,5 @@
-"""Model-based signals from local weight files only: CLIP image-text similarity, the LAION aesthetic and NSFW heads.
+"""Model-based signals from local weight files only: CLIP image-text similarity, the LAION aesthetic and NSFW heads,
+and the LAION watermark detector (:mod:`fgdata.score.watermark`, which needs no CLIP).
 
 Nothing is downloaded: ``--model-dir DIR`` holds the files, and a missing one is a one-line error naming the file
 expected, raised before any shard is read (:func:`check_files`). Layouts read:
@@ -24,7 +25,9 @@ Both heads read the L2-normalised CLIP image embedding; its width must equal the
 CLIP's preprocessing, written with Pillow and numpy (torchvision's ``Resize``/``CenterCrop`` arithmetic, as
 open_clip uses): the displayed image (EXIF orientation, alpha on white) in RGB, its shorter side resized to the
 model's image size with Pillow's bicubic filter (longer side ``int(size * long / short)``), centre-cropped
-(offset ``round((side - size) / 2)``), divided by 255 and normalised with CLIP's mean and std.
+(offset ``round((side - size) / 2)``), divided by 255 and normalised with CLIP's mean and std. Captions are
+cleaned as open_clip's tokenizer cleans them (:func:`clean_caption`). Equality with open_clip itself is tested
+against values open_clip computed once (``tests/fixtures/openclip/``; docs/FORMATS.md).
 """
 
 from __future__ import annotations
