@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 class ScoreFlags:
     """What ``score`` computes and how."""
 
-    signals: str = flag(typer.Option(..., "--with", help="Comma-separated signals: size (width, height, aspect), sharpness, exposure, uniformity, caption (basic = all of these); clip (clip_score), aesthetic, nsfw (p_nsfw, p_safe) need --model-dir."))
-    model_dir: Optional[str] = flag(typer.Option(None, "--model-dir", help="Folder with the model files for clip, aesthetic and nsfw: a CLIP model (Hugging Face or open_clip layout) and the heads' files; nothing is downloaded."))
+    signals: str = flag(typer.Option(..., "--with", help="Comma-separated signals: size (width, height, aspect), sharpness, exposure, uniformity, caption (basic = all of these); clip (clip_score), aesthetic, nsfw (p_nsfw, p_safe), watermark (p_watermark, p_no_watermark) need --model-dir."))
+    model_dir: Optional[str] = flag(typer.Option(None, "--model-dir", help="Folder with the model files for clip, aesthetic, nsfw and watermark: a CLIP model (Hugging Face or open_clip layout), the heads' files, watermark_model_v1.pt; nothing is downloaded."))
     device: str = flag(typer.Option("cpu", "--device", help="Model signals: cpu, cuda (this rank's LOCAL_RANK GPU under torchrun) or auto."))
     batch_size: int = flag(typer.Option(32, "--batch-size", min=1, help="Model signals: images per forward pass."))
     text_ext: str = flag(typer.Option("txt", "--text-ext", help="The caption member's extension."))

@@ -159,22 +159,23 @@ class _Sample:
     model's input (None: nothing to score), whether they are a video's frames, and its caption."""
 
     fields: dict[str, Any]
-    inputs: list[np.ndarray] | None = None
+    inputs: list[dict[str, np.ndarray]] | None = None
     video: bool = False
     caption: str | None = None
 
 
-def _sample(members: dict[str, bytes], options: ScoreOptions, model_size: int | None) -> _Sample:
+def _sample(members: dict[str, bytes], options: ScoreOptions,
+            prepare: Callable[[Image.Image], dict[str, np.ndarray]] | None) -> _Sample:
     """One sample's weight-free fields (``score_error`` when its media could not be read) and its model inputs
-    (``model_size``: the model's input size; None without model signals), from one decode of its media."""
+    (``prepare``: each picture as the models' inputs, :meth:`fgdata.score.models.Scorer.prepare`; None without
+    model signals), from one decode of its media."""
     from fgdata.media.errors import MediaError
-    from fgdata.score.models import preprocess_image
     from fgdata.score.signals import analyse_image, caption_fields, caption_text, image_fields, reduce_frames
     from fgdata.shards.scores import ERROR_FIELD
 
     out = _Sample({}, caption=caption_text(members, options.text_ext))
     wanted = frozenset(IMAGE_SIGNALS.intersection(options.signals))
-    if wanted or model_size is not None:
+    if wanted or prepare is not None:
         found = _media_member(members, options.image_ext)
         if found is None:
             out.fields[ERROR_FIELD] = f"no {options.image_ext or 'image or video'} member"
@@ -184,8 +185,8 @@ def _sample(members: dict[str, bytes], options: ScoreOptions, model_size: int | 
                 if wanted:
                     per_frame = [image_fields(analyse_image(p), wanted) for p in pictures]
                     out.fields.update(reduce_frames(per_frame) if out.video else per_frame[0])
-                if model_size is not None:
-                    out.inputs = [preprocess_image(p, model_size) for p in pictures]
+                if prepare is not None:
+                    out.inputs = [prepare(p) for p in pictures]
             except MediaError as exc:
                 out.fields = {ERROR_FIELD: f".{found[0]}: {_ADDRESS.sub('>', str(exc))}"}
                 out.inputs = None
@@ -212,12 +213,12 @@ def scored(items: Iterable[Any], members_of: Callable[[Any], dict[str, bytes] | 
     from fgdata.score.models import scorer
 
     assert options.model_dir is not None
-    size = scorer(options.model_dir, options.device, options.model_signals).image_size
+    prepare = scorer(options.model_dir, options.device, options.model_signals).prepare
     batch: list[tuple[Any, _Sample | None]] = []
     pictures = 0
     for item in items:
         members = members_of(item)
-        sample = None if members is None else _sample(members, options, size)
+        sample = None if members is None else _sample(members, options, prepare)
         batch.append((item, sample))
         pictures += len(sample.inputs or ()) if sample is not None else 0
         if pictures >= options.batch_size:

@@ -1,4 +1,5 @@
-"""Model-based signals from local weight files only: CLIP image-text similarity, the LAION aesthetic and NSFW heads.
+"""Model-based signals from local weight files only: CLIP image-text similarity, the LAION aesthetic and NSFW heads,
+and the LAION watermark detector (:mod:`fgdata.score.watermark`, which needs no CLIP).
 
 Nothing is downloaded: ``--model-dir DIR`` holds the files, and a missing one is a one-line error naming the file
 expected, raised before any shard is read (:func:`check_files`). Layouts read:
@@ -24,7 +25,9 @@ Both heads read the L2-normalised CLIP image embedding; its width must equal the
 CLIP's preprocessing, written with Pillow and numpy (torchvision's ``Resize``/``CenterCrop`` arithmetic, as
 open_clip uses): the displayed image (EXIF orientation, alpha on white) in RGB, its shorter side resized to the
 model's image size with Pillow's bicubic filter (longer side ``int(size * long / short)``), centre-cropped
-(offset ``round((side - size) / 2)``), divided by 255 and normalised with CLIP's mean and std.
+(offset ``round((side - size) / 2)``), divided by 255 and normalised with CLIP's mean and std. Captions are
+cleaned as open_clip's tokenizer cleans them (:func:`clean_caption`). Equality with open_clip itself is tested
+against values open_clip computed once (``tests/fixtures/openclip/``; docs/FORMATS.md).
 """
 
 from __future__ import annotations
@@ -52,12 +55,15 @@ OPEN_CLIP_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin
 TOKENIZER_FILES = (("tokenizer.json",), ("vocab.json", "merges.txt"))
 AESTHETIC_FILES = ("sac+logos+ava1-l14-linearMSE.pth", "sac+logos+ava1-l14-linearMSE.safetensors")
 NSFW_FILES = ("clip_autokeras_binary_nsfw.pth", "clip_autokeras_binary_nsfw.safetensors")
+#: The signals that run the CLIP model (the watermark detector does not).
+CLIP_SIGNALS = ("clip", "aesthetic", "nsfw")
 
 #: Signal name -> the fields it writes.
 MODEL_SIGNALS: dict[str, tuple[str, ...]] = {
     "clip": ("clip_score",),
     "aesthetic": ("aesthetic",),
     "nsfw": ("p_nsfw", "p_safe"),
+    "watermark": ("p_watermark", "p_no_watermark"),
 }
 PREPROCESSING = ("displayed image in RGB; shorter side resized to {size} (Pillow bicubic), centre crop {size}x{size}, "
                  "/255, normalised with CLIP mean (0.48145466, 0.4578275, 0.40821073) and std "
@@ -109,7 +115,10 @@ def clip_files(model_dir: str) -> ClipFiles:
 
 
 def head_file(model_dir: str, signal: str) -> str:
-    return _need(model_dir, AESTHETIC_FILES if signal == "aesthetic" else NSFW_FILES, f"the {signal} signal")
+    from fgdata.score import watermark
+
+    files = {"aesthetic": AESTHETIC_FILES, "nsfw": NSFW_FILES, "watermark": watermark.FILES}[signal]
+    return _need(model_dir, files, f"the {signal} signal")
 
 
 def check_files(model_dir: str | None, signals: tuple[str, ...], device: str = "cpu") -> None:
@@ -122,7 +131,10 @@ def check_files(model_dir: str | None, signals: tuple[str, ...], device: str = "
     if model_dir is None:
         raise OptionError(f"--with {','.join(wanted)}: needs --model-dir DIR with the model files (nothing is "
                           "downloaded)")
-    clip_files(model_dir)
+    if any(s in CLIP_SIGNALS for s in wanted):
+        clip_files(model_dir)
+    if "clip" in wanted:
+        clean_caption("")  # ftfy is importable: otherwise one line now, before any shard is read
     for s in wanted:
         if s != "clip":
             head_file(model_dir, s)
@@ -152,6 +164,13 @@ def clip_image_size(files: ClipFiles) -> int:
 
 def signal_record(name: str, model_dir: str) -> dict[str, Any]:
     """What a model signal is: its fields, model files with their sha256, preprocessing and scale."""
+    if name == "watermark":
+        from fgdata.score import watermark
+
+        path = head_file(model_dir, name)
+        return {"fields": list(MODEL_SIGNALS[name]), "model": {name: os.path.basename(path)},
+                "model_sha256": {name: file_sha256(path)}, "preprocessing": watermark.PREPROCESSING,
+                "scale": watermark.SCALE}
     files = clip_files(model_dir)
     model: dict[str, Any] = {"clip": os.path.basename(files.weights), "clip_layout": files.layout}
     sha: dict[str, Any] = {"clip": file_sha256(files.weights)}
@@ -201,6 +220,63 @@ def _load_state(path: str) -> dict[str, torch.Tensor]:
     if not isinstance(state, dict):
         raise FgdataError(f"{path}: not a state dict")
     return dict(state.get("state_dict", state))
+
+
+#: open_clip config keys fgdata maps or that do not change inference, per section.
+_MAPPED: dict[str, set[str]] = {
+    "model_cfg": {"embed_dim", "quick_gelu", "vision_cfg", "text_cfg", "init_logit_scale"},
+    "vision_cfg": {"image_size", "layers", "width", "patch_size", "head_width", "mlp_ratio", "patch_dropout",
+                   "output_tokens", "attn_pooler_queries", "attn_pooler_heads", "timm_model_pretrained", "timm_pool",
+                   "timm_proj", "timm_proj_bias", "timm_drop", "timm_drop_path"},
+    "text_cfg": {"context_length", "vocab_size", "width", "heads", "layers", "mlp_ratio", "pad_id", "eos_id",
+                 "output_tokens", "tokenizer_mode", "hf_model_pretrained", "hf_proj_type", "hf_pooler_type"},
+    "preprocess_cfg": {"mean", "std", "fill_color"},
+}
+#: Keys that change the computation, accepted only at the value of a plain ViT CLIP (open_clip's defaults).
+_PLAIN: dict[str, dict[str, Any]] = {
+    "vision_cfg": {"ls_init_value": None, "attentional_pool": False, "no_ln_pre": False, "pos_embed_type": "learnable",
+                   "final_ln_after_pool": False, "pool_type": "tok", "act_kwargs": None, "norm_kwargs": None,
+                   "block_type": None, "qk_norm": False, "scaled_cosine_attn": False, "scale_heads": False,
+                   "scale_attn_inner": False, "scale_attn": False, "scale_fc": False, "timm_model_name": None,
+                   "image_mean": None, "image_std": None},
+    "text_cfg": {"hf_tokenizer_name": None, "tokenizer_kwargs": None, "ls_init_value": None, "embed_cls": False,
+                 "no_causal_mask": False, "final_ln_after_pool": False, "pool_type": "argmax", "proj_bias": False,
+                 "proj_type": "linear", "act_kwargs": None, "norm_kwargs": None, "block_type": None, "qk_norm": False,
+                 "scaled_cosine_attn": False, "scale_heads": False, "scale_attn_inner": False, "scale_attn": False,
+                 "scale_fc": False, "hf_model_name": None},
+    "preprocess_cfg": {"interpolation": "bicubic", "resize_mode": "shortest"},
+}
+
+
+def check_open_clip_config(doc: dict[str, Any], path: str) -> None:
+    """Refuse, in one line naming the key, an ``open_clip_config.json`` that fgdata would compute differently
+    from open_clip: a model that is not a plain ViT CLIP (layer scale, attentional or mean pooling, another
+    tokenizer or its options, a timm or Hugging Face tower) or preprocessing other than CLIP's (mean, std,
+    bicubic resize of the shorter side)."""
+    model_cfg = doc.get("model_cfg")
+    if not isinstance(model_cfg, dict):
+        raise FgdataError(f"{path}: no model_cfg object")
+    sections: dict[str, dict[str, Any]] = {"model_cfg": model_cfg, "preprocess_cfg": doc.get("preprocess_cfg") or {}}
+    for name in ("vision_cfg", "text_cfg"):
+        section = model_cfg.get(name)
+        if not isinstance(section, dict):
+            raise FgdataError(f"{path}: model_cfg has no {name} object")
+        sections[name] = section
+    for name, section in sections.items():
+        plain = _PLAIN.get(name, {})
+        for key, value in section.items():
+            if key in _MAPPED[name] or (key in plain and (value == plain[key] or (plain[key] is None and value == {}))):
+                continue  # an empty kwargs object is as plain as none
+            what = f"{name}.{key} = {json.dumps(value)}" if key in plain else f"{name}.{key}"
+            raise FgdataError(f"{path}: {what} is not supported (fgdata scores plain ViT CLIP models with CLIP's "
+                              "preprocessing, as open_clip computes them)")
+    pre = sections["preprocess_cfg"]
+    for key, want in (("mean", CLIP_MEAN), ("std", CLIP_STD)):
+        got = pre.get(key, want)
+        if not isinstance(got, list | tuple) or len(got) != 3 or any(abs(float(a) - b) > 1e-6
+                                                                      for a, b in zip(got, want)):
+            raise FgdataError(f"{path}: preprocess_cfg.{key} = {json.dumps(got)} is not CLIP's {list(want)} "
+                              "(fgdata normalises with CLIP's)")
 
 
 def open_clip_config(model_cfg: dict[str, Any], tokenizer: Any) -> Any:
@@ -272,10 +348,30 @@ def open_clip_to_hf(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+def clean_caption(text: str) -> str:
+    """A caption as open_clip's tokenizer sees it before BPE: ``ftfy.fix_text`` (mojibake, curly quotes, ligatures,
+    full-width forms, NFC), HTML entities unescaped twice, runs of whitespace as one space, stripped, lower case.
+    transformers' ``CLIPTokenizer`` normalises only NFC, whitespace and case, so ``&amp;`` or ``it’s`` would give
+    other token ids than the ones LAION and DataComp scored with."""
+    import html
+
+    try:
+        import ftfy
+    except ImportError:
+        raise FgdataError("the clip signal needs the ftfy package to clean captions as open_clip does "
+                          "(pip install 'fgdata[latents]')") from None
+    return " ".join(html.unescape(html.unescape(ftfy.fix_text(text))).split()).lower()
+
+
 def _tokenizer(model_dir: str) -> Any:
+    """transformers' CLIP tokenizer without its normaliser: :func:`clean_caption` has done open_clip's whole
+    cleaning, and normalising again (NFC after the HTML unescape, Rust's lower case) would change some ids."""
+    from tokenizers import normalizers
     from transformers import CLIPTokenizer  # tokenizers-backed: reads tokenizer.json or vocab.json + merges.txt
 
-    return CLIPTokenizer.from_pretrained(model_dir, local_files_only=True)
+    tokenizer = CLIPTokenizer.from_pretrained(model_dir, local_files_only=True)
+    tokenizer.backend_tokenizer.normalizer = normalizers.Sequence([])
+    return tokenizer
 
 
 def _load_clip(model_dir: str) -> tuple[Any, Any, int]:
@@ -291,6 +387,7 @@ def _load_clip(model_dir: str) -> tuple[Any, Any, int]:
     else:
         with open(files.config, encoding="utf-8") as fh:
             cfg = json.load(fh)
+        check_open_clip_config(cfg, files.config)
         model = CLIPModel(open_clip_config(cfg["model_cfg"], tokenizer))
         state = open_clip_to_hf(_load_state(files.weights))
         expected = {k for k in model.state_dict()}
@@ -369,47 +466,83 @@ def _load_head(head: torch.nn.Module, state: dict[str, torch.Tensor], path: str)
 
 @dataclass
 class Scorer:
-    """A loaded CLIP model (and heads) on one device."""
+    """The loaded models of a set of model signals on one device: the CLIP model (None when only the watermark
+    detector runs) with its tokenizer, image size and heads, and the watermark detector."""
 
     model: Any
     tokenizer: Any
-    image_size: int
+    image_size: int | None
     device: str
     heads: dict[str, Any]
 
-    def score(self, images: list[np.ndarray], captions: list[str | None], signals: tuple[str, ...]
-              ) -> list[dict[str, float]]:
-        """The model fields of one batch (already preprocessed images; None caption: no ``clip_score``)."""
+    def prepare(self, picture: Image.Image) -> dict[str, np.ndarray]:
+        """A displayed picture as each loaded model's input: ``clip`` and/or ``watermark``."""
+        out: dict[str, np.ndarray] = {}
+        if self.image_size is not None:
+            out["clip"] = preprocess_image(picture, self.image_size)
+        if "watermark" in self.heads:
+            from fgdata.score import watermark
+
+            out["watermark"] = watermark.preprocess_image(picture)
+        return out
+
+    def image_embeddings(self, images: list[np.ndarray]) -> torch.Tensor:
+        """The L2-normalised image embeddings (float32, on the device) of already preprocessed images."""
         import torch
 
-        with torch.no_grad():
-            return self._score(torch, images, captions, signals)
-
-    def _score(self, torch: Any, images: list[np.ndarray], captions: list[str | None], signals: tuple[str, ...]
-               ) -> list[dict[str, float]]:
         pixels = torch.from_numpy(np.stack(images)).to(self.device)
-        img = self.model.visual_projection(self.model.vision_model(pixel_values=pixels).pooler_output)
-        img = torch.nn.functional.normalize(img.float(), dim=-1)
-        out: list[dict[str, float]] = [{} for _ in images]
+        with torch.no_grad():
+            img = self.model.visual_projection(self.model.vision_model(pixel_values=pixels).pooler_output)
+        return torch.nn.functional.normalize(img.float(), dim=-1)
+
+    def token_ids(self, captions: list[str]) -> dict[str, torch.Tensor]:
+        """``input_ids`` and ``attention_mask`` of cleaned captions (:func:`clean_caption`), truncated and padded to
+        the context length (the last kept token is the end token, as open_clip truncates)."""
+        return dict(self.tokenizer([clean_caption(c) for c in captions], padding="max_length", truncation=True,
+                                   max_length=self.model.config.text_config.max_position_embeddings,
+                                   return_tensors="pt"))
+
+    def text_embeddings(self, captions: list[str]) -> torch.Tensor:
+        """The L2-normalised text embeddings (float32, on the device) of captions."""
+        import torch
+
+        tok = self.token_ids(captions)
+        with torch.no_grad():
+            txt = self.model.text_projection(self.model.text_model(
+                input_ids=tok["input_ids"].to(self.device),
+                attention_mask=tok["attention_mask"].to(self.device)).pooler_output)
+        return torch.nn.functional.normalize(txt.float(), dim=-1)
+
+    def score(self, inputs: list[dict[str, np.ndarray]], captions: list[str | None], signals: tuple[str, ...]
+              ) -> list[dict[str, float]]:
+        """The model fields of one batch (each picture as :meth:`prepare` made it; None caption: no
+        ``clip_score``)."""
+        import torch
+
+        out: list[dict[str, float]] = [{} for _ in inputs]
+        if "watermark" in signals:
+            from fgdata.score import watermark
+
+            pixels = torch.from_numpy(np.stack([i["watermark"] for i in inputs])).to(self.device)
+            for o, v in zip(out, watermark.p_watermark(self.heads["watermark"], pixels).cpu().tolist()):
+                o["p_watermark"], o["p_no_watermark"] = float(v), 1.0 - float(v)
+        if not any(s in CLIP_SIGNALS for s in signals):
+            return out
+        img = self.image_embeddings([i["clip"] for i in inputs])
         if "clip" in signals:
             which = [i for i, c in enumerate(captions) if c is not None]
             if which:
-                tok = self.tokenizer([captions[i] for i in which], padding="max_length", truncation=True,
-                                     max_length=self.model.config.text_config.max_position_embeddings,
-                                     return_tensors="pt")
-                txt = self.model.text_projection(self.model.text_model(
-                    input_ids=tok["input_ids"].to(self.device),
-                    attention_mask=tok["attention_mask"].to(self.device)).pooler_output)
-                txt = torch.nn.functional.normalize(txt.float(), dim=-1)
+                txt = self.text_embeddings([c for c in captions if c is not None])
                 cos = (img[which] * txt).sum(-1).cpu().tolist()
                 for i, c in zip(which, cos):
                     out[i]["clip_score"] = float(c)
-        if "aesthetic" in signals:
-            for o, v in zip(out, self.heads["aesthetic"](img).squeeze(-1).cpu().tolist()):
-                o["aesthetic"] = float(v)
-        if "nsfw" in signals:
-            for o, v in zip(out, self.heads["nsfw"](img).squeeze(-1).cpu().tolist()):
-                o["p_nsfw"], o["p_safe"] = float(v), 1.0 - float(v)
+        with torch.no_grad():
+            if "aesthetic" in signals:
+                for o, v in zip(out, self.heads["aesthetic"](img).squeeze(-1).cpu().tolist()):
+                    o["aesthetic"] = float(v)
+            if "nsfw" in signals:
+                for o, v in zip(out, self.heads["nsfw"](img).squeeze(-1).cpu().tolist()):
+                    o["p_nsfw"], o["p_safe"] = float(v), 1.0 - float(v)
         return out
 
 
@@ -419,10 +552,17 @@ def scorer(model_dir: str, device: str, signals: tuple[str, ...]) -> Scorer:
     from fgdata.compute import resolve_device
 
     dev = resolve_device(device)
+    heads: dict[str, Any] = {}
+    if "watermark" in signals:
+        from fgdata.score import watermark
+
+        path = head_file(model_dir, "watermark")
+        heads["watermark"] = watermark.build(_load_state(path), path).to(dev)
+    if not any(s in CLIP_SIGNALS for s in signals):
+        return Scorer(None, None, None, dev, heads)
     model, tokenizer, size = _load_clip(model_dir)
     model.to(dev)
     width = int(model.config.projection_dim)
-    heads: dict[str, Any] = {}
     for name in signals:
         if name in ("aesthetic", "nsfw"):
             path = head_file(model_dir, name)
