@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from fgdata.shards import ShardWriter, iter_samples
-from fgdata.shards.scores import read_scores
+from scorefiles import score_rows
 
 FGDATA = str(Path(sys.executable).with_name("fgdata"))
 EMBED = 16
@@ -145,15 +145,6 @@ def shards(tmp_path, sample_images) -> Path:
     return dest
 
 
-def _rows(folder: Path) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    for shard in sorted(folder.glob("*.tar")):
-        found = read_scores(str(shard))
-        assert found is not None
-        out.update(found.rows)
-    return out
-
-
 def _expected(model_dir: Path, shards: Path) -> dict[str, dict]:
     """clip_score, aesthetic, p_nsfw computed directly: CLIPModel's own forward (logits / logit scale) and the heads
     as plain matrix products."""
@@ -215,7 +206,7 @@ def test_clip_aesthetic_nsfw_match_a_direct_computation(models, shards):
     done = fg("score", str(shards), "--with", "clip,aesthetic,nsfw", "--model-dir", str(models["hf"]),
               "--batch-size", "3", "--json")
     assert done.returncode == 0, done.stderr
-    rows = _rows(shards)
+    rows = score_rows(shards)
     want = _expected(models["hf"], shards)
     assert set(rows) == set(want) | {"broken"}
     assert rows["broken"]["score_error"].startswith(".jpg:") and "clip_score" not in rows["broken"]
@@ -246,13 +237,13 @@ def test_open_clip_layout_gives_the_hf_scores(models, shards, tmp_path):
     other = tmp_path / "other"
     shutil.copytree(shards, other)
     assert fg("score", str(shards), "--with", "clip", "--model-dir", str(models["hf"])).returncode == 0
-    a = _rows(shards)
+    a = score_rows(shards)
     for layout in ("open_clip", "open_clip_bin"):
         for p in other.glob("*.scores.jsonl"):
             p.unlink()
         done = fg("score", str(other), "--with", "clip", "--model-dir", str(models[layout]))
         assert done.returncode == 0, done.stderr
-        b = _rows(other)
+        b = score_rows(other)
         assert a.keys() == b.keys()
         assert sum("clip_score" in r for r in a.values()) == len(a) - 2  # the broken image, the one without a caption
         for key in a:
@@ -285,7 +276,7 @@ def test_presets_filter_on_p_safe_keeps_exactly(models, shards):
     from fgdata.loaders import WDSLoader
 
     assert fg("score", str(shards), "--with", "nsfw", "--model-dir", str(models["hf"])).returncode == 0
-    rows = _rows(shards)
+    rows = score_rows(shards)
     threshold = float(np.median([r["p_safe"] for r in rows.values() if "p_safe" in r]))
     want = sorted(k for k, r in rows.items() if r.get("p_safe", threshold) >= threshold)
     loader = WDSLoader(["WDS:" + str(shards)], batch_size=1, num_workers=0, train=False, partial=True,
@@ -351,7 +342,7 @@ def test_a_non_finite_model_output_is_reported_not_written(models, shards, tmp_p
     torch.save(state, nan / "clip_autokeras_binary_nsfw.pth")
     done = fg("score", str(shards), "--with", "nsfw", "--model-dir", str(nan), "--json")
     assert done.returncode == 0, done.stderr
-    rows = _rows(shards)
+    rows = score_rows(shards)
     assert json.loads(done.stdout)["failed_samples"] == len(rows)
     for row in rows.values():
         assert "p_nsfw" not in row and "p_safe" not in row and row["score_error"]
@@ -380,7 +371,7 @@ def test_a_video_gets_the_mean_and_min_of_its_frames_scores(models, tmp_path):
     done = fg("score", str(videos), "--with", "clip,aesthetic,nsfw", "--model-dir", str(models["hf"]),
               "--batch-size", "2", "--json")
     assert done.returncode == 0, done.stderr
-    rows = _rows(videos)
+    rows = score_rows(videos)
     per_frame = list(_expected(models["hf"], photos).values())
     for name in ("clip_score", "aesthetic", "p_nsfw"):
         values = [f[name] for f in per_frame]

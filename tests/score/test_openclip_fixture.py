@@ -17,7 +17,7 @@ import pytest
 from inprocess import fgdata
 
 from fgdata.shards import ShardWriter
-from fgdata.shards.scores import read_scores
+from scorefiles import score_rows
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "openclip"
 SAMPLES = Path(__file__).resolve().parents[2] / "fgdata" / "sample_data"
@@ -45,12 +45,7 @@ def _shards(dest: Path) -> None:
 
 
 def _clip_scores(folder: Path) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for shard in sorted(folder.glob("*.tar")):
-        found = read_scores(str(shard))
-        assert found is not None
-        out.update({k: r["clip_score"] for k, r in found.rows.items()})
-    return out
+    return {k: r["clip_score"] for k, r in score_rows(folder).items()}
 
 
 def _plain_is_displayed(name: str) -> bool:

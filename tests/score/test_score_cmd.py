@@ -17,7 +17,8 @@ from PIL import Image
 from fgdata.score.job import ScoreOptions, sample_scores
 from tests.faults.faultkit import run_ranks
 from fgdata.shards import ShardWriter, iter_samples
-from fgdata.shards.scores import SUFFIX, read_scores
+from fgdata.shards.scores import SUFFIX
+from scorefiles import score_rows
 
 FGDATA = str(Path(sys.executable).with_name("fgdata"))
 
@@ -46,22 +47,13 @@ def shards(tmp_path, sample_images) -> Path:
     return dest
 
 
-def _rows(folder: Path) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    for shard in sorted(folder.glob("*.tar")):
-        found = read_scores(str(shard))
-        assert found is not None
-        out.update(found.rows)
-    return out
-
-
 def test_score_writes_every_sample_beside_its_shard(shards):
     done = fg("score", str(shards), "--with", "basic", "--json")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     tars = sorted(shards.glob("*.tar"))
     assert sorted(p.name for p in shards.glob("*" + SUFFIX)) == [t.name + SUFFIX for t in tars]
-    rows = _rows(shards)
+    rows = score_rows(shards)
     keys = [s.key for t in tars for s in iter_samples(str(t))]
     assert list(rows) == keys and summary["samples"] == len(keys) and summary["failed_samples"] == 1
     options = ScoreOptions(("size", "sharpness", "exposure", "uniformity", "caption"))
@@ -106,9 +98,9 @@ def test_torchrun_ranks_score_their_share_and_together_the_whole(shards, tmp_pat
 
 def test_rescoring_adds_fields(shards):
     assert fg("score", str(shards), "--with", "caption").returncode == 0
-    assert set(_rows(shards)["photo_000"]) == {"caption_words", "caption_chars"}
+    assert set(score_rows(shards)["photo_000"]) == {"caption_words", "caption_chars"}
     assert fg("score", str(shards), "--with", "size").returncode == 0
-    assert set(_rows(shards)["photo_000"]) == {"caption_words", "caption_chars", "width", "height", "aspect"}
+    assert set(score_rows(shards)["photo_000"]) == {"caption_words", "caption_chars", "width", "height", "aspect"}
     assert set(json.loads((shards / "scores.json").read_text())["signals"]) == {"caption", "size"}
 
 
@@ -116,7 +108,7 @@ def test_loaders_join_scores_and_presets_filter_keeps_exactly(shards):
     from fgdata.loaders import WDSLoader
 
     assert fg("score", str(shards), "--with", "basic").returncode == 0
-    rows = _rows(shards)
+    rows = score_rows(shards)
     threshold = float(np.median([r["sharpness"] for r in rows.values() if "sharpness" in r]))
     # presets_filter keeps a sample whose field is >= the threshold, and one without the field (the broken image)
     want = sorted(k for k, r in rows.items() if r.get("sharpness", threshold) >= threshold)
@@ -193,12 +185,12 @@ def test_no_resume_scores_again_and_overwrite_removes_the_score_files(shards):
     assert f"--no-resume: scoring every shard of {shards} again with size" in again.stderr
     assert not any(s["skipped"] for s in json.loads(again.stdout)["shards"])
     assert {p.name: p.read_bytes() for p in shards.iterdir() if p.is_file()} == before
-    assert set(_rows(shards)["photo_000"]) == {"caption_words", "caption_chars", "width", "height", "aspect"}
+    assert set(score_rows(shards)["photo_000"]) == {"caption_words", "caption_chars", "width", "height", "aspect"}
     files = sorted(shards.glob("*" + SUFFIX))
     fresh = fgdata("score", shards, "--with", "size", "--overwrite")
     assert fresh.returncode == 0, fresh.stderr
     assert f"--overwrite: removing {len(files) + 1} score file(s) from {shards}: {files[0].name}" in fresh.stderr
-    assert set(_rows(shards)["photo_000"]) == {"width", "height", "aspect"}
+    assert set(score_rows(shards)["photo_000"]) == {"width", "height", "aspect"}
     assert set(json.loads((shards / "scores.json").read_text())["signals"]) == {"size"}
     assert sorted(shards.glob("*" + SUFFIX)) == files and not (shards / ".fgdata-score").exists()
 
@@ -217,7 +209,7 @@ def test_score_on_s3(shards, s3_bucket):
 
 def test_verify_inspect_report_read_the_scores(shards, tmp_path):
     assert fg("score", str(shards), "--with", "basic").returncode == 0
-    rows = _rows(shards)
+    rows = score_rows(shards)
     ok = fg("verify", str(shards), "--json")
     assert ok.returncode == 0, ok.stdout
     inspect = json.loads(fg("inspect", str(shards), "--json", "-n", "0").stdout)
@@ -248,7 +240,7 @@ def test_into_writes_the_json_in_place_and_the_filter_keeps_the_same_samples(sha
     beside = tmp_path / "beside"
     shutil.copytree(shards, beside)
     assert fg("score", str(beside), "--with", "basic").returncode == 0
-    rows = _rows(beside)
+    rows = score_rows(beside)
     media = {t.name: {s.key: {e: d for e, d in s.members.items() if e != "json"} for s in iter_samples(str(t))}
              for t in sorted(shards.glob("*.tar"))}
     not_updated = []

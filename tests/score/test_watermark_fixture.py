@@ -17,7 +17,7 @@ import pytest
 from inprocess import fgdata
 
 from fgdata.shards import ShardWriter
-from fgdata.shards.scores import read_scores
+from scorefiles import score_rows
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "watermark"
 SAMPLES = Path(__file__).resolve().parents[2] / "fgdata" / "sample_data"
@@ -29,15 +29,6 @@ def _shards(dest: Path) -> None:
     with ShardWriter(str(dest), maxcount=4) as w:
         for name in EXPECTED["photos"]:
             w.write(Path(name).stem, {Path(name).suffix[1:]: (SAMPLES / name).read_bytes()})
-
-
-def _rows(folder: Path) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    for shard in sorted(folder.glob("*.tar")):
-        found = read_scores(str(shard))
-        assert found is not None
-        out.update(found.rows)
-    return out
 
 
 def test_score_cli_and_library_give_timms_p_watermark(tmp_path):
@@ -54,7 +45,7 @@ def test_score_cli_and_library_give_timms_p_watermark(tmp_path):
     assert done.returncode == 0, done.stderr
     summary = score_datasets([str(lib)], ScoreOptions(signals=("watermark",), model_dir=str(FIXTURE / "model")))
     assert not any(s.failed or s.error for s in summary.shards)
-    for rows in (_rows(cli), _rows(lib)):
+    for rows in (score_rows(cli), score_rows(lib)):
         assert sorted(rows) == sorted(Path(n).stem for n in EXPECTED["photos"])
         for name, want in EXPECTED["photos"].items():
             row = rows[Path(name).stem]
