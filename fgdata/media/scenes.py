@@ -337,23 +337,21 @@ def _fades(luma: np.ndarray, dark: np.ndarray) -> list[Transition]:
     one fade."""
     out: list[Transition] = []
     n = len(luma)
-    i = 0
-    while i < n:
-        if not dark[i]:
-            i += 1
-            continue
-        j = i
-        while j + 1 < n and dark[j + 1]:
-            j += 1
-        a, b = i, j
+    for a, b in true_runs(dark):
         while a > 0 and luma[a - 1] > luma[a] + 1.0:  # the ramp down
             a -= 1
         while b + 1 < n and luma[b + 1] > luma[b] + 1.0:  # the ramp up
             b += 1
         # a ramp's last frame is the first of the next shot once it stops brightening
         out.append(Transition("fade", a, b))
-        i = j + 1
     return out
+
+
+def true_runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """The first and last index of each run of True in ``mask``, in order."""
+    padded = np.concatenate(([False], np.asarray(mask, dtype=bool), [False]))
+    edges = np.flatnonzero(padded[1:] != padded[:-1])
+    return [(int(a), int(b) - 1) for a, b in zip(edges[::2], edges[1::2])]
 
 
 def black_fades(thumbs: np.ndarray) -> list[Transition]:

