@@ -397,13 +397,17 @@ def _share(job: JobDefinition[U], ctx: Context) -> JobSummary:
     """What a rank other than 0 did (its units only); it writes no report file, rank 0 writes the job's."""
     written = failed = samples = warned = 0
     reasons: Counter[str] = Counter()
+    filtered: Counter[str] = Counter()
     for marker in ctx.spool.in_order():
         written += marker.written
         failed += len(marker.failures)
         samples += marker.samples
         warned += len(marker.warnings)
         reasons.update(category(f.reason) for f in marker.failures)
-    return JobSummary(command=job.command, path=job.dest, seen=written + failed, written=written, failed=failed,
+        filtered.update(marker.filtered)
+    return JobSummary(command=job.command, path=job.dest, seen=written + failed + sum(filtered.values()),
+                      written=written, failed=failed, filtered=sum(filtered.values()),
+                      filtered_by_reason=dict(sorted(filtered.items())),
                       samples=samples, failed_by_reason=dict(sorted(reasons.items())), failures_path=None,
                       resumed=ctx.resumed, warned=warned, rank=ctx.rank, world=ctx.world, restarted=ctx.restarted,
                       shards_done=ctx.fresh, shards_skipped=ctx.kept, whole_job=False)

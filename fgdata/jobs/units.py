@@ -109,12 +109,13 @@ class Entry:
 @dataclass(frozen=True)
 class ShardDone:
     """One shard a unit wrote: its name, samples, byte size, and the failures met while it was open (by
-    category)."""
+    category) and the inputs a row selection left out that count for it (by reason)."""
 
     name: str
     samples: int
     size: int
     failed_by_reason: dict[str, int] = field(default_factory=dict)
+    filtered_by_reason: dict[str, int] = field(default_factory=dict)
 
 
 class Input(Protocol):
@@ -205,8 +206,10 @@ class Opaque:
 
 @dataclass
 class Marker:
-    """What a finished unit leaves in ``DST/.fgdata/units/``: its plan and its result (plain JSON data), and the
-    command's own fields (``payload``: None for commands that have none)."""
+    """What a finished unit leaves in ``DST/.fgdata/units/``: its plan and its result (plain JSON data), the
+    command's own fields (``payload``: None for commands that have none) and the inputs a row selection left out
+    that belong to the unit (``filtered``, by reason: counted in ``seen``, neither written nor failed; those of
+    its shards are in each :class:`ShardDone`)."""
 
     unit: int
     first: int
@@ -221,6 +224,7 @@ class Marker:
     warnings: list[Entry]
     launch: str | None = None
     payload: Payload | None = None
+    filtered: dict[str, int] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         doc = {"format": MARKER_FORMAT, "version": MARKER_VERSION, **asdict(replace(self, payload=None)),
@@ -238,17 +242,23 @@ class Marker:
             return cls(unit=int(doc["unit"]), first=int(doc["first"]), count=int(doc["count"]),
                        options=str(doc["options"]), inputs=str(doc["inputs"]), stamps=list(doc["stamps"]),
                        names=list(doc["names"]),
-                       shards=[ShardDone(str(s["name"]), int(s["samples"]), int(s["size"]), dict(s["failed_by_reason"]))
-                               for s in doc["shards"]],
+                       shards=[ShardDone(str(s["name"]), int(s["samples"]), int(s["size"]), dict(s["failed_by_reason"]),
+                                         dict(s.get("filtered_by_reason", {}))) for s in doc["shards"]],
                        written=int(doc["written"]), failures=[Entry.from_json(f) for f in doc["failures"]],
                        warnings=[Entry.from_json(w) for w in doc["warnings"]], launch=doc.get("launch"),
-                       payload=None if payload is None else Opaque(dict(payload)))
+                       payload=None if payload is None else Opaque(dict(payload)),
+                       filtered=dict(doc.get("filtered", {})))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
     @property
     def samples(self) -> int:
         return sum(s.samples for s in self.shards)
+
+    @property
+    def seen(self) -> int:
+        """The unit's inputs and the inputs left out that belong to it."""
+        return self.count + sum(self.filtered.values())
 
 
 @dataclass(frozen=True)
@@ -575,6 +585,11 @@ class Totals:
     failed_by_reason: Counter[str] = field(default_factory=Counter)
     warned_by_reason: Counter[str] = field(default_factory=Counter)
     retryable: int = 0
+    filtered_by_reason: Counter[str] = field(default_factory=Counter)  # the markers' sum
+
+    @property
+    def filtered(self) -> int:
+        return sum(self.filtered_by_reason.values())
 
 
 def _json_lines(out: BinaryIO, key: str, lines: BinaryIO, last: bool = False) -> None:
@@ -611,10 +626,12 @@ def finalize(dest: str, command: str, spool: Spool, fields: ReportFields, stats:
              retryable: Callable[[str], bool]) -> Totals:
     """Stream ``shard_count.json``, ``failures.json`` (and with ``stats`` ``shard_stats.json``) from the
     spooled markers in unit order; return the totals. ``fields``: the report's own fields (``skipped``; with
-    ``filtered``, the inputs a row selection left out, which ``seen`` counts too)."""
+    ``filtered``, the inputs a row selection left out, which ``seen`` counts too: they must equal the sum of the
+    markers' ``filtered``, which ``shard_stats.json`` gives per shard)."""
     from fgdata.shards.index import COUNT_FILE, write_count_entries
 
     totals = Totals()
+    selects = fields.filtered_by_reason is not None
     with tempfile.TemporaryFile() as counts, tempfile.TemporaryFile() as failures, \
             tempfile.TemporaryFile() as warnings, tempfile.TemporaryFile() as per_shard:
         for marker in spool.in_order():
@@ -622,10 +639,14 @@ def finalize(dest: str, command: str, spool: Spool, fields: ReportFields, stats:
             totals.written += marker.written
             totals.failed += len(marker.failures)
             totals.warned += len(marker.warnings)
+            totals.filtered_by_reason.update(marker.filtered)
             for s in marker.shards:
                 counts.write(json.dumps([s.name, s.samples]).encode() + b"\n")
-                per_shard.write(json.dumps([s.name, {"samples": s.samples, "failed_by_reason": dict(sorted(
-                    s.failed_by_reason.items()))}]).encode() + b"\n")
+                row: dict[str, Any] = {"samples": s.samples, "failed_by_reason": dict(sorted(s.failed_by_reason.items()))}
+                if selects:
+                    row.update(filtered=sum(s.filtered_by_reason.values()),
+                               filtered_by_reason=dict(sorted(s.filtered_by_reason.items())))
+                per_shard.write(json.dumps([s.name, row]).encode() + b"\n")
                 totals.samples += s.samples
                 totals.shards += 1
             for f in marker.failures:
@@ -638,6 +659,9 @@ def finalize(dest: str, command: str, spool: Spool, fields: ReportFields, stats:
         if totals.inputs != totals.written + totals.failed:
             raise FgdataError(f"{dest}: accounting mismatch: {totals.inputs} inputs seen, {totals.written} written, "
                               f"{totals.failed} failed")
+        if totals.filtered_by_reason != Counter(fields.filtered_by_reason or {}):
+            raise FgdataError(f"{dest}: accounting mismatch: {fields.filtered} inputs filtered, "
+                              f"{totals.filtered} in the work units")
 
         def count_file(out: BinaryIO) -> None:  # shards in unit order, which is their numeric order
             counts.seek(0)
@@ -645,7 +669,7 @@ def finalize(dest: str, command: str, spool: Spool, fields: ReportFields, stats:
 
         def report(out: BinaryIO) -> None:
             head = {"format": FORMAT, "version": VERSION, "command": command,
-                    "seen": totals.inputs + fields.filtered,
+                    "seen": totals.inputs + totals.filtered,
                     "written": totals.written, "failed": totals.failed, "samples": totals.samples,
                     "failed_by_reason": dict(sorted(totals.failed_by_reason.items())), **fields.to_json()}
             out.write(b"{\n")
@@ -660,7 +684,7 @@ def finalize(dest: str, command: str, spool: Spool, fields: ReportFields, stats:
             from fgdata.jobs.stats import STATS_FILE, write_stats
 
             write_side_file(storage.join(dest, STATS_FILE), partial(write_stats, totals=totals, per_shard=per_shard,
-                                                                    filtered=fields.filtered_by_reason))
+                                                                    fields=fields.stats_fields(), filtered=selects))
     return totals
 
 
