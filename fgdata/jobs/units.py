@@ -592,6 +592,18 @@ class Totals:
         return sum(self.filtered_by_reason.values())
 
 
+class _ShardStatsFields(TypedDict):
+    samples: int
+    failed_by_reason: dict[str, int]
+
+
+class ShardStatsDoc(_ShardStatsFields, total=False):
+    """One shard's line of ``shard_stats.json`` (``filtered``: jobs that leave inputs out)."""
+
+    filtered: int
+    filtered_by_reason: dict[str, int]
+
+
 def _json_lines(out: BinaryIO, key: str, lines: BinaryIO, last: bool = False) -> None:
     """Write ``"key": [ ... ]`` from a file of one JSON value per line."""
     out.write(f' "{key}": ['.encode())
@@ -642,10 +654,10 @@ def finalize(dest: str, command: str, spool: Spool, fields: ReportFields, stats:
             totals.filtered_by_reason.update(marker.filtered)
             for s in marker.shards:
                 counts.write(json.dumps([s.name, s.samples]).encode() + b"\n")
-                row: dict[str, Any] = {"samples": s.samples, "failed_by_reason": dict(sorted(s.failed_by_reason.items()))}
+                row: ShardStatsDoc = {"samples": s.samples, "failed_by_reason": dict(sorted(s.failed_by_reason.items()))}
                 if selects:
-                    row.update(filtered=sum(s.filtered_by_reason.values()),
-                               filtered_by_reason=dict(sorted(s.filtered_by_reason.items())))
+                    row["filtered"] = sum(s.filtered_by_reason.values())
+                    row["filtered_by_reason"] = dict(sorted(s.filtered_by_reason.items()))
                 per_shard.write(json.dumps([s.name, row]).encode() + b"\n")
                 totals.samples += s.samples
                 totals.shards += 1
