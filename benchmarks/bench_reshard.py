@@ -10,9 +10,11 @@ process, best of ``--repeats`` wall times, alternating:
 * normalise: ``--max-side 128`` against the same loop decoding each JPEG with PIL (EXIF orientation, RGB),
   shrinking the longer side to 128 px and encoding at quality 95.
 
-The peak resident memory of every process of each run (the CLI, its worker processes) is sampled every 20 ms
-with psutil; the driver's and the largest worker's are printed. The issue's scale is 100 shards of 10,000 samples (1,000,000); the defaults
-are scaled down for a shared 2-core machine (say so when quoting figures).
+The peak resident memory of every process of each run (the CLI, its worker processes, the forkserver) is sampled
+every 20 ms with psutil and printed per run, with the load average before and after it. The issue's scale is 100
+shards of 10,000 samples (1,000,000: ``--shards 100 --per-shard 10000 --maxcount 1000 --side 64`` keeps it to
+about 7 GB of source); the defaults are scaled down for a shared 2-core machine (say so when quoting figures).
+``--sides`` picks and orders the sides, ``--work`` the folder the data goes to (removed at the end).
 """
 
 from __future__ import annotations
