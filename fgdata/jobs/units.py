@@ -21,7 +21,8 @@ its start, and rank 0's wait says which missing units their rank has started.
 **Markers.** Once a unit's last shard is in place it leaves ``DST/.fgdata/units/NNNNNN.json`` (``encode`` and
 ``kd``, whose unit is one task: ``DST/.fgdata/<key>/units/``, :func:`units_dir`) (:class:`Marker`): the
 fingerprint of the options that change bytes, its inputs' fingerprint and stamps, its shards with their sample
-counts, its failures and warnings, and this run's figures. A torn or foreign marker reads as absent. A rerun
+counts, its failures and warnings, the inputs a row selection left out that belong to it (per shard too), and
+this run's figures. A torn or foreign marker reads as absent. A rerun
 skips the units whose marker matches and whose shards are all in place with their sizes (one listing of DST
 tells: :func:`resumable`, the one rule), redoes a unit whose inputs changed (naming the inputs) or whose shards
 went missing, and redoes a unit that was stopped half-way from its start (its complete shards are written
@@ -254,11 +255,6 @@ class Marker:
     @property
     def samples(self) -> int:
         return sum(s.samples for s in self.shards)
-
-    @property
-    def seen(self) -> int:
-        """The unit's inputs and the inputs left out that belong to it."""
-        return self.count + sum(self.filtered.values())
 
 
 @dataclass(frozen=True)
