@@ -10,9 +10,11 @@ process, best of ``--repeats`` wall times, alternating:
 * normalise: ``--max-side 128`` against the same loop decoding each JPEG with PIL (EXIF orientation, RGB),
   shrinking the longer side to 128 px and encoding at quality 95.
 
-The peak resident memory of every process of each run (the CLI, its worker processes) is sampled every 20 ms
-with psutil; the driver's and the largest worker's are printed. The issue's scale is 100 shards of 10,000 samples (1,000,000); the defaults
-are scaled down for a shared 2-core machine (say so when quoting figures).
+The peak resident memory of every process of each run (the CLI, its worker processes, the forkserver) is sampled
+every 20 ms with psutil and printed per run, with the load average before and after it. The issue's scale is 100
+shards of 10,000 samples (1,000,000: ``--shards 100 --per-shard 10000 --maxcount 1000 --side 64`` keeps it to
+about 7 GB of source); the defaults are scaled down for a shared 2-core machine (say so when quoting figures).
+``--sides`` picks and orders the sides, ``--work`` the folder the data goes to (removed at the end).
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ with wds.ShardWriter(dest + "/%05d.tar", maxcount=maxcount, verbose=0) as sink:
 """
 
 
-def build(folder: Path, shards: int, per_shard: int) -> list[str]:
-    """img2dataset-style shards of distinct small JPEGs cut from the bundled photos."""
+def build(folder: Path, shards: int, per_shard: int, side: int = 256) -> list[str]:
+    """img2dataset-style shards of small JPEGs (``side`` px squares) cut from the bundled photos."""
     import numpy as np
     import webdataset as wds
     from PIL import Image
@@ -62,38 +64,39 @@ def build(folder: Path, shards: int, per_shard: int) -> list[str]:
     for i in range(64):
         with Image.open(photos[i % len(photos)]) as im:
             im = im.convert("RGB")
-            x, y = int(rng.integers(0, im.width - 256)), int(rng.integers(0, im.height - 256))
+            x, y = int(rng.integers(0, im.width - side)), int(rng.integers(0, im.height - side))
             buf = io.BytesIO()
-            im.crop((x, y, x + 256, y + 256)).save(buf, "JPEG", quality=90)
+            im.crop((x, y, x + side, y + side)).save(buf, "JPEG", quality=90)
             tiles.append(buf.getvalue())
     folder.mkdir(parents=True, exist_ok=True)
     with wds.ShardWriter(str(folder / "%05d.tar"), maxcount=per_shard, verbose=0) as sink:
         for i in range(shards * per_shard):
             data = tiles[i % len(tiles)]
             meta = {"url": f"https://example.com/{i}.jpg", "caption": f"photo {i}", "status": "success",
-                    "sha256": hashlib.sha256(data).hexdigest(), "width": 256, "height": 256, "key": f"{i:09d}"}
+                    "sha256": hashlib.sha256(data).hexdigest(), "width": side, "height": side, "key": f"{i:09d}"}
             sink.write({"__key__": f"{i:09d}", "jpg": data, "txt": meta["caption"].encode(),
                         "json": json.dumps(meta).encode()})
     return sorted(str(p) for p in folder.glob("*.tar"))
 
 
-def run(cmd: list[str], env: dict[str, str]) -> tuple[float, int, int]:
-    """Wall seconds, and the largest resident memory (bytes) of the run's first process and of any other one
-    (its workers)."""
+def run(cmd: list[str], env: dict[str, str]) -> tuple[float, int, list[int]]:
+    """Wall seconds, the largest resident memory (bytes) of the run's first process, and that of every other
+    process it started (its workers, the forkserver), largest first."""
     import psutil
 
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
-    peak = [0, 0]
+    root_peak = [0]
+    peaks: dict[int, int] = {}
     done = threading.Event()
 
     def sample() -> None:
         root = psutil.Process(proc.pid)
         while not done.is_set():
             try:
-                peak[0] = max(peak[0], root.memory_info().rss)
+                root_peak[0] = max(root_peak[0], root.memory_info().rss)
                 for p in root.children(recursive=True):
-                    peak[1] = max(peak[1], p.memory_info().rss)
+                    peaks[p.pid] = max(peaks.get(p.pid, 0), p.memory_info().rss)
             except psutil.Error:
                 pass
             time.sleep(0.02)
@@ -105,7 +108,11 @@ def run(cmd: list[str], env: dict[str, str]) -> tuple[float, int, int]:
     watcher.join()
     if rc:
         raise SystemExit(f"{cmd[:4]} failed with {rc}")
-    return time.perf_counter() - start, peak[0], peak[1]
+    return time.perf_counter() - start, root_peak[0], sorted(peaks.values(), reverse=True)
+
+
+def _load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def main() -> None:
@@ -115,18 +122,28 @@ def main() -> None:
     parser.add_argument("--maxcount", type=int, default=100)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--side", type=int, default=256, help="the source JPEGs' side in px")
     parser.add_argument("--modes", default="copy,normalise", help="which of copy,normalise to run")
+    parser.add_argument("--sides", default="fgdata,webdataset", help="which of fgdata,webdataset to run, in order")
+    parser.add_argument("--max-side", type=int, default=128, help="normalise mode's --max-side")
+    parser.add_argument("--work", help="folder for the data (default: a temporary one); removed at the end")
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    with tempfile.TemporaryDirectory() as tmp:
-        urls = build(Path(tmp) / "src", args.shards, args.per_shard)
+    if args.work:
+        Path(args.work).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=args.work) as tmp:
+        started = time.perf_counter()
+        urls = build(Path(tmp) / "src", args.shards, args.per_shard, args.side)
         n = args.shards * args.per_shard
-        print(f"{args.shards} source shards x {args.per_shard} samples = {n:,} samples -> shards of "
-              f"{args.maxcount}; fgdata --workers {args.workers}")
-        for mode, side in [(m, s) for m, s in (("copy", 0), ("normalise", 128)) if m in args.modes.split(",")]:
+        size = sum(os.path.getsize(u) for u in urls)
+        print(f"{args.shards} source shards x {args.per_shard} samples = {n:,} samples ({size / 2**30:.2f} GiB, "
+              f"{args.side} px JPEGs, built in {time.perf_counter() - started:.0f} s) -> shards of {args.maxcount}; "
+              f"fgdata --workers {args.workers}", flush=True)
+        modes = [(m, s) for m, s in (("copy", 0), ("normalise", args.max_side)) if m in args.modes.split(",")]
+        for mode, side in modes:
             best: dict[str, tuple[float, int, int]] = {}
             for _ in range(args.repeats):
-                for side_name in ("fgdata", "webdataset"):
+                for side_name in args.sides.split(","):
                     dest = Path(tmp) / f"out-{side_name}"
                     shutil.rmtree(dest, ignore_errors=True)
                     dest.mkdir()
@@ -137,13 +154,20 @@ def main() -> None:
                     else:
                         cmd = [sys.executable, "-c", REFERENCE, ",".join(urls), str(dest), str(args.maxcount),
                                str(side)]
-                    took, driver, workers = run(cmd, env)
-                    old = best.get(side_name, (took, driver, workers))
-                    best[side_name] = (min(took, old[0]), max(driver, old[1]), max(workers, old[2]))
-            (f, fd, fw), (w, wm, _) = best["fgdata"], best["webdataset"]
-            print(f"{mode:>9}: fgdata {n / f:,.0f} samples/s (peak RSS: driver {fd / 2**20:,.0f} MB, largest worker "
-                  f"{fw / 2**20:,.0f} MB), webdataset loop {n / w:,.0f} samples/s (peak {wm / 2**20:,.0f} MB): "
-                  f"fgdata {w / f:.2f}x", flush=True)
+                    before = _load()
+                    took, driver, others = run(cmd, env)
+                    shutil.rmtree(dest, ignore_errors=True)
+                    print(f"  {mode} {side_name}: {took:.1f} s, {n / took:,.0f} samples/s, peak RSS "
+                          f"{driver / 2**20:,.0f} MB" + (f" + [{', '.join(f'{p / 2**20:,.0f}' for p in others)}] MB "
+                                                         "(its other processes)" if others else "")
+                          + f"; load {before} -> {_load()}", flush=True)
+                    old = best.get(side_name, (took, driver, max(others, default=0)))
+                    best[side_name] = (min(took, old[0]), max(driver, old[1]), max(max(others, default=0), old[2]))
+            if set(best) == {"fgdata", "webdataset"}:
+                (f, fd, fw), (w, wm, _) = best["fgdata"], best["webdataset"]
+                print(f"{mode:>9}: fgdata {n / f:,.0f} samples/s (peak RSS: driver {fd / 2**20:,.0f} MB, largest "
+                      f"other process {fw / 2**20:,.0f} MB), webdataset loop {n / w:,.0f} samples/s (peak "
+                      f"{wm / 2**20:,.0f} MB): fgdata {w / f:.2f}x", flush=True)
 
 
 if __name__ == "__main__":

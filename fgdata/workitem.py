@@ -38,3 +38,6 @@ class WorkItem:
     # shard's member): the worker reads it, so the driver holds references, not media
     key: str | None = None  # the sample key the source keeps (an existing shard's); else sample_key(index)
     members: dict[str, bytes] | None = None  # a source sample's other members, carried as they are
+    # inputs a row selection left out right after this one (the first input: before it too), by reason: they
+    # count for the output shard this one goes to (see fgdata.sources.selection)
+    filtered: dict[str, int] | None = None

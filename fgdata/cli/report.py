@@ -94,7 +94,10 @@ def selection_line(d: dict[str, Any]) -> str:
     """What the job's --where / --keep-top left out (from its failures.json), in one line."""
     reasons = ", ".join(f"{reason} {n:,}" for reason, n in d["filtered_by_reason"].items())
     top = f"; top {d['kept']:,} of {d['rows']:,} by {d['by']} (threshold {d['threshold']})" if "by" in d else ""
-    return f"{d['filtered']:,} of {d['seen']:,} inputs filtered" + (f" ({reasons})" if reasons else "") + top
+    spread = d.get("per_shard")
+    shards = (f"; {spread['min']:,}–{spread['max']:,} per shard (most in {spread['most']})"
+              if spread and spread["max"] else "")
+    return f"{d['filtered']:,} of {d['seen']:,} inputs filtered" + (f" ({reasons})" if reasons else "") + top + shards
 
 
 def _summary_table(doc: dict[str, Any]) -> None:

@@ -408,12 +408,16 @@ def _share(job: JobDefinition[U], ctx: Context) -> JobSummary:
     """What a rank other than 0 did (its units only); it writes no report file, rank 0 writes the job's."""
     written = failed = samples = 0
     reasons: Counter[str] = Counter()
+    filtered: Counter[str] = Counter()
     for marker in ctx.spool.in_order():
         written += marker.written
         failed += len(marker.failures)
         samples += marker.samples
         reasons.update(category(f.reason) for f in marker.failures)
-    return JobSummary(command=job.command, path=job.dest, seen=written + failed, written=written, failed=failed,
+        filtered.update(marker.filtered)
+    return JobSummary(command=job.command, path=job.dest, seen=written + failed + sum(filtered.values()),
+                      written=written, failed=failed, filtered=sum(filtered.values()),
+                      filtered_by_reason=dict(sorted(filtered.items())),
                       samples=samples, failed_by_reason=dict(sorted(reasons.items())), failures_path=None,
                       resumed=ctx.resumed, rank=ctx.rank, world=ctx.world, restarted=ctx.restarted, whole_job=False)
 

@@ -52,7 +52,7 @@ class ReportFields:
     """A command's own fields of ``failures.json``, after the common ones: none here; a command's frozen dataclass
     subclasses it and says them in :meth:`to_json` (in the order they are written). ``filtered``: the inputs a row
     selection left out, which ``seen`` counts too; ``filtered_by_reason``: those by reason (None: the job selects
-    no rows), which ``shard_stats.json`` repeats."""
+    no rows), which the work units' markers must add up to (``shard_stats.json`` gives them per shard)."""
 
     @property
     def filtered(self) -> int:
@@ -63,6 +63,10 @@ class ReportFields:
         return None
 
     def to_json(self) -> dict[str, JsonValue]:
+        return {}
+
+    def stats_fields(self) -> dict[str, JsonValue]:
+        """The command's own fields of ``shard_stats.json``'s totals (where the job writes one)."""
         return {}
 
 

@@ -21,7 +21,8 @@ its start, and rank 0's wait says which missing units their rank has started.
 **Markers.** Once a unit's last shard is in place it leaves ``DST/.fgdata/units/NNNNNN.json`` (``encode`` and
 ``kd``, whose unit is one task: ``DST/.fgdata/<key>/units/``, :func:`units_dir`) (:class:`Marker`): the
 fingerprint of the options that change bytes, its inputs' fingerprint and stamps, its shards with their sample
-counts, its failures and warnings, and this run's figures. A torn or foreign marker reads as absent. A rerun
+counts, its failures and warnings, the inputs a row selection left out that belong to it (per shard too), and
+this run's figures. A torn or foreign marker reads as absent. A rerun
 skips the units whose marker matches and whose shards are all in place with their sizes (one listing of DST
 tells: :func:`resumable`, the one rule), redoes a unit whose inputs changed (naming the inputs) or whose shards
 went missing, and redoes a unit that was stopped half-way from its start (its complete shards are written
@@ -45,7 +46,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
-from typing import Any, BinaryIO, Generic, Protocol, TypeVar
+from typing import Any, BinaryIO, Generic, Protocol, TypedDict, TypeVar
 
 from fgdata import storage
 from fgdata.errors import FgdataError
@@ -109,12 +110,13 @@ class Entry:
 @dataclass(frozen=True)
 class ShardDone:
     """One shard a unit wrote: its name, samples, byte size, and the failures met while it was open (by
-    category)."""
+    category) and the inputs a row selection left out that count for it (by reason)."""
 
     name: str
     samples: int
     size: int
     failed_by_reason: dict[str, int] = field(default_factory=dict)
+    filtered_by_reason: dict[str, int] = field(default_factory=dict)
 
 
 class Input(Protocol):
@@ -165,8 +167,10 @@ class Opaque:
 
 @dataclass
 class Marker:
-    """What a finished unit leaves in ``DST/.fgdata/units/``: its plan and its result (plain JSON data), and the
-    command's own fields (``payload``: None for commands that have none)."""
+    """What a finished unit leaves in ``DST/.fgdata/units/``: its plan and its result (plain JSON data), the
+    command's own fields (``payload``: None for commands that have none) and the inputs a row selection left out
+    that belong to the unit (``filtered``, by reason: counted in ``seen``, neither written nor failed; those of
+    its shards are in each :class:`ShardDone`)."""
 
     unit: int
     first: int
@@ -181,6 +185,7 @@ class Marker:
     warnings: list[Entry]
     launch: str | None = None
     payload: Payload | None = None
+    filtered: dict[str, int] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         doc = {"format": MARKER_FORMAT, "version": MARKER_VERSION, **asdict(replace(self, payload=None)),
@@ -198,11 +203,12 @@ class Marker:
             return cls(unit=int(doc["unit"]), first=int(doc["first"]), count=int(doc["count"]),
                        options=str(doc["options"]), inputs=str(doc["inputs"]), stamps=list(doc["stamps"]),
                        names=list(doc["names"]),
-                       shards=[ShardDone(str(s["name"]), int(s["samples"]), int(s["size"]), dict(s["failed_by_reason"]))
-                               for s in doc["shards"]],
+                       shards=[ShardDone(str(s["name"]), int(s["samples"]), int(s["size"]), dict(s["failed_by_reason"]),
+                                         dict(s.get("filtered_by_reason", {}))) for s in doc["shards"]],
                        written=int(doc["written"]), failures=[Entry.from_json(f) for f in doc["failures"]],
                        warnings=[Entry.from_json(w) for w in doc["warnings"]], launch=doc.get("launch"),
-                       payload=None if payload is None else Opaque(dict(payload)))
+                       payload=None if payload is None else Opaque(dict(payload)),
+                       filtered=dict(doc.get("filtered", {})))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -535,6 +541,23 @@ class Totals:
     failed_by_reason: Counter[str] = field(default_factory=Counter)
     warned_by_reason: Counter[str] = field(default_factory=Counter)
     retryable: int = 0
+    filtered_by_reason: Counter[str] = field(default_factory=Counter)  # the markers' sum
+
+    @property
+    def filtered(self) -> int:
+        return sum(self.filtered_by_reason.values())
+
+
+class _ShardStatsFields(TypedDict):
+    samples: int
+    failed_by_reason: dict[str, int]
+
+
+class ShardStatsDoc(_ShardStatsFields, total=False):
+    """One shard's line of ``shard_stats.json`` (``filtered``: jobs that leave inputs out)."""
+
+    filtered: int
+    filtered_by_reason: dict[str, int]
 
 
 def _json_lines(out: BinaryIO, key: str, lines: BinaryIO, last: bool = False) -> None:
@@ -571,10 +594,12 @@ def finalize(dest: str, command: str, spool: Spool, fields: ReportFields, stats:
              retryable: Callable[[str], bool]) -> Totals:
     """Stream ``shard_count.json``, ``failures.json`` (and with ``stats`` ``shard_stats.json``) from the
     spooled markers in unit order; return the totals. ``fields``: the report's own fields (``skipped``; with
-    ``filtered``, the inputs a row selection left out, which ``seen`` counts too)."""
+    ``filtered``, the inputs a row selection left out, which ``seen`` counts too: they must equal the sum of the
+    markers' ``filtered``, which ``shard_stats.json`` gives per shard)."""
     from fgdata.shards.index import COUNT_FILE, write_count_entries
 
     totals = Totals()
+    selects = fields.filtered_by_reason is not None
     with tempfile.TemporaryFile() as counts, tempfile.TemporaryFile() as failures, \
             tempfile.TemporaryFile() as warnings, tempfile.TemporaryFile() as per_shard:
         for marker in spool.in_order():
@@ -582,10 +607,14 @@ def finalize(dest: str, command: str, spool: Spool, fields: ReportFields, stats:
             totals.written += marker.written
             totals.failed += len(marker.failures)
             totals.warned += len(marker.warnings)
+            totals.filtered_by_reason.update(marker.filtered)
             for s in marker.shards:
                 counts.write(json.dumps([s.name, s.samples]).encode() + b"\n")
-                per_shard.write(json.dumps([s.name, {"samples": s.samples, "failed_by_reason": dict(sorted(
-                    s.failed_by_reason.items()))}]).encode() + b"\n")
+                row: ShardStatsDoc = {"samples": s.samples, "failed_by_reason": dict(sorted(s.failed_by_reason.items()))}
+                if selects:
+                    row["filtered"] = sum(s.filtered_by_reason.values())
+                    row["filtered_by_reason"] = dict(sorted(s.filtered_by_reason.items()))
+                per_shard.write(json.dumps([s.name, row]).encode() + b"\n")
                 totals.samples += s.samples
                 totals.shards += 1
             for f in marker.failures:
@@ -598,6 +627,9 @@ def finalize(dest: str, command: str, spool: Spool, fields: ReportFields, stats:
         if totals.inputs != totals.written + totals.failed:
             raise FgdataError(f"{dest}: accounting mismatch: {totals.inputs} inputs seen, {totals.written} written, "
                               f"{totals.failed} failed")
+        if totals.filtered_by_reason != Counter(fields.filtered_by_reason or {}):
+            raise FgdataError(f"{dest}: accounting mismatch: {fields.filtered} inputs filtered, "
+                              f"{totals.filtered} in the work units")
 
         def count_file(out: BinaryIO) -> None:  # shards in unit order, which is their numeric order
             counts.seek(0)
@@ -605,7 +637,7 @@ def finalize(dest: str, command: str, spool: Spool, fields: ReportFields, stats:
 
         def report(out: BinaryIO) -> None:
             head = {"format": FORMAT, "version": VERSION, "command": command,
-                    "seen": totals.inputs + fields.filtered,
+                    "seen": totals.inputs + totals.filtered,
                     "written": totals.written, "failed": totals.failed, "samples": totals.samples,
                     "failed_by_reason": dict(sorted(totals.failed_by_reason.items())), **fields.to_json()}
             out.write(b"{\n")
@@ -620,7 +652,7 @@ def finalize(dest: str, command: str, spool: Spool, fields: ReportFields, stats:
             from fgdata.jobs.stats import STATS_FILE, write_stats
 
             write_side_file(storage.join(dest, STATS_FILE), partial(write_stats, totals=totals, per_shard=per_shard,
-                                                                    filtered=fields.filtered_by_reason))
+                                                                    fields=fields.stats_fields(), filtered=selects))
     return totals
 
 

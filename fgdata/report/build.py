@@ -35,9 +35,16 @@ def build_report(shards: Sequence[str] | ShardSet, *, name: str, paths: Sequence
     downloads = download_stats(paths_)
     if downloads is not None:
         doc["downloads"] = downloads
+    per_shard = filtered_per_shard(paths_)
+    for row in doc["shards"] if per_shard else []:
+        row.update(per_shard.get(row["path"], {}))
     selected = selection_stats(paths_)
     if selected is not None:
         doc["selection"] = selected
+        counted = [(row["filtered"], row["shard"]) for row in doc["shards"] if "filtered" in row]
+        if counted:  # the spread over the shards, and the shard with the most (the first of those)
+            most = max(counted, key=lambda c: c[0])
+            selected["per_shard"] = {"min": min(c[0] for c in counted), "max": most[0], "most": most[1]}
     filtered = filtered_counts(paths_)
     if filtered:
         doc["filtered"] = filtered
@@ -84,11 +91,12 @@ def filtered_counts(shards: Sequence[str]) -> dict[str, int]:
 
 def download_stats(shards: Sequence[str]) -> dict[str, Any] | None:
     """The totals of a URL job's ``shard_stats.json`` in the shards' folder (successes, failures by reason,
-    retryable), or None: shards from several folders, no such file, or one that is not fgdata's."""
+    retryable), or None: shards from several folders, no such file, one that is not fgdata's, or a job whose
+    inputs were not URLs (a file without ``downloads`` is a URL job's: only those wrote one before)."""
     from fgdata.catalog import STATS_FILE, STATS_FORMAT
 
     found = _job_file(shards, STATS_FILE, STATS_FORMAT)
-    if found is None:
+    if found is None or found[1].get("downloads") is False:
         return None
     path, doc = found
     out = {"file": path, "successes": doc.get("successes", 0), "failed": doc.get("failed", 0),
@@ -96,6 +104,22 @@ def download_stats(shards: Sequence[str]) -> dict[str, Any] | None:
     if "filtered" in doc:  # a job that selected rows: what it left out, by reason
         out.update(filtered=doc["filtered"], filtered_by_reason=doc.get("filtered_by_reason", {}))
     return out
+
+
+def filtered_per_shard(shards: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Shard path -> the inputs a row selection (or a source shard's failed downloads) left out that count for it
+    (``filtered``, ``filtered_by_reason``), from the job's ``shard_stats.json`` in the shards' folder; empty when
+    there is none or the job left nothing out."""
+    from fgdata import storage
+    from fgdata.catalog import STATS_FILE, STATS_FORMAT
+
+    found = _job_file(shards, STATS_FILE, STATS_FORMAT)
+    if found is None or "filtered" not in found[1] or not isinstance(found[1].get("shards"), dict):
+        return {}
+    folder = storage.parent(found[0])
+    return {storage.join(folder, name): {"filtered": row.get("filtered", 0),
+                                         "filtered_by_reason": row.get("filtered_by_reason", {})}
+            for name, row in found[1]["shards"].items() if isinstance(row, dict)}
 
 
 def selection_stats(shards: Sequence[str]) -> dict[str, Any] | None:

@@ -249,8 +249,11 @@ def _selection(doc: dict[str, Any], stats: Stats) -> Section | None:
     where = f' <code>--where {_e(d["where"])}</code>' if "where" in d else ""
     top = (f' <code>--keep-top {d["keep_top"]} --by {_e(d["by"])}</code> kept {d["kept"]:,} of {d["rows"]:,} '
            f"(threshold {d['threshold']})" if "by" in d else "")
+    spread = d.get("per_shard")
+    shards = (f" Per shard: {spread['min']:,} to {spread['max']:,} (most in <code>{_e(spread['most'])}</code>; "
+              "each shard's count in the JSON and <code>shard_stats.json</code>)." if spread and spread["max"] else "")
     body = (f'<p class="lead">Rows selected from the source ({_e(d["file"])}):{where}{top}; '
-            f"{d['filtered']:,} of {d['seen']:,} inputs filtered.</p>"
+            f"{d['filtered']:,} of {d['seen']:,} inputs filtered.{shards}</p>"
             + (_table(["filtered by", "inputs", "share"], rows, {1, 2}) if rows else ""))
     return ("selection", "Selection", body)
 

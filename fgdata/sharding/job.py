@@ -16,7 +16,8 @@ Side files beside the shards (all written atomically, local or s3://):
   ``failed_by_reason``, ``warnings`` (inputs written without a part, e.g. a caption that cannot be read) and
   ``skipped`` (files below SRC that are not inputs, :class:`fgdata.sources.folder.Skipped`); each failure and
   warning also carries ``index``, the item's position in source order;
-- ``shard_stats.json`` (URL jobs): successes and failures by reason, per shard (:mod:`fgdata.jobs.stats`).
+- ``shard_stats.json`` (URL jobs, and jobs that leave inputs out: ``--where``, ``--keep-top``, source shards):
+  successes, failures and filtered inputs by reason, per shard (:mod:`fgdata.jobs.stats`).
 
 Keys come from the item index, so every executor gives the same samples in the same order.
 """
@@ -243,6 +244,18 @@ def _stamps(items: Sequence[WorkItem]) -> list[str]:
     return [stamps[i] for i in range(len(items))]
 
 
+def _with_filtered(unit: Unit[WorkItem]) -> Unit[WorkItem]:
+    """The unit with the inputs left out that travel with its items in its inputs' fingerprint: its marker
+    records them, so a rerun where they changed (rows appended that do not pass) writes the unit again. A unit
+    without any keeps the fingerprint of its inputs alone."""
+    import hashlib
+
+    if not any(i.filtered for i in unit.items):
+        return unit
+    left_out = json.dumps([i.filtered for i in unit.items], sort_keys=True)
+    return replace(unit, inputs=hashlib.sha256(f"{unit.inputs}\n{left_out}".encode()).hexdigest()[:32])
+
+
 # -- the job record ------------------------------------------------------------------------------------------
 
 
@@ -374,6 +387,8 @@ class UnitSink:
         self._stage = unit_stage(job.dest, unit.number)
         self._shards: list[ShardDone] = []
         self._open_failures: Counter[str] = Counter()
+        self._open_filtered: Counter[str] = Counter()
+        self.filtered: Counter[str] = Counter()
         self._shards_done = shards_done  # shards this process finished, for the test hook
 
         self.writer = ShardWriter(job.dest, name=partial(shard_name, unit.number, slots=job.slots),
@@ -389,8 +404,10 @@ class UnitSink:
         self.clips = _clip_tally(job.options)
 
     def _shard_in_place(self, name: str, samples: int, size: int) -> None:
-        self._shards.append(ShardDone(name, samples, size, dict(self._open_failures)))
+        self._shards.append(ShardDone(name, samples, size, dict(self._open_failures),
+                                      dict(sorted(self._open_filtered.items()))))
         self._open_failures.clear()
+        self._open_filtered.clear()
         self._shards_done[0] += 1
         outputs.reached(self._shards_done[0])
 
@@ -416,22 +433,29 @@ class UnitSink:
                 self.formats[out.image_format] += 1
             self.warnings.extend(Entry(out.name, reason, out.index) for reason in out.warnings)
         self.nbytes += out.nbytes
+        left_out = self.unit.items[out.position - self.unit.first].filtered
+        if left_out:  # after the input's samples are written: they count for the shard that holds its last one
+            self._open_filtered.update(left_out)
+            self.filtered.update(left_out)
 
     def close(self) -> Marker:
-        """Close the last shard and leave the unit's marker (its failures after the last shard count for that
-        shard's stats)."""
+        """Close the last shard and leave the unit's marker (its failures and filtered inputs after the last shard
+        count for that shard's stats)."""
         self.writer.close()
-        if self._open_failures and self._shards:
+        if (self._open_failures or self._open_filtered) and self._shards:
             last = self._shards[-1]
-            merged = Counter(last.failed_by_reason) + self._open_failures
-            self._shards[-1] = ShardDone(last.name, last.samples, last.size, dict(merged))
+            failed = Counter(last.failed_by_reason) + self._open_failures
+            filtered = Counter(last.filtered_by_reason) + self._open_filtered
+            self._shards[-1] = ShardDone(last.name, last.samples, last.size, dict(failed),
+                                         dict(sorted(filtered.items())))
         unit = self.unit
         marker = Marker(unit=unit.number, first=unit.first, count=len(unit.items), options=self.options_fp,
                         inputs=unit.inputs, stamps=list(unit.stamps), names=[i.name for i in unit.items],
                         shards=self._shards, written=self.written, failures=self.failures, warnings=self.warnings,
                         launch=self.launch,
                         payload=ShardPayload(self.nbytes, dict(sorted(self.normalised.items())), self.clips,
-                                             self.uncaptioned, dict(sorted(self.formats.items()))))
+                                             self.uncaptioned, dict(sorted(self.formats.items()))),
+                        filtered=dict(sorted(self.filtered.items())))
         with critical():
             storage.write_bytes(marker_path(self.job.dest, unit.number), marker.to_bytes())
         shutil.rmtree(self._stage, ignore_errors=True)
@@ -526,6 +550,7 @@ class ShardReport(ReportFields):
 
     skipped: list[Skipped]
     selection: dict[str, Any]
+    downloads: bool  # the inputs are URLs (``shard_stats.json`` says so: ``fgdata report`` shows a download section)
 
     @property
     def filtered(self) -> int:
@@ -537,6 +562,9 @@ class ShardReport(ReportFields):
 
     def to_json(self) -> dict[str, JsonValue]:
         return {"skipped": [s.to_json() for s in self.skipped], **self.selection}
+
+    def stats_fields(self) -> dict[str, JsonValue]:
+        return {"downloads": self.downloads}
 
 
 # -- the job definition --------------------------------------------------------------------------------------
@@ -596,7 +624,7 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
             raise FgdataError(f"{job.src}: no inputs")
         self.job = with_download(job, head)
         self.items = chain(head, stream)
-        self.stats = self.job.options.download is not None
+        self.stats = self.job.options.download is not None or self.selector is not None
         self.firsts = {} if job.options.dedupe else None
         self.settings = settings
 
@@ -624,7 +652,7 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
             notify(f"--no-resume: writing every work unit of {job.dest} again")
 
     def plan(self) -> Iterator[Unit[WorkItem]]:
-        return plan_units(self.items, self.job.units_of, self.job.shuffle_seed, _stamps)
+        return map(_with_filtered, plan_units(self.items, self.job.units_of, self.job.shuffle_seed, _stamps))
 
     def redo(self, marker: Marker) -> bool:
         """``--retry-failed``: a unit with a retryable failure is run again by its owner."""
@@ -697,7 +725,8 @@ class ShardDefinition(JobDefinition[Unit[WorkItem]]):
 
     def report_fields(self, ctx: Context) -> ShardReport:
         return ShardReport(sorted(self.skipped, key=lambda s: s.name),
-                           self.selector.report() if self.selector is not None else {})
+                           self.selector.report() if self.selector is not None else {},
+                           self.job.options.download is not None)
 
     def retryable(self, reason: str) -> bool:
         return retryable(reason)
@@ -762,7 +791,8 @@ def _said(figures: ShardFigures, notify: Notify | None) -> None:
         f"{n.count} input(s) {what} ({', '.join(n.names)}{' and more' if n.count > len(n.names) else ''})"
         for what, n in (("added", diff.added), ("removed", diff.removed), ("changed", diff.changed)) if n.count]
     if notify and (told or figures.rewritten):
-        notify(f"since the earlier run: {'; '.join(told) or 'inputs moved'}: wrote {len(figures.rewritten)} shard(s) "
+        what = '; '.join(told) or "inputs moved, or the inputs left out beside them changed"
+        notify(f"since the earlier run: {what}: wrote {len(figures.rewritten)} shard(s) "
                f"again ({', '.join(figures.rewritten[:5])}{' and more' if len(figures.rewritten) > 5 else ''})")
 
 

@@ -3,6 +3,11 @@
 The inputs that do not pass are *filtered*: never written and never failed, counted by reason (``where``,
 ``keep-top``) so that ``seen = written + failed + filtered``. Their keys stay free (a key is the row's index).
 
+Each filtered input counts for an output shard: the inputs left out after an input that is not (those before the
+first one too) travel with it (``WorkItem.filtered``), so they count for the shard it is written to, or, when it
+fails, for the shard its failure counts for (the next one its work unit closes). ``shard_stats.json`` gives them per
+shard, and the job's totals are their sum; a rerun redoes a work unit whose inputs' filtered neighbours changed.
+
 ``--keep-top F --by FIELD`` keeps, of the N rows that pass ``--where`` (all rows without it), exactly
 floor(F x N) rows with the highest FIELD, ties broken by input order (the earlier row first), as pandas'
 ``df[mask].nlargest(k, FIELD, keep="first")``; a null or NaN value never qualifies, so fewer rows are kept when
@@ -126,6 +131,7 @@ class Selector:
         self.columns = columns  # (path column, caption column)
         self.text_cells = text_cells  # CSV: an empty cell is null, as pandas reads it
         self.filtered: Counter[str] = Counter()
+        self._handed: Counter[str] = Counter()  # of those, the ones handed on with an item
         self.cut: TopCut | None = None
         self._ties = 0
         self._checked = False
@@ -214,26 +220,47 @@ class Selector:
         self.cut = TopCut(rows=rows, kept=k, key=key, ties=ties)
 
     def __call__(self, items: Iterable[WorkItem]) -> Iterator[WorkItem]:
-        """The items that pass, in order; the others counted in :attr:`filtered`; a row whose cell has another
-        type than the expression's value is refused (it fails, with its reason)."""
+        """The items that pass, in order, each with the inputs filtered after it (the first: before it too,
+        :attr:`WorkItem.filtered`); the others counted in :attr:`filtered` (as the source itself counts the
+        samples it leaves out: a failed download's ``status``). A row whose cell has another type than the
+        expression's value is refused (it fails, with its reason). Each item is held until the next one passes
+        (or the stream ends), so the inputs filtered after it are known when it is handed on."""
+        held: WorkItem | None = None
         for item in items:
-            passes, row, refused = self._passes(item)
-            if refused:
-                yield replace(item, refused=refused)
+            out = self._select(item)
+            if out is None:
                 continue
-            if not passes:
-                self.filtered["where"] += 1
-                continue
-            if self.cut is not None and row is not None:
-                try:
-                    keep = self._keeps(row)
-                except CellTypeError as e:
-                    yield replace(item, refused=str(e))
-                    continue
-                if not keep:
-                    self.filtered["keep-top"] += 1
-                    continue
-            yield item
+            if held is not None:
+                yield self._with_filtered(held)
+            held = out
+        if held is not None:
+            yield self._with_filtered(held)
+
+    def _with_filtered(self, item: WorkItem) -> WorkItem:
+        """``item`` with the inputs filtered since the last item handed on."""
+        if sum(self.filtered.values()) == sum(self._handed.values()):
+            return item
+        since = self.filtered - self._handed
+        self._handed.update(since)
+        return replace(item, filtered=dict(sorted(since.items())))
+
+    def _select(self, item: WorkItem) -> WorkItem | None:
+        """The item as it goes on (refused: with its reason), or None: filtered (and counted)."""
+        passes, row, refused = self._passes(item)
+        if refused:
+            return replace(item, refused=refused)
+        if not passes:
+            self.filtered["where"] += 1
+            return None
+        if self.cut is not None and row is not None:
+            try:
+                keep = self._keeps(row)
+            except CellTypeError as e:
+                return replace(item, refused=str(e))
+            if not keep:
+                self.filtered["keep-top"] += 1
+                return None
+        return item
 
     def _keeps(self, row: Mapping[str, Any]) -> bool:
         assert self.cut is not None

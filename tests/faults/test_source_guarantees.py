@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,32 @@ def test_one_worker_and_two_give_the_same_bytes_and_sigkill_then_rerun_the_unint
     assert len([rel for rel in runs[1] if rel.endswith(".tar")]) >= 3  # the kill below lands between shards
     stop_trials(_argv(src, "{out}", 2, extra), out=out, clean=out / "clean",
                 stops=[(1 if kind == "shards" else 2, signal.SIGKILL)])  # one stop per source kind
+    # the rerun wrote the uninterrupted bytes, shard_stats.json included: each shard's filtered inputs are pandas'
+    stats = json.loads((out / "clean" / "shard_stats.json").read_text())
+    expected = _filtered_per_shard(failed_downloads=kind == "shards", maxcount=4)
+    assert {name: row["filtered_by_reason"] for name, row in stats["shards"].items() if row["filtered"]} == expected
+    assert stats["filtered_by_reason"] == dict(sum((Counter(r) for r in expected.values()), Counter()))
+
+
+def _filtered_per_shard(failed_downloads: bool, maxcount: int) -> dict[str, dict[str, int]]:
+    """The sources' rows in pandas, selected as ``SELECT`` says: the inputs left out that each output shard owns
+    (those after one of its inputs; before the first input: the first shard's)."""
+    import numpy as np
+    import pandas as pd
+
+    df = pd.DataFrame({"score": [_score(i) for i in range(N)], "status": [
+        "failed_to_download" if failed_downloads and i % 13 == 5 else "success" for i in range(N)]}, dtype=object)
+    score = df.score.astype(float)
+    status = df.status != "success"  # the source leaves these out before --where sees them
+    where = ~status & (score >= 0.1)
+    kept = df.index.isin(score[where].nlargest(int(0.5 * where.sum()), keep="first").index)
+    reason = pd.Series(np.where(status, "status", np.where(~where, "where", np.where(kept, "", "keep-top"))))
+    owner = pd.Series(kept).astype(int).cumsum().clip(lower=1) - 1
+    left = pd.DataFrame({"shard": owner // maxcount, "reason": reason})[reason != ""]
+    out: dict[str, dict[str, int]] = {}
+    for (shard, why), n in left.groupby(["shard", "reason"]).size().items():
+        out.setdefault(f"{int(shard):05d}.tar", {})[str(why)] = int(n)
+    return out
 
 
 def test_torchrun_ranks_give_the_local_bytes(shard_source, tmp_path):

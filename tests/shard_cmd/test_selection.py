@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -118,3 +119,64 @@ def test_report_shows_what_the_selection_left_out(cli, scored, tmp_path):
     assert (doc["seen"], doc["rows"], doc["kept"]) == (len(df), len(passed), k)
     assert doc["filtered_by_reason"] == {"keep-top": len(passed) - k, "where": len(df) - len(passed)}
     assert doc["where"] == "source != 'c'" and "Selection" in (tmp_path / "report.html").read_text()
+
+
+def _per_shard(df: pd.DataFrame, reasons: pd.Series, written: pd.Series, maxcount: int) -> dict[str, dict[str, int]]:
+    """pandas' count of the rows left out that each shard owns: a row left out belongs to the last row before it
+    that went on (the rows before the first one: to that one); shard j holds the rows that went on j * maxcount on
+    (no failures). ``reasons``: why each row was left out (None: it went on)."""
+    owner = written.astype(int).cumsum().clip(lower=1) - 1
+    left = pd.DataFrame({"shard": owner // maxcount, "reason": reasons})[reasons.notna()]
+    out: dict[str, dict[str, int]] = {}
+    for (shard, reason), n in left.groupby(["shard", "reason"]).size().items():
+        out.setdefault(f"{int(shard):05d}.tar", {})[str(reason)] = int(n)
+    return out
+
+
+def _selected(df: pd.DataFrame, fraction: float) -> tuple[pd.Series, pd.Series]:
+    """``--where 'pwatermark < 0.5' --keep-top FRACTION --by similarity`` in pandas: per row, why it is left out
+    (None: kept), and whether it is kept."""
+    where = df.pwatermark < 0.5
+    passed = df[where]
+    kept = df.index.isin(passed.similarity.dropna().nlargest(math.floor(fraction * len(passed)), keep="first").index)
+    reasons = pd.Series(np.where(~where, "where", np.where(kept, None, "keep-top")), index=df.index)
+    return reasons, pd.Series(kept, index=df.index)
+
+
+def test_each_shard_counts_the_rows_left_out_after_its_rows(cli, scored, tmp_path):
+    """shard_stats.json gives each shard the rows left out that follow its rows (pandas' count), the totals are
+    their sum and equal the summary's; ``fgdata report`` shows each shard's count."""
+    manifest, df = scored
+    dest = tmp_path / "out"
+    doc = json.loads(cli("shard", "images", manifest, dest, "--where", "pwatermark < 0.5", "--keep-top", "0.6",
+                         "--by", "similarity", "--maxcount", "2", "--no-progress", "--json").stdout)
+    reasons, kept = _selected(df, 0.6)
+    stats = json.loads((dest / "shard_stats.json").read_text())
+    got = {name: row["filtered_by_reason"] for name, row in stats["shards"].items() if row["filtered_by_reason"]}
+    assert got == _per_shard(df, reasons, kept, 2) and len(got) >= 2
+    assert all(row["filtered"] == sum(row["filtered_by_reason"].values()) for row in stats["shards"].values())
+    total = sum((Counter(row["filtered_by_reason"]) for row in stats["shards"].values()), Counter())
+    assert dict(total) == stats["filtered_by_reason"] == doc["filtered_by_reason"] == dict(reasons.value_counts())
+    assert (stats["downloads"], stats["successes"], doc["seen"]) == (False, kept.sum(), len(df))
+    shown = json.loads(cli("report", dest, "--output", tmp_path / "report.html", "--json").stdout)
+    assert {Path(r["path"]).name: r["filtered_by_reason"] for r in shown["shards"] if r["filtered"]} == got
+    assert "downloads" not in shown and shown["selection"]["per_shard"]["max"] == max(map(sum, map(dict.values, got.values())))
+
+
+def test_rows_left_out_appended_to_the_source_rewrite_the_last_unit_only(cli, scored, tmp_path):
+    """A rerun after rows that do not pass were appended: the earlier units are kept, the last one is written again
+    (the same shard bytes) and now owns the new rows; the counts equal a fresh run's."""
+    manifest, df = scored
+    dest = tmp_path / "out"
+    args = ["--where", "pwatermark < 0.5", "--maxcount", "2", "--no-progress", "--json"]
+    cli("shard", "images", manifest, dest, *args)
+    more = pd.concat([df, df.iloc[:3].assign(pwatermark=0.9)], ignore_index=True)
+    more.to_parquet(manifest)
+    again = json.loads(cli("shard", "images", manifest, dest, *args).stdout)
+    fresh = json.loads(cli("shard", "images", manifest, tmp_path / "fresh", *args).stdout)
+    assert again["resumed"] > 0 and again["filtered_by_reason"] == fresh["filtered_by_reason"] == \
+        {"where": int((more.pwatermark >= 0.5).sum())}
+    stats, fresh_stats = (json.loads((d / "shard_stats.json").read_text()) for d in (dest, tmp_path / "fresh"))
+    assert stats == fresh_stats
+    last = max(stats["shards"])
+    assert stats["shards"][last]["filtered_by_reason"]["where"] >= 3
