@@ -424,20 +424,21 @@ def _cli_setup(tmp_path: Path, tiny_net) -> tuple[dict[str, str], list[str]]:
 
 
 def test_cli_named_output_and_two_ranks_equal_one(tmp_path, tiny_net):
-    """Three processes through the CLI: one writes the named output, two ranks write the same bytes."""
+    """Through the CLI: the named output and its JSON summary (parsed and rendered here, in this process), and two
+    rank processes that write the same bytes."""
+    from inprocess import fgdata
+
     root = tmp_path / "root"
     zip_path = write_edm_zip(root / "cifar10" / "cifar10-32x32.zip", random_images(7, size=8))
     env, common = _cli_setup(tmp_path, tiny_net)
-    one = _cli(["fid-refs", "all", "--data-root", str(root), *common], env=env)
-    out, err = one.communicate(timeout=240)
-    assert one.returncode == 0, err
-    assert "skipped" in err and "fgdata prepare imagenet-64" in err  # notes go to stderr
+    one = fgdata("fid-refs", "all", "--data-root", root, *common, env={"HF_HUB_OFFLINE": "1"})
+    assert one.returncode == 0, one.stderr
+    assert "skipped" in one.stderr and "fgdata prepare imagenet-64" in one.stderr  # notes go to stderr
     named = root / "fid-refs" / "cifar10-32x32.npz"
-    assert "inputs seen" in out and "wrote" in out  # the summary table every writing command prints
-    again = _cli(["fid-refs", "cifar10", "--data-root", str(root), "--json", *common], env=env)
-    out, err = again.communicate(timeout=240)
-    assert again.returncode == 0, err
-    doc = json.loads(out)  # one JSON document, nothing else on stdout
+    assert "inputs seen" in one.stdout and "wrote" in one.stdout  # the summary table every writing command prints
+    again = fgdata("fid-refs", "cifar10", "--data-root", root, "--json", *common, env={"HF_HUB_OFFLINE": "1"})
+    assert again.returncode == 0, again.stderr
+    doc = json.loads(again.stdout)  # one JSON document, nothing else on stdout
     assert list(doc)[:7] == ["command", "source", "output", "seen", "written", "failed", "failures_file"]
     assert (doc["command"], doc["source"], doc["output"]) == ("fid-refs", str(zip_path), str(named))
     assert (doc["seen"], doc["written"], doc["failed"], doc["failures_file"]) == (7, 7, 0, f"{named}.failures.json")
