@@ -467,11 +467,13 @@ def test_cli_killed_after_a_chunk_resumes_to_the_same_bytes(edm_zip, tmp_path, t
 
     from fgdata.jobs.testhook import MARK, STOP_ENV
 
+    from inprocess import fgdata
+
     zip_path, _ = edm_zip
     env, common = _cli_setup(tmp_path, tiny_net)
     clean, out = tmp_path / "clean.npz", tmp_path / "out.npz"
-    p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(clean), *common], env=env)
-    assert p.wait(timeout=240) == 0
+    ref = fgdata("fid-refs", "--dataset-zip", zip_path, "-o", clean, *common)  # the reference: nothing stops it
+    assert ref.returncode == 0, ref.stderr
     p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(out), *common], env={**env, STOP_ENV: "2"})
     assert p.stderr is not None
     for line in p.stderr:
@@ -489,12 +491,14 @@ def test_cli_killed_after_a_chunk_resumes_to_the_same_bytes(edm_zip, tmp_path, t
     assert out.read_bytes() == clean.read_bytes()
 
 
+@pytest.mark.slow  # a planted rank process and a torchrun launch of two ranks
 def test_no_resume_under_torchrun_never_adds_a_chunk_an_earlier_launch_left(tmp_path, tiny_net):
     """An earlier launch's rank 1 left chunks 1 and 3 of the same zip name, size and count (the images in
     another order: the same fingerprint), and its rank 0 never came. The rerun with --no-resume holds rank 1
     before it redoes them (the job signals the point): rank 0 must wait for this launch's chunks, so the
     output is a clean run's bytes."""
     from faultkit import hold_and_release
+    from inprocess import fgdata
 
     env, common = _cli_setup(tmp_path, tiny_net)
     images = random_images(7, size=8)
@@ -507,8 +511,8 @@ def test_no_resume_under_torchrun_never_adds_a_chunk_an_earlier_launch_left(tmp_
     assert sorted(p.name for p in Path(f"{out}.chunks").glob("chunk-*.npz")) == ["chunk-00001.npz", "chunk-00003.npz"]
     write_edm_zip(zip_path, images)
     assert zip_path.stat().st_size == size
-    p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(clean), *common], env=env)
-    assert p.wait(timeout=240) == 0
+    ref = fgdata("fid-refs", "--dataset-zip", zip_path, "-o", clean, *common)  # the reference, in this process
+    assert ref.returncode == 0, ref.stderr
 
     run = hold_and_release([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
                             "-m", "fgdata", *args, "--no-resume", "--json"], hold="no-resume@1",
