@@ -9,7 +9,7 @@ import tarfile
 import numpy as np
 import pytest
 
-from faultkit import assert_clean_failure, jpg_bytes, make_tar, png_bytes, truncate_at, write_dataset
+from faultkit import assert_clean_failure, jpg_bytes, make_tar, png_bytes, run_cli, truncate_at, write_dataset
 from inprocess import fgdata  # verify's output and exit status are what its CLI tests check
 from fgdata.errors import FgdataError
 from fgdata.shards import load_ignore_index, read_shard_counts
