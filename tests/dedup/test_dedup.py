@@ -26,7 +26,11 @@ FGDATA = [sys.executable, "-m", "fgdata"]
 
 
 def dedup(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    r = subprocess.run([*FGDATA, "dedup", *args], capture_output=True, text=True, timeout=600)
+    """``fgdata dedup ARGS`` in this process (its index, output and exit status are what is checked); the kill and
+    torchrun tests start real processes."""
+    from inprocess import fgdata
+
+    r = fgdata("dedup", *args)
     if check:
         assert r.returncode == 0, r.stderr
     return r

@@ -23,6 +23,8 @@ from tests.loaders.conftest import write_images
 INFLATED = 1280 << 20  # 1.25 GiB
 MAX_GROWTH = 300 << 20
 
+pytestmark = pytest.mark.slow  # each reader twice, each time a fresh process that inflates 2.5 GiB
+
 
 def _bomb() -> bytes:
     z = zlib.compressobj(9, zlib.DEFLATED, 31)  # a gzip stream

@@ -180,6 +180,7 @@ def one_line_stall(message: str, url: str) -> None:
 
 # -- the storage calls ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # three calls, each through its 3 attempts of a 2 s stall (the single-call tests stay quick)
 def test_every_call_fails_on_a_silent_endpoint(silent, tmp_path):
     url = "s3://fgtest-silent/p/x.tar"
     calls = {  # every other call goes through the same two paths as "list" (a command) and "read" (a stream)
@@ -288,6 +289,7 @@ def _cli_fails(*args: str) -> str:
     return out + err
 
 
+@pytest.mark.slow  # four commands, each waiting out its stalls
 def test_commands_fail_on_a_silent_endpoint(silent, tmp_path, sample_images):
     url = "s3://fgtest-silent/ds"
     for args in (("count-shards", url), ("inspect", f"{url}/00000.tar"), ("verify", url)):
@@ -302,6 +304,7 @@ def test_commands_fail_on_a_silent_endpoint(silent, tmp_path, sample_images):
     assert s5cmd_children() == []
 
 
+@pytest.mark.slow  # three commands, each waiting out its stalls
 def test_commands_fail_when_bodies_stall(dataset_on_s3, body_stall):
     url, _ = dataset_on_s3
     # --json: the reports' tables would wrap the message

@@ -424,20 +424,21 @@ def _cli_setup(tmp_path: Path, tiny_net) -> tuple[dict[str, str], list[str]]:
 
 
 def test_cli_named_output_and_two_ranks_equal_one(tmp_path, tiny_net):
-    """Three processes through the CLI: one writes the named output, two ranks write the same bytes."""
+    """Through the CLI: the named output and its JSON summary (parsed and rendered here, in this process), and two
+    rank processes that write the same bytes."""
+    from inprocess import fgdata
+
     root = tmp_path / "root"
     zip_path = write_edm_zip(root / "cifar10" / "cifar10-32x32.zip", random_images(7, size=8))
     env, common = _cli_setup(tmp_path, tiny_net)
-    one = _cli(["fid-refs", "all", "--data-root", str(root), *common], env=env)
-    out, err = one.communicate(timeout=240)
-    assert one.returncode == 0, err
-    assert "skipped" in err and "fgdata prepare imagenet-64" in err  # notes go to stderr
+    one = fgdata("fid-refs", "all", "--data-root", root, *common, env={"HF_HUB_OFFLINE": "1"})
+    assert one.returncode == 0, one.stderr
+    assert "skipped" in one.stderr and "fgdata prepare imagenet-64" in one.stderr  # notes go to stderr
     named = root / "fid-refs" / "cifar10-32x32.npz"
-    assert "inputs seen" in out and "wrote" in out  # the summary table every writing command prints
-    again = _cli(["fid-refs", "cifar10", "--data-root", str(root), "--json", *common], env=env)
-    out, err = again.communicate(timeout=240)
-    assert again.returncode == 0, err
-    doc = json.loads(out)  # one JSON document, nothing else on stdout
+    assert "inputs seen" in one.stdout and "wrote" in one.stdout  # the summary table every writing command prints
+    again = fgdata("fid-refs", "cifar10", "--data-root", root, "--json", *common, env={"HF_HUB_OFFLINE": "1"})
+    assert again.returncode == 0, again.stderr
+    doc = json.loads(again.stdout)  # one JSON document, nothing else on stdout
     assert list(doc)[:7] == ["command", "source", "output", "seen", "written", "failed", "failures_file"]
     assert (doc["command"], doc["source"], doc["output"]) == ("fid-refs", str(zip_path), str(named))
     assert (doc["seen"], doc["written"], doc["failed"], doc["failures_file"]) == (7, 7, 0, f"{named}.failures.json")
@@ -466,11 +467,13 @@ def test_cli_killed_after_a_chunk_resumes_to_the_same_bytes(edm_zip, tmp_path, t
 
     from fgdata.jobs.testhook import MARK, STOP_ENV
 
+    from inprocess import fgdata
+
     zip_path, _ = edm_zip
     env, common = _cli_setup(tmp_path, tiny_net)
     clean, out = tmp_path / "clean.npz", tmp_path / "out.npz"
-    p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(clean), *common], env=env)
-    assert p.wait(timeout=240) == 0
+    ref = fgdata("fid-refs", "--dataset-zip", zip_path, "-o", clean, *common)  # the reference: nothing stops it
+    assert ref.returncode == 0, ref.stderr
     p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(out), *common], env={**env, STOP_ENV: "2"})
     assert p.stderr is not None
     for line in p.stderr:
@@ -488,12 +491,14 @@ def test_cli_killed_after_a_chunk_resumes_to_the_same_bytes(edm_zip, tmp_path, t
     assert out.read_bytes() == clean.read_bytes()
 
 
+@pytest.mark.slow  # a planted rank process and a torchrun launch of two ranks
 def test_no_resume_under_torchrun_never_adds_a_chunk_an_earlier_launch_left(tmp_path, tiny_net):
     """An earlier launch's rank 1 left chunks 1 and 3 of the same zip name, size and count (the images in
     another order: the same fingerprint), and its rank 0 never came. The rerun with --no-resume holds rank 1
     before it redoes them (the job signals the point): rank 0 must wait for this launch's chunks, so the
     output is a clean run's bytes."""
     from faultkit import hold_and_release
+    from inprocess import fgdata
 
     env, common = _cli_setup(tmp_path, tiny_net)
     images = random_images(7, size=8)
@@ -506,8 +511,8 @@ def test_no_resume_under_torchrun_never_adds_a_chunk_an_earlier_launch_left(tmp_
     assert sorted(p.name for p in Path(f"{out}.chunks").glob("chunk-*.npz")) == ["chunk-00001.npz", "chunk-00003.npz"]
     write_edm_zip(zip_path, images)
     assert zip_path.stat().st_size == size
-    p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(clean), *common], env=env)
-    assert p.wait(timeout=240) == 0
+    ref = fgdata("fid-refs", "--dataset-zip", zip_path, "-o", clean, *common)  # the reference, in this process
+    assert ref.returncode == 0, ref.stderr
 
     run = hold_and_release([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
                             "-m", "fgdata", *args, "--no-resume", "--json"], hold="no-resume@1",

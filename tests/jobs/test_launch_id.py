@@ -43,6 +43,7 @@ def ids(stdout: str) -> dict[int, str]:
     return {int(m[1]): m[2] for m in re.finditer(r"^(\d+) ([0-9a-f]+)$", stdout, re.M)}
 
 
+@pytest.mark.slow  # two torchrun launches of two ranks each
 def test_every_rank_of_a_launch_shares_one_id_and_each_launch_has_its_own(tmp_path):
     script = tmp_path / "launch.py"
     script.write_text(SCRIPT)

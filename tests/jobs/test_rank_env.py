@@ -34,14 +34,10 @@ def test_unset_means_one_process_and_values_are_read(monkeypatch):
 
 
 def test_a_writing_command_reports_a_bad_rank_in_one_line(tmp_path):
-    import os
-    import subprocess
-    import sys
+    from inprocess import fgdata
 
     (tmp_path / "in").mkdir()
-    env = {**os.environ, "RANK": "zero", "WORLD_SIZE": "2"}
-    res = subprocess.run([sys.executable, "-m", "fgdata.cli.main", "encode", "text", str(tmp_path / "in"),
-                          str(tmp_path / "out"), "--encoder", str(tmp_path / "no-model")],
-                         env=env, capture_output=True, text=True)
+    res = fgdata("encode", "text", tmp_path / "in", tmp_path / "out", "--encoder", tmp_path / "no-model",
+                 env={"RANK": "zero", "WORLD_SIZE": "2"})
     assert res.returncode == 1
     assert res.stderr.strip() == "error: RANK='zero' is not an integer (torchrun sets it; check your launcher)"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from faultkit import FGDATA, alive, leftovers, png_bytes, run_cli, stop_and_signal, tree
+from inprocess import fgdata  # reruns and refusals: their files, output and exit status are what is checked
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -48,7 +49,7 @@ def no_state(rel: str) -> bool:
 def clean(photos: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """An uninterrupted run's files, once for the module."""
     dest = tmp_path_factory.mktemp("clean") / "clean"
-    done = subprocess.run(shard_cmd(photos, dest), capture_output=True, text=True, timeout=300)
+    done = fgdata(*shard_cmd(photos, dest)[3:])
     assert done.returncode == 0, done.stderr
     return tree(dest, no_state)
 
@@ -68,7 +69,7 @@ def test_signal_at_a_signalled_point_then_rerun_is_identical(photos, tmp_path, c
         assert gone(stopped.workers), "pool workers outlived the job"
     # only complete shards under final names: one per unit
     assert sorted(p.name for p in dest.glob("*.tar")) == ["00000.tar", "00001.tar"]
-    again = run_cli(*shard_cmd(photos, dest)[3:])
+    again = fgdata(*shard_cmd(photos, dest)[3:])
     assert again.returncode == 0, again.stderr
     assert tree(dest, no_state) == clean
     assert leftovers(dest) == []
@@ -93,7 +94,7 @@ def test_second_job_on_the_same_dest_is_refused_and_a_dead_lock_is_taken_over(ph
         first.wait()
     owner = json.loads((dest / ".fgdata" / "lock").read_text())
     assert owner["pid"] == first.pid  # a stale lock: its process is dead
-    again = run_cli(*shard_cmd(photos, dest)[3:])
+    again = fgdata(*shard_cmd(photos, dest)[3:])
     assert again.returncode == 0, again.stderr
     assert tree(dest, no_state) == clean
 
@@ -106,7 +107,7 @@ def test_planted_symlinks_at_temp_names_are_never_followed(photos, tmp_path, cle
     for name in [".00000.tar.tmp-1", f".00000.tar.tmp-{os.getpid()}", ".00000.tar.fgtmp-0000000000000000",
                  ".shard_count.json.tmp-1-ab"]:
         (dest / name).symlink_to(victim)
-    done = run_cli(*shard_cmd(photos, dest)[3:])
+    done = fgdata(*shard_cmd(photos, dest)[3:])
     assert done.returncode == 0, done.stderr
     assert victim.read_text() == "precious"
     assert not [p for p in dest.rglob("*") if p.is_symlink()]
@@ -135,12 +136,12 @@ def test_foreign_files_are_refused_then_removed_with_overwrite(photos, tmp_path,
     with wds.TarWriter(str(dest / "00007.tar")) as sink:
         sink.write({"__key__": "theirs", "txt": "someone else's"})
     (dest / "README.md").write_text("mine")
-    refused = run_cli(*shard_cmd(photos, dest)[3:])
+    refused = fgdata(*shard_cmd(photos, dest)[3:])
     assert refused.returncode == 1
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and "fgdata did not write" in lines[0] and "00007.tar" in lines[0] and "README.md" in lines[0]
     assert (dest / "00007.tar").exists() and (dest / "README.md").exists()
-    done = run_cli(*shard_cmd(photos, dest, "--overwrite")[3:])
+    done = fgdata(*shard_cmd(photos, dest, "--overwrite")[3:])
     assert done.returncode == 0, done.stderr
     assert "--overwrite: removing 2 file(s)" in done.stderr and "00007.tar" in done.stderr
     assert tree(dest, no_state) == clean
@@ -150,8 +151,8 @@ def test_foreign_files_are_refused_then_removed_with_overwrite(photos, tmp_path,
 
 def test_no_resume_says_what_it_deletes(photos, tmp_path, clean):
     dest = tmp_path / "out"
-    assert run_cli(*shard_cmd(photos, dest)[3:]).returncode == 0
-    again = run_cli(*shard_cmd(photos, dest, "--no-resume")[3:])
+    assert fgdata(*shard_cmd(photos, dest)[3:]).returncode == 0
+    again = fgdata(*shard_cmd(photos, dest, "--no-resume")[3:])
     assert again.returncode == 0, again.stderr
     assert "--no-resume: removing" in again.stderr and "00000.tar" in again.stderr
     assert tree(dest, no_state) == clean
@@ -159,17 +160,17 @@ def test_no_resume_says_what_it_deletes(photos, tmp_path, clean):
 
 def test_other_byte_changing_options_are_refused_by_name(photos, tmp_path):
     dest = tmp_path / "out"
-    assert run_cli(*shard_cmd(photos, dest)[3:]).returncode == 0
-    refused = run_cli(*shard_cmd(photos, dest, "--max-side", "8")[3:])
+    assert fgdata(*shard_cmd(photos, dest)[3:]).returncode == 0
+    refused = fgdata(*shard_cmd(photos, dest, "--max-side", "8")[3:])
     assert refused.returncode == 1
     assert "--max-side was not set, now 8" in refused.stderr and "--no-resume" in refused.stderr
     # options that do not change bytes do not matter
-    assert run_cli(*shard_cmd(photos, dest, "--workers", "2")[3:]).returncode == 0
+    assert fgdata(*shard_cmd(photos, dest, "--workers", "2")[3:]).returncode == 0
 
 
 def test_failure_report_schema(photos, tmp_path):
     dest = tmp_path / "out"
-    assert run_cli(*shard_cmd(photos, dest)[3:]).returncode == 0
+    assert fgdata(*shard_cmd(photos, dest)[3:]).returncode == 0
     report = json.loads((dest / "failures.json").read_text())
     assert report["command"] == "shard images"
     assert (report["seen"], report["written"], report["failed"]) == (25, 24, 1)
@@ -185,7 +186,7 @@ def test_s3_kill_and_rerun_leaves_no_staging(photos, tmp_path, s3_bucket, monkey
     env = {"FGDATA_CACHE": str(cache), "TMPDIR": str(temp)}
     url = f"{s3_bucket}/shards"
     reference = tmp_path / "local"
-    assert run_cli(*shard_cmd(photos, reference)[3:]).returncode == 0
+    assert fgdata(*shard_cmd(photos, reference)[3:]).returncode == 0
     stopped = stop_and_signal(shard_cmd(photos, url), after=2, sig=signal.SIGKILL, env=env)
     assert stopped.returncode == -9
     [stage] = [p for p in (cache / "staging").iterdir()]  # this host's staging folder for that URL

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -17,8 +15,10 @@ from fgdata.sources.imagenet import download_imagenet, kaggle_credentials, unzip
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fgdata", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120)
+    """``fgdata ARGS`` in this process: its output and exit status are what these tests check."""
+    from inprocess import fgdata
+
+    return fgdata(*args, env=env)
 
 
 def test_prepare_list_and_usage_errors():

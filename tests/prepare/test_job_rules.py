@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import zipfile
 
+from inprocess import fgdata
 from job_summary import check_json_summary
 
 from fgdata.jobs.dest import DestLock
 
 
 def _cli(*args: str, root=None) -> subprocess.CompletedProcess:
-    env = {**os.environ, **({"DATA_ROOT_DIR": str(root)} if root else {})}
-    return subprocess.run([sys.executable, "-m", "fgdata", "prepare", *args], capture_output=True, text=True,
-                          env=env, timeout=300)
+    """``fgdata prepare ARGS`` in this process: its output and exit status are what these tests check."""
+    return fgdata("prepare", *args, env={"DATA_ROOT_DIR": str(root)} if root else None)
 
 
 def _cifar(tarball, root, *extra: str) -> subprocess.CompletedProcess:

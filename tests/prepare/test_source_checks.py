@@ -18,8 +18,14 @@ MISSING = "fgdata-tests/no-such-model"
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``fgdata ARGS`` in this process; with ``env``, a fresh one: the hub library reads its ``HF_*`` settings once,
+    when it is imported."""
+    if env is None:
+        from inprocess import fgdata
+
+        return fgdata(*args)
     return subprocess.run([sys.executable, "-m", "fgdata", *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
+                          env={**os.environ, **env}, timeout=300)
 
 
 def _one_line_error(run: subprocess.CompletedProcess) -> str:

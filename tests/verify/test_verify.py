@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from faultkit import assert_clean_failure, jpg_bytes, make_tar, png_bytes, run_cli, truncate_at, write_dataset
+from inprocess import fgdata  # verify's output and exit status are what its CLI tests check
 from fgdata.errors import FgdataError
 from fgdata.shards import load_ignore_index, read_shard_counts
 from fgdata.verify import verify_dataset, write_counts, write_ignore
@@ -196,10 +197,10 @@ def test_single_shard_path_updates_its_count(tmp_path):
 def test_cli_report_json_and_outputs(tmp_path):
     ds = tmp_path / "ds"
     write_dataset(ds, n=8, maxcount=4, override={2: {"png": b"junk"}, 5: {"txt": None}})
-    ok = run_cli("verify", str(ds), "--json")
+    ok = fgdata("verify", str(ds), "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["ok"] is True
-    proc = run_cli("verify", str(ds), "-w", "1", "--decode", "--require", "png,txt", "--json",
+    proc = fgdata("verify", str(ds), "-w", "1", "--decode", "--require", "png,txt", "--json",
                    "--write-ignore", str(tmp_path / "ign.json"), "--counts-output", str(tmp_path / "counts.json"))
     assert_clean_failure(proc)
     doc = json.loads(proc.stdout)
@@ -207,7 +208,7 @@ def test_cli_report_json_and_outputs(tmp_path):
     assert doc["written"] == {"ignore": str(tmp_path / "ign.json"), "counts": str(tmp_path / "counts.json")}
     assert load_ignore_index(str(tmp_path / "ign.json")) == {"00000.tar": {"sample_000002"}, "00001.tar": {"sample_000005"}}
     assert read_shard_counts(str(tmp_path / "counts.json")) == {"00000.tar": 4, "00001.tar": 4}
-    table = run_cli("verify", str(ds), "-w", "1", "--decode", "--require", "png,txt")
+    table = fgdata("verify", str(ds), "-w", "1", "--decode", "--require", "png,txt")
     assert_clean_failure(table)
     assert "image-decode" in table.stdout and "sample_000002" in table.stdout and "missing .txt" in table.stdout
 
@@ -216,7 +217,7 @@ def test_cli_report_json_and_outputs(tmp_path):
 def test_cli_errors_are_one_line(tmp_path, args):
     (tmp_path / "empty").mkdir()
     (tmp_path / "file.tar").write_bytes(b"garbage" * 100)
-    proc = run_cli("verify", *[a.replace("{tmp}", str(tmp_path)) for a in args])
+    proc = fgdata("verify", *[a.replace("{tmp}", str(tmp_path)) for a in args])
     assert_clean_failure(proc)
 
 
@@ -271,7 +272,7 @@ def test_cli_names_the_dataset_in_every_row_and_the_loader_takes_its_ignore_inde
     write_dataset(tmp_path / "a", n=4, maxcount=2, kinds=("txt", "npy"))
     write_dataset(tmp_path / "b", n=4, maxcount=2, kinds=("txt", "npy"), override={3: {"npy": b"junk"}})
     monkeypatch.chdir(tmp_path)
-    proc = run_cli("verify", "a", "b", "-w", "1", "--decode", "--write-ignore", "ign.json", cwd=tmp_path)
+    proc = fgdata("verify", "a", "b", "-w", "1", "--decode", "--write-ignore", "ign.json", cwd=tmp_path)
     assert_clean_failure(proc)
     rows = [line for line in proc.stdout.splitlines() if ".tar" in line and "│" in line]
     assert len(rows) == 4 and all("a/0000" in r or "b/0000" in r for r in rows), proc.stdout
@@ -281,11 +282,11 @@ def test_cli_names_the_dataset_in_every_row_and_the_loader_takes_its_ignore_inde
                        num_workers=0, ignore_index_paths="ign.json")
     got = [(shard, key) for b in loader for shard, key in zip(b["shard"], b["fname"])]
     assert len(got) == 7 and ("b/00001.tar", "sample_000003") not in got and ("a/00001.tar", "sample_000003") in got
-    table = run_cli("count-shards", "a", "b", "--no-write", cwd=tmp_path)
+    table = fgdata("count-shards", "a", "b", "--no-write", cwd=tmp_path)
     assert table.returncode == 0, table.stderr
     rows = [line for line in table.stdout.splitlines() if ".tar" in line]
     assert len(rows) == 4 and all("a/0000" in r or "b/0000" in r for r in rows), table.stdout
-    doc = json.loads(run_cli("count-shards", "a", "b", "--no-write", "--json", cwd=tmp_path).stdout)
+    doc = json.loads(fgdata("count-shards", "a", "b", "--no-write", "--json", cwd=tmp_path).stdout)
     assert [(d["path"], d["samples"]) for d in doc["datasets"]] == [("a", 4), ("b", 4)]
 
 
@@ -328,7 +329,7 @@ def test_one_folder_spelled_several_ways_is_one_dataset_read_once(tmp_path, monk
     assert report.ok and report.samples == 6 and not report.several
     s3 = ShardSet(["s3://bkt/x/00000.tar", "s3://bkt//x/00001.tar", "s3://bkt/y/00000.tar"])  # prefixes normalised
     assert s3.folders == ["s3://bkt/x", "s3://bkt/y"] and s3.folder_of("s3://bkt//x/00001.tar") == "s3://bkt/x"
-    proc = run_cli("verify", "a", "./a", "-w", "1", cwd=tmp_path)
+    proc = fgdata("verify", "a", "./a", "-w", "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stderr.count("named more than once") == 1 and "a: " not in proc.stdout
     rows = [line for line in proc.stdout.splitlines() if ".tar" in line and "│" in line]
@@ -354,7 +355,7 @@ def test_the_one_format_rule_is_per_dataset(tmp_path):
                                "HF datasets refuses such shards and a single-key loader config such as "
                                "{'real': 'png'} misses 1 samples; shard with --format jpg (the default), png or "
                                "webp for one format"]
-    proc = run_cli("verify", str(tmp_path / "a"), str(tmp_path / "b"), "--json")
+    proc = fgdata("verify", str(tmp_path / "a"), str(tmp_path / "b"), "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)["warnings"] == [line]
 
 
