@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import shutil
 import sys
-from fractions import Fraction
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))  # faultkit, the fault-injection helpers
+from keyframedclip import make_clip  # noqa: E402
 
 
 @pytest.fixture
@@ -33,33 +32,6 @@ def corrupt_folder(image_folder: Path, sample_data: Path) -> Path:
     (image_folder / "truncated.jpg").write_bytes(data[: len(data) // 2])
     (image_folder / "notes.jpg").write_text("this is not an image\n")
     return image_folder
-
-
-def make_clip(path: Path, seconds: int = 3, fps: int = 24, gop: int = 12, size: int = 64) -> Path:
-    """A small h264 + AAC stereo clip with a keyframe every ``gop`` frames (ENVIRONMENT)."""
-    import av
-
-    with av.open(str(path), "w") as c:
-        vs = c.add_stream("libx264", rate=fps, options={"preset": "ultrafast", "g": str(gop)})
-        vs.width = vs.height = size
-        vs.pix_fmt = "yuv420p"
-        aus = c.add_stream("aac", rate=48000, layout="stereo")
-        for i in range(seconds * fps):
-            frame = av.VideoFrame.from_ndarray(np.full((size, size, 3), (i * 7) % 255, np.uint8), format="rgb24")
-            frame.pts = i
-            c.mux(vs.encode(frame))
-        c.mux(vs.encode(None))
-        n = 48000 * seconds
-        tone = (0.3 * np.sin(2 * np.pi * 440 * np.arange(n) / 48000)).astype(np.float32)
-        stereo = np.stack([tone, tone])
-        for off in range(0, n, 1024):
-            af = av.AudioFrame.from_ndarray(np.ascontiguousarray(stereo[:, off : off + 1024]), format="fltp", layout="stereo")
-            af.sample_rate = 48000
-            af.pts = off
-            af.time_base = Fraction(1, 48000)
-            c.mux(aus.encode(af))
-        c.mux(aus.encode(None))
-    return path
 
 
 @pytest.fixture(scope="session")

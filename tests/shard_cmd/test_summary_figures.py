@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import make_clip
+from keyframedclip import make_clip
 
 FGDATA = str(Path(sys.executable).with_name("fgdata"))
 
