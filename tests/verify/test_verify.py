@@ -9,7 +9,7 @@ import tarfile
 import numpy as np
 import pytest
 
-from faultkit import assert_clean_failure, jpg_bytes, make_tar, png_bytes, run_cli, truncate_at, write_dataset
+from faultkit import assert_clean_failure, jpg_bytes, make_tar, png_bytes, truncate_at, write_dataset
 from inprocess import fgdata  # verify's output and exit status are what its CLI tests check
 from fgdata.errors import FgdataError
 from fgdata.shards import load_ignore_index, read_shard_counts
@@ -299,8 +299,8 @@ def test_the_ignore_index_of_several_datasets_still_holds_after_they_move(tmp_pa
 
     write_dataset(tmp_path / "old" / "a", n=4, maxcount=2, kinds=("txt", "npy"))
     write_dataset(tmp_path / "old" / "b", n=4, maxcount=2, kinds=("txt", "npy"), override={1: {"npy": b"junk"}})
-    proc = run_cli("verify", tmp_path / "old" / "a", tmp_path / "old" / "b", "-w", "1", "--decode",
-                   "--write-ignore", tmp_path / "ign.json")
+    proc = fgdata("verify", str(tmp_path / "old" / "a"), str(tmp_path / "old" / "b"), "-w", "1", "--decode",
+                  "--write-ignore", str(tmp_path / "ign.json"))
     assert_clean_failure(proc)
     assert json.loads((tmp_path / "ign.json").read_text()) == {"b/00000.tar": ["sample_000001"]}
     shutil.move(tmp_path / "old", tmp_path / "new")
