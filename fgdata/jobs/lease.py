@@ -283,7 +283,9 @@ class Lease:
         """Stop renewing; remove this job's staging prefix and its lease (when still its own)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=heartbeat_seconds(self.expiry))
+            # A renewal in flight ends before the lease goes, or its upload would put the lease back; one that
+            # takes longer than the expiry writes a lease already expired.
+            self._thread.join(timeout=self.expiry)
         try:
             storage.remove_tree(self.staging)
             holder = self._read()

@@ -112,7 +112,8 @@ class S3Backend(Backend):
                 f.write(data)
             self.upload(tmp, path)
         finally:
-            os.remove(tmp)
+            with contextlib.suppress(FileNotFoundError):  # a rerun of the job empties the staging folder
+                os.remove(tmp)
 
     def _local_stage(self, path: str) -> str:
         """The local folder for temporary files bound for ``path``: its leased destination's staging folder
