@@ -199,3 +199,57 @@ def test_missing_extra_is_one_line_before_anything_is_read(videos: Path, tmp_pat
     assert out.returncode == 2, out.stderr
     assert "pip install 'fgdata[scenes-ml]'" in out.stderr and "Traceback" not in out.stderr
     assert [line for line in out.stderr.splitlines() if "scenes-ml" in line] and not dest.exists()
+
+
+def _clips(dest: Path) -> list[tuple[str, dict]]:
+    """Each clip's media (by hash) and its clip fields but ``source``, in a sorted list: what two runs over the
+    same videos, read from different places, must agree on."""
+    out = []
+    for s in _samples(dest):
+        doc = json.loads(s.members["json"])
+        out.append((hashlib.sha256(s.members["mp4"]).hexdigest(), {k: doc[k] for k in TYPES if k != "source"}))
+    return sorted(out, key=lambda c: (c[0], json.dumps(c[1], sort_keys=True)))
+
+
+def test_two_torchrun_ranks_and_ray_write_the_bytes_of_one_process(cli, videos: Path, tmp_path: Path, snapshot,
+                                                                   ray_local):
+    from faultkit import FGDATA, run_ranks
+
+    args = ["--split", "scenes", "--maxcount", "2", "--unit-size", "1", "--no-progress"]
+    cli("shard", "videos", videos, tmp_path / "one", *args)
+    run_ranks([*FGDATA, "shard", "videos", str(videos), str(tmp_path / "ranks"), *args])
+    cli("shard", "videos", videos, tmp_path / "ray", *args, "--engine", "ray")
+    one, ranks, ray = (snapshot(tmp_path / name) for name in ("one", "ranks", "ray"))
+    written = [k for k in one if k != "shard_job.json"]
+    assert len([k for k in written if k.endswith(".tar")]) >= 3, written
+    assert sorted(written) == sorted(k for k in ranks if k != "shard_job.json") == sorted(
+        k for k in ray if k != "shard_job.json")
+    assert [k for k in written if not one[k] == ranks[k] == ray[k]] == []
+
+
+def test_a_url_list_of_videos_gives_the_clips_of_the_local_files(cli, videos: Path, tmp_path: Path, monkeypatch):
+    """The same videos fetched from a loopback server through a URL list: the same clips, media and fields."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    monkeypatch.setenv("FGDATA_ALLOW_PRIVATE_NETWORK", "1")  # the documented setting for an internal mirror
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(videos)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{httpd.server_address[1]}"
+        manifest = tmp_path / "urls.jsonl"
+        manifest.write_text("".join(json.dumps({"url": f"{base}/{name}"}) + "\n" for name in ("edit.mp4", "phone.mp4")))
+        args = ["--split", "scenes", "--maxcount", "2", "--no-progress", "-q"]
+        cli("shard", "videos", manifest, tmp_path / "urls", "--path-column", "url", *args)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    cli("shard", "videos", videos, tmp_path / "local", *args)
+    from_urls, local = _clips(tmp_path / "urls"), _clips(tmp_path / "local")
+    assert len(local) >= 5 and from_urls == local
+    assert json.loads((tmp_path / "urls" / "failures.json").read_text())["failed"] == 0
