@@ -437,8 +437,10 @@ def clear_leftovers(dest: str) -> None:
     """Remove what a killed job left: the temporaries in DST, or all but the locks in its separate staging
     folder (s3)."""
     stage = staging_dir(dest)
-    if stage == dest:  # built in place: only the temporaries are the job's
+    if stage == dest:  # built in place: only the temporaries are the job's, its records' (a marker) included
         clean_temps(dest)
+        for folder, _, _ in os.walk(os.path.join(dest, STATE_DIR)):  # never follows a link
+            clean_temps(folder)
         return
     for name in os.listdir(stage):
         if name != STATE_DIR:

@@ -114,6 +114,21 @@ def test_planted_symlinks_at_temp_names_are_never_followed(photos, tmp_path, cle
     assert tree(dest, no_state) == clean
 
 
+def test_a_record_half_written_by_a_killed_job_is_removed_by_the_rerun(photos, tmp_path, clean):
+    """A job killed while it wrote a unit's marker leaves that marker's temporary file in ``.fgdata/units``; the
+    rerun, holding the lock, removes it with the other temporaries (a worker killed mid-write did this once)."""
+    dest = tmp_path / "out"
+    done = fgdata(*shard_cmd(photos, dest)[3:])
+    assert done.returncode == 0, done.stderr
+    half = [dest / ".fgdata" / "units" / ".000001.json.tmp-18575-4facd10b", dest / ".fgdata" / ".x.json.tmp-7-0a1b2c3d"]
+    for path in half:
+        path.write_bytes(b'{"unit": 1, "sha')
+    again = fgdata(*shard_cmd(photos, dest)[3:])
+    assert again.returncode == 0, again.stderr
+    assert leftovers(dest) == []
+    assert tree(dest, no_state) == clean
+
+
 def test_another_ranks_file_being_written_is_not_a_strangers(tmp_path):
     """Ranks share DST: while one rank checks it for files fgdata did not write, another may be mid-way through an
     atomic write of any kind of file (a chunk's ``.npz``); that temporary name is fgdata's, a look-alike is not."""
