@@ -52,7 +52,6 @@ from fgdata.jobs.signals import critical
 from fgdata.jobs.summary import JobSummary, payload_of
 from fgdata.jobs.units import (
     Entry,
-    InputDiff,
     Marker,
     Plan,
     ShardDone,
@@ -69,6 +68,7 @@ from fgdata.jobs.units import (
 )
 from fgdata.producers.media import Outcome, ShardOptions, mixed_format_warning, source_shards_open, transform
 from fgdata.progress import Notify, ProgressFn
+from fgdata.sharding.input_diff import InputDiff
 from fgdata.shards import ShardWriter, iter_samples
 from fgdata.shards.metadata import FGDATA_FIELD
 from fgdata.sources.folder import Skipped, WorkItem
