@@ -28,7 +28,7 @@ import numpy as np
 from PIL import Image
 
 TESTS = Path(__file__).resolve().parents[1]
-for _helpers in (TESTS, TESTS / "faults", TESTS / "fid"):  # display_photos, iccprofile; faultkit; fidkit
+for _helpers in (TESTS, TESTS / "faults", TESTS / "fid"):  # display_photos, iccprofile, inprocess; faultkit; fidkit
     if str(_helpers) not in sys.path:
         sys.path.insert(0, str(_helpers))
 
@@ -191,13 +191,30 @@ def copy_dataset(source: Path, folder: Path) -> None:
     (folder / "ds" / "shard_count.json").unlink()
 
 
-def run(argv: list[str], out: Path | str, tree: Path = TESTS.parent, cwd: Path | None = None,
-        expect: tuple[int, ...] = (0,)) -> None:
-    """``fgdata ARGV --no-progress`` with ``{out}`` filled in, importing fgdata from ``tree``."""
-    done = subprocess.run([*FGDATA, *[a.replace("{out}", str(out)) for a in argv], "--no-progress"],
-                          capture_output=True, text=True, timeout=600, cwd=cwd, env=environment(tree))
+def _filled(argv: list[str], out: Path | str) -> list[str]:
+    """``ARGV --no-progress`` with ``{out}`` filled in."""
+    return [*[a.replace("{out}", str(out)) for a in argv], "--no-progress"]
+
+
+def _check(done: subprocess.CompletedProcess, expect: tuple[int, ...]) -> None:
     if done.returncode not in expect:
         raise CommandFailed(f"exit {done.returncode}: {done.stderr[-3000:]}")
+
+
+def run(argv: list[str], out: Path | str, tree: Path = TESTS.parent, cwd: Path | None = None,
+        expect: tuple[int, ...] = (0,)) -> None:
+    """``fgdata ARGV --no-progress`` with ``{out}`` filled in, in a fresh process importing fgdata from ``tree``."""
+    _check(subprocess.run([*FGDATA, *_filled(argv, out)], capture_output=True, text=True, timeout=600, cwd=cwd,
+                          env=environment(tree)), expect)
+
+
+def run_here(argv: list[str], out: Path | str, cwd: Path | None = None, expect: tuple[int, ...] = (0,),
+             env: dict[str, str] | None = None) -> None:
+    """:func:`run` in this process (tests/inprocess.py), with the fgdata this process imported: the other side of
+    a comparison with a fresh process, sparing a second interpreter's imports (torch, transformers)."""
+    from inprocess import fgdata
+
+    _check(fgdata(*_filled(argv, out), cwd=cwd, env={"HF_HUB_OFFLINE": "1", **(env or {})}), expect)
 
 
 def environment(tree: Path = TESTS.parent) -> dict[str, str]:
