@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -217,6 +218,34 @@ def run_here(argv: list[str], out: Path | str, cwd: Path | None = None, expect: 
     _check(fgdata(*_filled(argv, out), cwd=cwd, env={"HF_HUB_OFFLINE": "1", **(env or {})}), expect)
 
 
+def run_each_in_one_process(cases: dict[str, tuple[list[str], Path]]) -> dict[str, str | None]:
+    """Each case's ``fgdata ARGV --no-progress`` (``{out}`` filled in with its folder), one after another in one
+    fresh process that is not this one, through tests/inprocess.py's entry there: the fresh-process side of a
+    comparison, paying a new interpreter's imports (torch, transformers) once, not once per command. Returns each
+    case's failure (exit status and the end of its stderr), None where it exited 0."""
+    results = Path(tempfile.mkdtemp()) / "results.json"
+    try:
+        done = subprocess.run([sys.executable, __file__, str(results)], capture_output=True, text=True, timeout=1800,
+                              input=json.dumps({name: _filled(argv, out) for name, (argv, out) in cases.items()}),
+                              env=environment())
+        if done.returncode != 0:
+            raise CommandFailed(f"exit {done.returncode}: {done.stderr[-3000:]}")
+        return json.loads(results.read_text())
+    finally:
+        shutil.rmtree(results.parent)
+
+
+def _run_each() -> None:
+    """The child of :func:`run_each_in_one_process`: the cases on stdin, the results into the file ``argv[1]``."""
+    from inprocess import fgdata
+
+    results: dict[str, str | None] = {}
+    for name, argv in json.loads(sys.stdin.read()).items():
+        done = fgdata(*argv, env={"HF_HUB_OFFLINE": "1"})
+        results[name] = None if done.returncode == 0 else f"exit {done.returncode}: {done.stderr[-3000:]}"
+    Path(sys.argv[1]).write_text(json.dumps(results))
+
+
 def environment(tree: Path = TESTS.parent) -> dict[str, str]:
     """This process's environment, offline, with fgdata imported from ``tree`` and fidkit (the pickled stand-in
     detector's module) from these tests."""
@@ -250,3 +279,7 @@ def _noted_digests_checked(record: Path) -> bytes:
         if GENERATED.search(data.decode(errors="replace")):
             entry["sha256"] = "<sha256 of a file with a time>"
     return json.dumps(doc, sort_keys=True).encode()
+
+
+if __name__ == "__main__":
+    _run_each()

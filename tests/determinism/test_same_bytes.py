@@ -1,8 +1,9 @@
 """Same input, same options -> the same bytes, from every command that writes, a second apart.
 
 Each command runs twice into fresh folders, once in a fresh process and once in the test's own (two processes:
-output that depends on a hash seed, a pid or when the process started differs), the second starting in a later
-second of the clock than the first ended (so anything that stamps the time of day, to the second, differs), and
+output that depends on a hash seed, a pid or when the process started differs; the fresh process runs every
+command's first run, one after another, paying torch's and transformers' imports once), the second starting in a
+later second of the clock than the first ended (so anything that stamps the time of day, to the second, differs), and
 every file it wrote is compared byte for byte: shards, indexes, zips, npz/pkl references and fgdata's own records under ``.fgdata/``. The inputs are
 the repository's sample data plus photos that take every path of the display rule (a Display P3 PNG and
 JPEG, an Adobe RGB JPEG, EXIF orientations, 16-bit greyscale and RGB, CMYK, alpha, a palette with
@@ -22,7 +23,8 @@ import time
 from pathlib import Path
 
 import pytest
-from samebytes import READING_WRITERS, build_inputs, bytes_of, commands, copy_dataset, environment, run, run_here
+from samebytes import (READING_WRITERS, build_inputs, bytes_of, commands, copy_dataset, environment, run,
+                       run_each_in_one_process, run_here)
 
 from faultkit import FGDATA, stop_and_signal  # on sys.path once samebytes is imported
 
@@ -47,16 +49,33 @@ def _same(one: dict[str, bytes], two: dict[str, bytes], what: str) -> None:
     assert not differ, f"{what}: bytes differ in {differ}"
 
 
+@pytest.fixture(scope="module")
+def first_runs(request, inputs: dict[str, Path], tmp_path_factory) -> tuple[Path, dict[str, str | None], float]:
+    """The first run of each selected case of test_a_second_run_writes_the_same_bytes, all in one fresh process
+    (not this one), each into its own folder: (the folders' root, each case's failure or None, when they ended)."""
+    selected = [item.callspec.params["name"] for item in request.session.items
+                if getattr(item, "originalname", "") == "test_a_second_run_writes_the_same_bytes"]
+    root = tmp_path_factory.mktemp("first")
+    cases = commands(inputs)
+    failed = run_each_in_one_process({name: (cases[name], root / _slug(name)) for name in selected})
+    return root, failed, time.time()
+
+
+def _slug(name: str) -> str:
+    return name.replace(" ", "-")
+
+
 @pytest.mark.parametrize("name", [
     "shard images", "shard images png max-side", "shard images webp", "shard images keep", "shard videos",
     "shard videos clips", "shard prompts", "encode latents", "encode text", "encode neg-prompt", "kd pairs", "kd paths", "prepare cifar10",
     "prepare imagenet-64", "prepare imagenet-256", "fid-refs", "fid-refs edm2 pkl"])
-def test_a_second_run_writes_the_same_bytes(name: str, inputs: dict[str, Path], tmp_path: Path):
-    argv = commands(inputs)[name]
-    run(argv, tmp_path / "one")
-    _a_second_after(time.time())
-    run_here(argv, tmp_path / "two")
-    one, two = bytes_of(tmp_path / "one"), bytes_of(tmp_path / "two")
+def test_a_second_run_writes_the_same_bytes(name: str, inputs: dict[str, Path], first_runs, tmp_path: Path):
+    """The first run in a fresh process (``first_runs``, one for every case), the second in this one."""
+    root, failed, ended = first_runs
+    assert failed[name] is None, f"{name}, first run: {failed[name]}"
+    _a_second_after(ended)
+    run_here(commands(inputs)[name], tmp_path / "two")
+    one, two = bytes_of(root / _slug(name)), bytes_of(tmp_path / "two")
     assert one, f"{name} wrote nothing"
     _same(one, two, name)
 
