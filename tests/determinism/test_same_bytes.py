@@ -3,11 +3,11 @@
 Each command runs twice into fresh folders, once in a fresh process and once in the test's own (two processes:
 output that depends on a hash seed, a pid or when the process started differs; the fresh process runs every
 command's first run, one after another, paying torch's and transformers' imports once), the second starting in a
-later second of the clock than the first ended (so anything that stamps the time of day, to the second, differs), and
-every file it wrote is compared byte for byte: shards, indexes, zips, npz/pkl references and fgdata's own records under ``.fgdata/``. The inputs are
-the repository's sample data plus photos that take every path of the display rule (a Display P3 PNG and
-JPEG, an Adobe RGB JPEG, EXIF orientations, 16-bit greyscale and RGB, CMYK, alpha, a palette with
-transparency, an animated GIF). Then an image job over the colour-profile photos is stopped at a point the
+later second of the clock than the first ended (so anything that stamps the time of day, to the second, differs),
+and every file it wrote is compared byte for byte: shards, indexes, zips, npz/pkl references and fgdata's own
+records under ``.fgdata/``. The inputs are the repository's sample data plus photos that take every path of the
+display rule (a Display P3 PNG and JPEG, an Adobe RGB JPEG, EXIF orientations, 16-bit greyscale and RGB, CMYK,
+alpha, a palette with transparency, an animated GIF). Then an image job over the colour-profile photos is stopped at a point the
 job signals, rerun, and compared with the uninterrupted run, ``.fgdata/`` included.
 
 The one field that holds a time on purpose is ``generated`` in ``report``'s page and JSON (docs/FORMATS.md);
