@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -28,7 +29,7 @@ import numpy as np
 from PIL import Image
 
 TESTS = Path(__file__).resolve().parents[1]
-for _helpers in (TESTS, TESTS / "faults", TESTS / "fid"):  # display_photos, iccprofile; faultkit; fidkit
+for _helpers in (TESTS, TESTS / "faults", TESTS / "fid"):  # display_photos, iccprofile, inprocess; faultkit; fidkit
     if str(_helpers) not in sys.path:
         sys.path.insert(0, str(_helpers))
 
@@ -191,13 +192,58 @@ def copy_dataset(source: Path, folder: Path) -> None:
     (folder / "ds" / "shard_count.json").unlink()
 
 
-def run(argv: list[str], out: Path | str, tree: Path = TESTS.parent, cwd: Path | None = None,
-        expect: tuple[int, ...] = (0,)) -> None:
-    """``fgdata ARGV --no-progress`` with ``{out}`` filled in, importing fgdata from ``tree``."""
-    done = subprocess.run([*FGDATA, *[a.replace("{out}", str(out)) for a in argv], "--no-progress"],
-                          capture_output=True, text=True, timeout=600, cwd=cwd, env=environment(tree))
+def _filled(argv: list[str], out: Path | str) -> list[str]:
+    """``ARGV --no-progress`` with ``{out}`` filled in."""
+    return [*[a.replace("{out}", str(out)) for a in argv], "--no-progress"]
+
+
+def _check(done: subprocess.CompletedProcess, expect: tuple[int, ...]) -> None:
     if done.returncode not in expect:
         raise CommandFailed(f"exit {done.returncode}: {done.stderr[-3000:]}")
+
+
+def run(argv: list[str], out: Path | str, tree: Path = TESTS.parent, cwd: Path | None = None,
+        expect: tuple[int, ...] = (0,)) -> None:
+    """``fgdata ARGV --no-progress`` with ``{out}`` filled in, in a fresh process importing fgdata from ``tree``."""
+    _check(subprocess.run([*FGDATA, *_filled(argv, out)], capture_output=True, text=True, timeout=600, cwd=cwd,
+                          env=environment(tree)), expect)
+
+
+def run_here(argv: list[str], out: Path | str, cwd: Path | None = None, expect: tuple[int, ...] = (0,),
+             env: dict[str, str] | None = None) -> None:
+    """:func:`run` in this process (tests/inprocess.py), with the fgdata this process imported: the other side of
+    a comparison with a fresh process, sparing a second interpreter's imports (torch, transformers)."""
+    from inprocess import fgdata
+
+    _check(fgdata(*_filled(argv, out), cwd=cwd, env={"HF_HUB_OFFLINE": "1", **(env or {})}), expect)
+
+
+def run_each_in_one_process(cases: dict[str, tuple[list[str], Path]]) -> dict[str, str | None]:
+    """Each case's ``fgdata ARGV --no-progress`` (``{out}`` filled in with its folder), one after another in one
+    fresh process that is not this one, through tests/inprocess.py's entry there: the fresh-process side of a
+    comparison, paying a new interpreter's imports (torch, transformers) once, not once per command. Returns each
+    case's failure (exit status and the end of its stderr), None where it exited 0."""
+    results = Path(tempfile.mkdtemp()) / "results.json"
+    try:
+        done = subprocess.run([sys.executable, __file__, str(results)], capture_output=True, text=True, timeout=1800,
+                              input=json.dumps({name: _filled(argv, out) for name, (argv, out) in cases.items()}),
+                              env=environment())
+        if done.returncode != 0:
+            raise CommandFailed(f"exit {done.returncode}: {done.stderr[-3000:]}")
+        return json.loads(results.read_text())
+    finally:
+        shutil.rmtree(results.parent)
+
+
+def _run_each() -> None:
+    """The child of :func:`run_each_in_one_process`: the cases on stdin, the results into the file ``argv[1]``."""
+    from inprocess import fgdata
+
+    results: dict[str, str | None] = {}
+    for name, argv in json.loads(sys.stdin.read()).items():
+        done = fgdata(*argv, env={"HF_HUB_OFFLINE": "1"})
+        results[name] = None if done.returncode == 0 else f"exit {done.returncode}: {done.stderr[-3000:]}"
+    Path(sys.argv[1]).write_text(json.dumps(results))
 
 
 def environment(tree: Path = TESTS.parent) -> dict[str, str]:
@@ -233,3 +279,7 @@ def _noted_digests_checked(record: Path) -> bytes:
         if GENERATED.search(data.decode(errors="replace")):
             entry["sha256"] = "<sha256 of a file with a time>"
     return json.dumps(doc, sort_keys=True).encode()
+
+
+if __name__ == "__main__":
+    _run_each()

@@ -383,9 +383,9 @@ def leftovers(root: Path) -> list[str]:
 
 
 def uninterrupted(cmd: Sequence[str], *, env: dict | None = None) -> subprocess.CompletedProcess:
-    """A reference run that nothing stops: ``fgdata`` runs in this process (tests/inprocess.py), sparing a new
-    interpreter's imports (torch for a model command); no signal or process tree is tested on it. The stopped run
-    and its rerun stay real processes."""
+    """A run that nothing stops (a kill test's reference run, or its rerun after the stop): ``fgdata`` runs in this
+    process (tests/inprocess.py), sparing a new interpreter's imports (torch for a model command); no signal or
+    process tree is tested on it. The stopped run stays a real process."""
     from inprocess import fgdata
 
     if list(cmd[: len(FGDATA)]) != FGDATA:
@@ -398,11 +398,12 @@ def stop_trials(cmd: Sequence[str], *, out: Path, clean: Path, stops: Sequence[t
                 env: dict | None = None, skip: Callable[[str], bool] = lambda rel: rel.startswith(".fgdata/")) -> None:
     """The kill/resume check at job-signalled points: for each ``(after, signal)``, stop the job once it paused after
     its ``after``-th output, signal it, rerun it, and compare the whole tree byte for byte with an uninterrupted run;
-    no temporary or staging file may be left. ``cmd`` holds ``{out}``, replaced by each run's output folder."""
+    no temporary or staging file may be left. ``cmd`` holds ``{out}``, replaced by each run's output folder. The
+    stopped run is a real process killed by a real signal; the reference run and the rerun run in this process
+    (:func:`uninterrupted`)."""
     def argv(dest: Path) -> list[str]:
         return [a.replace("{out}", str(dest)) for a in cmd]
 
-    full_env = {**os.environ, **(env or {})}
     done = uninterrupted(argv(clean), env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     reference = tree(clean, skip)
@@ -415,7 +416,7 @@ def stop_trials(cmd: Sequence[str], *, out: Path, clean: Path, stops: Sequence[t
             last = stopped.stderr.strip().splitlines()[-1]
             assert last.startswith("interrupted: ") and last.endswith(" inputs done; rerun the same command to resume"), \
                 stopped.stderr[-2000:]
-        again = subprocess.run(argv(dest), env=full_env, capture_output=True, text=True, timeout=300)
+        again = uninterrupted(argv(dest), env=env)
         assert again.returncode == 0, f"stop {t}: {again.stderr[-3000:]}"
         assert tree(dest, skip) == reference, f"stop {t} (after {after}, signal {sig}): output differs"
         assert leftovers(dest) == [], f"stop {t}: {leftovers(dest)}"

@@ -6,7 +6,8 @@ uninterrupted run's bytes). The writer keeps no resume state: resuming is the jo
 pauses after its N-th output) and then sent SIGKILL, SIGTERM or SIGINT, so no trial depends on timing. The full
 matrix of signals runs on ``shard images`` (here and in tests/jobs/test_shard_job.py); every other command is
 stopped once, with the signal that command is given below (each signal's handling is the job core's, shared by
-every command, so one per command tests the command's own resume).
+every command, so one per command tests the command's own resume). The stopped runs are real processes sent real
+signals; the uninterrupted runs and the reruns, which no signal reaches, run in the test's process.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import json
 import os
 import pickle
 import signal
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from faultkit import FGDATA, kill_trials, png_bytes, stop_and_signal, stop_trials, tree
+from faultkit import FGDATA, kill_trials, png_bytes, stop_and_signal, stop_trials, tree, uninterrupted
 from fgdata.storage.temps import clean_temps
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # several full runs per test (tests/jobs/test_shard_job.py
@@ -129,14 +129,14 @@ def test_shard_images_to_s3(tmp_path, s3_bucket):
         return [*FGDATA, "shard", "images", str(src), f"{s3_bucket}/{name}", "--maxcount", "4", "--no-progress",
                 "--workers", "2"]
 
-    clean = subprocess.run(argv("clean"), env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    clean = uninterrupted(argv("clean"), env=env)
     assert clean.returncode == 0, clean.stderr[-2000:]
     reference = _objects(s3_bucket, "clean")
     assert len([k for k in reference if k.endswith(".tar")]) == 8
     # killed after its 2nd shard: the rerun on this host takes the dead job's lease over at once
     stopped = stop_and_signal(argv("stopped"), after=2, sig=signal.SIGKILL, env=env)
     assert stopped.returncode == -signal.SIGKILL, stopped.stderr[-2000:]
-    again = subprocess.run(argv("stopped"), env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    again = uninterrupted(argv("stopped"), env=env)
     assert again.returncode == 0, again.stderr[-2000:]
     assert _objects(s3_bucket, "stopped") == reference, "the rerun's objects differ from an uninterrupted run's"
     staged = [p.relative_to(cache).as_posix() for p in (cache / "staging").rglob("*") if p.is_file()]
@@ -171,7 +171,7 @@ def test_prepare_says_what_a_stopped_run_keeps_and_the_rerun_resumes_from_it(tmp
            "--workers", "2", "--no-progress"]
     stopped = stop_and_signal(cmd, after=3, sig=signal.SIGINT)
     assert stopped.returncode == 130 and "interrupted: 1000 inputs done" in stopped.stderr, stopped.stderr[-2000:]
-    again = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=300)
+    again = uninterrupted([*cmd, "--json"])
     assert again.returncode == 0, again.stderr[-2000:]
     summary = json.loads(again.stdout)
     assert (summary["resumed"], summary["seen"], summary["written"]) == (1000, 3000, 3000)
@@ -251,7 +251,7 @@ def test_a_unit_stopped_half_way_leaves_its_plan_and_is_said_on_the_rerun(tmp_pa
         return [*FGDATA, "shard", "images", str(src), str(dest), "--maxcount", "4", "--unit-size", "8",
                 "--no-progress", "--workers", "1"]
 
-    clean = subprocess.run(argv(tmp_path / "clean"), capture_output=True, text=True, timeout=300)
+    clean = uninterrupted(argv(tmp_path / "clean"))
     assert clean.returncode == 0, clean.stderr[-2000:]
     dest = tmp_path / "out"
     stopped = stop_and_signal(argv(dest), after=1, sig=signal.SIGKILL)
@@ -263,7 +263,7 @@ def test_a_unit_stopped_half_way_leaves_its_plan_and_is_said_on_the_rerun(tmp_pa
     finished = Marker.parse((tmp_path / "clean" / ".fgdata" / "units" / "000000.json").read_bytes())
     assert finished is not None and plan.inputs == finished.inputs and plan.options == finished.options
 
-    again = subprocess.run([*argv(dest)[:-2], "--json"], capture_output=True, text=True, timeout=300)
+    again = uninterrupted([*argv(dest)[:-2], "--json"])
     assert again.returncode == 0, again.stderr[-2000:]
     assert "1 work unit(s) an earlier run stopped half-way were written again from their start" in again.stderr
     assert json.loads(again.stdout)["restarted_units"] == 1
