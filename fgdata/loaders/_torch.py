@@ -56,11 +56,20 @@ class WorkerBatches(IterableDataset):
 
 
 def _raise_worker_errors(items: Iterator[Batch | WorkerFailure]) -> Iterator[Batch]:
-    """The workers' batches; a worker's FgdataError is raised again in this process."""
-    for item in items:
-        if isinstance(item, WorkerFailure):
-            raise item.error()
-        yield item
+    """The workers' batches; a worker's FgdataError is raised again in this process.
+
+    Whatever ends the stream, the workers' iterator leaves this frame at once, so its workers stop now.
+    A raised error's traceback keeps this frame alive; an iterator freed later by the garbage collector
+    has its queues' feeder threads closed before its own shutdown runs, so the workers never get the
+    stop message and torch waits 5 s for each before killing it, at some unrelated later moment.
+    """
+    try:
+        for item in items:
+            if isinstance(item, WorkerFailure):
+                raise item.error()
+            yield item
+    finally:
+        del items
 
 
 def _unchanged(batch: Any) -> Any:

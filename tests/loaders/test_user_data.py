@@ -8,6 +8,7 @@ rule's replacements are counted per epoch.
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import shutil
 from pathlib import Path
@@ -100,8 +101,12 @@ def test_default_image_config_in_training_and_validation_modes(mixed_shards):
 def test_wrong_extension_is_an_error_in_the_first_batch(tmp_path, sample_data, mode, workers):
     shards = shard_images(mixed_folder(tmp_path / "photos", sample_data, only=("png",)), tmp_path / "shards")
     loader = instantiate(image_config(shards, key_map={"real_raw": "jpg", "condition_raw": "txt"}, num_workers=workers, **mode))
+    children = set(multiprocessing.active_children())
     with pytest.raises(LoaderConfigError) as info:
         next(iter(loader))
+    # The workers have stopped although the error (and its traceback) is still held: left to the garbage
+    # collector, torch's shutdown waits 5 s per worker at some later moment.
+    assert set(multiprocessing.active_children()) <= children
     message = str(info.value)
     assert "\n" not in message and message.startswith("key_map['real_raw']")  # one line, also from a worker process
     assert "key_map['real_raw'] = 'jpg'" in message
