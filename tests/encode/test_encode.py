@@ -25,6 +25,7 @@ from .conftest import PROMPTS, write_shards
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 from faultkit import hold_and_release, leftovers, stop_and_signal  # noqa: E402
+from inprocess import fgdata  # noqa: E402  (the console entry in this process: exit codes and one-line errors)
 from job_summary import check_json_summary  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,7 +56,7 @@ def first_batch(cfg, dest: Path, **fields):
 
 
 def cli_process(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    """The console entry in a fresh process (one-line errors, exit codes); costs the imports, so used sparingly."""
+    """The console entry in a fresh process, for what is read when the model libraries load (-q's quieting)."""
     return subprocess.run([sys.executable, "-m", "fgdata.cli.main", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
@@ -403,9 +404,8 @@ def test_torchrun_no_resume_never_counts_a_shard_an_earlier_launch_left(tmp_path
     dst = tmp_path / "out"
     flags = ["--encoder", str(models["t5"]), "--max-length", "8", "--no-progress"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    planted = subprocess.run([sys.executable, "-m", "fgdata.cli.main", "encode", "text", str(old), str(dst), *flags],
-                             capture_output=True, text=True, cwd=REPO, timeout=240,
-                             env={**env, "RANK": "1", "WORLD_SIZE": "2"})
+    # the earlier launch's rank 1 alone, in this process: RANK and WORLD_SIZE are read when the job starts
+    planted = fgdata("encode", "text", old, dst, *flags, env={"RANK": "1", "WORLD_SIZE": "2"})
     assert planted.returncode == 0, planted.stderr
     planted_marker = json.loads((dst / ".fgdata" / "text" / "units" / "000001.json").read_text())
     assert [(s["name"], s["samples"]) for s in planted_marker["shards"]] == [("00001.tar", 3)]
@@ -471,8 +471,8 @@ def test_rerun_with_other_options_is_refused(tmp_path, models, prompt_shards):
 
 
 def test_offline_hub_id_is_one_line(tmp_path, prompt_shards):
-    r = cli_process("encode", "text", str(prompt_shards), str(tmp_path / "o"), "--encoder", "google/umt5-xxl", "-q",
-                    timeout=120)
+    r = fgdata("encode", "text", prompt_shards, tmp_path / "o", "--encoder", "google/umt5-xxl", "-q",
+               env={"HF_HUB_OFFLINE": "1"})
     assert r.returncode == 1
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert lines[-1].startswith("error: google/umt5-xxl: HF_HUB_OFFLINE is set") and "--encoder DIR" in lines[-1]
@@ -579,8 +579,10 @@ def test_neg_prompt_takes_the_shared_output_flags_and_q_silences_the_model_libra
     assert quiet.returncode == 0, quiet.stderr
     assert (quiet.stdout, quiet.stderr) == ("", "")
     assert np.load(tmp_path / "q.npy", allow_pickle=False).shape == (8, 32)
-    doc = cli_process("encode", "neg-prompt", "--encoder", str(encoder), "--text", "blurry", "--max-length", "8",
-                      "-o", str(tmp_path / "j.npy"), "--json", "--no-progress")
+    # the libraries are loaded by now in this process: --no-progress tells them directly (a fresh process's -q
+    # above goes through the environment they read when they load)
+    doc = fgdata("encode", "neg-prompt", "--encoder", encoder, "--text", "blurry", "--max-length", "8",
+                 "-o", tmp_path / "j.npy", "--json", "--no-progress")
     assert doc.returncode == 0, doc.stderr
     record = json.loads(doc.stdout)
     assert record["command"] == "encode neg-prompt" and record["output"] == str(tmp_path / "j.npy")

@@ -482,10 +482,9 @@ def test_cli_killed_after_a_chunk_resumes_to_the_same_bytes(edm_zip, tmp_path, t
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=60)
     assert not out.exists() and len(list(Path(f"{out}.chunks").glob("chunk-*.npz"))) == 2
-    p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(out), "--json", *common], env=env)
-    stdout, err = p.communicate(timeout=240)
-    assert p.returncode == 0, err
-    doc = json.loads(stdout)
+    again = fgdata("fid-refs", "--dataset-zip", zip_path, "-o", out, "--json", *common)  # the rerun, in this process
+    assert again.returncode == 0, again.stderr
+    doc = json.loads(again.stdout)
     assert doc["seen"] == doc["written"] == 11 and doc["failed"] == 0
     assert (doc["outputs"][0]["computed"], doc["outputs"][0]["reused"]) == (7, 4)  # the first two chunks of 2 kept
     assert out.read_bytes() == clean.read_bytes()
@@ -506,8 +505,9 @@ def test_no_resume_under_torchrun_never_adds_a_chunk_an_earlier_launch_left(tmp_
     write_edm_zip(zip_path, images[::-1])
     size = zip_path.stat().st_size
     args = ["fid-refs", "--dataset-zip", str(zip_path), "-o", str(out), *common]
-    planted = _cli(args, env={**env, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
-    assert planted.wait(timeout=240) == 0
+    # the earlier launch's rank 1 alone, in this process: the rank variables are read when the job starts
+    planted = fgdata(*args, env={"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
+    assert planted.returncode == 0, planted.stderr
     assert sorted(p.name for p in Path(f"{out}.chunks").glob("chunk-*.npz")) == ["chunk-00001.npz", "chunk-00003.npz"]
     write_edm_zip(zip_path, images)
     assert zip_path.stat().st_size == size
@@ -536,10 +536,11 @@ def test_offline_without_weights_names_the_flag(edm_zip, tmp_path, monkeypatch):
     with pytest.raises(FgdataError, match=r"\.npz .*\.pkl"):
         metrics_for(str(tmp_path / "refs.txt"))
     zip_path, _ = edm_zip
-    p = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(tmp_path / "x.npz"), "--device", "cpu"],
-             env={"TORCH_HOME": str(tmp_path / "torch-home")})
-    _, err = p.communicate(timeout=120)
-    assert p.returncode == 1 and len(err.strip().splitlines()) == 1 and "--inception" in err, err
+    from inprocess import fgdata
+
+    done = fgdata("fid-refs", "--dataset-zip", zip_path, "-o", tmp_path / "x.npz", "--device", "cpu")
+    err = done.stderr
+    assert done.returncode == 1 and len(err.strip().splitlines()) == 1 and "--inception" in err, err
 
 
 def test_named_datasets_read_and_write_the_exact_paths(tmp_path):
@@ -641,11 +642,12 @@ def test_cli_counts_an_undecodable_image_as_failed(tmp_path, sample_images, tiny
             zf.writestr(f"00000/img{i:08d}.png", png(arr))
         zf.writestr("00000/img00000003.png", photo[: len(photo) // 2])  # truncated
     out = tmp_path / "set.npz"
-    env, common = _cli_setup(tmp_path, tiny_net)
-    run = _cli(["fid-refs", "--dataset-zip", str(zip_path), "-o", str(out), "--json", *common], env=env)
-    stdout, err = run.communicate(timeout=240)
-    assert run.returncode == 0, err
-    doc = json.loads(stdout)
+    from inprocess import fgdata
+
+    _, common = _cli_setup(tmp_path, tiny_net)
+    run = fgdata("fid-refs", "--dataset-zip", zip_path, "-o", out, "--json", *common)
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
     assert (doc["seen"], doc["written"], doc["failed"], doc["failures_file"]) == (4, 3, 1, f"{out}.failures.json")
     assert doc["outputs"][0]["failed"] == 1
     assert json.loads(Path(f"{out}.failures.json").read_text())["failures"][0]["input"].endswith("img00000003.png")

