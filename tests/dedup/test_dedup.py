@@ -238,6 +238,7 @@ def test_bad_input_is_one_line(tmp_path):
 
 @settings(max_examples=25, deadline=None)
 @given(words=st.sampled_from([1, 4]), k=st.integers(0, 24), seed=st.integers(0, 2**32 - 1))
+@pytest.mark.slow  # end to end, several seconds
 def test_multi_index_search_equals_all_pairs(words, k, seed):
     rng = np.random.default_rng(seed)
     base = rng.integers(0, 2**63, size=(40, words), dtype=np.uint64)
@@ -283,6 +284,7 @@ def test_phash_equals_imagehash(sample_images):
         assert got == IMAGEHASH_PHASH[path.name], path.name
 
 
+@pytest.mark.slow  # an S3 job through s5cmd and the loopback server
 def test_shards_and_index_on_s3(nearset, s3_bucket, tmp_path):
     """Shards read from s3://, the index and its failure report written there, the same records as locally."""
     from fgdata import storage

@@ -290,6 +290,7 @@ def test_text_in_place_drops_the_other_tools_indexes_of_shards_it_rewrites(tmp_p
 KD_ARGS = ["--latent-shape", "4,8,8", "--steps", "6", "--guidance-scale", "2.0", "--max-length", "16"]
 
 
+@pytest.mark.slow  # end to end, several seconds
 def test_kd_pairs_and_paths_load_and_regenerate(tmp_path, models, prompt_shards):
     from fgdata.configs import PairLoaderConfig, PathLoaderConfig, PromptLoaderConfig
     from fgdata.encode.kd import KdOptions, kd_run
@@ -353,6 +354,7 @@ def test_kd_prompt_file_and_shape_from_size(tmp_path, models):
     assert got["sample_000001"]["txt"] == b"a dog"
 
 
+@pytest.mark.slow  # torchrun ranks as processes
 def test_torchrun_two_ranks_match_one_process(tmp_path, models, image_shards):
     args = ["encode", "latents", str(image_shards), None, "--vae", str(models["vae"]), "--size", "32",
             "--batch-size", "2", "-q"]
@@ -375,6 +377,7 @@ def test_torchrun_two_ranks_match_one_process(tmp_path, models, image_shards):
     assert markers == ["000000.json", "000001.json", "000002.json"]
 
 
+@pytest.mark.slow  # torchrun ranks as processes
 def test_torchrun_rank_whose_share_all_failed_does_not_fail_the_job(tmp_path, models, sample_images):
     """Each rank prints its own share's summary; only the whole job's account decides the exit code."""
     good = [(f"s_{i}", {"jpg": sample_images[0].read_bytes()}) for i in range(2)]
@@ -395,6 +398,7 @@ def test_torchrun_rank_whose_share_all_failed_does_not_fail_the_job(tmp_path, mo
     assert docs[0]["failures_file"] == str(tmp_path / "out" / "failures.json")
 
 
+@pytest.mark.slow  # torchrun ranks as processes
 def test_torchrun_no_resume_never_counts_a_shard_an_earlier_launch_left(tmp_path, models):
     """An earlier launch's rank 1 encoded 00001.tar from other prompts (3 there) and its rank 0 never came. The
     rerun with --no-resume holds rank 1 where it is about to remove that marker (the job signals the point):
@@ -425,6 +429,7 @@ def test_torchrun_no_resume_never_counts_a_shard_an_earlier_launch_left(tmp_path
     assert sorted(samples(dst)) == [f"n_{i}" for i in range(5)]
 
 
+@pytest.mark.slow  # end to end, several seconds
 def test_stopped_job_resumes_to_identical_output(tmp_path, models):
     """Stopped after its 2nd output shard (the job pauses there itself), sent SIGTERM, rerun: identical bytes.
     One signal here: the full matrix of signals runs on ``shard`` (tests/jobs/test_shard_job.py)."""
@@ -490,6 +495,7 @@ def test_neg_prompt_refuses_bad_input(tmp_path, models):
     assert not (tmp_path / "n.npy").exists()
 
 
+@pytest.mark.slow  # a Ray instance
 def test_ray_engine_matches_local(tmp_path, models, image_shards):
     pytest.importorskip("ray")
     from fgdata.encode.latents import LatentOptions, encode_latents
@@ -616,6 +622,7 @@ def _loads(path: Path, what: str) -> list[str]:
     return [pid for pid, name in (line.split("\t") for line in lines) if name == what]
 
 
+@pytest.mark.slow  # a Ray instance
 def test_ray_loads_the_model_once_per_worker_process_not_per_unit(tmp_path, models, sample_images, monkeypatch):
     """Each input shard is its own Ray task asking for a GPU (a logical one here, as ``--device cuda`` asks), and a
     worker process keeps its loaded VAE for the next units of the job: no process loads it twice (Ray would end a
@@ -644,6 +651,7 @@ def test_ray_loads_the_model_once_per_worker_process_not_per_unit(tmp_path, mode
     assert prov["vae_class"] == "AutoencoderKL" and prov["written"] == 6
 
 
+@pytest.mark.slow  # a Ray instance
 def test_ray_rerun_of_a_finished_job_keeps_every_unit_without_ray(tmp_path, models, sample_images, monkeypatch):
     """The driver decides resume: a rerun that keeps every unit submits no Ray task (it does not even reach the
     cluster, here an address where none listens) and loads no model, and the output stays byte for byte."""

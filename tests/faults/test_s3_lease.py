@@ -172,6 +172,7 @@ def _end(proc: subprocess.Popen, orphans: list[int]) -> None:
         proc.stderr.close()
 
 
+@pytest.mark.slow  # end to end, several seconds
 def test_a_killed_jobs_upload_never_lands_after_the_rerun(s3_bucket, s3_endpoint, tmp_path):
     """SIGKILL while 00000.tar uploads, rerun with --no-resume and other shard limits, then let the old upload
     arrive: the killed job's s5cmd died with it, and its upload could only ever land in its own staging prefix."""
@@ -203,6 +204,7 @@ def test_a_killed_jobs_upload_never_lands_after_the_rerun(s3_bucket, s3_endpoint
     assert checked.returncode == 0, checked.stdout[-2000:] + checked.stderr[-2000:]
 
 
+@pytest.mark.slow  # end to end, several seconds
 def test_two_jobs_from_two_caches_on_one_prefix(s3_bucket, s3_endpoint, tmp_path):
     """The second job is refused in one line naming the first, whose output is exactly an undisturbed run's."""
     src = _photos(tmp_path / "src", 12)
@@ -230,6 +232,7 @@ def test_two_jobs_from_two_caches_on_one_prefix(s3_bucket, s3_endpoint, tmp_path
     assert _leftovers(s3_bucket, "ds") == []  # the lease is given back, nothing staged is left
 
 
+@pytest.mark.slow  # an S3 job through s5cmd and the loopback server
 def test_sighup_mid_upload(s3_bucket, s3_endpoint, tmp_path, short_tmp):
     """A closed terminal stops the job like SIGTERM: 129 and the resume line, its s5cmd gone, and after the rerun
     nothing staged is left, neither in DST, nor in the cache, nor in the system temp folder."""

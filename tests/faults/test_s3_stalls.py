@@ -356,6 +356,7 @@ def _loader(url: str, tmp_path, mode: str, **kw):
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.slow  # waits out S3 stall bounds
 def test_loaders_fail_on_a_silent_endpoint(silent, tmp_path, mode):
     url = "s3://fgtest-silent/ds"
     with pytest.raises(FgdataError) as err:
@@ -365,6 +366,7 @@ def test_loaders_fail_on_a_silent_endpoint(silent, tmp_path, mode):
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.slow  # waits out S3 stall bounds
 def test_strict_loaders_fail_when_bodies_stall(dataset_on_s3, body_stall, tmp_path, mode):
     url, _ = dataset_on_s3
     with pytest.raises(FgdataError) as err:
@@ -373,6 +375,7 @@ def test_strict_loaders_fail_when_bodies_stall(dataset_on_s3, body_stall, tmp_pa
     assert s5cmd_children() == []
 
 
+@pytest.mark.slow  # waits out S3 stall bounds
 def test_a_training_loader_gives_up_on_stalling_storage_after_a_bounded_number_of_shards(
         stall_bound, s3_bucket, s3_endpoint, monkeypatch, tmp_path):
     """12 shards whose bodies all stall: the training stream raises the storage error, naming the stall and the last
@@ -398,6 +401,7 @@ def test_a_training_loader_gives_up_on_stalling_storage_after_a_bounded_number_o
 
 @pytest.mark.parametrize("counts", ["count-file", "counted"])
 @pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.slow  # waits out S3 stall bounds
 def test_loaders_fail_on_stalled_bodies_naming_the_stall(dataset_on_s3, body_stall, tmp_path, mode, counts):
     """Not strict, every shard's body stalls: each mode fails with the storage error that names the shard and the
     stall (not the ignore index or the workers' shares); training raises once both shards failed."""

@@ -63,6 +63,7 @@ def _argv(src: Path, dest: str, workers: int, extra: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("kind", ["shards", "table"])
+@pytest.mark.slow  # end to end, several seconds
 def test_one_worker_and_two_give_the_same_bytes_and_sigkill_then_rerun_the_uninterrupted_bytes(
         kind, shard_source, table_source, tmp_path):
     src, extra = (shard_source, []) if kind == "shards" else (table_source, ["--image-column", "image"])

@@ -119,6 +119,7 @@ def test_an_output_that_is_the_source_is_refused_even_with_overwrite(edm_zip, tm
     assert zip_path.read_bytes() == before
 
 
+@pytest.mark.slow  # end to end, several seconds
 def test_edm2_pickle_is_a_dict_of_dicts(edm_zip, tmp_path, tiny_net, tiny_inception_weights, tiny_dinov2):
     import torch
     import torch.nn.functional as F
@@ -220,6 +221,7 @@ def _marker(work: Path, chunk: int) -> Path:
 
 
 @pytest.mark.parametrize("damage", ["missing", "torn"])
+@pytest.mark.slow  # end to end, several seconds
 def test_a_chunk_whose_marker_is_missing_or_torn_is_computed_again_and_the_others_kept(
         damage, edm_zip, tmp_path, tiny_net, tiny_inception_weights):
     """Each chunk is a work unit of the job core: its marker says what the chunk file holds. A chunk file whose
@@ -310,6 +312,7 @@ def test_shards_equal_the_zip_and_fid_with_itself_is_zero(edm_zip, tmp_path, tin
 
 
 @pytest.mark.s3
+@pytest.mark.slow  # an S3 job through s5cmd and the loopback server
 def test_s3_zip_and_shards(edm_zip, tmp_path, s3_bucket, tiny_net, tiny_inception_weights):
     from fgdata import storage
     from fgdata.shards import ShardWriter

@@ -194,6 +194,7 @@ def test_failure_report_schema(photos, tmp_path):
 
 
 @pytest.mark.s3
+@pytest.mark.slow  # an S3 job through s5cmd and the loopback server
 def test_s3_kill_and_rerun_leaves_no_staging(photos, tmp_path, s3_bucket, monkeypatch, short_tmp):
     from fgdata import storage
 

@@ -85,6 +85,7 @@ def test_local_readers_do_not_use_a_same_size_stale_index(tmp_path):
 
 
 @pytest.mark.s3
+@pytest.mark.slow  # an S3 job through s5cmd and the loopback server
 def test_s3_readers_do_not_use_a_same_size_stale_index(tmp_path, s3_bucket):
     ds = _stale(tmp_path, dropped=0)
     url = f"{s3_bucket}/ds"

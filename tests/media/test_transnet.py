@@ -29,6 +29,7 @@ def edited():
     return truth, analysis, transnet.predict(analysis.net_frames)
 
 
+@pytest.mark.slow  # TransNetV2 on the CPU
 def test_every_frame_decoded_once_at_48x27(edited):
     truth, analysis, _ = edited
     n = len(truth.frames)
@@ -60,6 +61,7 @@ def test_predictions_match_the_wheels_own_pipeline(edited):
     assert np.allclose(mine[0][:50], single[:50], atol=1e-4)  # the first window does not see what follows
 
 
+@pytest.mark.slow  # TransNetV2 on the CPU
 def test_plan_clips_with_transnetv2(edited):
     truth, analysis, _ = edited
     options = SceneOptions(cut_detector="transnetv2")

@@ -241,6 +241,7 @@ def test_rank_0_never_merges_a_part_written_with_other_options(imagenet_root, ti
     assert not dest.exists()
 
 
+@pytest.mark.slow  # torchrun ranks as processes
 def test_no_resume_under_torchrun_rebuilds_both_zips_never_reading_the_earlier_ones(imagenet_root, tiny_vae_dir,
                                                                                    tmp_path):
     """The second launch (--no-resume) holds rank 0 where it is about to replace the earlier RGB zip (the job

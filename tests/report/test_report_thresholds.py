@@ -105,6 +105,7 @@ def test_kept_count_and_the_samples_either_side_of_each_threshold(scored, tmp_pa
     assert "nope ≥ 1 keeps 21 of 21 (100.0%), drops 0; no sample has nope" in text
 
 
+@pytest.mark.slow  # an S3 job through s5cmd and the loopback server
 def test_thresholds_on_s3_pick_and_draw_the_same_samples(scored, s3_bucket, tmp_path):
     """On s3:// the shards are streamed (twice for the shards holding samples near a threshold) and the score files
     read beside them: the same counts, picks and tiles as on the local copy."""

@@ -112,6 +112,7 @@ def test_inspect_does_not_unpickle(tmp_path):
 # -- S3 keys with shell metacharacters ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("prefix", ["we ird/sp ace", "q'uo\"te", "semi;colon", "dollar$(touch PWNED)", "back`touch PWNED`tick"])
+@pytest.mark.slow  # an S3 job through s5cmd and the loopback server
 def test_s3_keys_with_shell_metacharacters(s3_bucket, tmp_path, prefix, monkeypatch):
     from fgdata import storage
     from fgdata.shards import discover_shards, iter_samples

@@ -112,6 +112,7 @@ def test_added_or_removed_inputs_end_as_a_fresh_run(cli, bmp_folder, tmp_path, s
     assert snapshot(dest) == snapshot(fresh)
 
 
+@pytest.mark.slow  # an S3 job through s5cmd and the loopback server
 def test_a_replaced_s3_object_rewrites_only_its_shard(cli, bmp_folder, s3_bucket, tmp_path, snapshot):
     import boto3
 

@@ -21,6 +21,7 @@ def _members(dest: str) -> list[tuple[str, dict]]:
 
 
 @pytest.mark.s3
+@pytest.mark.slow  # an S3 job through s5cmd and the loopback server
 def test_s3_destination(cli, corrupt_folder, s3_bucket, tmp_path):
     url = f"{s3_bucket}/photos"
     cli("shard", "images", corrupt_folder, url, "--maxcount", "3", "--no-progress")

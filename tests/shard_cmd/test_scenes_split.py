@@ -169,6 +169,7 @@ def test_bad_flags_are_one_line_errors(cli, videos: Path, tmp_path: Path):
         assert "Traceback" not in result.output
 
 
+@pytest.mark.slow  # TransNetV2 on the CPU
 def test_transnetv2_clips_meta_and_same_bytes_on_rerun(cli, videos: Path, tmp_path: Path, snapshot, monkeypatch):
     """Each run decodes edit.mp4 once for its analysis: TransNetV2's frames come from that decode (one worker, so
     the count is taken in this process)."""
@@ -220,6 +221,7 @@ def _clips(dest: Path) -> list[tuple[str, dict]]:
     return sorted(out, key=lambda c: (c[0], json.dumps(c[1], sort_keys=True)))
 
 
+@pytest.mark.slow  # torchrun ranks as processes
 def test_two_torchrun_ranks_and_ray_write_the_bytes_of_one_process(cli, videos: Path, tmp_path: Path, snapshot,
                                                                    ray_local):
     from faultkit import FGDATA, run_ranks

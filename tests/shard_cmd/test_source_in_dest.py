@@ -92,6 +92,7 @@ def test_a_dst_inside_src_is_left_out_of_the_walk(cli, tree):
     assert "DST holds SRC" in str(refused.exception)
 
 
+@pytest.mark.slow  # an S3 job through s5cmd and the loopback server
 def test_s3_dst_that_is_or_holds_src_is_refused_untouched(cli, tree, s3_bucket):
     import boto3
 

@@ -88,6 +88,7 @@ def two_ranks(photos: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[P
     return dest, documents(done.stdout)
 
 
+@pytest.mark.slow  # torchrun ranks as processes
 def test_two_and_three_ranks_write_the_same_bytes_and_the_local_samples(photos, two_ranks, tmp_path, cli):
     two, docs = two_ranks
     three = tmp_path / "three"
@@ -139,6 +140,7 @@ def test_a_rank_that_never_comes_is_named_then_the_job_resumes(photos, two_ranks
     assert tree(dest) == tree(two)
 
 
+@pytest.mark.slow  # torchrun ranks as processes
 def test_killed_ranks_resume_to_the_same_bytes(photos, two_ranks, tmp_path):
     """Each rank pauses once its first unit's first shard is in place (the job signals it); torchrun and every
     rank are SIGKILLed, then the launch is rerun: the units that did not finish are written again."""
@@ -231,6 +233,7 @@ def test_ranks_write_to_s3_the_bytes_they_write_locally(photos, two_ranks, s3_bu
         assert storage.read_bytes(f"{url}/{name}") == (two / name).read_bytes(), name
 
 
+@pytest.mark.slow  # torchrun ranks as processes
 def test_no_resume_under_ranks_redoes_every_unit(photos, two_ranks, tmp_path):
     two, _ = two_ranks
     dest = tmp_path / "out"
@@ -254,6 +257,7 @@ def test_no_resume_needs_the_launch_store_and_says_so(photos, tmp_path):
                                                    "MASTER_ADDR:MASTER_PORT=?:?"), lines
 
 
+@pytest.mark.slow  # end to end, several seconds
 def test_no_resume_never_merges_a_unit_an_earlier_launch_left(photos, two_ranks, tmp_path):
     """An earlier launch's rank 1 finished unit 1 from other captions, and its rank 0 never came. The rerun with
     --no-resume holds rank 1 where it is about to remove that unit (the job signals the point): rank 0 must

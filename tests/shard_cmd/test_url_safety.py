@@ -170,6 +170,7 @@ def _sources(shard_files: dict[str, bytes]) -> list[str]:
 
 
 @pytest.mark.parametrize("where", ["local", "s3"])
+@pytest.mark.slow  # end to end, several seconds
 def test_no_secret_of_a_url_is_written_or_printed(server, tmp_path, where, request, monkeypatch):
     monkeypatch.setenv("FGDATA_ALLOW_PRIVATE_NETWORK", "1")  # loopback inputs once the network policy is in
     env = _env(tmp_path)
@@ -247,6 +248,7 @@ def _tree_bytes(dest: str, s3_endpoint: str | None) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize(("where", "fmt"), [("http", "csv"), ("http", "parquet"), ("s3", "jsonl")])
+@pytest.mark.slow  # end to end, several seconds
 def test_a_remote_manifest_cannot_read_local_files(cli, server, sample_images, tmp_path, monkeypatch, request,
                                                    where, fmt):
     monkeypatch.setenv("FGDATA_ALLOW_PRIVATE_NETWORK", "1")  # loopback inputs once the network policy is in

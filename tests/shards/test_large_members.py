@@ -58,6 +58,7 @@ def test_scan_and_count(big_shard):
     assert row.samples == 2 and row.damage is None and row.error is None
 
 
+@pytest.mark.slow  # end to end, several seconds
 def test_member_over_2_gib_reads_whole(big_shard):
     with ShardFile(str(big_shard)) as sf:
         sample = sf.sample(0, {"bin"})

@@ -18,6 +18,7 @@ def _write(dest: str, blobs: list[bytes], n: int) -> ShardWriter:
     return w
 
 
+@pytest.mark.slow  # an S3 job through s5cmd and the loopback server
 def test_write_count_and_read_on_s3(s3_bucket, sample_images, tmp_path, monkeypatch):
     monkeypatch.setenv("FGDATA_CACHE", str(tmp_path / "cache"))
     dest = f"{s3_bucket}/train shards"  # a space in the prefix must just work

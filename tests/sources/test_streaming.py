@@ -147,6 +147,7 @@ def _peak_bytes(consume) -> int:
 
 
 @pytest.mark.parametrize("suffix", ["", ".gz"])
+@pytest.mark.slow  # end to end, several seconds
 def test_streaming_a_large_manifest_holds_one_row_not_the_file(suffix, tmp_path):
     """80,000 rows (about 10 MB of JSONL): reading them all holds less memory than a tenth of the file.
 
