@@ -30,7 +30,8 @@ os.environ.setdefault("FGDATA_S3_LEASE_SETTLE_SECONDS", "0.05")
 
 
 #: The test files that take longest (seconds of wall clock each, measured under ``-n 3 --dist loadfile``), handed
-#: out first so that the workers finish together instead of one running a long file alone at the end. Files that
+#: out first so that the workers finish together instead of one running a long file alone at the end (the README's
+#: command passes ``--no-loadscope-reorder``: pytest-xdist otherwise hands out the files with most tests first). Files that
 #: use ``ray_local`` are not listed: they must stay after the process-tree tests of tests/faults and tests/jobs.
 LONGEST_FIRST = (
     "tests/encode/test_encode.py", "tests/faults/test_s3_stalls.py", "tests/jobs/test_ray_cluster.py",
