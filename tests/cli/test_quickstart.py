@@ -56,6 +56,7 @@ def test_quickstart_end_to_end(tmp_path):
     assert doc["steps"]["report"]["samples"] == 8 and doc["steps"]["report"]["problems"] == 0
 
 
+@pytest.mark.slow  # end to end, several seconds
 def test_quickstart_defaults_to_a_fresh_temp_folder(tmp_path, short_tmp):
     """Without OUTDIR nothing lands in the working directory (a clone stays clean)."""
     work = tmp_path / "clone"

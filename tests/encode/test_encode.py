@@ -96,6 +96,7 @@ def image_latents(tmp_path_factory, models, image_shards) -> Path:
     return dst
 
 
+@pytest.mark.slow  # end to end, several seconds
 def test_image_latents_members_provenance_and_loader(image_latents, image_shards, models):
     got = samples(image_latents)
     assert sorted(got) == [f"sample_{i:06d}" for i in range(6)]  # the broken image is a reported failure
@@ -574,6 +575,7 @@ def test_a_json_member_that_is_not_an_object_fails_that_sample_and_is_kept(tmp_p
     assert "txt_emb.pth" in after["s_000"] and json.loads(after["s_000"]["json"])["i"] == 0
 
 
+@pytest.mark.slow  # a fresh process that loads the model libraries
 def test_neg_prompt_takes_the_shared_output_flags_and_q_silences_the_model_libraries(tmp_path):
     """-q: nothing on stdout or stderr (no "Loading weights" bar); --json: one document; the bar library's own bars
     go with ours (--no-progress)."""

@@ -12,6 +12,7 @@ from faultkit import FGDATA, png_bytes, run_and_kill, run_cli
 pytestmark = pytest.mark.timeout(180)
 
 
+@pytest.mark.slow  # a job stopped by a signal and rerun
 def test_shard_images_accounts_for_every_input_across_a_kill(tmp_path):
     src = tmp_path / "src"
     src.mkdir()

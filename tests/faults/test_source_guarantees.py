@@ -107,6 +107,7 @@ def _filtered_per_shard(failed_downloads: bool, maxcount: int) -> dict[str, dict
     return out
 
 
+@pytest.mark.slow  # torchrun ranks as processes
 def test_torchrun_ranks_give_the_local_bytes(shard_source, tmp_path):
     """Two torchrun ranks (real ``torch.distributed.run`` on CPU) share the source shards' work units and write the
     bytes one local process writes."""

@@ -275,6 +275,7 @@ def test_outputs_sharing_a_work_dir_keep_their_chunks_apart(edm_zip, tmp_path, t
     assert list(shared.iterdir()) == []
 
 
+@pytest.mark.slow  # end to end, several seconds
 def test_shards_equal_the_zip_and_fid_with_itself_is_zero(edm_zip, tmp_path, tiny_net, tiny_inception_weights,
                                                          tiny_dinov2):
     import zipfile
@@ -426,6 +427,7 @@ def _cli_setup(tmp_path: Path, tiny_net) -> tuple[dict[str, str], list[str]]:
                  "--batch-size", "2", "--workers", "1", "--no-progress"]
 
 
+@pytest.mark.slow  # torchrun ranks as processes
 def test_cli_named_output_and_two_ranks_equal_one(tmp_path, tiny_net):
     """Through the CLI: the named output and its JSON summary (parsed and rendered here, in this process), and two
     rank processes that write the same bytes."""
@@ -465,6 +467,7 @@ def test_cli_named_output_and_two_ranks_equal_one(tmp_path, tiny_net):
     assert prov["world_size"] == 2 and prov["images"] == 7 and prov["chunks"] == 4
 
 
+@pytest.mark.slow  # a job stopped and rerun
 def test_cli_killed_after_a_chunk_resumes_to_the_same_bytes(edm_zip, tmp_path, tiny_net):
     import signal
 
@@ -563,6 +566,7 @@ def test_named_datasets_read_and_write_the_exact_paths(tmp_path):
         assert metrics_for(str(out)) == metrics
 
 
+@pytest.mark.slow  # a fresh process that loads the model libraries
 def test_quiet_silences_the_model_libraries_bars(edm_zip, tmp_path, tiny_net, tiny_dinov2):
     """-q: DINOv2 loads through from_pretrained without its "Loading weights" bar; nothing on stdout or stderr."""
     zip_path, _ = edm_zip

@@ -103,6 +103,7 @@ def _ignore_file(ignored: set[tuple[int, int]]) -> str | None:
     block=st.sampled_from([None, 4]),
     via_state=st.booleans(),
 )
+@pytest.mark.slow  # a job stopped and rerun
 def test_resume_equals_uninterrupted_and_epochs_are_exact(grid, world, workers, batch, seed, start, stop_frac, ignored, block, via_state):
     ignore = _ignore_file(ignored)
     kw = dict(

@@ -6,6 +6,8 @@ import re
 import warnings
 from pathlib import Path
 
+import pytest
+
 from fgdata.shards import ShardWriter
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -20,6 +22,7 @@ def loader_snippets() -> list[str]:
     return re.findall(r"```python\n(.*?)```", section, flags=re.S)
 
 
+@pytest.mark.slow  # end to end, several seconds
 def test_readme_loader_snippets_run_without_warnings(tmp_path, sample_images):
     shards = str(tmp_path / "photos-wds")
     with ShardWriter(shards, maxcount=4) as w:

@@ -49,6 +49,7 @@ def test_hard_cuts_fades_dissolves_found_flashes_pans_zooms_ignored(edited):
         assert not covered & set(range(first + 1, last))
 
 
+@pytest.mark.slow  # TransNetV2 on the CPU
 def test_predictions_match_the_wheels_own_pipeline(edited):
     """fgdata batches several windows per pass; the wheel runs one at a time: the same probabilities."""
     truth, analysis, (single, every) = edited

@@ -145,6 +145,7 @@ def test_len_is_batches_per_epoch_for_this_rank(cifar_zip):
 @given(batch=st.integers(1, 9), world=st.integers(1, 3), rank_frac=st.floats(0, 0.99), start=st.integers(0, 450),
        stop_frac=st.floats(0, 1), shuffle=st.booleans(), via_state=st.booleans())
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.slow  # a job stopped and rerun
 def test_resume_equals_uninterrupted(cifar_zip, batch, world, rank_frac, start, stop_frac, shuffle, via_state):
     kw = dict(batch_size=batch, num_workers=0, rank=int(rank_frac * world), world_size=world, shuffle=shuffle, seed=5)
     total = -(-200 // (batch * world)) + 2  # past an epoch end

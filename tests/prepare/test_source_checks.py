@@ -183,6 +183,7 @@ def test_a_missing_model_directory_is_named(tmp_path, imagenet_root):
     assert _files(out) == []
 
 
+@pytest.mark.slow  # a fresh process that loads the model libraries
 def test_a_cached_model_passes_offline_and_loads_from_the_cache(tmp_path, tiny_vae_dir):
     """The real hub cache layout (refs/main -> snapshots/<rev>/): the check admits it and from_pretrained loads it."""
     cache = tmp_path / "hub"

@@ -308,6 +308,7 @@ def test_bad_threshold_is_a_usage_error(image_shards, tmp_path):
 
 
 @pytest.mark.s3
+@pytest.mark.slow  # an S3 job through s5cmd and the loopback server
 def test_report_on_s3(image_shards, s3_bucket, tmp_path):
     from fgdata import storage
 

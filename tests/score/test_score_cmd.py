@@ -190,6 +190,7 @@ def test_no_resume_scores_again_and_overwrite_removes_the_score_files(shards):
     assert sorted(shards.glob("*" + SUFFIX)) == files and not (shards / ".fgdata-score").exists()
 
 
+@pytest.mark.slow  # an S3 job through s5cmd and the loopback server
 def test_score_on_s3(shards, s3_bucket):
     from fgdata import storage
 

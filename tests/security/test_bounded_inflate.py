@@ -76,6 +76,7 @@ def _run(tmp: Path, *args: str) -> tuple[subprocess.CompletedProcess, int]:
     return proc, int(peak.read_text())
 
 
+@pytest.mark.slow  # a member inflating past 64 MiB or 1 GiB
 def test_inspect_stops_inflating_at_its_64_mib_limit(bomb_shards, tmp_path):
     proc, peak = _run(tmp_path, "inspect", str(bomb_shards / "00000.tar"), "--limit", "3", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -86,6 +87,7 @@ def test_inspect_stops_inflating_at_its_64_mib_limit(bomb_shards, tmp_path):
     assert peak < 700 << 20, peak  # one 64 MiB member at a time, not the gigabyte
 
 
+@pytest.mark.slow  # a member inflating past 64 MiB or 1 GiB
 def test_verify_decode_fails_the_member_that_inflates_past_the_decode_limit(bomb_shards, tmp_path):
     proc, peak = _run(tmp_path, "verify", str(bomb_shards), "--decode", "--workers", "1", "--json")
     assert proc.returncode == 1, proc.stderr
@@ -97,6 +99,7 @@ def test_verify_decode_fails_the_member_that_inflates_past_the_decode_limit(bomb
     assert peak < GIB + (700 << 20), peak  # at most the limit itself, never the inflated whole twice
 
 
+@pytest.mark.slow  # a member inflating past 64 MiB or 1 GiB
 def test_report_names_the_member_that_inflates_past_the_decode_limit(bomb_shards, tmp_path):
     proc, peak = _run(tmp_path, "report", str(bomb_shards), "-o", str(tmp_path / "r.html"), "--workers", "1",
                       "--json")

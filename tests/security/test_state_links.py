@@ -79,6 +79,7 @@ def test_a_link_anywhere_in_the_state_folder_is_refused(job, where, resume):
     assert (_tree(victim), _tree(dest)) == before
 
 
+@pytest.mark.slow  # an S3 job through s5cmd and the loopback server
 def test_a_link_in_an_s3_dsts_staging_folder_is_refused(tmp_path, s3_bucket, monkeypatch):
     """An s3:// DST's job state lives in this host's cache (the lock, the units' work folders): the same rule."""
     monkeypatch.setenv("FGDATA_CACHE", str(tmp_path / "cache"))

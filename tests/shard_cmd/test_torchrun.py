@@ -220,6 +220,7 @@ def test_video_clips_under_ranks_equal_the_local_samples(keyframed_clip, tmp_pat
 
 
 @pytest.mark.s3
+@pytest.mark.slow  # torchrun ranks as processes
 def test_ranks_write_to_s3_the_bytes_they_write_locally(photos, two_ranks, s3_bucket):
     from fgdata import storage
 
